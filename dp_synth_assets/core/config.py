@@ -1,0 +1,252 @@
+"""The dataset registry: the schema of datasets.yaml and its validation (DESIGN.md section 7).
+
+A `DatasetSpec` is one registered source table with its column specs, privacy settings and
+synthesis settings. `load_registry` parses the YAML file and rejects unknown keys, wrong kinds and
+impossible values with a `RegistryError` that names the dataset and the key, so a malformed file
+fails when the Dagster definitions load, before any run starts.
+"""
+
+import math
+import re
+from datetime import date, datetime
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DATASET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+QUALIFIED_TABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*\.){0,2}[A-Za-z_][A-Za-z0-9_]*$")
+# Default number of codes per binned column (nulls add one more); ISSUE 2: at most 32 codes.
+DEFAULT_BINS = 31
+
+
+class RegistryError(ValueError):
+    """datasets.yaml is malformed; the message names the dataset and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ColumnSpec(_Strict):
+    """A column's declared kind and public domain.
+
+    categorical: `categories` lists the kept values; anything else in the source maps to the `other`
+    code, decoded as `other_label`. integer / float / datetime: `bounds` [low, high] (dates as ISO
+    strings) cut into `bins` uniform bins; values outside are clamped to the first/last bin.
+    boolean: two codes. `nullable: true` adds a code for NULL.
+    """
+
+    kind: Literal["categorical", "integer", "float", "datetime", "boolean"]
+    categories: list[str | int | bool] | None = None
+    other_label: str = "other"
+    bounds: tuple[float | int | date | datetime | str, float | int | date | datetime | str] | None = None
+    bins: int | None = Field(default=None, ge=1, le=4096)
+    nullable: bool = False
+
+    @model_validator(mode="after")
+    def _domain_matches_kind(self) -> "ColumnSpec":
+        if self.kind == "categorical":
+            if not self.categories:
+                raise ValueError("a categorical column needs a non-empty `categories` list")
+            if len(set(map(str, self.categories))) != len(self.categories):
+                raise ValueError("`categories` has duplicates")
+            if self.bounds is not None or self.bins is not None:
+                raise ValueError("`bounds`/`bins` do not apply to a categorical column")
+        elif self.kind == "boolean":
+            if self.categories is not None or self.bounds is not None or self.bins is not None:
+                raise ValueError("a boolean column takes no `categories`, `bounds` or `bins`")
+        else:
+            if self.categories is not None:
+                raise ValueError(f"`categories` does not apply to a {self.kind} column")
+            if self.bounds is None:
+                raise ValueError(f"a {self.kind} column needs `bounds: [low, high]`")
+            low, high = self.numeric_bounds()
+            if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
+                raise ValueError(f"`bounds` must be finite with low < high, got {list(self.bounds)}")
+        return self
+
+    def numeric_bounds(self) -> tuple[float, float]:
+        """Bounds as numbers: datetimes as days since 1970-01-01 (fractional for timestamps)."""
+        assert self.bounds is not None
+        if self.kind == "datetime":
+            return tuple(_as_days(b) for b in self.bounds)  # type: ignore[return-value]
+        try:
+            return float(self.bounds[0]), float(self.bounds[1])
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"`bounds` of a {self.kind} column must be numbers") from e
+
+
+def _as_days(value: object) -> float:
+    if isinstance(value, datetime):
+        return (value - datetime(1970, 1, 1)).total_seconds() / 86400.0
+    if isinstance(value, date):
+        return float((value - date(1970, 1, 1)).days)
+    if isinstance(value, str):
+        try:
+            return _as_days(datetime.fromisoformat(value))
+        except ValueError as e:
+            raise ValueError(f"datetime bound {value!r} is not an ISO date") from e
+    raise ValueError(f"datetime bound {value!r} is not a date")
+
+
+class TableSource(_Strict):
+    table: str
+
+    @field_validator("table")
+    @classmethod
+    def _qualified(cls, v: str) -> str:
+        if not QUALIFIED_TABLE.match(v):
+            raise ValueError(f"{v!r} is not a table name like schema.table")
+        return v
+
+
+class ParquetSource(_Strict):
+    parquet: str
+
+
+class CsvSource(_Strict):
+    csv: str
+
+
+Source = Union[TableSource, ParquetSource, CsvSource]
+
+
+class Limit(_Strict):
+    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    delta: float = Field(gt=0, lt=1, allow_inf_nan=False)
+
+
+class Privacy(_Strict):
+    """The budget of one synthesis run and the dataset's lifetime limit, both as (epsilon, delta)."""
+
+    epsilon: float = Field(gt=0, allow_inf_nan=False)
+    delta: float = Field(gt=0, lt=1, allow_inf_nan=False)
+    limit: Limit
+
+    @model_validator(mode="after")
+    def _run_within_limit(self) -> "Privacy":
+        if self.epsilon > self.limit.epsilon:
+            raise ValueError(
+                f"run epsilon {self.epsilon} is above the dataset's limit epsilon "
+                f"{self.limit.epsilon}; lower privacy.epsilon or raise privacy.limit.epsilon"
+            )
+        if self.delta > self.limit.delta:
+            raise ValueError(
+                f"run delta {self.delta} is above the limit delta {self.limit.delta}; "
+                "lower privacy.delta or raise privacy.limit.delta"
+            )
+        return self
+
+
+class SelectionSettings(_Strict):
+    """Settings of the selection stage (see dp_synth_assets.core.select)."""
+
+    # rho shares of the run's budget: noisy 1-way marginals, noisy scores, measured marginals.
+    one_way_share: float = Field(default=0.1, gt=0, lt=1)
+    score_share: float = Field(default=0.1, gt=0, lt=1)
+    # the greedy refuses a pair whose junction tree would exceed this many MB (float64 cells).
+    max_model_mb: float = Field(default=4.0, gt=0)
+
+
+class ModelSettings(_Strict):
+    """Settings of the generation stage."""
+
+    iterations: int = Field(default=1500, ge=1, le=100_000)
+    # guard: refuse a model whose largest junction-tree clique has more cells than this.
+    max_clique_cells: int = Field(default=2_000_000, ge=1)
+
+
+DurationText = Annotated[str, Field(pattern=r"^\d+(\.\d+)?\s*(s|m|h|d)$")]
+
+
+class DatasetSpec(_Strict):
+    source: Source
+    columns: dict[str, ColumnSpec]
+    privacy: Privacy
+    method: Literal["privsyn"] = "privsyn"
+    generator: Literal["pgm"] = "pgm"
+    rows: Literal["same"] | Annotated[int, Field(ge=1, le=1_000_000_000)] = "same"
+    seed: int | None = None
+    schedule: str | None = None
+    on_source_change: Literal["resynthesize", "ignore"] = "ignore"
+    min_interval: DurationText = "1h"
+    selection: SelectionSettings = SelectionSettings()
+    model: ModelSettings = ModelSettings()
+    description: str | None = None
+
+    @field_validator("columns")
+    @classmethod
+    def _column_names(cls, v: dict[str, ColumnSpec]) -> dict[str, ColumnSpec]:
+        if len(v) < 2:
+            raise ValueError("declare at least two columns")
+        for name in v:
+            if not IDENTIFIER.match(name):
+                raise ValueError(f"column name {name!r} is not a plain identifier")
+        return v
+
+    @field_validator("schedule")
+    @classmethod
+    def _cron(cls, v: str | None) -> str | None:
+        if v is not None and len(v.split()) != 5:
+            raise ValueError(f"schedule {v!r} is not a five-field cron expression")
+        return v
+
+    @model_validator(mode="after")
+    def _budget_shares(self) -> "DatasetSpec":
+        if self.selection.one_way_share + self.selection.score_share >= 1:
+            raise ValueError("selection.one_way_share + selection.score_share must be below 1")
+        return self
+
+    @property
+    def min_interval_seconds(self) -> float:
+        number, unit = re.match(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$", self.min_interval).groups()
+        return float(number) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+
+
+class Registry(_Strict):
+    datasets: dict[str, DatasetSpec]
+
+    @field_validator("datasets")
+    @classmethod
+    def _names(cls, v: dict[str, DatasetSpec]) -> dict[str, DatasetSpec]:
+        for name in v:
+            if not DATASET_NAME.match(name):
+                raise ValueError(f"dataset name {name!r} must match {DATASET_NAME.pattern}")
+        return v
+
+
+def parse_registry(data: object, origin: str = "datasets.yaml") -> dict[str, DatasetSpec]:
+    """Validate a parsed datasets.yaml document; errors name the dataset and the key."""
+    if not isinstance(data, dict) or "datasets" not in data:
+        raise RegistryError(f"{origin}: expected a top-level `datasets:` mapping")
+    try:
+        return dict(Registry.model_validate(data).datasets)
+    except ValidationError as e:
+        lines = []
+        for err in e.errors():
+            loc = [str(p) for p in err["loc"]]
+            where = _describe_location(loc)
+            lines.append(f"{where}: {err['msg']}")
+        raise RegistryError(f"{origin} is invalid:\n  " + "\n  ".join(lines)) from None
+
+
+def _describe_location(loc: list[str]) -> str:
+    if len(loc) >= 2 and loc[0] == "datasets":
+        # pydantic adds the union member's class name to the path; drop it for readability
+        key = ".".join(p for p in loc[2:] if p not in {"TableSource", "ParquetSource", "CsvSource"})
+        return f"dataset {loc[1]!r}, key {key!r}" if key else f"dataset {loc[1]!r}"
+    return "key " + ".".join(loc)
+
+
+def load_registry(path: str | Path) -> dict[str, DatasetSpec]:
+    path = Path(path)
+    if not path.exists():
+        raise RegistryError(f"{path} does not exist; create it or set DP_SYNTH_DATASETS")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise RegistryError(f"{path} is not valid YAML: {e}") from None
+    return parse_registry(data, origin=str(path))
