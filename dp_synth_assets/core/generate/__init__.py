@@ -1,0 +1,1 @@
+"""Generation engines: one `fit(...)` and one `sample(...)` per engine; `pgm` is mbi's estimator."""

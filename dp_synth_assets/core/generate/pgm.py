@@ -1,0 +1,97 @@
+"""The `pgm` engine: private-pgm (mbi 2.0) maximum-entropy estimation from the measurements.
+
+`check_model_size` is the guard: it builds the junction tree of the measured cliques (cheap: graph
+work only) and refuses, before any potential is allocated, a model whose largest clique has more
+cells than the configured limit. `fit` runs mbi's MirrorDescent with every measurement as a
+`LinearMeasurement` (stddev = its Gaussian sigma) and the noisy total as `known_total`.
+`sample` draws rows with mbi's default 'round' sampler (which shuffles within parent groups).
+"""
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..measure import Measurement
+
+os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
+
+
+class ModelTooLarge(ValueError):
+    """The junction tree of the selection has a clique beyond the configured size."""
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    largest_clique: tuple[str, ...]
+    largest_clique_cells: int
+    total_cells: int
+
+    @property
+    def megabytes(self) -> float:
+        return self.total_cells * 8 / 2**20
+
+
+def model_size(domain: dict[str, int], cliques: list[tuple[str, ...]]) -> ModelSize:
+    from mbi import Domain
+    from mbi.junction_tree import make_junction_tree, maximal_cliques
+
+    mbi_domain = Domain(list(domain), [domain[a] for a in domain])
+    jtree, _ = make_junction_tree(mbi_domain, [tuple(c) for c in cliques])
+    maximal = maximal_cliques(jtree)
+    sizes = [mbi_domain.size(cl) for cl in maximal]
+    k = int(np.argmax(sizes))
+    return ModelSize(tuple(maximal[k]), int(sizes[k]), int(sum(sizes)))
+
+
+def check_model_size(domain: dict[str, int], cliques: list[tuple[str, ...]], max_clique_cells: int,
+                     dataset: str) -> ModelSize:
+    size = model_size(domain, cliques)
+    if size.largest_clique_cells > max_clique_cells:
+        raise ModelTooLarge(
+            f"dataset {dataset!r}: the model's largest clique {list(size.largest_clique)} has "
+            f"{size.largest_clique_cells:,} cells, above model.max_clique_cells = "
+            f"{max_clique_cells:,}; nothing was allocated. Select fewer or smaller marginals "
+            "(lower selection.max_model_mb), use fewer bins, or raise model.max_clique_cells "
+            "in datasets.yaml if the machine has the memory."
+        )
+    return size
+
+
+def fit(domain: dict[str, int], measurements: list[Measurement], known_total: float,
+        iterations: int):
+    """A mbi MarkovRandomField fitted to the measurements."""
+    from mbi import Domain, LinearMeasurement
+    from mbi.estimation import MirrorDescent
+
+    mbi_domain = Domain(list(domain), [domain[a] for a in domain])
+    linear = [LinearMeasurement(m.noisy.ravel(), tuple(m.clique), stddev=m.sigma)
+              for m in measurements]
+    return MirrorDescent().estimate(mbi_domain, linear, known_total=max(known_total, 1.0),
+                                    iters=iterations)
+
+
+def sample(model, rows: int, seed: int | None) -> dict[str, np.ndarray]:
+    """`rows` synthetic rows as code arrays per attribute. mbi samples with numpy's global
+    generator: with a seed, that generator is seeded for the call and restored afterwards."""
+    state = np.random.get_state()
+    if seed is not None:
+        np.random.seed(seed)
+    try:
+        data = model.synthetic_data(rows)
+    finally:
+        if seed is not None:
+            np.random.set_state(state)
+    return {a: np.asarray(v) for a, v in data.to_dict().items()}
+
+
+def save(model, path: str) -> None:
+    import mbi
+
+    mbi.save(model, path)
+
+
+def load(path: str):
+    import mbi
+
+    return mbi.load(path)

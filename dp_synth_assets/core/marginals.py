@@ -1,0 +1,144 @@
+"""Aggregate queries against the warehouse: the only way the Python side sees private data.
+
+Everything here runs inside DuckDB and returns aggregates: column types (schema), validity flags
+(booleans, never counts), and marginal count vectors. `compute_marginals` computes many marginals
+in a single scan with GROUPING SETS and stores them in a private-zone table; `read_marginal` turns
+one stored marginal into a dense numpy count vector shaped by the clique's domain.
+"""
+
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from .config import CsvSource, DatasetSpec, ParquetSource, TableSource
+from .domain import EncodingPlan, SchemaError, build_plan, cast_type, encode_view_sql
+from .sql import ident, literal, sql
+
+Clique = tuple[str, ...]
+
+
+class SourceError(ValueError):
+    """The source table cannot be used (absent, empty, values of the wrong type)."""
+
+
+def source_relation(spec: DatasetSpec, base_dir: Path) -> str:
+    """The SQL relation reading a dataset's source (a table, a Parquet glob or a CSV file)."""
+    src = spec.source
+    if isinstance(src, TableSource):
+        return ident(src.table)
+    path = Path(src.parquet if isinstance(src, ParquetSource) else src.csv)
+    if not path.is_absolute():
+        path = (base_dir / path).resolve()
+    if isinstance(src, ParquetSource):
+        return f"read_parquet({literal(path)})"
+    assert isinstance(src, CsvSource)
+    return f"read_csv({literal(path)}, auto_detect = true)"
+
+
+def describe_source(con: duckdb.DuckDBPyConnection, relation: str, dataset: str) -> dict[str, str]:
+    """Column name -> SQL type of the source, reading no rows."""
+    try:
+        rows = con.execute(sql("describe_source", source=relation)).fetchall()
+    except duckdb.Error as e:
+        raise SourceError(
+            f"dataset {dataset!r}: cannot read its source {relation}: {str(e).splitlines()[0]}. "
+            "Check `source:` in datasets.yaml (table name, or the Parquet/CSV path)."
+        ) from None
+    return {name: sql_type for name, sql_type, *_ in rows}
+
+
+def validate_source(con: duckdb.DuckDBPyConnection, relation: str, plan: EncodingPlan,
+                    dataset: str) -> None:
+    """Refuse a source that is empty, has uncastable values or NULLs where none are declared.
+
+    Only booleans come back from the database (one per check), so the error says which column
+    and which problem, never how many rows.
+    """
+    if not con.execute(sql("check_not_empty", source=relation)).fetchone()[0]:
+        raise SourceError(f"dataset {dataset!r}: the source {relation} has no rows; load data first")
+    checks, problems = [], []
+    for i, e in enumerate(plan.encodings):
+        col = ident(e.column)
+        target = cast_type(e)
+        if target is not None:
+            checks.append(sql("check_cast", column=col, sql_type=target, alias=f"cast_{i}"))
+            problems.append(f"column {e.column!r} has values that cannot be cast to {target} "
+                            f"(declared kind {e.kind}); fix the data or the declared kind")
+        if not e.nullable:
+            checks.append(sql("check_null", column=col, alias=f"null_{i}"))
+            problems.append(f"column {e.column!r} has NULLs but is not declared nullable; "
+                            "add `nullable: true` to its spec")
+    flags = con.execute(sql("check_source", checks=", ".join(checks), source=relation)).fetchone()
+    found = [p for p, flag in zip(problems, flags) if flag]
+    if found:
+        raise SourceError(f"dataset {dataset!r}: " + "; ".join(found))
+
+
+def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str,
+                         base_dir: Path, view: str) -> EncodingPlan:
+    """Build the encoding plan from the spec and the source schema, validate the source, and
+    create the encoded view (a view, not a copy)."""
+    relation = source_relation(spec, base_dir)
+    types = describe_source(con, relation, dataset)
+    try:
+        plan = build_plan(spec.columns, types)
+    except SchemaError as e:
+        raise SchemaError(f"dataset {dataset!r}: {e}") from None
+    validate_source(con, relation, plan, dataset)
+    schema = view.rsplit(".", 1)[0]
+    con.execute(sql("create_schema", schema=ident(schema)))
+    con.execute(encode_view_sql(plan, view, relation))
+    return plan
+
+
+@dataclass(frozen=True)
+class MarginalTable:
+    """Where a set of exact marginals is stored, and how to find each clique in it."""
+
+    table: str
+    columns: tuple[str, ...]
+    cliques: tuple[Clique, ...]
+
+    def gid(self, clique: Clique) -> int:
+        """GROUPING_ID of a clique: a set bit for each column not in it (first column = top bit)."""
+        d = len(self.columns)
+        return sum(1 << (d - 1 - i) for i, c in enumerate(self.columns) if c not in clique)
+
+
+def all_cliques(columns: list[str], max_order: int = 2) -> list[Clique]:
+    return [cl for k in range(1, max_order + 1) for cl in itertools.combinations(columns, k)]
+
+
+def compute_marginals(con: duckdb.DuckDBPyConnection, view: str, table: str,
+                      columns: list[str], cliques: list[Clique]) -> MarginalTable:
+    """All `cliques` of the encoded view, counted in one GROUPING SETS scan, stored in `table`."""
+    cols = ", ".join(ident(c) for c in columns)
+    sets = ", ".join("(" + ", ".join(ident(c) for c in cl) + ")" for cl in cliques)
+    con.execute(sql("create_schema", schema=ident(table.rsplit(".", 1)[0])))
+    con.execute(sql("marginals", table=ident(table), columns=cols, view=ident(view),
+                    grouping_sets=sets))
+    return MarginalTable(table, tuple(columns), tuple(tuple(cl) for cl in cliques))
+
+
+def read_marginals(con: duckdb.DuckDBPyConnection, marginals: MarginalTable,
+                   cliques: list[Clique], domain: dict[str, int]) -> dict[Clique, np.ndarray]:
+    """Dense count arrays of stored cliques (shape: domain[a] for a in clique), in one query."""
+    unknown = [cl for cl in cliques if tuple(cl) not in marginals.cliques]
+    if unknown:
+        raise KeyError(f"cliques {unknown} were not computed by the marginals stage")
+    gids = {marginals.gid(cl): tuple(cl) for cl in cliques}
+    cols = ", ".join(ident(c) for c in marginals.columns)
+    rows = con.execute(sql("read_marginals", columns=cols, table=ident(marginals.table)),
+                       [list(gids)]).fetchnumpy()
+    gid = np.asarray(rows["gid"])
+    out = {}
+    for g, clique in gids.items():
+        mask = gid == g
+        counts = np.zeros(tuple(domain[c] for c in clique), dtype=np.int64)
+        index = tuple(np.asarray(rows[c][mask], dtype=np.int64) for c in clique)
+        np.add.at(counts, index, np.asarray(rows["n"][mask], dtype=np.int64))
+        out[clique] = counts
+    return out

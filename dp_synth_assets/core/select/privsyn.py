@@ -1,0 +1,116 @@
+"""PrivSyn's marginal selection: noisy InDif scores and DenseMarg's greedy choice of 2-way marginals.
+
+References: privsyn-selection-excerpt.txt section 4 (Lemma 4, Theorems 5-6), corrected by
+SEED-NOTES.md (InDif variance 8m/rho', marginal variance 1/(2 rho); the greedy loop of PrivSyn
+section 4.2 as described there). Steps:
+
+1. 1-way marginals with rho_1 split evenly over the d attributes (ABSyn section VI.B), charged one
+   by one. They are the selection's noisy 1-way measurements, reused by `measurements`.
+2. InDif_ab = || M_ab - M_a x M_b / n ||_1 on exact counts (sensitivity 4, Lemma 4), published for
+   all m = d(d-1)/2 pairs at once with Gaussian noise of variance 8m/rho_s (Theorem 5).
+3. Greedy (DenseMarg): total error = sum of noisy InDif over unselected pairs (dependency error)
+   + the expected l1 noise error of the selected pairs under the optimal c^(2/3) split of rho_2
+   (Eq. 10-11). Each round adds the pair that lowers the total error most; stop when no pair lowers
+   it. Our addition (documented choice, DESIGN.md section 8): a pair is refused when the junction
+   tree of the selected cliques would exceed `max_model_mb`, which keeps the model cheap to fit.
+   Ties break by column order, so the result is deterministic given the noisy scores.
+Marginal combining (merging selected pairs that form a clique) is left to the generator: mbi's
+junction tree already models the triangulated cliques.
+"""
+
+import itertools
+
+import numpy as np
+
+from ..config import SelectionSettings
+from ..measure import Measurement, clique_size, expected_noise_error, optimal_split
+from ..privacy import gaussian_counts, gaussian_scores
+from . import Budget, Charge, Clique, MarginalOracle, Selection
+
+INDIF_SENSITIVITY = 4.0  # PrivSyn Lemma 4
+
+
+def indif(pair_counts: np.ndarray) -> float:
+    """InDif of an exact 2-way count array: l1 distance to the product of its own 1-way marginals."""
+    n = pair_counts.sum()
+    if n == 0:
+        return 0.0
+    independent = np.outer(pair_counts.sum(axis=1), pair_counts.sum(axis=0)) / n
+    return float(np.abs(pair_counts - independent).sum())
+
+
+def measure_one_way(domain: dict[str, int], oracle: MarginalOracle, rho: float,
+                    charge: Charge) -> tuple[Measurement, ...]:
+    """1-way marginals, rho split evenly across attributes (ABSyn section VI.B)."""
+    attrs = list(domain)
+    exact = oracle([(a,) for a in attrs])
+    out = []
+    for a in attrs:
+        noisy, spend = gaussian_counts(exact[(a,)], rho / len(attrs))
+        charge(spend, clique=[a], purpose="one-way marginal")
+        out.append(Measurement((a,), noisy, spend.scale, spend.rho))
+    return tuple(out)
+
+
+def greedy_dense_marg(pairs: list[Clique], dependency: np.ndarray, domain: dict[str, int],
+                      rho_measure: float, max_model_mb: float) -> tuple[list[Clique], list[dict]]:
+    """DenseMarg's greedy loop; returns the selected pairs and a public per-round trace."""
+    from mbi import Domain
+    from mbi.junction_tree import hypothetical_model_size
+
+    mbi_domain = Domain(list(domain), [domain[a] for a in domain])
+    base = [(a,) for a in domain]
+    sizes = np.array([clique_size(p, domain) for p in pairs], dtype=np.float64)
+    chosen: list[int] = []
+    remaining = set(range(len(pairs)))
+    current = float(dependency.sum())  # nothing selected: all dependency error
+    trace = []
+    while remaining:
+        s = float(np.sum(sizes[chosen] ** (2 / 3))) if chosen else 0.0
+        candidates = np.array(sorted(remaining))
+        # total error if candidate i joins: drop its dependency error, grow the noise error
+        noise = (s + sizes[candidates] ** (2 / 3)) ** 1.5 / np.sqrt(np.pi * rho_measure)
+        totals = (dependency.sum() - dependency[chosen].sum() - dependency[candidates]) + noise
+        order = np.lexsort((candidates, totals))
+        picked = None
+        for k in order:
+            if totals[k] >= current:
+                break
+            i = int(candidates[k])
+            model_mb = hypothetical_model_size(mbi_domain, base + [pairs[j] for j in chosen] + [pairs[i]])
+            if model_mb <= max_model_mb:
+                picked = (i, float(totals[k]), model_mb)
+                break
+            remaining.discard(i)  # it only gets bigger as more pairs join
+        if picked is None:
+            break
+        i, total, model_mb = picked
+        chosen.append(i)
+        remaining.discard(i)
+        trace.append({"round": len(chosen), "pair": list(pairs[i]), "total_error": round(total, 3),
+                      "model_mb": round(model_mb, 4)})
+        current = total
+    return [pairs[i] for i in chosen], trace
+
+
+def select_privsyn(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
+                   settings: SelectionSettings, charge: Charge) -> Selection:
+    one_way = measure_one_way(domain, oracle, budget.one_way, charge)
+    pairs = list(itertools.combinations(list(domain), 2))
+    exact = oracle(pairs)
+    scores = np.array([indif(exact[p]) for p in pairs])
+    noisy_scores, spend = gaussian_scores(scores, budget.score, INDIF_SENSITIVITY)
+    charge(spend, purpose="InDif scores", pairs=len(pairs))
+    selected, trace = greedy_dense_marg(pairs, noisy_scores, domain, budget.measure,
+                                        settings.max_model_mb)
+    sizes = [clique_size(p, domain) for p in selected]
+    rhos = optimal_split(budget.measure, sizes) if selected else []
+    return Selection(
+        method="privsyn",
+        one_way=one_way,
+        cliques=tuple(selected),
+        budgets=dict(zip(selected, rhos)),
+        scores={p: float(s) for p, s in zip(pairs, noisy_scores)},
+        details={"rounds": trace,
+                 "expected_noise_error": expected_noise_error(budget.measure, sizes)},
+    )

@@ -1,0 +1,1 @@
+bool_or({column} IS NULL) AS {alias}

@@ -1,0 +1,2 @@
+-- Column names and types of a source relation (schema only; reads no rows).
+DESCRIBE SELECT * FROM {source}

@@ -1,0 +1,1 @@
+COPY {table} TO {path} (FORMAT parquet)

@@ -1,0 +1,2 @@
+-- Replace the synthetic table with decoded rows cast to the source's column types.
+CREATE OR REPLACE TABLE {table} AS SELECT {casts} FROM {relation}
