@@ -1,0 +1,37 @@
+# `make run`: set up .venv if needed, load the bundled example, materialize its whole pipeline.
+# `make test`: same set-up, then the test suite.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+DATASET ?= example
+export DAGSTER_HOME := $(CURDIR)/.dagster_home
+export JAX_ENABLE_COMPILATION_CACHE := false
+
+.PHONY: install run test dev clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+$(DAGSTER_HOME)/dagster.yaml:
+	@mkdir -p $(DAGSTER_HOME)
+	@printf 'telemetry:\n  enabled: false\n' > $@
+
+run: install $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/python -m dp_synth_assets.core.example data/warehouse.duckdb
+	$(BIN)/dagster asset materialize -f definitions.py --select '*$(DATASET)/synthetic'
+	$(BIN)/python -m dp_synth_assets.report $(DATASET)
+
+test: install
+	$(BIN)/python -m pytest
+
+dev: install $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/dagster dev -f definitions.py
+
+clean:
+	rm -rf data public $(DAGSTER_HOME)

@@ -1,0 +1,90 @@
+"""Schedules and resynthesis on source change, both budget-aware (DESIGN.md section 5).
+
+Each dataset gets a job that materializes its pipeline. `schedule:` (cron) yields a schedule;
+`on_source_change: resynthesize` yields a sensor that fingerprints the source and requests a run
+when the fingerprint changes. Both skip, with the reason shown in the UI, when the ledger cannot
+cover a whole run; the sensor also honours `min_interval` between resyntheses. The run itself
+still reserves its budget in the ledger, so a race between a skip decision and a run can never
+overspend.
+"""
+
+import json
+import time
+
+import dagster as dg
+
+from resources.ledger import LedgerResource
+from resources.warehouse import WarehouseResource
+
+from .budget import DatasetBudget
+from .core.config import DatasetSpec
+from .pipeline import fingerprint
+
+
+def job_name(dataset: str) -> str:
+    return f"{dataset}_synthesis"
+
+
+def build_job(dataset: str):
+    return dg.define_asset_job(
+        job_name(dataset),
+        selection=dg.AssetSelection.groups(dataset) - dg.AssetSelection.keys([dataset, "source"]),
+        description=f"Materialize the whole synthesis pipeline of {dataset!r}.",
+    )
+
+
+def budget_skip_reason(ledger: LedgerResource, dataset: str, spec: DatasetSpec) -> str | None:
+    """Why a new run cannot be covered by the ledger, or None when it can."""
+    budget = DatasetBudget.of(spec)
+    led = ledger.ledger()
+    if led.can_cover(dataset, budget.run_rho, budget.limit_rho):
+        return None
+    s = led.summary(dataset)
+    left = max(budget.limit_rho - s.spent_rho - s.reserved_rho, 0.0)
+    return (f"privacy budget of {dataset!r} cannot cover a run: it needs epsilon "
+            f"{spec.privacy.epsilon} (rho {budget.run_rho:.6g}), "
+            f"rho {left:.6g} is left of the limit; raise privacy.limit.epsilon to continue")
+
+
+def build_schedule(dataset: str, spec: DatasetSpec, job) -> dg.ScheduleDefinition:
+    @dg.schedule(name=f"{dataset}_schedule", cron_schedule=spec.schedule, job=job,
+                 description=f"Resynthesize {dataset!r} on its cron schedule, budget permitting.")
+    def _schedule(context: dg.ScheduleEvaluationContext, ledger: LedgerResource):
+        reason = budget_skip_reason(ledger, dataset, spec)
+        if reason:
+            return dg.SkipReason(reason)
+        return dg.RunRequest(tags={"dp_synth/trigger": "schedule"})
+
+    return _schedule
+
+
+def build_source_sensor(dataset: str, spec: DatasetSpec, job) -> dg.SensorDefinition:
+    """Cursor: {"fingerprint": digest of the source last synthesized, "requested_at": unix time}."""
+
+    @dg.sensor(name=f"{dataset}_source_change", job=job, minimum_interval_seconds=30,
+               description=f"Resynthesize {dataset!r} when its source changes, honouring "
+                           f"min_interval ({spec.min_interval}) and the privacy budget.")
+    def _sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource,
+                ledger: LedgerResource):
+        cursor = json.loads(context.cursor) if context.cursor else {}
+        try:
+            current = fingerprint(warehouse, spec)
+        except Exception as e:  # noqa: BLE001 - a busy or missing source is a skip, not a crash
+            return dg.SkipReason(f"cannot read the source of {dataset!r}: {str(e).splitlines()[0]}")
+        if "fingerprint" not in cursor:
+            context.update_cursor(json.dumps({"fingerprint": current, "requested_at": 0}))
+            return dg.SkipReason("first evaluation: recorded the source's fingerprint")
+        if current == cursor["fingerprint"]:
+            return dg.SkipReason("source unchanged")
+        wait = cursor["requested_at"] + spec.min_interval_seconds - time.time()
+        if wait > 0:
+            return dg.SkipReason(f"source changed; next resynthesis allowed in {wait:.0f}s "
+                                 f"(min_interval {spec.min_interval})")
+        reason = budget_skip_reason(ledger, dataset, spec)
+        if reason:
+            return dg.SkipReason(f"source changed, but the {reason}")
+        context.update_cursor(json.dumps({"fingerprint": current, "requested_at": time.time()}))
+        return dg.RunRequest(run_key=f"{dataset}-{current}",
+                             tags={"dp_synth/trigger": "source_change"})
+
+    return _sensor

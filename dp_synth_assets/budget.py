@@ -1,0 +1,109 @@
+"""How a Dagster run meets the privacy ledger (DESIGN.md section 5).
+
+A run reserves, before its first read of private data, the rho of every spending stage it will
+execute; each mechanism charges its spend as it draws noise; the last private stage of the run (or
+the first one to fail) releases the unspent remainder. A run that executes only public-zone assets
+(model, synthetic, checks) never touches the ledger.
+"""
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import dagster as dg
+
+from resources.ledger import BudgetExceeded, PrivacyLedger
+
+from .core.config import DatasetSpec
+from .core.privacy import Spend, epsilon_from_rho, rho_from_epsilon_delta
+from .core.select import Budget
+
+PRIVATE_STAGES = ("preprocessed", "marginals", "selection", "measurements")
+STAGES = ("source", *PRIVATE_STAGES, "model", "synthetic")
+
+
+@dataclass(frozen=True)
+class DatasetBudget:
+    """The run budget and the lifetime limit of one dataset, in rho."""
+
+    run_rho: float
+    limit_rho: float
+    delta: float           # the limit's delta: the one spent/remaining rho convert to epsilon at
+    split: Budget
+
+    @classmethod
+    def of(cls, spec: DatasetSpec) -> "DatasetBudget":
+        run_rho = rho_from_epsilon_delta(spec.privacy.epsilon, spec.privacy.delta)
+        limit_rho = rho_from_epsilon_delta(spec.privacy.limit.epsilon, spec.privacy.limit.delta)
+        one_way = spec.selection.one_way_share * run_rho
+        score = spec.selection.score_share * run_rho
+        return cls(run_rho, limit_rho, spec.privacy.limit.delta,
+                   Budget(one_way, score, run_rho - one_way - score))
+
+    def stage_rho(self, stage: str) -> float:
+        return {"selection": self.split.one_way + self.split.score,
+                "measurements": self.split.measure}.get(stage, 0.0)
+
+    def epsilon(self, rho: float) -> float:
+        return epsilon_from_rho(rho, self.delta)
+
+
+def stages_in_run(context: dg.AssetExecutionContext, dataset: str) -> set[str]:
+    """The stages of `dataset` this run materializes (all of them when the run has no subset)."""
+    selection = context.run.asset_selection
+    if not selection:
+        return set(STAGES)
+    return {key.path[1] for key in selection if len(key.path) == 2 and key.path[0] == dataset}
+
+
+def ledger_metadata(ledger: PrivacyLedger, dataset: str, budget: DatasetBudget, run_id: str) -> dict:
+    """Public metadata: the dataset's spent / reserved / remaining budget and this run's charges."""
+    s = ledger.summary(dataset)
+    remaining = max(budget.limit_rho - s.spent_rho - s.reserved_rho, 0.0)
+    by_stage = ledger.spent_by_run(dataset, run_id)
+    return {
+        "privacy/epsilon_spent": dg.MetadataValue.float(round(budget.epsilon(s.spent_rho), 6)),
+        "privacy/epsilon_reserved": dg.MetadataValue.float(round(budget.epsilon(s.reserved_rho), 6)),
+        "privacy/epsilon_remaining": dg.MetadataValue.float(round(budget.epsilon(remaining), 6)),
+        "privacy/epsilon_limit": dg.MetadataValue.float(budget.epsilon(budget.limit_rho)),
+        "privacy/rho_spent": dg.MetadataValue.float(s.spent_rho),
+        "privacy/rho_remaining": dg.MetadataValue.float(remaining),
+        "privacy/this_run_rho_by_stage": dg.MetadataValue.json(by_stage),
+    }
+
+
+class StageBudget:
+    """The ledger as one stage of one run sees it: `charge(spend, **params)` records a spend."""
+
+    def __init__(self, ledger: PrivacyLedger, dataset: str, run_id: str, stage: str,
+                 budget: DatasetBudget):
+        self.ledger, self.dataset, self.run_id, self.stage, self.budget = (
+            ledger, dataset, run_id, stage, budget)
+
+    def charge(self, spend: Spend, **params) -> None:
+        try:
+            self.ledger.charge(self.dataset, self.run_id, self.stage, spend, params)
+        except BudgetExceeded as e:
+            raise dg.Failure(description=str(e)) from None
+
+
+@contextmanager
+def private_stage(context: dg.AssetExecutionContext, ledger: PrivacyLedger, dataset: str,
+                  stage: str, budget: DatasetBudget):
+    """Enter a private-zone stage: reserve the run's budget first if this is the run's first
+    private stage, release the remainder when it is the last one or when anything fails."""
+    in_run = stages_in_run(context, dataset)
+    private = [s for s in PRIVATE_STAGES if s in in_run]
+    request = sum(budget.stage_rho(s) for s in private)
+    run_id = context.run_id
+    if request > 0:
+        try:
+            ledger.reserve(dataset, run_id, request, budget.limit_rho, delta=budget.delta)
+        except BudgetExceeded as e:
+            raise dg.Failure(description=str(e), metadata={"dataset": dataset}) from None
+    try:
+        yield StageBudget(ledger, dataset, run_id, stage, budget)
+    except BaseException:
+        ledger.release(dataset, run_id, reason=f"failed in {stage}")
+        raise
+    if not private or stage == private[-1]:
+        ledger.release(dataset, run_id, reason="run finished")

@@ -1,0 +1,202 @@
+"""Great Expectations checks on `synthetic`, as Dagster asset checks (public zone).
+
+The suites are built from the dataset spec, the encoding plan and the noisy measurements only;
+they read the synthetic table and never the source. Each check runs one GX 1.x suite
+(`core.validation.run_suite`), stores GX's validation result as JSON under
+`<public_dir>/<dataset>/checks/`, and reports a Dagster `AssetCheckResult`:
+
+- `schema` (ERROR, blocking): the synthetic table has the source's columns, in order, with the
+  source's SQL types, in the warehouse table and in the Parquet copy.
+- `domain` (ERROR, blocking): categorical values in the declared categories (or the `other`
+  label), numbers and dates inside the declared bounds.
+- `row_count` (ERROR): the requested number of rows.
+- `null_fraction` (WARN): each nullable column's NULL share within a tolerance of the noisy
+  estimate from the measured 1-way marginal (see `tolerances`).
+- `one_way_tvd` (WARN): each column's 1-way distribution within a TVD tolerance of its noisy
+  measurement (see `tolerances`).
+"""
+
+import math
+
+import dagster as dg
+import numpy as np
+import pandas as pd
+
+from resources.warehouse import WarehouseResource
+
+from .core.config import DatasetSpec
+from .core.domain import EncodingPlan, encode_expression, value_bounds
+from .core.measure import Measurement
+from .core.sql import ident, literal
+
+CHECKS = {  # name -> (severity, blocking)
+    "schema": (dg.AssetCheckSeverity.ERROR, True),
+    "domain": (dg.AssetCheckSeverity.ERROR, True),
+    "row_count": (dg.AssetCheckSeverity.ERROR, False),
+    "null_fraction": (dg.AssetCheckSeverity.WARN, False),
+    "one_way_tvd": (dg.AssetCheckSeverity.WARN, False),
+}
+Z = 4.0           # sampling allowance in standard deviations (false alarm < 1e-4 per cell)
+FIT_SLACK = 0.01  # allowance for the estimator not matching a measurement exactly
+
+
+def noisy_distribution(m: Measurement) -> np.ndarray:
+    """A measured 1-way marginal as a distribution: negatives clipped, normalized."""
+    p = np.clip(m.noisy, 0, None)
+    return p / p.sum() if p.sum() > 0 else np.full(p.shape, 1.0 / p.size)
+
+
+def tolerances(m: Measurement, n_hat: float, rows: int) -> tuple[float, np.ndarray]:
+    """TVD tolerance of a 1-way marginal and per-cell tolerances of its shares.
+
+    A synthetic share differs from the noisy measured share by (a) sampling `rows` rows, standard
+    deviation sqrt(p(1-p)/rows) per cell, allowed Z of them; (b) the estimator fitting a
+    non-negative distribution to noisy counts: at most about the noise per cell, sigma / n_hat
+    (clipped negatives, least-squares compromise between overlapping measurements); (c) FIT_SLACK.
+    """
+    p = noisy_distribution(m)
+    n = max(n_hat, 1.0)
+    per_cell = Z * np.sqrt(p * (1 - p) / rows) + m.sigma / n
+    return float(0.5 * per_cell.sum() + FIT_SLACK), per_cell + FIT_SLACK / 2
+
+
+def _suite_result(name: str, outcome, warehouse: WarehouseResource, dataset: str, asset_key,
+                  metadata: dict) -> dg.AssetCheckResult:
+    from .core.validation import write_outcome
+
+    path = warehouse.public_path(dataset, f"checks/{name}.json")
+    write_outcome(outcome, path)
+    severity, _ = CHECKS[name]
+    failures = [f"{r.name}({r.kwargs.get('column', '')})" for r in outcome.results if not r.success]
+    return dg.AssetCheckResult(
+        asset_key=asset_key, check_name=name, passed=bool(outcome.success), severity=severity,
+        metadata={**metadata, "failed_expectations": dg.MetadataValue.json(failures),
+                  "gx_result": dg.MetadataValue.path(str(path))},
+    )
+
+
+def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
+               measurements: list[Measurement], n_hat: float, rows: int, table: str,
+               parquet: str):
+    """Yield one AssetCheckResult per check in CHECKS."""
+    from .core.validation import Expectation, run_suite
+
+    asset_key = dg.AssetKey([dataset, "synthetic"])
+    source = f"read_parquet({literal(parquet)})"
+    with warehouse.connect(read_only=True) as con:
+        df = con.execute(f"SELECT * FROM {source}").df()
+        types = pd.DataFrame({
+            "column": plan.columns,
+            "expected": [e.source_type for e in plan.encodings],
+            "warehouse": _types(con, ident(table), plan.columns),
+            "parquet": _types(con, source, plan.columns),
+        })
+        codes = con.execute("SELECT " + ", ".join(
+            f"{encode_expression(e)} AS {ident(e.column)}" for e in plan.encodings)
+            + f" FROM {source}").fetchnumpy()
+
+    # schema: column names and order of the frame, SQL types of the table and the Parquet copy
+    outcome = run_suite(types, f"{dataset}_schema", [
+        Expectation("ExpectColumnPairValuesToBeEqual", {"column_A": "expected", "column_B": "warehouse"}),
+        Expectation("ExpectColumnPairValuesToBeEqual", {"column_A": "expected", "column_B": "parquet"}),
+    ])
+    columns_outcome = run_suite(df, f"{dataset}_columns", [
+        Expectation("ExpectTableColumnsToMatchOrderedList", {"column_list": plan.columns})])
+    merged = type(outcome)(outcome.suite, outcome.success and columns_outcome.success,
+                           outcome.results + columns_outcome.results,
+                           {"types": outcome.raw, "columns": columns_outcome.raw})
+    yield _suite_result("schema", merged, warehouse, dataset, asset_key, {
+        "types": dg.MetadataValue.json(types.to_dict(orient="records"))})
+
+    # domain
+    expectations = []
+    for e in plan.encodings:
+        if e.column not in df.columns:
+            continue
+        if e.kind == "categorical":
+            expectations.append(Expectation("ExpectColumnValuesToBeInSet", {
+                "column": e.column, "value_set": list(e.categories) + [e.other_label]}))
+        elif e.kind == "boolean":
+            expectations.append(Expectation("ExpectColumnValuesToBeInSet", {
+                "column": e.column, "value_set": [False, True]}))
+        else:
+            low, high = value_bounds(e)
+            expectations.append(Expectation("ExpectColumnValuesToBeBetween", {
+                "column": e.column, "min_value": _bound(low), "max_value": _bound(high)}))
+    yield _suite_result("domain", run_suite(df, f"{dataset}_domain", expectations), warehouse,
+                        dataset, asset_key, {})
+
+    # row count
+    yield _suite_result("row_count", run_suite(df, f"{dataset}_row_count", [
+        Expectation("ExpectTableRowCountToEqual", {"value": rows})]), warehouse, dataset,
+        asset_key, {"requested_rows": rows})
+
+    one_way = {m.clique[0]: m for m in measurements if len(m.clique) == 1}
+    # null fractions
+    expectations, shown = [], {}
+    for e in plan.encodings:
+        if not e.nullable or e.column not in one_way:
+            continue
+        m = one_way[e.column]
+        _, per_cell = tolerances(m, n_hat, rows)
+        p = float(noisy_distribution(m)[e.null_code])
+        low = float(max(p - per_cell[e.null_code], 0.0))
+        high = float(min(p + per_cell[e.null_code], 1.0))
+        shown[e.column] = {"expected": round(p, 4), "low": round(low, 4), "high": round(high, 4)}
+        expectations.append(Expectation("ExpectColumnValuesToBeNull",
+                                        {"column": e.column, "mostly": low}))
+        expectations.append(Expectation("ExpectColumnValuesToNotBeNull",
+                                        {"column": e.column, "mostly": 1.0 - high}))
+    yield _suite_result("null_fraction", run_suite(df, f"{dataset}_null_fraction", expectations),
+                        warehouse, dataset, asset_key, {"bounds": dg.MetadataValue.json(shown)})
+
+    # 1-way TVD against the noisy measurements
+    records = []
+    for e in plan.encodings:
+        if e.column not in one_way:
+            continue
+        m = one_way[e.column]
+        counts = np.bincount(np.asarray(codes[e.column], dtype=np.int64), minlength=e.size)
+        synthetic_share = counts / max(counts.sum(), 1)
+        tvd = 0.5 * float(np.abs(synthetic_share - noisy_distribution(m)).sum())
+        records.append({"column": e.column, "tvd": round(tvd, 5),
+                        "tolerance": round(tolerances(m, n_hat, rows)[0], 5)})
+    frame = pd.DataFrame(records, columns=["column", "tvd", "tolerance"])
+    yield _suite_result("one_way_tvd", run_suite(frame, f"{dataset}_one_way_tvd", [
+        Expectation("ExpectColumnPairValuesAToBeGreaterThanB",
+                    {"column_A": "tolerance", "column_B": "tvd", "or_equal": True})]),
+        warehouse, dataset, asset_key, {"tvd": dg.MetadataValue.json(records)})
+
+
+def _types(con, relation: str, columns: list[str]) -> list[str]:
+    try:
+        found = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+    except Exception:  # noqa: BLE001 - an absent table shows as missing types
+        found = {}
+    return [found.get(c, "missing") for c in columns]
+
+
+def _bound(value):
+    """Bounds as GX compares them with the frame's values: dates as pandas Timestamps."""
+    return pd.Timestamp(value) if hasattr(value, "isoformat") else value
+
+
+def build_synthetic_checks(dataset: str, spec: DatasetSpec) -> dg.AssetChecksDefinition:
+    asset_key = dg.AssetKey([dataset, "synthetic"])
+    specs = [dg.AssetCheckSpec(name, asset=asset_key, blocking=blocking,
+                               description=(run_checks.__doc__ or "").strip())
+             for name, (_, blocking) in CHECKS.items()]
+
+    @dg.multi_asset_check(specs=specs, name=f"{dataset}_synthetic_checks",
+                          description="Great Expectations suites on the synthetic table.")
+    def synthetic_checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
+        from .pipeline import load_measurements, load_plan, requested_rows, synthetic_table
+
+        plan = load_plan(warehouse, dataset)
+        found, n_hat = load_measurements(warehouse, dataset)
+        rows = requested_rows(spec, n_hat)
+        parquet = str(warehouse.public_path(dataset, "synthetic.parquet"))
+        yield from run_checks(warehouse, dataset, plan, found, n_hat, rows,
+                              synthetic_table(dataset), parquet)
+
+    return synthetic_checks

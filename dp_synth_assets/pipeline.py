@@ -1,0 +1,246 @@
+"""The asset factory: one select-measure-generate pipeline per dataset (DESIGN.md section 6).
+
+Each asset is a few lines: read its inputs (warehouse or public artifacts), call the core, charge
+the ledger through `private_stage`, write its outputs and public metadata. Asset keys are
+`[<dataset>, <stage>]`, grouped per dataset, tagged `privacy=private|public`. Private-zone assets
+publish shapes only (column names, domain sizes, numbers of marginals), never counts.
+"""
+
+import json
+import time
+
+import dagster as dg
+import numpy as np
+
+from resources.ledger import LedgerResource
+from resources.warehouse import WarehouseResource
+
+from .budget import DatasetBudget, ledger_metadata, private_stage
+from .core import marginals as margs
+from .core.config import DatasetSpec
+from .core.domain import EncodingPlan, SchemaError
+from .core.generate import pgm
+from .core.measure import Measurement, make_consistent, measure, optimal_split, total_estimate, clique_size
+from .core.select import Selection, select
+from .core.sql import ident, sql
+from .core.synthesize import write_synthetic
+from .core.marginals import SourceError
+
+PRIVATE = {"privacy": "private"}
+PUBLIC = {"privacy": "public"}
+
+
+def encoded_view(dataset: str) -> str:
+    return f"private.{dataset}_encoded"
+
+
+def marginal_table(dataset: str) -> str:
+    return f"private.{dataset}_marginals"
+
+
+def synthetic_table(dataset: str) -> str:
+    return f"synthetic.{dataset}"
+
+
+def read_json(warehouse: WarehouseResource, dataset: str, name: str) -> dict:
+    path = warehouse.public_path(dataset, name)
+    if not path.exists():
+        raise dg.Failure(f"dataset {dataset!r}: {path} is missing; materialize the upstream "
+                         "stages of this dataset first")
+    return json.loads(path.read_text())
+
+
+def write_json(warehouse: WarehouseResource, dataset: str, name: str, data: object) -> str:
+    path = warehouse.public_path(dataset, name)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, default=str))
+    tmp.replace(path)  # atomic: a failed stage never leaves a half-written artifact
+    return str(path)
+
+
+def load_plan(warehouse: WarehouseResource, dataset: str) -> EncodingPlan:
+    return EncodingPlan.from_json(json.dumps(read_json(warehouse, dataset, "plan.json")))
+
+
+def load_measurements(warehouse: WarehouseResource, dataset: str) -> tuple[list[Measurement], float]:
+    data = read_json(warehouse, dataset, "measurements.json")
+    return [Measurement.from_dict(m) for m in data["measurements"]], float(data["total_estimate"])
+
+
+def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec) -> str:
+    """A digest of the source's content (never the content or a statistic of it)."""
+    import hashlib
+
+    from .core.config import TableSource
+
+    if isinstance(spec.source, TableSource):
+        with warehouse.connect(read_only=True) as con:
+            relation = margs.source_relation(spec, warehouse.base_dir)
+            value = con.execute(sql("fingerprint_table", source=relation)).fetchone()[0]
+    else:
+        from pathlib import Path
+
+        path = Path(spec.source.parquet if hasattr(spec.source, "parquet") else spec.source.csv)
+        path = path if path.is_absolute() else Path(warehouse.base_dir) / path
+        files = sorted(path.parent.glob(path.name))
+        value = ";".join(f"{f}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in files)
+    return hashlib.sha256(f"{value}".encode()).hexdigest()[:32]
+
+
+def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
+    key = lambda stage: dg.AssetKey([dataset, stage])  # noqa: E731
+    budget = DatasetBudget.of(spec)
+
+    @dg.observable_source_asset(key=key("source"), group_name=dataset, tags=PRIVATE,
+                                description=f"The private source table of {dataset!r}.")
+    def source(warehouse: WarehouseResource) -> dg.DataVersion:
+        return dg.DataVersion(fingerprint(warehouse, spec))
+
+    @dg.asset(key=key("preprocessed"), deps=[key("source")], group_name=dataset, tags=PRIVATE,
+              kinds={"duckdb"}, description="Public encoding plan and the encoded view (private).")
+    def preprocessed(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
+                     ledger: LedgerResource) -> dg.MaterializeResult:
+        with private_stage(context, ledger.ledger(), dataset, "preprocessed", budget):
+            with warehouse.connect() as con:
+                try:
+                    plan = margs.prepare_encoded_view(con, spec, dataset, warehouse.base_dir,
+                                                      encoded_view(dataset))
+                except (SchemaError, SourceError) as e:
+                    raise dg.Failure(description=str(e)) from None
+            path = write_json(warehouse, dataset, "plan.json", json.loads(plan.to_json()))
+        return dg.MaterializeResult(metadata={
+            "encoding_plan": dg.MetadataValue.json(json.loads(plan.to_json())),
+            "domain": dg.MetadataValue.json(plan.domain),
+            "view": encoded_view(dataset),
+            "plan_path": dg.MetadataValue.path(path),
+        })
+
+    @dg.asset(key=key("marginals"), deps=[key("preprocessed")], group_name=dataset, tags=PRIVATE,
+              kinds={"duckdb"}, description="Exact 1-way and 2-way marginals (private zone).")
+    def marginals(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
+                  ledger: LedgerResource) -> dg.MaterializeResult:
+        plan = load_plan(warehouse, dataset)
+        cliques = margs.all_cliques(plan.columns, 2)
+        with private_stage(context, ledger.ledger(), dataset, "marginals", budget):
+            started = time.perf_counter()
+            with warehouse.connect() as con:
+                table = margs.compute_marginals(con, encoded_view(dataset), marginal_table(dataset),
+                                                plan.columns, cliques)
+            seconds = time.perf_counter() - started
+        cells = sum(clique_size(c, plan.domain) for c in cliques)
+        context.log.info(f"{len(cliques)} marginals ({cells} cells) in one scan, {seconds:.2f}s")
+        return dg.MaterializeResult(metadata={
+            "table": table.table, "marginals": len(cliques), "cells": cells,
+            "seconds": dg.MetadataValue.float(round(seconds, 3)),
+        })
+
+    @dg.asset(key=key("selection"), deps=[key("marginals")], group_name=dataset, tags=PUBLIC,
+              description=f"Marginal selection ({spec.method}) with its noisy 1-way marginals.")
+    def selection(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
+                  ledger: LedgerResource) -> dg.MaterializeResult:
+        plan = load_plan(warehouse, dataset)
+        table = margs.MarginalTable(marginal_table(dataset), tuple(plan.columns),
+                                    tuple(margs.all_cliques(plan.columns, 2)))
+        led = ledger.ledger()
+        with private_stage(context, led, dataset, "selection", budget) as stage:
+            with warehouse.connect(read_only=True) as con:
+                oracle = lambda cliques: margs.read_marginals(con, table, cliques, plan.domain)  # noqa: E731
+                result = select(spec.method, plan.domain, oracle, budget.split, spec.selection,
+                                stage.charge)
+            path = write_json(warehouse, dataset, "selection.json", result.to_dict())
+        context.log.info(f"selected {len(result.cliques)} marginals: {result.cliques}")
+        return dg.MaterializeResult(metadata={
+            "method": spec.method,
+            "selected": dg.MetadataValue.json([list(c) for c in result.cliques]),
+            "selected_count": len(result.cliques),
+            "rounds": dg.MetadataValue.json(result.details.get("rounds", [])),
+            "path": dg.MetadataValue.path(path),
+            **ledger_metadata(led, dataset, budget, context.run_id),
+        })
+
+    @dg.asset(key=key("measurements"), deps=[key("selection")], group_name=dataset, tags=PUBLIC,
+              description="Noisy marginals after consistency: the privacy boundary.")
+    def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
+                     ledger: LedgerResource) -> dg.MaterializeResult:
+        plan = load_plan(warehouse, dataset)
+        chosen = Selection.from_dict(read_json(warehouse, dataset, "selection.json"))
+        table = margs.MarginalTable(marginal_table(dataset), tuple(plan.columns),
+                                    tuple(margs.all_cliques(plan.columns, 2)))
+        led = ledger.ledger()
+        with private_stage(context, led, dataset, "measurements", budget) as stage:
+            cliques = list(chosen.cliques)
+            rhos = dict(zip(cliques, optimal_split(budget.split.measure,
+                                                   [clique_size(c, plan.domain) for c in cliques])))
+            with warehouse.connect(read_only=True) as con:
+                exact = margs.read_marginals(con, table, cliques, plan.domain)
+            noisy = measure(exact, rhos, lambda spend, clique: stage.charge(spend, clique=list(clique)))
+            del exact
+            consistent = make_consistent(list(chosen.one_way) + noisy)
+            n_hat = total_estimate(consistent)
+            path = write_json(warehouse, dataset, "measurements.json", {
+                "total_estimate": n_hat, "measurements": [m.to_dict() for m in consistent]})
+        return dg.MaterializeResult(metadata={
+            "measurements": len(consistent),
+            "noise": dg.MetadataValue.json([{"clique": list(m.clique), "sigma": round(m.sigma, 4),
+                                             "rho": m.rho} for m in consistent]),
+            "noisy_total": dg.MetadataValue.float(round(n_hat, 1)),
+            "path": dg.MetadataValue.path(path),
+            **ledger_metadata(led, dataset, budget, context.run_id),
+        })
+
+    @dg.asset(key=key("model"), deps=[key("measurements")], group_name=dataset, tags=PUBLIC,
+              kinds={"python"}, description="The fitted graphical model (mbi), saved to disk.")
+    def model(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+        plan = load_plan(warehouse, dataset)
+        found, n_hat = load_measurements(warehouse, dataset)
+        try:
+            size = pgm.check_model_size(plan.domain, [m.clique for m in found],
+                                        spec.model.max_clique_cells, dataset)
+        except pgm.ModelTooLarge as e:
+            raise dg.Failure(description=str(e)) from None
+        context.log.info(f"fitting pgm: {len(found)} measurements, largest clique "
+                         f"{list(size.largest_clique)} ({size.largest_clique_cells} cells), "
+                         f"{spec.model.iterations} iterations")
+        started = time.perf_counter()
+        fitted = pgm.fit(plan.domain, found, n_hat, spec.model.iterations)
+        seconds = time.perf_counter() - started
+        path = warehouse.public_path(dataset, "model.npz")
+        pgm.save(fitted, str(path))
+        return dg.MaterializeResult(metadata={
+            "generator": spec.generator, "path": dg.MetadataValue.path(str(path)),
+            "largest_clique": dg.MetadataValue.json(list(size.largest_clique)),
+            "largest_clique_cells": size.largest_clique_cells,
+            "model_mb": dg.MetadataValue.float(round(size.megabytes, 4)),
+            "fit_seconds": dg.MetadataValue.float(round(seconds, 2)),
+        })
+
+    @dg.asset(key=key("synthetic"), deps=[key("model")], group_name=dataset, tags=PUBLIC,
+              kinds={"duckdb", "parquet"},
+              description=f"The synthetic table {synthetic_table(dataset)} and its Parquet copy.")
+    def synthetic(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+        plan = load_plan(warehouse, dataset)
+        found, n_hat = load_measurements(warehouse, dataset)
+        rows = requested_rows(spec, n_hat)
+        fitted = pgm.load(str(warehouse.public_path(dataset, "model.npz")))
+        codes = pgm.sample(fitted, rows, spec.seed)
+        rng = np.random.default_rng(spec.seed)
+        parquet = warehouse.public_path(dataset, "synthetic.parquet")
+        with warehouse.connect() as con:
+            write_synthetic(con, plan, codes, rng, synthetic_table(dataset), str(parquet))
+        return dg.MaterializeResult(metadata={
+            "table": synthetic_table(dataset), "parquet": dg.MetadataValue.path(str(parquet)),
+            "rows": rows, "seeded": spec.seed is not None,
+        })
+
+    return [source, preprocessed, marginals, selection, measurements, model, synthetic]
+
+
+def requested_rows(spec: DatasetSpec, n_hat: float) -> int:
+    """`rows: same` means the noisy row count estimate, never the exact one."""
+    return max(int(round(n_hat)), 1) if spec.rows == "same" else int(spec.rows)
+
+
+def build_checks(dataset: str, spec: DatasetSpec):
+    from .checks import build_synthetic_checks
+
+    return build_synthetic_checks(dataset, spec)
