@@ -146,7 +146,7 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
         expectations.append(Expectation("ExpectColumnValuesToBeNull",
                                         {"column": e.column, "mostly": low}))
         expectations.append(Expectation("ExpectColumnValuesToNotBeNull",
-                                        {"column": e.column, "mostly": 1.0 - high}))
+                                        {"column": e.column, "mostly": round(1.0 - high, 12)}))
     yield _suite_result("null_fraction", run_suite(df, f"{dataset}_null_fraction", expectations),
                         warehouse, dataset, asset_key, {"bounds": dg.MetadataValue.json(shown)})
 

@@ -1,0 +1,390 @@
+"""The privacy ledger (DESIGN.md section 5): arithmetic, refusals, append-only, processes, staleness."""
+
+import multiprocessing
+import os
+import queue
+import re
+import signal
+import socket
+import sqlite3
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import dagster
+import pytest
+
+import resources.ledger as ledger_module
+from dp_synth_assets.core.privacy import Spend, epsilon_from_rho
+from resources.ledger import (
+    BudgetExceeded,
+    ChargeExceedsReservation,
+    LedgerError,
+    LedgerResource,
+    PrivacyLedger,
+    budget_message,
+    owner_alive,
+    owner_id,
+)
+
+DELTA = 1e-6
+
+
+def spend(rho: float, mechanism: str = "gaussian_counts", delta_extra: float = 0.0) -> Spend:
+    return Spend(mechanism, rho, delta_extra=delta_extra, sensitivity=1.0, scale=1.5)
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> PrivacyLedger:
+    return PrivacyLedger(tmp_path / "ledger" / "privacy.sqlite")
+
+
+def row_count(ledger: PrivacyLedger) -> int:
+    return len(ledger.events())
+
+
+# ---- arithmetic ----------------------------------------------------------------------------------
+
+
+def test_reserve_charge_release_arithmetic_is_exact(ledger):
+    reservation = ledger.reserve("adult", "r1", 0.5, 1.0)
+    assert (reservation.dataset, reservation.run_id, reservation.rho) == ("adult", "r1", 0.5)
+    summary = ledger.summary("adult")
+    assert (summary.spent_rho, summary.reserved_rho, summary.remaining_rho(1.0)) == (0.0, 0.5, 0.5)
+
+    ledger.charge("adult", "r1", "select", spend(0.0625, "gaussian_scores"), {"cliques": 3})
+    ledger.charge("adult", "r1", "measure", spend(0.125))
+    ledger.charge("adult", "r1", "measure", spend(0.125))
+    summary = ledger.summary("adult")
+    assert (summary.spent_rho, summary.reserved_rho, summary.remaining_rho(1.0)) == (
+        0.3125, 0.1875, 0.5)
+    assert summary.runs == {"r1": {"select": 0.0625, "measure": 0.25}}
+    assert ledger.spent_by_run("adult", "r1") == {"select": 0.0625, "measure": 0.25}
+
+    ledger.release("adult", "r1")
+    summary = ledger.summary("adult")
+    assert (summary.spent_rho, summary.reserved_rho, summary.remaining_rho(1.0)) == (
+        0.3125, 0.0, 0.6875)
+    release = ledger.events("adult")[-1]
+    assert (release["kind"], release["rho"], release["parameters"]["reason"]) == (
+        "release", 0.1875, "run finished")
+    charge = ledger.events("adult")[1]
+    assert charge["mechanism"] == "gaussian_scores"
+    assert charge["parameters"] == {"cliques": 3, "sensitivity": 1.0, "scale": 1.5}
+
+    count = row_count(ledger)
+    ledger.release("adult", "r1")  # idempotent
+    ledger.release("adult", "never-reserved")
+    assert row_count(ledger) == count
+
+
+def test_datasets_have_separate_budgets(ledger):
+    ledger.reserve("adult", "r1", 0.75, 1.0)
+    ledger.reserve("census", "r1", 0.75, 1.0)
+    ledger.charge("census", "r1", "measure", spend(0.5))
+    assert ledger.summary("adult").spent_rho == 0.0
+    assert ledger.summary("census").spent_rho == 0.5
+    assert [e["dataset"] for e in ledger.events("census")] == ["census", "census"]
+
+
+def test_reserving_twice_returns_the_open_reservation(ledger):
+    first = ledger.reserve("adult", "r1", 0.5, 1.0)
+    again = ledger.reserve("adult", "r1", 0.75, 1.0)
+    assert again == first
+    assert [e["kind"] for e in ledger.events()] == ["reserve"]
+
+
+def test_zero_reservation_is_allowed_and_limits_are_met_with_float_tolerance(ledger):
+    ledger.reserve("adult", "zero", 0.0, 0.0)
+    for i in range(3):  # 0.1 + 0.1 + 0.1 = 0.30000000000000004 > 0.3 without the tolerance
+        ledger.reserve("adult", f"r{i}", 0.1, 0.3)
+    with pytest.raises(BudgetExceeded):
+        ledger.reserve("adult", "r3", 1e-9, 0.3)
+
+
+def test_invalid_amounts_are_rejected(ledger):
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            ledger.reserve("adult", "r1", bad, 1.0)
+    ledger.reserve("adult", "r1", 0.5, 1.0)
+    with pytest.raises(ValueError):
+        ledger.charge("adult", "r1", "measure", spend(float("nan")))
+    assert row_count(ledger) == 1
+
+
+# ---- refusals ------------------------------------------------------------------------------------
+
+
+def test_reservation_beyond_the_limit_is_refused_with_a_useful_message_and_no_row(ledger):
+    ledger.reserve("adult", "r1", 0.5, 1.0)
+    ledger.charge("adult", "r1", "measure", spend(0.25))
+    count = row_count(ledger)
+
+    with pytest.raises(BudgetExceeded) as refused:
+        ledger.reserve("adult", "r2", 0.75, 1.0, delta=DELTA)
+    error = refused.value
+    assert (error.dataset, error.requested_rho, error.spent_rho, error.reserved_rho,
+            error.limit_rho) == ("adult", 0.75, 0.25, 0.25, 1.0)
+    message = str(error)
+    for needed in ("adult", "epsilon", "rho", "privacy.limit.epsilon", "datasets.yaml",
+                   "privacy.epsilon"):
+        assert needed in message
+    assert f"{epsilon_from_rho(1.0, DELTA):.6g}" in message  # the limit in epsilon
+    assert f"{epsilon_from_rho(0.5, DELTA):.6g}" in message  # what is left, in epsilon
+    assert row_count(ledger) == count
+    assert not ledger.can_cover("adult", 0.75, 1.0)
+
+    assert ledger.can_cover("adult", 0.5, 1.0)
+    ledger.reserve("adult", "r2", 0.5, 1.0)  # exactly what is left
+
+
+def test_budget_message_names_amounts_in_epsilon_and_rho():
+    message = budget_message("adult", 0.5, 0.25, 0.125, 1.0, DELTA)
+    assert "'adult'" in message
+    for rho in (0.5, 0.25, 0.125, 0.625, 1.0):  # requested, spent, reserved, left, limit
+        assert f"rho {rho:.6g}" in message
+        assert f"epsilon {epsilon_from_rho(rho, DELTA):.6g}" in message
+    assert "privacy.limit.epsilon" in message and "privacy.epsilon" in message
+
+
+def test_delta_extra_has_its_own_limit(ledger):
+    ledger.reserve("adult", "r1", 0.25, 1.0, delta_extra=1e-7, limit_delta_extra=1e-7)
+    with pytest.raises(BudgetExceeded, match="delta_extra"):
+        ledger.reserve("adult", "r2", 0.25, 1.0, delta_extra=1e-7, limit_delta_extra=1e-7)
+    with pytest.raises(ChargeExceedsReservation, match="delta_extra"):
+        ledger.charge("adult", "r1", "discover", spend(0.125, "gaussian_threshold", 2e-7))
+    ledger.charge("adult", "r1", "discover", spend(0.125, "gaussian_threshold", 1e-7))
+    assert ledger.summary("adult").spent_delta_extra == 1e-7
+
+
+def test_charge_beyond_the_reservation_is_refused_and_writes_nothing(ledger):
+    ledger.reserve("adult", "r1", 0.5, 10.0, delta=DELTA)
+    ledger.charge("adult", "r1", "measure", spend(0.375))
+    count = row_count(ledger)
+    with pytest.raises(ChargeExceedsReservation) as refused:
+        ledger.charge("adult", "r1", "measure", spend(0.25))
+    assert isinstance(refused.value, BudgetExceeded)
+    assert "'r1'" in str(refused.value) and "reservation" in str(refused.value)
+    assert row_count(ledger) == count
+    ledger.charge("adult", "r1", "measure", spend(0.125))  # exactly the rest
+    assert ledger.summary("adult").spent_rho == 0.5
+
+
+def test_charge_without_reservation_raises(ledger):
+    with pytest.raises(LedgerError, match="no open reservation"):
+        ledger.charge("adult", "r1", "measure", spend(0.125))
+    ledger.reserve("adult", "r1", 0.5, 1.0)
+    ledger.release("adult", "r1")
+    with pytest.raises(LedgerError):
+        ledger.charge("adult", "r1", "measure", spend(0.125))
+    assert [e["kind"] for e in ledger.events()] == ["reserve", "release"]
+
+
+# ---- append-only ---------------------------------------------------------------------------------
+
+
+def test_ledger_is_append_only(ledger):
+    seen: list[dict] = []
+
+    def check() -> None:
+        events = ledger.events()
+        assert events[: len(seen)] == seen  # earlier rows are unchanged
+        assert len(events) >= len(seen)
+        seen[:] = events
+
+    ledger.reserve("adult", "r1", 0.5, 1.0)
+    check()
+    ledger.charge("adult", "r1", "measure", spend(0.25))
+    check()
+    with pytest.raises(BudgetExceeded):
+        ledger.reserve("adult", "r2", 0.75, 1.0)
+    check()
+    ledger.release("adult", "r1")
+    check()
+    ledger.release_stale(now=datetime.now(timezone.utc) + timedelta(days=365))
+    check()
+    assert [e["id"] for e in seen] == sorted(e["id"] for e in seen)
+
+    source = Path(ledger_module.__file__).read_text()
+    for statement in (r"UPDATE\s+privacy_ledger", r"DELETE\s+FROM", r"OR\s+REPLACE",
+                      r"REPLACE\s+INTO", r"DROP\s+TABLE"):
+        assert not re.search(statement, source, re.IGNORECASE), statement
+
+    conn = sqlite3.connect(ledger.path)  # the database itself refuses, too
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("UPDATE privacy_ledger SET rho = 0")
+    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+        conn.execute("DELETE FROM privacy_ledger")
+    conn.close()
+    assert ledger.events() == seen
+
+
+# ---- real processes ------------------------------------------------------------------------------
+
+
+def _race(paths: list[str], run_id: str, barrier, results) -> None:
+    """Reserve 60% of the limit on each ledger file, at the same moment as the other process."""
+    for path in paths:
+        ledger = PrivacyLedger(path)
+        barrier.wait(timeout=60)
+        try:
+            ledger.reserve("adult", run_id, 0.6, 1.0, delta=DELTA)
+            results.put((path, run_id, True))
+        except BudgetExceeded:
+            results.put((path, run_id, False))
+
+
+def test_concurrent_reservations_from_two_processes_cannot_overspend(tmp_path):
+    rounds = 5
+    paths = [str(tmp_path / f"round{i}" / "ledger.sqlite") for i in range(rounds)]
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(2), context.Queue()
+    workers = [context.Process(target=_race, args=(paths, run_id, barrier, results))
+               for run_id in ("run-a", "run-b")]
+    for worker in workers:
+        worker.start()
+    outcomes = []
+    deadline = time.monotonic() + 60
+    while len(outcomes) < 2 * rounds and time.monotonic() < deadline:
+        try:
+            outcomes.append(results.get(timeout=0.5))
+        except queue.Empty:
+            if any(worker.exitcode not in (None, 0) for worker in workers):
+                break  # a worker crashed; its traceback is in the captured stderr
+    for worker in workers:
+        worker.join(timeout=10)
+        if worker.exitcode is None:
+            worker.kill()
+            worker.join()
+    assert [worker.exitcode for worker in workers] == [0, 0]
+    assert len(outcomes) == 2 * rounds
+
+    for path in paths:
+        assert sorted(ok for p, _, ok in outcomes if p == path) == [False, True], path
+        ledger = PrivacyLedger(path)
+        assert ledger.summary("adult").reserved_rho == 0.6
+        assert [e["kind"] for e in ledger.events()] == ["reserve"]
+
+
+def _reserve_charge_and_hang(path: str, ready) -> None:
+    ledger = PrivacyLedger(path)
+    ledger.reserve("adult", "doomed", 0.625, 1.0)
+    ledger.charge("adult", "doomed", "measure", spend(0.25))
+    ready.set()
+    time.sleep(300)
+
+
+def test_killed_run_keeps_its_charges_and_its_reservation_is_released(tmp_path):
+    path = str(tmp_path / "ledger.sqlite")
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    process = context.Process(target=_reserve_charge_and_hang, args=(path, ready))
+    process.start()
+    try:
+        assert ready.wait(timeout=60)
+        ledger = PrivacyLedger(path)
+        # 0.25 spent + 0.375 reserved + 0.5 > 1 while the run lives
+        assert not ledger.can_cover("adult", 0.5, 1.0)
+        with pytest.raises(BudgetExceeded):
+            ledger.reserve("adult", "fresh", 0.5, 1.0)
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.join(timeout=60)
+    assert process.exitcode == -signal.SIGKILL
+
+    count = row_count(ledger)
+    assert ledger.can_cover("adult", 0.5, 1.0)  # counts the dead run as released, writes nothing
+    assert row_count(ledger) == count
+    ledger.reserve("adult", "fresh", 0.5, 1.0)
+    summary = ledger.summary("adult")
+    assert (summary.spent_rho, summary.reserved_rho) == (0.25, 0.5)
+    assert summary.runs == {"doomed": {"measure": 0.25}}
+    release = [e for e in ledger.events() if e["kind"] == "release"]
+    assert [(e["run_id"], e["rho"], e["parameters"]["reason"]) for e in release] == [
+        ("doomed", 0.375, "stale: owner process gone")]
+
+
+# ---- staleness -----------------------------------------------------------------------------------
+
+
+def test_live_recent_reservation_is_not_stale(ledger):
+    ledger.reserve("adult", "r1", 0.5, 1.0)
+    assert ledger.release_stale() == []
+    assert owner_alive(owner_id()) is True
+
+
+def test_stale_by_inactivity_releases_the_remainder_and_keeps_charges(ledger):
+    ledger.reserve("adult", "r1", 0.5, 1.0)
+    ledger.charge("adult", "r1", "measure", spend(0.125))
+    later = datetime.now(timezone.utc) + timedelta(hours=7)
+    assert ledger.can_cover("adult", 0.875, 1.0, now=later)
+    assert ledger.release_stale(now=later) == ["r1"]
+    release = ledger.events()[-1]
+    assert release["kind"] == "release" and release["rho"] == 0.375
+    assert release["parameters"]["reason"].startswith("stale: no activity for")
+    summary = ledger.summary("adult")
+    assert (summary.spent_rho, summary.reserved_rho) == (0.125, 0.0)
+    assert ledger.release_stale(now=later) == []
+
+
+def test_a_charge_counts_as_activity(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", stale_after_seconds=1.0)
+    ledger.reserve("adult", "r1", 0.5, 1.0)
+    time.sleep(0.6)
+    ledger.charge("adult", "r1", "measure", spend(0.125))
+    charged_at = datetime.fromisoformat(ledger.events()[-1]["ts"])
+    # the reservation is over 1 s old, its last charge is not
+    assert ledger.release_stale(now=charged_at + timedelta(seconds=0.7)) == []
+    assert ledger.release_stale(now=charged_at + timedelta(seconds=1.5)) == ["r1"]
+
+
+def test_tiny_stale_after_lets_a_new_run_reserve(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", stale_after_seconds=0.05)
+    ledger.reserve("adult", "r1", 0.75, 1.0)
+    time.sleep(0.1)
+    ledger.reserve("adult", "r2", 0.75, 1.0)
+    assert [(e["run_id"], e["kind"]) for e in ledger.events()] == [
+        ("r1", "reserve"), ("r1", "release"), ("r2", "reserve")]
+
+
+def _insert_reservation(ledger: PrivacyLedger, run_id: str, owner: str) -> None:
+    ledger.summary("adult")  # creates the table
+    conn = sqlite3.connect(ledger.path)
+    with conn:
+        conn.execute(
+            "INSERT INTO privacy_ledger (ts, dataset, run_id, kind, rho, delta_extra, parameters,"
+            " owner) VALUES (?, 'adult', ?, 'reserve', 0.5, 0, '{}', ?)",
+            (datetime.now(timezone.utc).isoformat(), run_id, owner),
+        )
+    conn.close()
+
+
+def test_a_reused_pid_is_not_mistaken_for_the_owner(ledger):
+    _insert_reservation(ledger, "old", f"{socket.gethostname()}:{os.getpid()}:1")
+    assert ledger.release_stale() == ["old"]
+    assert ledger.events()[-1]["parameters"]["reason"] == "stale: owner process gone"
+
+
+def test_an_owner_on_another_host_is_only_judged_by_inactivity(ledger):
+    _insert_reservation(ledger, "remote", "some-other-host.example:1:1")
+    assert ledger.release_stale() == []
+    assert ledger.release_stale(now=datetime.now(timezone.utc) + timedelta(hours=7)) == ["remote"]
+
+
+# ---- Dagster -------------------------------------------------------------------------------------
+
+
+def test_ledger_resource_works_in_a_dagster_asset(tmp_path):
+    path = str(tmp_path / "ledger.sqlite")
+
+    @dagster.asset
+    def measurements(ledger: LedgerResource) -> None:
+        book = ledger.ledger()
+        book.reserve("adult", "run", 0.5, 1.0)
+        book.charge("adult", "run", "measure", spend(0.25))
+        book.release("adult", "run")
+
+    result = dagster.materialize([measurements], resources={"ledger": LedgerResource(path=path)})
+    assert result.success
+    assert PrivacyLedger(path).summary("adult").spent_rho == 0.25
+    assert LedgerResource(path=path).ledger().stale_after_seconds == 21600

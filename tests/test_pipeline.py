@@ -1,0 +1,184 @@
+"""The whole pipeline, for real: Dagster runs on a DuckDB file, the ledger, GX checks.
+
+One project (3,137 source rows) is synthesized once; the tests below read that run, then
+re-materialize public assets, then exhaust the budget. They run in file order.
+"""
+
+import hashlib
+import json
+import math
+import re
+
+import dagster as dg
+import duckdb
+import pandas as pd
+import pytest
+
+from dp_synth_assets.budget import DatasetBudget
+from dp_synth_assets.checks import run_checks
+from dp_synth_assets.core.config import load_registry
+from dp_synth_assets.pipeline import load_measurements, load_plan
+from resources.ledger import PrivacyLedger
+from resources.warehouse import WarehouseResource
+from tests.helpers import make_project
+
+SOURCE_ROWS = 3137
+STAGES = ["source", "preprocessed", "marginals", "selection", "measurements", "model", "synthetic"]
+
+
+def materialize(defs, instance, stages=None):
+    selection = None if stages is None else [dg.AssetKey(["example", s]) for s in stages]
+    return dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                          instance=instance, selection=selection, raise_on_error=False)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    # limit 1.1 with a run of 1.0: the first run fits, a second one cannot (zCDP composes
+    # two epsilon-1 runs to about epsilon 1.5 at delta 1e-9)
+    project = make_project(tmp_path_factory.mktemp("pipeline"), rows=SOURCE_ROWS,
+                           privacy={"epsilon": 1.0, "delta": 1e-9,
+                                    "limit": {"epsilon": 1.1, "delta": 1e-9}})
+    instance = dg.DagsterInstance.ephemeral()
+    defs = project.defs_fn()
+    result = materialize(defs, instance)
+    assert result.success
+    return project, defs, instance, result
+
+
+def ledger_of(project) -> PrivacyLedger:
+    return PrivacyLedger(project.ledger)
+
+
+def spec_of(project):
+    return load_registry(project.datasets)["example"]
+
+
+def test_end_to_end_writes_a_synthetic_twin_with_the_source_schema(run):
+    project, defs, _, result = run
+    con = duckdb.connect(str(project.warehouse), read_only=True)
+    source = con.execute("DESCRIBE main.example").fetchall()
+    synthetic = con.execute("DESCRIBE synthetic.example").fetchall()
+    rows = con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0]
+    con.close()
+    assert [(r[0], r[1]) for r in synthetic] == [(r[0], r[1]) for r in source]
+    warehouse = defs.resources["warehouse"]
+    _, n_hat = load_measurements(warehouse, "example")
+    assert rows == round(n_hat)  # rows: same is the noisy estimate
+    parquet = pd.read_parquet(project.public / "example" / "synthetic.parquet")
+    assert len(parquet) == rows and list(parquet.columns) == [r[0] for r in source]
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks == {"schema": True, "domain": True, "row_count": True, "null_fraction": True,
+                      "one_way_tvd": True}
+    materialized = {tuple(e.asset_key.path) for e in result.get_asset_materialization_events()}
+    assert materialized == {("example", s) for s in STAGES[1:]}
+
+
+def test_spend_equals_the_run_budget_and_the_sum_of_the_mechanisms_rho(run):
+    project, defs, _, result = run
+    budget = DatasetBudget.of(spec_of(project))
+    events = [e for e in ledger_of(project).events("example") if e["run_id"] == result.run_id]
+    charges = [e for e in events if e["kind"] == "charge"]
+    assert math.isclose(sum(e["rho"] for e in charges), budget.run_rho, rel_tol=1e-9)
+    plan = load_plan(defs.resources["warehouse"], "example")
+    measurements, _ = load_measurements(defs.resources["warehouse"], "example")
+    two_way = [m for m in measurements if len(m.clique) == 2]
+    # one charge per 1-way marginal, one for all InDif scores, one per measured pair
+    assert len(charges) == len(plan.columns) + 1 + len(two_way)
+    for m in measurements:  # every recorded noise scale is the one its rho calls for
+        assert math.isclose(m.sigma, math.sqrt(1 / (2 * m.rho)), rel_tol=1e-12)
+    assert [e["kind"] for e in events][0] == "reserve" and events[-1]["kind"] == "release"
+    assert events[-1]["rho"] == pytest.approx(0.0, abs=1e-12)
+    assert {e["stage"] for e in charges} == {"selection", "measurements"}
+
+
+def test_public_outputs_contain_no_exact_statistic_of_the_source(run):
+    project, defs, instance, result = run
+    con = duckdb.connect(str(project.warehouse), read_only=True)
+    exact = con.execute(
+        "SELECT count(*), min(income), max(income), avg(income), avg(age), sum(hours_per_week) "
+        "FROM main.example").fetchone()
+    con.close()
+    assert exact[0] == SOURCE_ROWS
+    texts = []
+    for event in instance.all_logs(result.run_id):
+        texts.append(event.message or "")
+        entry = event.dagster_event
+        if entry is not None and entry.event_specific_data is not None:
+            texts.append(repr(entry.event_specific_data))
+    for path in (project.public / "example").rglob("*.json"):
+        if path.name in ("selection.json", "measurements.json"):
+            # the DP release itself: noisy counts may equal an exact count by chance
+            data = json.loads(path.read_text())
+            data.pop("measurements", None), data.pop("one_way", None)
+            texts.append(json.dumps(data))
+        else:
+            texts.append(path.read_text())
+    blob = "\n".join(texts)
+    numbers = {float(t) for t in re.findall(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", blob)}
+    for value in exact:
+        assert not any(math.isclose(float(value), n, rel_tol=1e-12) for n in numbers), value
+    # private-zone assets publish shapes only
+    for event in result.get_asset_materialization_events():
+        if event.asset_key.path[1] in ("preprocessed", "marginals"):
+            keys = set(event.materialization.metadata)
+            assert keys <= {"encoding_plan", "domain", "view", "plan_path", "table", "marginals",
+                            "cells", "seconds"}, keys
+
+
+def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
+    project, defs, _, _ = run
+    warehouse: WarehouseResource = defs.resources["warehouse"]
+    plan = load_plan(warehouse, "example")
+    found, n_hat = load_measurements(warehouse, "example")
+    good = pd.read_parquet(project.public / "example" / "synthetic.parquet")
+
+    def verdicts(frame: pd.DataFrame) -> dict[str, bool]:
+        path = tmp_path / "corrupt.parquet"
+        con = duckdb.connect()
+        con.register("f", frame)
+        con.execute(f"COPY (SELECT * FROM f) TO '{path}' (FORMAT parquet)")
+        con.close()
+        return {r.check_name: r.passed for r in
+                run_checks(warehouse, "example", plan, found, n_hat, len(good),
+                           "synthetic.example", str(path))}
+
+    assert all(verdicts(good).values())
+    wrong_type = good.assign(age=good["age"].astype(str))
+    assert verdicts(wrong_type)["schema"] is False
+    out_of_domain = good.copy()
+    out_of_domain.loc[:10, "education"] = "Wizardry"
+    out_of_domain.loc[:10, "hours_per_week"] = 500
+    assert verdicts(out_of_domain)["domain"] is False
+    shifted = good.assign(sex="Male")
+    result = verdicts(shifted)
+    assert result["one_way_tvd"] is False and result["domain"] is True
+    assert verdicts(good.iloc[:100])["row_count"] is False
+    more_nulls = good.assign(country=None).astype({"country": good["country"].dtype})
+    assert verdicts(more_nulls)["null_fraction"] is False
+
+
+def test_rematerializing_public_assets_spends_nothing(run):
+    project, defs, instance, _ = run
+    before = ledger_of(project).events("example")
+    digest = hashlib.sha256((project.public / "example" / "measurements.json").read_bytes()).hexdigest()
+    result = materialize(defs, instance, ["model", "synthetic"])
+    assert result.success
+    assert ledger_of(project).events("example") == before
+    assert hashlib.sha256((project.public / "example" / "measurements.json").read_bytes()).hexdigest() == digest
+
+
+def test_refuses_a_run_beyond_the_limit_spends_nothing_and_keeps_earlier_outputs(run):
+    project, defs, instance, _ = run
+    ledger = ledger_of(project)
+    spent = ledger.summary("example").spent_rho
+    outputs = {p: p.read_bytes() for p in (project.public / "example").glob("*.*")}
+    result = materialize(defs, instance)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.event_specific_data.error.message
+    for part in ("example", "epsilon", "rho", "privacy.limit.epsilon"):
+        assert part in message
+    assert ledger.summary("example").spent_rho == spent
+    assert ledger.summary("example").reserved_rho == 0
+    assert {p: p.read_bytes() for p in outputs} == outputs
