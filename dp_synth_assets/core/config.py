@@ -225,20 +225,25 @@ def parse_registry(data: object, origin: str = "datasets.yaml") -> dict[str, Dat
     try:
         return dict(Registry.model_validate(data).datasets)
     except ValidationError as e:
-        lines = []
+        problems: dict[str, list[str]] = {}
         for err in e.errors():
-            loc = [str(p) for p in err["loc"]]
-            where = _describe_location(loc)
-            lines.append(f"{where}: {err['msg']}")
+            where = _describe_location([str(p) for p in err["loc"]])
+            problems.setdefault(where, [])
+            if err["msg"] not in problems[where]:
+                problems[where].append(err["msg"])
+        lines = [f"{where}: {' or '.join(msgs)}" for where, msgs in problems.items()]
         raise RegistryError(f"{origin} is invalid:\n  " + "\n  ".join(lines)) from None
 
 
 def _describe_location(loc: list[str]) -> str:
-    if len(loc) >= 2 and loc[0] == "datasets":
-        # pydantic adds the union member's class name to the path; drop it for readability
-        key = ".".join(p for p in loc[2:] if p not in {"TableSource", "ParquetSource", "CsvSource"})
-        return f"dataset {loc[1]!r}, key {key!r}" if key else f"dataset {loc[1]!r}"
-    return "key " + ".".join(loc)
+    """`dataset 'x', key 'privacy.epsilon'`; pydantic's union-member tags (class names,
+    `literal[...]`, `constrained-int`) are not keys and are dropped."""
+    keys = [p for p in loc if IDENTIFIER.match(p) or p.isdigit()]
+    keys = [p for p in keys if p not in {"TableSource", "ParquetSource", "CsvSource"}]
+    if len(keys) >= 2 and keys[0] == "datasets":
+        key = ".".join(keys[2:])
+        return f"dataset {keys[1]!r}, key {key!r}" if key else f"dataset {keys[1]!r}"
+    return "key " + ".".join(keys)
 
 
 def load_registry(path: str | Path) -> dict[str, DatasetSpec]:

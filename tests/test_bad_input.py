@@ -1,0 +1,104 @@
+"""Bad input gets a clear error naming the dataset and the problem, spends nothing, and leaves
+earlier outputs untouched."""
+
+import duckdb
+import dagster as dg
+import pytest
+import yaml
+
+from dp_synth_assets.core.config import RegistryError, load_registry
+from dp_synth_assets.definitions import build_definitions
+from resources.ledger import PrivacyLedger
+from tests.helpers import example_entry, make_project
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A project with one successful run: the earlier outputs bad runs must not touch."""
+    project = make_project(tmp_path_factory.mktemp("bad_input"), rows=1500)
+    defs = project.defs_fn()
+    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                            instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    con = duckdb.connect(str(project.warehouse))
+    con.execute("CREATE TABLE main.empty_example AS SELECT * FROM main.example LIMIT 0")
+    con.execute("CREATE TABLE main.text_example AS SELECT * REPLACE "
+                "(CASE WHEN age = 30 THEN 'thirty' ELSE CAST(age AS VARCHAR) END AS age) "
+                "FROM main.example")
+    con.execute("CREATE TABLE main.renamed_example AS SELECT * RENAME (sex AS gender) FROM main.example")
+    con.close()
+    return project
+
+
+def run_with(project, **overrides):
+    """Materialize the pipeline with a modified example entry; return the failure message."""
+    project.datasets.write_text(yaml.safe_dump({"datasets": {"example": example_entry(**overrides)}}))
+    defs = build_definitions(project.datasets, project.warehouse, project.ledger, project.public)
+    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    return failure.event_specific_data.error.message
+
+
+def outputs(project) -> dict:
+    return {p: p.read_bytes() for p in (project.public / "example").rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    ({"source": {"table": "main.no_such_table"}}, "no_such_table"),
+    ({"source": {"table": "main.renamed_example"}}, "'sex'"),
+    ({"source": {"table": "main.text_example"}}, "'age' has values that cannot be cast"),
+    ({"source": {"table": "main.empty_example"}}, "has no rows"),
+    ({"source": {"parquet": "missing/file.parquet"}}, "missing/file.parquet"),
+])
+def test_bad_source_fails_naming_dataset_and_problem_and_spends_nothing(project, overrides, expected):
+    before_outputs = outputs(project)
+    ledger = PrivacyLedger(project.ledger)
+    spent = ledger.summary("example").spent_rho
+    message = run_with(project, **overrides)
+    assert "'example'" in message and expected in message, message
+    assert ledger.summary("example").spent_rho == spent
+    assert ledger.summary("example").reserved_rho == 0
+    assert outputs(project) == before_outputs
+
+
+def write_registry(tmp_path, entry) -> str:
+    path = tmp_path / "datasets.yaml"
+    path.write_text(yaml.safe_dump({"datasets": {"example": entry}}))
+    return str(path)
+
+
+@pytest.mark.parametrize("change,expected", [
+    ({"privacy": {"epsilon": 0, "delta": 1e-9, "limit": {"epsilon": 4, "delta": 1e-8}}}, "privacy.epsilon"),
+    ({"privacy": {"epsilon": -1, "delta": 1e-9, "limit": {"epsilon": 4, "delta": 1e-8}}}, "privacy.epsilon"),
+    ({"privacy": {"epsilon": float("nan"), "delta": 1e-9, "limit": {"epsilon": 4, "delta": 1e-8}}}, "privacy.epsilon"),
+    ({"privacy": {"epsilon": 5, "delta": 1e-9, "limit": {"epsilon": 4, "delta": 1e-8}}}, "above the dataset's limit"),
+    ({"privacy": {"epsilon": 1, "delta": 0, "limit": {"epsilon": 4, "delta": 1e-8}}}, "privacy.delta"),
+    ({"privacy": {"epsilon": 1, "delta": 1.5, "limit": {"epsilon": 4, "delta": 1e-8}}}, "privacy.delta"),
+    ({"privacy": {"epsilon": 1, "delta": 1e-9, "limit": {"epsilon": 4, "delta": 1}}}, "privacy.limit.delta"),
+    ({"epsilon": 1.0}, "'epsilon'"),                          # unknown key
+    ({"rows": "many"}, "'rows'"),                              # wrong kind
+    ({"method": "magic"}, "'method'"),
+    ({"columns": {"age": {"kind": "integer"}, "sex": {"kind": "categorical", "categories": ["F"]}}},
+     "columns.age"),                                           # bounds missing
+    ({"columns": {"age": {"kind": "number", "bounds": [0, 1]}, "sex": {"kind": "boolean"}}},
+     "columns.age.kind"),
+    ({"schedule": "every monday"}, "'schedule'"),
+])
+def test_malformed_registry_fails_at_load_naming_dataset_and_key(tmp_path, change, expected):
+    path = write_registry(tmp_path, {**example_entry(), **change})
+    with pytest.raises(RegistryError) as err:
+        build_definitions(path, tmp_path / "w.duckdb", tmp_path / "l.sqlite", tmp_path / "p")
+    assert "dataset 'example'" in str(err.value) and expected in str(err.value), str(err.value)
+    assert not (tmp_path / "l.sqlite").exists()
+
+
+def test_registry_that_is_not_yaml_or_has_no_datasets_is_refused(tmp_path):
+    path = tmp_path / "datasets.yaml"
+    path.write_text("datasets: [unclosed")
+    with pytest.raises(RegistryError, match="not valid YAML"):
+        load_registry(path)
+    path.write_text("tables: {}")
+    with pytest.raises(RegistryError, match="datasets"):
+        load_registry(path)
