@@ -84,7 +84,11 @@ def build_source_sensor(dataset: str, spec: DatasetSpec, job) -> dg.SensorDefini
         if reason:
             return dg.SkipReason(f"source changed, but the {reason}")
         context.update_cursor(json.dumps({"fingerprint": current, "requested_at": time.time()}))
-        return dg.RunRequest(run_key=f"{dataset}-{current}",
+        # The run key must be new for every request: Dagster drops a RunRequest whose key an
+        # earlier run of this sensor used, so a key of the fingerprint alone would silently lose
+        # a source that returns to an earlier content (A -> B -> A -> B). The previous request
+        # time keeps the key deterministic for a retried tick (same cursor, same key).
+        return dg.RunRequest(run_key=f"{dataset}-{current}-{cursor['requested_at']:.3f}",
                              tags={"dp_synth/trigger": "source_change"})
 
     return _sensor

@@ -16,7 +16,6 @@ they read the synthetic table and never the source. Each check runs one GX 1.x s
   measurement (see `tolerances`).
 """
 
-import math
 
 import dagster as dg
 import numpy as np

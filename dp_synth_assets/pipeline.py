@@ -6,8 +6,10 @@ the ledger through `private_stage`, write its outputs and public metadata. Asset
 publish shapes only (column names, domain sizes, numbers of marginals), never counts.
 """
 
+import hashlib
 import json
 import time
+from pathlib import Path
 
 import dagster as dg
 import numpy as np
@@ -17,14 +19,15 @@ from resources.warehouse import WarehouseResource
 
 from .budget import DatasetBudget, ledger_metadata, private_stage
 from .core import marginals as margs
-from .core.config import DatasetSpec
+from .core.config import DatasetSpec, ParquetSource, TableSource
 from .core.domain import EncodingPlan, SchemaError
 from .core.generate import pgm
-from .core.measure import Measurement, make_consistent, measure, optimal_split, total_estimate, clique_size
-from .core.select import Selection, select
-from .core.sql import ident, sql
-from .core.synthesize import write_synthetic
 from .core.marginals import SourceError
+from .core.measure import (Measurement, clique_size, make_consistent, measure, optimal_split,
+                           total_estimate)
+from .core.select import Selection, select
+from .core.sql import sql
+from .core.synthesize import write_synthetic
 
 PRIVATE = {"privacy": "private"}
 PUBLIC = {"privacy": "public"}
@@ -68,23 +71,19 @@ def load_measurements(warehouse: WarehouseResource, dataset: str) -> tuple[list[
 
 
 def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec) -> str:
-    """A digest of the source's content (never the content or a statistic of it)."""
-    import hashlib
-
-    from .core.config import TableSource
-
+    """A digest of the source's content: for a table, of an order-independent sum of row hashes
+    (one scan in DuckDB); for files, of their names, sizes and modification times. Only the digest
+    is published (as the data version and the sensor's cursor), never a statistic."""
     if isinstance(spec.source, TableSource):
         with warehouse.connect(read_only=True) as con:
-            relation = margs.source_relation(spec, warehouse.base_dir)
+            relation = margs.source_relation(spec, Path(warehouse.base_dir))
             value = con.execute(sql("fingerprint_table", source=relation)).fetchone()[0]
     else:
-        from pathlib import Path
-
-        path = Path(spec.source.parquet if hasattr(spec.source, "parquet") else spec.source.csv)
+        path = Path(spec.source.parquet if isinstance(spec.source, ParquetSource) else spec.source.csv)
         path = path if path.is_absolute() else Path(warehouse.base_dir) / path
         files = sorted(path.parent.glob(path.name))
         value = ";".join(f"{f}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in files)
-    return hashlib.sha256(f"{value}".encode()).hexdigest()[:32]
+    return hashlib.sha256(str(value).encode()).hexdigest()[:32]
 
 
 def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
@@ -103,7 +102,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         with private_stage(context, ledger.ledger(), dataset, "preprocessed", budget):
             with warehouse.connect() as con:
                 try:
-                    plan = margs.prepare_encoded_view(con, spec, dataset, warehouse.base_dir,
+                    plan = margs.prepare_encoded_view(con, spec, dataset, Path(warehouse.base_dir),
                                                       encoded_view(dataset))
                 except (SchemaError, SourceError) as e:
                     raise dg.Failure(description=str(e)) from None

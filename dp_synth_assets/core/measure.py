@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .privacy import Spend, gaussian_counts
+from .privacy import gaussian_counts
 
 Clique = tuple[str, ...]
 
@@ -116,6 +116,3 @@ def make_consistent(measurements: list[Measurement]) -> list[Measurement]:
             arrays[i] = arrays[i] + ((combined - proj) / spread).reshape(shape)
     return [Measurement(m.clique, a, m.sigma, m.rho) for m, a in zip(measurements, arrays)]
 
-
-def spend_total(spends: list[Spend]) -> float:
-    return float(sum(s.rho for s in spends))
