@@ -101,9 +101,9 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
     ])
     columns_outcome = run_suite(df, f"{dataset}_columns", [
         Expectation("ExpectTableColumnsToMatchOrderedList", {"column_list": plan.columns})])
-    merged = type(outcome)(outcome.suite, outcome.success and columns_outcome.success,
-                           outcome.results + columns_outcome.results,
-                           {"types": outcome.raw, "columns": columns_outcome.raw})
+    success = outcome.success and columns_outcome.success
+    merged = type(outcome)(outcome.suite, success, outcome.results + columns_outcome.results,
+                           {"success": success, "types": outcome.raw, "columns": columns_outcome.raw})
     yield _suite_result("schema", merged, warehouse, dataset, asset_key, {
         "types": dg.MetadataValue.json(types.to_dict(orient="records"))})
 

@@ -34,10 +34,12 @@ def main(dataset: str) -> int:
         print(f"  {name:14s} {'passed' if passed else 'FAILED'}")
     s = ledger.summary(dataset)
     left = max(budget.limit_rho - s.spent_rho - s.reserved_rho, 0.0)
-    print(f"Privacy budget (limit epsilon {spec.privacy.limit.epsilon}, delta {budget.delta:g}):")
+    print(f"Privacy budget (limit epsilon {spec.privacy.limit.epsilon} at delta {budget.delta:g}; "
+          "every epsilon below is at that delta, rho adds up across runs):")
     print(f"  spent     epsilon {budget.epsilon(s.spent_rho):.4f}  (rho {s.spent_rho:.6g})")
     print(f"  remaining epsilon {budget.epsilon(left):.4f}  (rho {left:.6g})")
-    print(f"  one more run costs epsilon {spec.privacy.epsilon} (rho {budget.run_rho:.6g})")
+    print(f"  one more run costs epsilon {budget.epsilon(budget.run_rho):.4f} (rho {budget.run_rho:.6g};"
+          f" epsilon {spec.privacy.epsilon} at its own delta {spec.privacy.delta:g})")
     return 0 if ok else 1
 
 
