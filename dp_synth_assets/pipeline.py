@@ -70,12 +70,13 @@ def load_measurements(warehouse: WarehouseResource, dataset: str) -> tuple[list[
     return [Measurement.from_dict(m) for m in data["measurements"]], float(data["total_estimate"])
 
 
-def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec) -> str:
+def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec,
+                lock_timeout_seconds: float | None = None) -> str:
     """A digest of the source's content: for a table, of an order-independent sum of row hashes
     (one scan in DuckDB); for files, of their names, sizes and modification times. Only the digest
     is published (as the data version and the sensor's cursor), never a statistic."""
     if isinstance(spec.source, TableSource):
-        with warehouse.connect(read_only=True) as con:
+        with warehouse.connect(read_only=True, lock_timeout_seconds=lock_timeout_seconds) as con:
             relation = margs.source_relation(spec, Path(warehouse.base_dir))
             value = con.execute(sql("fingerprint_table", source=relation)).fetchone()[0]
     else:

@@ -26,9 +26,11 @@ class WarehouseResource(dg.ConfigurableResource):
     lock_timeout_seconds: float = 120.0
 
     @contextmanager
-    def connect(self, read_only: bool = False):
+    def connect(self, read_only: bool = False, lock_timeout_seconds: float | None = None):
+        """A short-lived connection; waits up to the lock timeout for another process's lock."""
         Path(self.database).parent.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + self.lock_timeout_seconds
+        wait = self.lock_timeout_seconds if lock_timeout_seconds is None else lock_timeout_seconds
+        deadline = time.monotonic() + wait
         while True:
             try:
                 con = duckdb.connect(self.database, read_only=read_only)

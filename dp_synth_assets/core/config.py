@@ -16,7 +16,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DATASET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 QUALIFIED_TABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*\.){0,2}[A-Za-z_][A-Za-z0-9_]*$")
 # Default number of codes per binned column (nulls add one more); ISSUE 2: at most 32 codes.
 DEFAULT_BINS = 31
@@ -182,9 +181,9 @@ class DatasetSpec(_Strict):
     def _column_names(cls, v: dict[str, ColumnSpec]) -> dict[str, ColumnSpec]:
         if len(v) < 2:
             raise ValueError("declare at least two columns")
-        for name in v:
-            if not IDENTIFIER.match(name):
-                raise ValueError(f"column name {name!r} is not a plain identifier")
+        for name in v:  # identifiers are always quoted in SQL, so any non-empty name works
+            if not name.strip() or "\x00" in name:
+                raise ValueError(f"column name {name!r} is empty or has a NUL character")
         return v
 
     @field_validator("schedule")
@@ -238,8 +237,8 @@ def parse_registry(data: object, origin: str = "datasets.yaml") -> dict[str, Dat
 def _describe_location(loc: list[str]) -> str:
     """`dataset 'x', key 'privacy.epsilon'`; pydantic's union-member tags (class names,
     `literal[...]`, `constrained-int`) are not keys and are dropped."""
-    keys = [p for p in loc if IDENTIFIER.match(p) or p.isdigit()]
-    keys = [p for p in keys if p not in {"TableSource", "ParquetSource", "CsvSource"}]
+    keys = [p for p in loc if not p.startswith(("literal[", "constrained-", "function-"))
+            and p not in {"TableSource", "ParquetSource", "CsvSource"}]
     if len(keys) >= 2 and keys[0] == "datasets":
         key = ".".join(keys[2:])
         return f"dataset {keys[1]!r}, key {key!r}" if key else f"dataset {keys[1]!r}"

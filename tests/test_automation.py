@@ -1,0 +1,300 @@
+"""The automation of DESIGN.md section 5: per-dataset jobs, the budget-aware schedule and the
+source-change sensor, evaluated as Dagster evaluates them (real definitions, warehouse, ledger)."""
+
+import json
+import time
+from datetime import datetime, timezone
+
+import dagster as dg
+import duckdb
+import pytest
+
+from dp_synth_assets.budget import DatasetBudget
+from dp_synth_assets.core.config import load_registry
+from dp_synth_assets.core.privacy import Spend
+from resources.ledger import PrivacyLedger
+from tests.helpers import make_project
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Starting in dagster 1.11:UserWarning",  # get_sensor_def / get_schedule_def
+    "ignore::dagster.BetaWarning",
+)
+
+DATASET = "example"
+JOB = "example_synthesis"
+SENSOR = "example_source_change"
+SCHEDULE = "example_schedule"
+STAGES = ["source", "preprocessed", "marginals", "selection", "measurements", "model", "synthetic"]
+
+
+def change_source(project, rows: int = 5) -> None:
+    """Append copies of a few rows to the source table, as an upstream load would."""
+    con = duckdb.connect(str(project.warehouse))
+    try:
+        con.execute(f"INSERT INTO main.example SELECT * FROM main.example LIMIT {rows}")
+    finally:
+        con.close()
+
+
+def budget_of(project) -> DatasetBudget:
+    return DatasetBudget.of(load_registry(project.datasets)[DATASET])
+
+
+def exhaust_budget(project) -> None:
+    """Spend all of the dataset's limit but half a run, through the ledger itself."""
+    budget = budget_of(project)
+    ledger = PrivacyLedger(project.ledger)
+    rho = budget.limit_rho - budget.run_rho / 2
+    ledger.reserve(DATASET, "earlier-runs", rho, budget.limit_rho, delta=budget.delta)
+    ledger.charge(DATASET, "earlier-runs", "measurements", Spend("gaussian", rho))
+    ledger.release(DATASET, "earlier-runs")
+    assert not ledger.can_cover(DATASET, budget.run_rho, budget.limit_rho)
+
+
+def tick(sensor, instance, defs, cursor=None):
+    """One sensor evaluation, as the daemon runs it: the result carries the skip message and
+    the cursor the sensor wrote."""
+    # `with`: the context opens its own instance from the ref, which must be closed again
+    with dg.build_sensor_context(instance=instance, cursor=cursor,
+                                 resources=defs.resources) as context:
+        return sensor.evaluate_tick(context)
+
+
+@pytest.fixture
+def instance():
+    """A throwaway instance, also the current one while the test runs (Dagster reads it when it
+    loads a repository)."""
+    with dg.instance_for_test() as instance:
+        yield instance
+
+
+# ---- the source-change sensor --------------------------------------------------------------------
+
+
+def test_sensor_baseline_unchanged_change_and_min_interval(tmp_path, instance):
+    project = make_project(tmp_path, rows=1000, min_interval="1h")
+    defs = project.defs_fn()
+    sensor = defs.get_sensor_def(SENSOR)
+    assert sensor.job_name == JOB
+
+    first = tick(sensor, instance, defs)
+    assert first.run_requests == []
+    assert "first evaluation" in first.skip_message
+    baseline = json.loads(first.cursor)
+    assert baseline["requested_at"] == 0 and len(baseline["fingerprint"]) == 32
+
+    same = tick(sensor, instance, defs, first.cursor)
+    assert same.run_requests == []
+    assert "unchanged" in same.skip_message
+    assert json.loads(same.cursor) == baseline
+
+    change_source(project)
+    before = time.time()
+    changed = tick(sensor, instance, defs, same.cursor)
+    assert changed.skip_message is None
+    [request] = changed.run_requests
+    assert request.job_name in (None, JOB)  # None: the sensor's own job, example_synthesis
+    assert request.tags["dp_synth/trigger"] == "source_change"
+    written = json.loads(changed.cursor)
+    assert written["fingerprint"] != baseline["fingerprint"]
+    assert request.run_key.startswith(f"{DATASET}-{written['fingerprint']}-")
+    assert before <= written["requested_at"] <= time.time()
+
+    # another change right after: min_interval (1h) holds it back, and the cursor stays put
+    change_source(project)
+    held = tick(sensor, instance, defs, changed.cursor)
+    assert held.run_requests == []
+    assert "min_interval" in held.skip_message and "1h" in held.skip_message
+    assert json.loads(held.cursor) == written
+
+    # once min_interval has passed (simulated by an older requested_at), the change is requested
+    old = json.dumps({**written, "requested_at": written["requested_at"] - 3601})
+    later = tick(sensor, instance, defs, old)
+    [request] = later.run_requests
+    assert json.loads(later.cursor)["fingerprint"] not in (baseline["fingerprint"],
+                                                           written["fingerprint"])
+
+
+def sql(project, *statements: str) -> None:
+    con = duckdb.connect(str(project.warehouse))
+    try:
+        for statement in statements:
+            con.execute(statement)
+    finally:
+        con.close()
+
+
+def test_sensor_requests_a_source_that_returns_to_an_earlier_content_under_a_new_run_key(
+        tmp_path, instance):
+    """A -> B -> A -> B: the second B needs a run too. Dagster drops a RunRequest whose run key
+    an earlier run of the sensor used, so the keys must differ."""
+    project = make_project(tmp_path, rows=500, min_interval="0s")
+    defs = project.defs_fn()
+    sensor = defs.get_sensor_def(SENSOR)
+    sql(project, "CREATE TABLE main.state_a AS SELECT * FROM main.example")
+    change_source(project)
+    sql(project, "CREATE TABLE main.state_b AS SELECT * FROM main.example")
+    restore = "CREATE OR REPLACE TABLE main.example AS SELECT * FROM main.{}"
+    sql(project, restore.format("state_a"))
+
+    cursors = [tick(sensor, instance, defs).cursor]  # baseline: A
+    keys, fingerprints = [], []
+    for state in ("state_b", "state_a", "state_b"):
+        sql(project, restore.format(state))
+        result = tick(sensor, instance, defs, cursors[-1])
+        [request] = result.run_requests
+        keys.append(request.run_key)
+        fingerprints.append(json.loads(result.cursor)["fingerprint"])
+        cursors.append(result.cursor)
+        time.sleep(0.01)
+    assert fingerprints[0] == fingerprints[2] != fingerprints[1]
+    assert len(set(keys)) == 3, keys
+    # a retried tick (the cursor before the last request, same source) asks under the same key,
+    # so Dagster does not start the run twice
+    [retried] = tick(sensor, instance, defs, cursors[-2]).run_requests
+    assert retried.run_key == keys[-1]
+    assert "unchanged" in tick(sensor, instance, defs, cursors[-1]).skip_message
+
+
+def test_sensor_skips_a_change_the_budget_cannot_cover(tmp_path, instance):
+    project = make_project(tmp_path, rows=1000, min_interval="1h")
+    defs = project.defs_fn()
+    sensor = defs.get_sensor_def(SENSOR)
+    first = tick(sensor, instance, defs)
+    exhaust_budget(project)
+
+    assert "unchanged" in tick(sensor, instance, defs, first.cursor).skip_message
+    change_source(project)
+    skipped = tick(sensor, instance, defs, first.cursor)
+    assert skipped.run_requests == []
+    message = skipped.skip_message
+    assert "source changed" in message and "budget" in message
+    assert "privacy.limit.epsilon" in message and "'example'" in message
+    # the change stays pending: the cursor keeps the old fingerprint
+    assert json.loads(skipped.cursor) == json.loads(first.cursor)
+    # nothing was reserved or charged by the sensor
+    summary = PrivacyLedger(project.ledger).summary(DATASET)
+    assert summary.reserved_rho == 0 and list(summary.runs) == ["earlier-runs"]
+
+
+def test_sensor_skips_when_the_source_cannot_be_read(tmp_path, instance):
+    project = make_project(tmp_path, rows=200, source={"table": "main.missing"})
+    defs = project.defs_fn()
+    result = tick(defs.get_sensor_def(SENSOR), instance, defs)
+    assert result.run_requests == []
+    assert "cannot read the source of 'example'" in result.skip_message
+    assert result.cursor is None
+
+
+# ---- the schedule --------------------------------------------------------------------------------
+
+
+def test_schedule_requests_a_run_only_when_the_budget_covers_it(tmp_path, instance):
+    project = make_project(tmp_path, rows=200, schedule="0 3 * * 1")
+    defs = project.defs_fn()
+    schedule = defs.get_schedule_def(SCHEDULE)
+    assert schedule.cron_schedule == "0 3 * * 1"
+    assert schedule.job_name == JOB
+
+    def evaluate():
+        with dg.build_schedule_context(
+                instance=instance, resources=defs.resources,
+                scheduled_execution_time=datetime(2026, 11, 23, 3, tzinfo=timezone.utc)) as context:
+            return schedule.evaluate_tick(context)
+
+    ok = evaluate()
+    assert ok.skip_message is None
+    [request] = ok.run_requests
+    assert request.tags["dp_synth/trigger"] == "schedule"
+
+    exhaust_budget(project)
+    skipped = evaluate()
+    assert skipped.run_requests == []
+    assert "budget" in skipped.skip_message and "privacy.limit.epsilon" in skipped.skip_message
+
+
+def test_no_schedule_without_cron_and_no_sensor_when_changes_are_ignored(tmp_path, instance):
+    # (`instance`: loading a repository reads the current instance's definitions state)
+    project = make_project(tmp_path, rows=200, schedule=None, on_source_change="ignore")
+    repo = project.defs_fn().get_repository_def()
+    assert repo.schedule_defs == []
+    assert repo.sensor_defs == []
+    assert repo.has_job(JOB)  # the job is there for manual runs
+
+    project = make_project(tmp_path / "default", rows=200)  # the repo's entry: sensor, no cron
+    repo = project.defs_fn().get_repository_def()
+    assert [s.name for s in repo.schedule_defs] == []
+    assert [s.name for s in repo.sensor_defs] == [SENSOR]
+
+
+# ---- the asset graph -----------------------------------------------------------------------------
+
+
+def test_asset_graph_of_a_dataset(tmp_path, instance):
+    defs = make_project(tmp_path, rows=200).defs_fn()
+    graph = defs.resolve_asset_graph()
+    keys = [dg.AssetKey([DATASET, stage]) for stage in STAGES]
+    assert set(graph.get_all_asset_keys()) == set(keys)
+    for previous, key in zip([None, *keys], keys):
+        node = graph.get(key)
+        assert node.parent_keys == ({previous} if previous else set()), key
+        assert node.group_name == DATASET
+        expected = "private" if key.path[1] in ("source", "preprocessed", "marginals") else "public"
+        assert node.tags["privacy"] == expected, key
+    assert graph.get(keys[0]).is_observable and not graph.get(keys[0]).is_materializable
+    assert all(graph.get(k).is_materializable for k in keys[1:])
+
+    synthetic = dg.AssetKey([DATASET, "synthetic"])
+    checks = {k.name: graph.get_check_spec(k) for k in graph.asset_check_keys}
+    assert set(checks) == {"schema", "domain", "row_count", "null_fraction", "one_way_tvd"}
+    assert all(spec.asset_key == synthetic for spec in checks.values())
+    assert {n for n, spec in checks.items() if spec.blocking} == {"schema", "domain"}
+
+    # the job materializes every stage but observes nothing: the source is the sensor's business
+    job = defs.resolve_job_def(JOB)
+    assert set(job.asset_layer.executable_asset_keys) == set(keys[1:])
+
+
+# ---- a real run, requested by the sensor ---------------------------------------------------------
+
+
+def test_a_run_requested_by_the_sensor_charges_the_ledger(tmp_path, instance):
+    project = make_project(tmp_path, rows=2000, min_interval="1h")
+    defs = project.defs_fn()
+    sensor = defs.get_sensor_def(SENSOR)
+    first = tick(sensor, instance, defs)
+    change_source(project)
+    result = tick(sensor, instance, defs, first.cursor)
+    [request] = result.run_requests
+
+    job = defs.resolve_job_def(request.job_name or sensor.job_name)
+    run = job.execute_in_process(instance=instance, run_config=request.run_config,
+                                 tags=request.tags)
+    assert run.success
+    stored = instance.get_run_by_id(run.run_id)
+    assert stored.status == dg.DagsterRunStatus.SUCCESS
+    assert stored.tags["dp_synth/trigger"] == "source_change"
+
+    budget = budget_of(project)
+    ledger = PrivacyLedger(project.ledger)
+    by_stage = ledger.spent_by_run(DATASET, run.run_id)
+    assert set(by_stage) == {"selection", "measurements"}
+    assert sum(by_stage.values()) == pytest.approx(budget.run_rho, rel=1e-9)
+    assert by_stage["measurements"] == pytest.approx(budget.split.measure, rel=1e-9)
+    kinds = [e["kind"] for e in ledger.events(DATASET) if e["run_id"] == run.run_id]
+    assert kinds[0] == "reserve" and kinds[-1] == "release" and "charge" in kinds
+    assert ledger.summary(DATASET).reserved_rho == 0
+
+    # the checks ran in the same run, and the public table exists
+    checks = {e.check_name: e.passed
+              for e in (ev.asset_check_evaluation_data for ev in run.all_events
+                        if ev.event_type_value == "ASSET_CHECK_EVALUATION")}
+    assert checks["schema"] and checks["domain"]
+    con = duckdb.connect(str(project.warehouse), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0] > 0
+    finally:
+        con.close()
+
+    # the synthesized source is now the sensor's baseline: nothing new to do
+    assert "unchanged" in tick(sensor, instance, defs, result.cursor).skip_message
