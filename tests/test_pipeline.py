@@ -185,3 +185,14 @@ def test_refuses_a_run_beyond_the_limit_spends_nothing_and_keeps_earlier_outputs
     assert ledger.summary("example").spent_rho == spent
     assert ledger.summary("example").reserved_rho == 0
     assert {p: p.read_bytes() for p in outputs} == outputs
+
+
+def test_a_check_with_nothing_to_check_passes_and_says_so(run):
+    from dp_synth_assets.checks import _check
+
+    project, defs, _, _ = run
+    result = _check("null_fraction", pd.DataFrame({"a": [1]}), [], defs.resources["warehouse"],
+                    "example", dg.AssetKey(["example", "synthetic"]), {})
+    assert result.passed
+    stored = json.loads((project.public / "example" / "checks" / "null_fraction.json").read_text())
+    assert stored["success"] is True and stored["note"] == "nothing to check"
