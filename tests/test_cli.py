@@ -22,12 +22,11 @@ def columns(con, table: str) -> list[str]:
     return [row[0] for row in con.execute(f"DESCRIBE {table}").fetchall()]
 
 
-def test_cli_materializes_the_pipeline_and_the_report_shows_it(tmp_path):
-    project = make_project(tmp_path / "project", rows=2000)
+def cli_env(tmp_path: Path, project) -> dict:
     home = tmp_path / "dagster_home"
     home.mkdir()
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    env = {
+    return {
         **os.environ,
         "DAGSTER_HOME": str(home),
         "DP_SYNTH_DATASETS": str(project.datasets),
@@ -38,9 +37,18 @@ def test_cli_materializes_the_pipeline_and_the_report_shows_it(tmp_path):
         "JAX_ENABLE_COMPILATION_CACHE": "false",
     }
 
+
+MATERIALIZE = [str(BIN / "dagster"), "asset", "materialize", "-f", str(REPO / "definitions.py"),
+               "--select", "*example/synthetic"]
+
+
+def test_cli_materializes_the_pipeline_and_the_report_shows_it(tmp_path):
+    project = make_project(tmp_path / "project", rows=2000)
+    env = cli_env(tmp_path, project)
+    home = Path(env["DAGSTER_HOME"])
+
     # '*example/synthetic' includes the observable source asset upstream
-    done = run([str(BIN / "dagster"), "asset", "materialize", "-f", str(REPO / "definitions.py"),
-                "--select", "*example/synthetic"], env)
+    done = run(MATERIALIZE, env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     assert "RUN_SUCCESS" in done.stdout + done.stderr
 
@@ -71,3 +79,26 @@ def test_cli_materializes_the_pipeline_and_the_report_shows_it(tmp_path):
     assert "synthetic.example" in report.stdout
     assert "remaining epsilon" in report.stdout
     assert "FAILED" not in report.stdout and "not run" not in report.stdout
+
+
+def test_two_runs_started_together_cannot_exceed_the_limit(tmp_path):
+    """Two real `dagster asset materialize` processes race for a budget that fits one run."""
+    from resources.ledger import PrivacyLedger
+    from dp_synth_assets.budget import DatasetBudget
+    from dp_synth_assets.core.config import load_registry
+
+    project = make_project(tmp_path / "project", rows=1500, privacy={
+        "epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 1.1, "delta": 1e-9}})
+    env = cli_env(tmp_path, project)
+    procs = [subprocess.Popen(MATERIALIZE, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    codes = sorted(p.returncode for p in procs)
+    assert codes[0] == 0 and codes[1] != 0, outputs
+    loser = next(o for p, o in zip(procs, outputs) if p.returncode != 0)
+    assert "cannot cover this run" in loser and "privacy.limit.epsilon" in loser
+    budget = DatasetBudget.of(load_registry(project.datasets)["example"])
+    summary = PrivacyLedger(project.ledger).summary("example")
+    assert summary.spent_rho <= budget.limit_rho
+    assert abs(summary.spent_rho - budget.run_rho) < 1e-9 * budget.run_rho
+    assert summary.reserved_rho == 0
