@@ -48,6 +48,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--iterations", type=int, default=None, help="model.iterations")
+    parser.add_argument("--max-model-mb", type=float, default=None, help="selection.max_model_mb")
     args = parser.parse_args()
     if not ADULT.exists():
         sys.exit(f"needs {ADULT} (the shared datasets); not found")
@@ -86,6 +88,10 @@ def main() -> None:
                         "limit": {"epsilon": 100.0, "delta": 1e-6}},
             "method": "privsyn", "rows": "same", "seed": rep,
         }
+        if args.iterations:
+            entry["model"] = {"iterations": args.iterations}
+        if args.max_model_mb:
+            entry["selection"] = {"max_model_mb": args.max_model_mb}
         (run_dir / "datasets.yaml").write_text(yaml.safe_dump({"datasets": {"adult": entry}}))
         defs = build_definitions(run_dir / "datasets.yaml", run_dir / "w.duckdb",
                                  run_dir / "ledger.sqlite", run_dir / "public")
@@ -99,7 +105,8 @@ def main() -> None:
         selected = json.loads((run_dir / "public" / "adult" / "selection.json").read_text())
         records.append({"method": "privsyn", "epsilon": args.epsilon, "delta": 1e-9,
                         "accounting": "tight", "seed": rep, "tvd2": t2, "tvd3": t3,
-                        "seconds": seconds, "selected": len(selected["cliques"])})
+                        "seconds": seconds, "selected": len(selected["cliques"]),
+                        "iterations": args.iterations, "max_model_mb": args.max_model_mb})
         print(f"privsyn eps {args.epsilon} rep {rep}: tvd2 {t2:.4f} tvd3 {t3:.4f} "
               f"{seconds:.1f}s ({len(selected['cliques'])} pairs)")
     out = ROOT / "bench" / "results" / "adult_pipeline.json"
