@@ -37,7 +37,8 @@ def budget_skip_reason(ledger: LedgerResource, dataset: str, spec: DatasetSpec) 
     """Why a new run cannot be covered by the ledger, or None when it can."""
     budget = DatasetBudget.of(spec)
     led = ledger.ledger()
-    if led.can_cover(dataset, budget.run_rho, budget.limit_rho):
+    if led.can_cover(dataset, budget.run_rho, budget.limit_rho, budget.run_delta_extra,
+                     budget.limit_delta_extra):
         return None
     s = led.summary(dataset)
     left = max(budget.limit_rho - s.spent_rho - s.reserved_rho, 0.0)

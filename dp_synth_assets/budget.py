@@ -14,6 +14,7 @@ import dagster as dg
 from resources.ledger import BudgetExceeded, PrivacyLedger
 
 from .core.config import DatasetSpec
+from .core.preprocess import all_tasks
 from .core.privacy import Spend, epsilon_from_rho, rho_from_epsilon_delta
 from .core.select import Budget
 
@@ -21,27 +22,49 @@ PRIVATE_STAGES = ("preprocessed", "marginals", "selection", "measurements")
 STAGES = ("source", *PRIVATE_STAGES, "model", "synthetic")
 
 
+PREPROCESS_SHARE = 0.1  # benchmark paper App. D.2: 10% of the budget when preprocessing needs it
+DELTA_EXTRA_SHARE = 0.5  # of each delta, for thresholding (approximate zCDP) when a column needs it
+
+
 @dataclass(frozen=True)
 class DatasetBudget:
-    """The run budget and the lifetime limit of one dataset, in rho."""
+    """The run budget and the lifetime limit of one dataset, in rho (and extra delta).
+
+    Accounting (DESIGN.md section 3): mechanisms compose as approximate zCDP, (sum rho,
+    sum delta_extra), which implies (epsilon(sum rho, delta'), delta' + sum delta_extra)-DP. When a
+    column's categories are discovered by thresholding, half of each delta (run and limit) is set
+    aside for delta_extra and rho is computed at the other half; otherwise rho uses all of delta.
+    """
 
     run_rho: float
     limit_rho: float
-    delta: float           # the limit's delta: the one spent/remaining rho convert to epsilon at
-    split: Budget
+    delta: float              # the delta the limit's rho was computed at (epsilon shown at it)
+    run_delta_extra: float
+    limit_delta_extra: float
+    preprocess: float         # rho of the preprocessing stage
+    split: Budget             # rho of selection and measurement
 
     @classmethod
     def of(cls, spec: DatasetSpec) -> "DatasetBudget":
-        run_rho = rho_from_epsilon_delta(spec.privacy.epsilon, spec.privacy.delta)
-        limit_rho = rho_from_epsilon_delta(spec.privacy.limit.epsilon, spec.privacy.limit.delta)
-        one_way = spec.selection.one_way_share * run_rho
-        score = spec.selection.score_share * run_rho
-        return cls(run_rho, limit_rho, spec.privacy.limit.delta,
-                   Budget(one_way, score, run_rho - one_way - score))
+        tasks = all_tasks(spec.columns)
+        extra = DELTA_EXTRA_SHARE if any(t.mechanism == "discover" for t in tasks) else 0.0
+        run_rho = rho_from_epsilon_delta(spec.privacy.epsilon, spec.privacy.delta * (1 - extra))
+        limit_delta = spec.privacy.limit.delta * (1 - extra)
+        limit_rho = rho_from_epsilon_delta(spec.privacy.limit.epsilon, limit_delta)
+        pre = PREPROCESS_SHARE * run_rho if tasks else 0.0
+        rest = run_rho - pre
+        one_way = spec.selection.one_way_share * rest
+        score = spec.selection.score_share * rest
+        return cls(run_rho, limit_rho, limit_delta, spec.privacy.delta * extra,
+                   spec.privacy.limit.delta * extra, pre,
+                   Budget(one_way, score, rest - one_way - score))
 
     def stage_rho(self, stage: str) -> float:
-        return {"selection": self.split.one_way + self.split.score,
+        return {"preprocessed": self.preprocess, "selection": self.split.one_way + self.split.score,
                 "measurements": self.split.measure}.get(stage, 0.0)
+
+    def stage_delta_extra(self, stage: str) -> float:
+        return self.run_delta_extra if stage == "preprocessed" else 0.0
 
     def epsilon(self, rho: float) -> float:
         return epsilon_from_rho(rho, self.delta)
@@ -67,6 +90,7 @@ def ledger_metadata(ledger: PrivacyLedger, dataset: str, budget: DatasetBudget, 
         "privacy/epsilon_limit": dg.MetadataValue.float(budget.epsilon(budget.limit_rho)),
         "privacy/rho_spent": dg.MetadataValue.float(s.spent_rho),
         "privacy/rho_remaining": dg.MetadataValue.float(remaining),
+        "privacy/delta_extra_spent": dg.MetadataValue.float(s.spent_delta_extra),
         "privacy/this_run_rho_by_stage": dg.MetadataValue.json(by_stage),
     }
 
@@ -94,10 +118,12 @@ def private_stage(context: dg.AssetExecutionContext, ledger: PrivacyLedger, data
     in_run = stages_in_run(context, dataset)
     private = [s for s in PRIVATE_STAGES if s in in_run]
     request = sum(budget.stage_rho(s) for s in private)
+    request_delta = sum(budget.stage_delta_extra(s) for s in private)
     run_id = context.run_id
     if request > 0:
         try:
-            ledger.reserve(dataset, run_id, request, budget.limit_rho, delta=budget.delta)
+            ledger.reserve(dataset, run_id, request, budget.limit_rho, request_delta,
+                           budget.limit_delta_extra, delta=budget.delta)
         except BudgetExceeded as e:
             raise dg.Failure(description=str(e), metadata={"dataset": dataset}) from None
     try:

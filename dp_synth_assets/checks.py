@@ -7,8 +7,8 @@ they read the synthetic table and never the source. Each check runs one GX 1.x s
 
 - `schema` (ERROR, blocking): the synthetic table has the source's columns, in order, with the
   source's SQL types, in the warehouse table and in the Parquet copy.
-- `domain` (ERROR, blocking): categorical values in the declared categories (or the `other`
-  label), numbers and dates inside the declared bounds.
+- `domain` (ERROR, blocking): categorical values among the plan's categories, rare members or
+  the `other` label; numbers and dates inside the plan's bounds.
 - `row_count` (ERROR): the requested number of rows.
 - `null_fraction` (WARN): each nullable column's NULL share within a tolerance of the noisy
   estimate from the measured 1-way marginal (see `tolerances`).
@@ -24,7 +24,7 @@ import pandas as pd
 from resources.warehouse import WarehouseResource
 
 from .core.config import DatasetSpec
-from .core.domain import EncodingPlan, encode_expression, value_bounds
+from .core.domain import EncodingPlan, allowed_values, encode_expression, value_bounds
 from .core.measure import Measurement
 from .core.sql import ident, literal
 
@@ -127,7 +127,7 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
             continue
         if e.kind == "categorical":
             expectations.append(Expectation("ExpectColumnValuesToBeInSet", {
-                "column": e.column, "value_set": list(e.categories) + [e.other_label]}))
+                "column": e.column, "value_set": allowed_values(e)}))
         elif e.kind == "boolean":
             expectations.append(Expectation("ExpectColumnValuesToBeInSet", {
                 "column": e.column, "value_set": [False, True]}))

@@ -100,19 +100,23 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
               kinds={"duckdb"}, description="Public encoding plan and the encoded view (private).")
     def preprocessed(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                      ledger: LedgerResource) -> dg.MaterializeResult:
-        with private_stage(context, ledger.ledger(), dataset, "preprocessed", budget):
+        led = ledger.ledger()
+        with private_stage(context, led, dataset, "preprocessed", budget) as stage:
             with warehouse.connect() as con:
                 try:
                     plan = margs.prepare_encoded_view(con, spec, dataset, Path(warehouse.base_dir),
-                                                      encoded_view(dataset))
+                                                      encoded_view(dataset), budget.preprocess,
+                                                      budget.run_delta_extra, stage.charge)
                 except (SchemaError, SourceError) as e:
                     raise dg.Failure(description=str(e)) from None
             path = write_json(warehouse, dataset, "plan.json", json.loads(plan.to_json()))
+        context.log.info(f"encoded {len(plan.columns)} columns; domain {plan.domain}")
         return dg.MaterializeResult(metadata={
             "encoding_plan": dg.MetadataValue.json(json.loads(plan.to_json())),
             "domain": dg.MetadataValue.json(plan.domain),
             "view": encoded_view(dataset),
             "plan_path": dg.MetadataValue.path(path),
+            **(ledger_metadata(led, dataset, budget, context.run_id) if budget.preprocess else {}),
         })
 
     @dg.asset(key=key("marginals"), deps=[key("preprocessed")], group_name=dataset, tags=PRIVATE,

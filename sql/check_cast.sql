@@ -1,1 +1,1 @@
-bool_or({column} IS NOT NULL AND TRY_CAST({column} AS {sql_type}) IS NULL) AS {alias}
+bool_or(NOT ({is_null}) AND TRY_CAST({column} AS {sql_type}) IS NULL) AS {alias}

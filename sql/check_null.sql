@@ -1,1 +1,1 @@
-bool_or({column} IS NULL) AS {alias}
+bool_or({is_null}) AS {alias}

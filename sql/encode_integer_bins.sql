@@ -1,2 +1,2 @@
-CASE WHEN {column} IS NULL THEN {null_code}
+CASE WHEN {is_null} THEN {null_code}
      ELSE least(greatest(({value} - {low}) * {bins} // {span}, 0), {last_bin}) END

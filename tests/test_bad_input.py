@@ -80,8 +80,10 @@ def write_registry(tmp_path, entry) -> str:
     ({"epsilon": 1.0}, "'epsilon'"),                          # unknown key
     ({"rows": "many"}, "'rows'"),                              # wrong kind
     ({"method": "magic"}, "'method'"),
-    ({"columns": {"age": {"kind": "integer"}, "sex": {"kind": "categorical", "categories": ["F"]}}},
-     "columns.age"),                                           # bounds missing
+    ({"columns": {"age": {"kind": "integer", "binning": "privtree", "bins": 10},
+                  "sex": {"kind": "categorical", "categories": ["F"]}}}, "columns.age"),
+    ({"columns": {"age": {"kind": "integer", "categories": [1, 2]},
+                  "sex": {"kind": "categorical", "rare": "sometimes"}}}, "columns.sex.rare"),
     ({"columns": {"age": {"kind": "number", "bounds": [0, 1]}, "sex": {"kind": "boolean"}}},
      "columns.age.kind"),
     ({"schedule": "every monday"}, "'schedule'"),

@@ -131,7 +131,7 @@ def test_every_column_has_at_most_32_codes() -> None:
             codes = 2
         else:
             codes = spec.bins or DEFAULT_BINS
-        assert codes + spec.nullable <= 32, name
+        assert codes + spec.is_nullable <= 32, name
 
 
 def test_registry_entry_loads_and_equals_the_example_columns() -> None:

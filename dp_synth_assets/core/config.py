@@ -30,45 +30,85 @@ class _Strict(BaseModel):
 
 
 class ColumnSpec(_Strict):
-    """A column's declared kind and public domain.
+    """A column's declared kind and public domain, and how `preprocessed` encodes it.
 
-    categorical: `categories` lists the kept values; anything else in the source maps to the `other`
-    code, decoded as `other_label`. integer / float / datetime: `bounds` [low, high] (dates as ISO
-    strings) cut into `bins` uniform bins; values outside are clamped to the first/last bin.
-    boolean: two codes. `nullable: true` adds a code for NULL.
+    categorical: `categories` lists the kept values; anything else in the source maps to the
+    `other` code, decoded as `other_label`. Without `categories`, the kept values are discovered
+    with a thresholded Gaussian histogram (DP, approximate zCDP). `rare` merges categories whose
+    noisy count is small into one rare code: `merge` (benchmark Algorithm 1, threshold
+    max(theta * n_hat, 3 sigma); the default when categories are discovered), `filter_combine`
+    (PrivSyn's rule) or `none` (the default for declared categories).
+    integer / float / datetime: `bounds` [low, high] (dates as ISO strings); without them, DP
+    bounds from noisy quantiles over a public candidate grid. `binning: uniform` cuts the bounds
+    into `bins` equal bins (no budget); `binning: privtree` finds adaptive bins with PrivTree
+    (DP). Values outside the bounds are clamped into the first or last bin.
+    boolean: two codes. `nullable` adds a code for NULL; unset, it is true exactly when the domain
+    is discovered (no `categories` / no `bounds`) or `missing` markers are given. `missing` lists
+    source values read as NULL (e.g. "?", "").
     """
 
     kind: Literal["categorical", "integer", "float", "datetime", "boolean"]
     categories: list[str | int | bool] | None = None
+    rare: Literal["none", "merge", "filter_combine"] | None = None
+    theta: float = Field(default=0.002, ge=0, lt=1)
     other_label: str = "other"
     bounds: tuple[float | int | date | datetime | str, float | int | date | datetime | str] | None = None
+    binning: Literal["uniform", "privtree"] | None = None
     bins: int | None = Field(default=None, ge=1, le=4096)
-    nullable: bool = False
+    nullable: bool | None = None
+    missing: list[str] = []
 
     @model_validator(mode="after")
     def _domain_matches_kind(self) -> "ColumnSpec":
         if self.kind == "categorical":
-            if not self.categories:
-                raise ValueError("a categorical column needs a non-empty `categories` list")
-            if len(set(map(str, self.categories))) != len(self.categories):
+            if self.categories is not None and not self.categories:
+                raise ValueError("`categories` is empty: list the values, or leave it out to "
+                                 "discover them with DP")
+            if self.categories and len(set(map(str, self.categories))) != len(self.categories):
                 raise ValueError("`categories` has duplicates")
-            if self.bounds is not None or self.bins is not None:
-                raise ValueError("`bounds`/`bins` do not apply to a categorical column")
+            if self.bounds is not None or self.bins is not None or self.binning is not None:
+                raise ValueError("`bounds`/`bins`/`binning` do not apply to a categorical column")
         elif self.kind == "boolean":
-            if self.categories is not None or self.bounds is not None or self.bins is not None:
-                raise ValueError("a boolean column takes no `categories`, `bounds` or `bins`")
+            if any(v is not None for v in (self.categories, self.bounds, self.bins, self.binning,
+                                           self.rare)):
+                raise ValueError("a boolean column takes no `categories`, `rare`, `bounds`, "
+                                 "`bins` or `binning`")
         else:
-            if self.categories is not None:
-                raise ValueError(f"`categories` does not apply to a {self.kind} column")
-            if self.bounds is None:
-                raise ValueError(f"a {self.kind} column needs `bounds: [low, high]`")
-            low, high = self.numeric_bounds()
-            if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
-                raise ValueError(f"`bounds` must be finite with low < high, got {list(self.bounds)}")
+            if self.categories is not None or self.rare is not None:
+                raise ValueError(f"`categories`/`rare` do not apply to a {self.kind} column")
+            if self.binning == "privtree" and self.bins is not None:
+                raise ValueError("`bins` does not apply to `binning: privtree` (it finds its own)")
+            if self.bounds is not None:
+                low, high = self.numeric_bounds()
+                if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
+                    raise ValueError(f"`bounds` must be finite with low < high, got {list(self.bounds)}")
+        if self.nullable is False and self.missing:
+            raise ValueError("`missing` markers become NULLs, so the column must be nullable")
         return self
 
+    @property
+    def discovered(self) -> bool:
+        """Whether the domain comes from the data through a DP mechanism."""
+        return (self.kind == "categorical" and self.categories is None) or (
+            self.kind in ("integer", "float", "datetime") and self.bounds is None)
+
+    @property
+    def is_nullable(self) -> bool:
+        return self.nullable if self.nullable is not None else (self.discovered or bool(self.missing))
+
+    @property
+    def rare_rule(self) -> str:
+        if self.kind != "categorical":
+            return "none"
+        return self.rare or ("merge" if self.categories is None else "none")
+
+    @property
+    def binning_rule(self) -> str:
+        return self.binning or "uniform"
+
     def numeric_bounds(self) -> tuple[float, float]:
-        """Bounds as numbers: datetimes as days since 1970-01-01 (fractional for timestamps)."""
+        """Declared bounds as numbers: datetimes as days since 1970-01-01 (fractional for
+        timestamps)."""
         assert self.bounds is not None
         if self.kind == "datetime":
             return tuple(_as_days(b) for b in self.bounds)  # type: ignore[return-value]

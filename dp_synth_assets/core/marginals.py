@@ -13,8 +13,10 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from .config import CsvSource, DatasetSpec, ParquetSource, TableSource
-from .domain import EncodingPlan, SchemaError, build_plan, cast_type, encode_view_sql
+from .config import ColumnSpec, CsvSource, DatasetSpec, ParquetSource, TableSource
+from .domain import (EncodingPlan, SchemaError, build_plan, cast_type, check_columns,
+                     encode_view_sql, is_null_condition)
+from .preprocess import preprocess
 from .sql import ident, literal, sql
 
 Clique = tuple[str, ...]
@@ -50,7 +52,8 @@ def describe_source(con: duckdb.DuckDBPyConnection, relation: str, dataset: str)
     return {name: sql_type for name, sql_type, *_ in rows}
 
 
-def validate_source(con: duckdb.DuckDBPyConnection, relation: str, plan: EncodingPlan,
+def validate_source(con: duckdb.DuckDBPyConnection, relation: str,
+                    columns: dict[str, ColumnSpec], source_types: dict[str, str],
                     dataset: str) -> None:
     """Refuse a source that is empty, has uncastable values or NULLs where none are declared.
 
@@ -60,17 +63,21 @@ def validate_source(con: duckdb.DuckDBPyConnection, relation: str, plan: Encodin
     if not con.execute(sql("check_not_empty", source=relation)).fetchone()[0]:
         raise SourceError(f"dataset {dataset!r}: the source {relation} has no rows; load data first")
     checks, problems = [], []
-    for i, e in enumerate(plan.encodings):
-        col = ident(e.column)
-        target = cast_type(e)
+    for i, (name, spec) in enumerate(columns.items()):
+        col, is_null = ident(name), is_null_condition(name, spec.missing)
+        target = cast_type(spec, source_types[name])
         if target is not None:
-            checks.append(sql("check_cast", column=col, sql_type=target, alias=f"cast_{i}"))
-            problems.append(f"column {e.column!r} has values that cannot be cast to {target} "
-                            f"(declared kind {e.kind}); fix the data or the declared kind")
-        if not e.nullable:
-            checks.append(sql("check_null", column=col, alias=f"null_{i}"))
-            problems.append(f"column {e.column!r} has NULLs but is not declared nullable; "
+            checks.append(sql("check_cast", column=col, is_null=is_null, sql_type=target,
+                              alias=f"cast_{i}"))
+            problems.append(f"column {name!r} has values that cannot be cast to {target} "
+                            f"(declared kind {spec.kind}); fix the data, the declared kind, or "
+                            "list the placeholder values under `missing:`")
+        if not spec.is_nullable:
+            checks.append(sql("check_null", is_null=is_null, alias=f"null_{i}"))
+            problems.append(f"column {name!r} has NULLs but is not declared nullable; "
                             "add `nullable: true` to its spec")
+    if not checks:
+        return
     flags = con.execute(sql("check_source", checks=", ".join(checks), source=relation)).fetchone()
     found = [p for p, flag in zip(problems, flags) if flag]
     if found:
@@ -78,16 +85,23 @@ def validate_source(con: duckdb.DuckDBPyConnection, relation: str, plan: Encodin
 
 
 def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str,
-                         base_dir: Path, view: str) -> EncodingPlan:
-    """Build the encoding plan from the spec and the source schema, validate the source, and
-    create the encoded view (a view, not a copy)."""
+                         base_dir: Path, view: str, rho: float = 0.0, delta_extra: float = 0.0,
+                         charge=None) -> EncodingPlan:
+    """Check the source against the spec, learn the undeclared parts of the domain with DP
+    (`preprocess`, spending `rho` and `delta_extra` through `charge`), and create the encoded
+    view (a view, not a copy). Every check runs before any budget is spent."""
     relation = source_relation(spec, base_dir)
     types = describe_source(con, relation, dataset)
     try:
-        plan = build_plan(spec.columns, types)
+        check_columns(spec.columns, types)
     except SchemaError as e:
         raise SchemaError(f"dataset {dataset!r}: {e}") from None
-    validate_source(con, relation, plan, dataset)
+    validate_source(con, relation, spec.columns, types, dataset)
+    derived = preprocess(con, relation, spec.columns, types, rho, delta_extra, charge)
+    try:
+        plan = build_plan(spec.columns, types, derived)
+    except SchemaError as e:
+        raise SchemaError(f"dataset {dataset!r}: {e}") from None
     schema = view.rsplit(".", 1)[0]
     con.execute(sql("create_schema", schema=ident(schema)))
     con.execute(encode_view_sql(plan, view, relation))
