@@ -5,6 +5,7 @@ environment) and what tests call (with temporary paths). The registry is validat
 malformed datasets.yaml fails here, when the definitions load.
 """
 
+import logging
 from pathlib import Path
 
 import dagster as dg
@@ -14,7 +15,11 @@ from resources.warehouse import WarehouseResource
 
 from .automation import build_job, build_schedule, build_source_sensor
 from .core.config import load_registry
+from .core.marginals import source_available, source_path
 from .pipeline import build_checks, build_dataset_assets
+
+
+log = logging.getLogger("dp_synth")
 
 
 def build_definitions(datasets: str | Path, warehouse: str | Path, ledger: str | Path,
@@ -23,6 +28,10 @@ def build_definitions(datasets: str | Path, warehouse: str | Path, ledger: str |
     registry = load_registry(datasets)
     assets, checks, jobs, schedules, sensors = [], [], [], [], []
     for name, spec in registry.items():
+        if spec.optional and not source_available(spec, datasets.parent):
+            log.warning(f"dataset {name!r} skipped: its source file {source_path(spec, datasets.parent)} "
+                        "is absent (it is marked optional in datasets.yaml)")
+            continue
         assets += build_dataset_assets(name, spec)
         checks.append(build_checks(name, spec))
         job = build_job(name)

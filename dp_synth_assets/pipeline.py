@@ -19,7 +19,7 @@ from resources.warehouse import WarehouseResource
 
 from .budget import DatasetBudget, ledger_metadata, private_stage
 from .core import marginals as margs
-from .core.config import DatasetSpec, ParquetSource, TableSource
+from .core.config import DatasetSpec, TableSource
 from .core.domain import EncodingPlan, SchemaError
 from .core.generate import pgm
 from .core.marginals import SourceError
@@ -80,8 +80,7 @@ def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec,
             relation = margs.source_relation(spec, Path(warehouse.base_dir))
             value = con.execute(sql("fingerprint_table", source=relation)).fetchone()[0]
     else:
-        path = Path(spec.source.parquet if isinstance(spec.source, ParquetSource) else spec.source.csv)
-        path = path if path.is_absolute() else Path(warehouse.base_dir) / path
+        path = margs.source_path(spec, Path(warehouse.base_dir))
         files = sorted(path.parent.glob(path.name))
         value = ";".join(f"{f}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in files)
     return hashlib.sha256(str(value).encode()).hexdigest()[:32]

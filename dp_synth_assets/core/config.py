@@ -215,6 +215,9 @@ class DatasetSpec(_Strict):
     selection: SelectionSettings = SelectionSettings()
     model: ModelSettings = ModelSettings()
     description: str | None = None
+    # optional: a file source that may be absent (e.g. shared benchmark data); the dataset is
+    # skipped, with a message, when its file is missing
+    optional: bool = False
 
     @field_validator("columns")
     @classmethod

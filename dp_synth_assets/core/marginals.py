@@ -13,7 +13,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from .config import ColumnSpec, CsvSource, DatasetSpec, ParquetSource, TableSource
+from .config import ColumnSpec, DatasetSpec, ParquetSource, TableSource
 from .domain import (EncodingPlan, SchemaError, build_plan, cast_type, check_columns,
                      encode_view_sql, is_null_condition)
 from .preprocess import preprocess
@@ -28,16 +28,27 @@ class SourceError(ValueError):
 
 def source_relation(spec: DatasetSpec, base_dir: Path) -> str:
     """The SQL relation reading a dataset's source (a table, a Parquet glob or a CSV file)."""
+    path = source_path(spec, base_dir)
+    if path is None:
+        return ident(spec.source.table)
+    if isinstance(spec.source, ParquetSource):
+        return f"read_parquet({literal(path)})"
+    return f"read_csv({literal(path)}, auto_detect = true)"
+
+
+def source_path(spec: DatasetSpec, base_dir: Path) -> Path | None:
+    """The file (or glob) of a Parquet/CSV source, resolved against `base_dir`; None for tables."""
     src = spec.source
     if isinstance(src, TableSource):
-        return ident(src.table)
+        return None
     path = Path(src.parquet if isinstance(src, ParquetSource) else src.csv)
-    if not path.is_absolute():
-        path = (base_dir / path).resolve()
-    if isinstance(src, ParquetSource):
-        return f"read_parquet({literal(path)})"
-    assert isinstance(src, CsvSource)
-    return f"read_csv({literal(path)}, auto_detect = true)"
+    return path if path.is_absolute() else (base_dir / path).resolve()
+
+
+def source_available(spec: DatasetSpec, base_dir: Path) -> bool:
+    """Whether a file source exists (tables are checked when a run reads them)."""
+    path = source_path(spec, base_dir)
+    return path is None or any(path.parent.glob(path.name))
 
 
 def describe_source(con: duckdb.DuckDBPyConnection, relation: str, dataset: str) -> dict[str, str]:
