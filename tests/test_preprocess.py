@@ -1,0 +1,236 @@
+"""DP preprocessing: each mechanism's spend, PrivTree's split rule, rare merging, and awkward
+columns, on real DuckDB tables (no Dagster)."""
+
+import math
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+from dp_synth_assets.core.config import ColumnSpec
+from dp_synth_assets.core.domain import build_plan, decode, encode_view_sql
+from dp_synth_assets.core.marginals import SourceError, validate_source
+from dp_synth_assets.core.preprocess import (PRIVTREE_THETA, all_tasks, bounds_threshold,
+                                             discovery_threshold, occupied_span, preprocess,
+                                             privtree_epsilon, privtree_lambda,
+                                             privtree_split_decisions)
+
+
+class Recorder:
+    def __init__(self):
+        self.spends = []
+
+    def __call__(self, spend, **params):
+        self.spends.append((spend, params))
+
+
+def table(con, name: str, frame: pd.DataFrame) -> str:
+    con.register("frame", frame)
+    con.execute(f"CREATE OR REPLACE TABLE {name} AS SELECT * FROM frame")
+    con.unregister("frame")
+    return name
+
+
+def types_of(con, relation: str) -> dict[str, str]:
+    return {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+
+
+def run(con, relation, columns, rho=1.0, delta=1e-6):
+    charge = Recorder()
+    types = types_of(con, relation)
+    validate_source(con, relation, columns, types, "t")
+    derived = preprocess(con, relation, columns, types, rho, delta, charge)
+    return build_plan(columns, types, derived), charge
+
+
+@pytest.fixture()
+def con():
+    c = duckdb.connect()
+    yield c
+    c.close()
+
+
+@pytest.fixture()
+def mixed(con):
+    rng = np.random.default_rng(0)
+    n = 4000
+    frame = pd.DataFrame({
+        "city": rng.choice(["Oslo", "Lima", "Pune", "Rare1", "Rare2"], n, p=[.5, .3, .19, .005, .005]),
+        "grade": rng.choice(["A", "B", "C"], n, p=[.6, .39, .01]),
+        "age": rng.integers(18, 80, n),
+        "income": rng.lognormal(10, 1, n),
+    })
+    return table(con, "mixed", frame)
+
+
+COLUMNS = {
+    "city": ColumnSpec(kind="categorical"),                                     # discover
+    "grade": ColumnSpec(kind="categorical", categories=["A", "B", "C"], rare="merge"),  # rare
+    "age": ColumnSpec(kind="integer"),                                          # bounds
+    "income": ColumnSpec(kind="float", bounds=[0, 200000], binning="privtree"),  # privtree
+}
+
+
+def test_each_mechanism_charges_what_its_map_reports_and_all_add_up_to_the_stage_rho(con, mixed):
+    plan, charge = run(con, mixed, COLUMNS, rho=0.2, delta=1e-6)
+    by_mechanism = {s.mechanism: s for s, _ in charge.spends}
+    assert set(by_mechanism) == {"gaussian_threshold", "gaussian_counts", "privtree"}
+    assert len(charge.spends) == len(all_tasks(COLUMNS)) == 4
+    assert math.isclose(sum(s.rho for s, _ in charge.spends), 0.2, rel_tol=1e-9)
+    assert 0 < sum(s.delta_extra for s, _ in charge.spends) <= 1e-6  # the one discovery's share
+    for spend, _ in charge.spends:
+        assert math.isclose(spend.rho, 0.05, rel_tol=1e-9)
+        if spend.mechanism == "gaussian_counts":
+            assert math.isclose(spend.rho, 1 / (2 * spend.scale ** 2), rel_tol=1e-12)
+        if spend.mechanism == "privtree":  # epsilon-DP tree charged epsilon^2 / 2
+            assert math.isclose(spend.rho, privtree_epsilon(spend.scale) ** 2 / 2, rel_tol=1e-12)
+    threshold = next(s for s, _ in charge.spends if s.mechanism == "gaussian_threshold")
+    assert 0 < threshold.delta_extra <= 1e-6
+
+
+def test_discovery_threshold_is_the_smallest_meeting_the_delta():
+    scale = 10.0
+    t = discovery_threshold(scale, 1e-9)
+    from dp_synth_assets.core.preprocess import _threshold_measurement
+
+    assert _threshold_measurement(scale, t).map((1, 1, 1))[1] <= 1e-9
+    assert _threshold_measurement(scale, t - 1).map((1, 1, 1))[1] > 1e-9
+
+
+def test_privtree_splits_follow_the_biased_count_rule():
+    counts = np.array([400, 10, 0, 0, 0, 0, 250, 300], dtype=np.int64)
+    scale = 20.0
+    delta = scale * math.log(2)
+    seen = []
+
+    def no_noise(biased):
+        seen.append(biased)
+        return biased
+
+    leaves = privtree_split_decisions(counts, scale, PRIVTREE_THETA, None, 10, no_noise)
+    # replay the rule independently: split while max(c - depth*delta, theta - delta) > theta
+    expected, queue = [], [(0, 8, 0)]
+    biased_values = []
+    while queue:
+        first, stop, depth = queue.pop(0)
+        b = max(counts[first:stop].sum() - depth * delta, PRIVTREE_THETA - delta)
+        biased_values.append(b)
+        if b > PRIVTREE_THETA and stop - first >= 2:
+            mid = (first + stop) // 2
+            queue += [(first, mid, depth + 1), (mid, stop, depth + 1)]
+        else:
+            expected.append((first, stop))
+    assert [(n.first, n.stop) for n in leaves] == sorted(expected)
+    assert seen == pytest.approx(biased_values)
+    # and a node whose noisy biased count is not above theta is never split
+    leaves = privtree_split_decisions(counts, scale, PRIVTREE_THETA, None, 10, lambda b: -1.0)
+    assert [(n.first, n.stop) for n in leaves] == [(0, 8)]
+
+
+def test_privtree_noise_scale_gives_the_charged_epsilon():
+    assert math.isclose(privtree_epsilon(privtree_lambda(0.3)), 0.3, rel_tol=1e-12)
+    assert math.isclose(privtree_lambda(1.0), 3.0)  # fanout 2: (2*2-1)/(2-1)
+
+
+def test_rare_merge_with_large_epsilon_and_theta_zero_keeps_every_category_above_3_sigma(con):
+    frame = pd.DataFrame({"c": ["a"] * 50 + ["b"] * 5 + ["c"] * 1})
+    relation = table(con, "few", frame)
+    spec = {"c": ColumnSpec(kind="categorical", categories=["a", "b", "c", "d"], rare="merge",
+                            theta=0.0),
+            "k": ColumnSpec(kind="boolean")}
+    con.execute("ALTER TABLE few ADD COLUMN k BOOLEAN DEFAULT true")
+    plan, charge = run(con, relation, spec, rho=1e6)
+    sigma = charge.spends[0][0].scale
+    assert 3 * sigma < 1  # every present category is above 3 sigma
+    e = plan["c"]
+    assert {"a", "b", "c"} <= set(e.categories)  # a lone sub-threshold "d" stays itself
+    assert e.rare is None
+
+
+def test_rare_merge_moves_small_categories_to_one_rare_code_decoded_by_noisy_counts(con, mixed):
+    plan, _ = run(con, mixed, {"city": ColumnSpec(kind="categorical", theta=0.02),
+                               "age": ColumnSpec(kind="integer", bounds=[0, 100])}, rho=10.0)
+    e = plan["city"]
+    assert set(e.categories) == {"Oslo", "Lima", "Pune"}
+    assert {m for m, _ in e.rare} == {"Rare1", "Rare2"}
+    codes = np.full(2000, e.rare_code)
+    decoded = decode(plan, {"city": codes, "age": np.zeros(2000, int)}, np.random.default_rng(1))
+    values = set(decoded.column("city").to_pylist())
+    assert values == {"Rare1", "Rare2"}
+
+
+def test_filter_and_combine_keeps_a_big_enough_remainder_and_drops_a_small_one():
+    from dp_synth_assets.core.preprocess import apply_rare_rule
+
+    spec = ColumnSpec(kind="categorical", categories=["a", "b", "c", "d"], rare="filter_combine")
+    sigma = 10.0  # 3 sigma = 30
+    kept = apply_rare_rule({"a": 500.0, "b": 20.0, "c": 15.0, "d": 2.0}, sigma, spec)
+    assert kept.categories == ("a",) and dict(kept.rare) == {"b": 20.0, "c": 15.0, "d": 2.0}
+    dropped = apply_rare_rule({"a": 500.0, "b": 20.0, "c": -4.0, "d": 2.0}, sigma, spec)
+    assert dropped.categories == ("a",) and dropped.rare is None  # 18 < 30: into `other`
+
+
+def test_merge_rule_cut_is_the_larger_of_theta_n_hat_and_3_sigma():
+    from dp_synth_assets.core.preprocess import apply_rare_rule
+
+    spec = ColumnSpec(kind="categorical", theta=0.05)
+    counts = {"a": 900.0, "b": 60.0, "c": 40.0, "d": 20.0}  # n_hat 1020: theta cut 51
+    assert {m for m, _ in apply_rare_rule(counts, 1.0, spec).rare} == {"c", "d"}
+    assert {m for m, _ in apply_rare_rule(counts, 25.0, spec).rare} == {"b", "c", "d"}  # 75
+
+
+def test_dp_bounds_cover_the_data_with_public_power_of_two_edges(con, mixed):
+    plan, _ = run(con, mixed, {"age": ColumnSpec(kind="integer"),
+                               "grade": ColumnSpec(kind="categorical", categories=["A", "B", "C"])},
+                  rho=1.0)
+    e = plan["age"]
+    assert (e.low, e.high) == (16.0, 127.0)  # 18..79 lies in [16, 32) .. [64, 128)
+
+
+def test_occupied_span_is_post_processing_of_noisy_counts():
+    noisy = np.array([0.0, 3.0, 50.0, 500.0, 40.0, 0.0, 600.0, 1.0])
+    assert occupied_span(noisy, 400.0, 30.0) == (2, 6)  # 3 and 6 clear; 2 (50 > 30) widens
+    assert occupied_span(np.array([1.0, 100.0, 50.0, 2.0]), 400.0, 30.0) == (1, 2)
+    assert bounds_threshold(1.0, 100) == pytest.approx(5.61, abs=0.01)
+
+
+def test_columns_with_only_nulls_one_value_or_empty_strings_are_handled(con):
+    frame = pd.DataFrame({
+        "nothing": pd.Series([None] * 300, dtype="Int64"),
+        "constant": [7] * 300,
+        "one": ["x"] * 300,
+        "blank": [""] * 200 + ["y"] * 100,
+        "blank_is_null": [""] * 200 + ["y"] * 100,
+    })
+    relation = table(con, "odd", frame)
+    columns = {"nothing": ColumnSpec(kind="integer"), "constant": ColumnSpec(kind="integer"),
+               "one": ColumnSpec(kind="categorical"), "blank": ColumnSpec(kind="categorical"),
+               "blank_is_null": ColumnSpec(kind="categorical", missing=[""])}
+    plan, _ = run(con, relation, columns, rho=50.0)
+    assert plan["nothing"].nullable and plan["nothing"].high > plan["nothing"].low
+    assert plan["constant"].low <= 7 <= plan["constant"].high
+    assert plan["one"].categories == ("x",)
+    assert set(plan["blank"].categories) == {"", "y"}
+    assert plan["blank_is_null"].categories == ("y",)
+    con.execute(encode_view_sql(plan, "enc", relation))
+    codes = con.execute("SELECT * FROM enc").fetchnumpy()
+    assert (codes["nothing"] == plan["nothing"].null_code).all()
+    assert (codes["blank_is_null"][:200] == plan["blank_is_null"].null_code).all()
+    back = decode(plan, codes, np.random.default_rng(0))
+    assert back.column("nothing").null_count == 300
+    assert set(back.column("constant").to_pylist()) <= set(range(int(plan["constant"].low),
+                                                                int(plan["constant"].high) + 1))
+
+
+def test_numbers_stored_as_text_with_bad_values_are_refused_or_read_as_missing(con):
+    frame = pd.DataFrame({"n": ["12", "40", "abc", "7", None]})
+    relation = table(con, "txt", frame)
+    types = types_of(con, relation)
+    with pytest.raises(SourceError, match="'n' has values that cannot be cast to BIGINT"):
+        validate_source(con, relation, {"n": ColumnSpec(kind="integer", bounds=[0, 50])}, types, "t")
+    plan, _ = run(con, relation, {"n": ColumnSpec(kind="integer", bounds=[0, 50],
+                                                  missing=["abc"])})
+    con.execute(encode_view_sql(plan, "enc2", relation))
+    codes = con.execute("SELECT n FROM enc2").fetchnumpy()["n"]
+    assert list(codes[[2, 4]]) == [plan["n"].null_code] * 2
