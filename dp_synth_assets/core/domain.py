@@ -130,12 +130,13 @@ def check_columns(columns: dict[str, ColumnSpec], source_types: dict[str, str]) 
 
 def build_plan(columns: dict[str, ColumnSpec], source_types: dict[str, str],
                derived: dict[str, Derived] | None = None) -> EncodingPlan:
-    """The encoding of every declared column, from its spec, the source's SQL type and what
-    preprocessing derived with DP."""
+    """The encoding of every declared column, in the source's column order, from its spec, the
+    source's SQL type and what preprocessing derived with DP."""
     check_columns(columns, source_types)
     derived = derived or {}
-    return EncodingPlan(tuple(_encoding(name, spec, source_types[name], derived.get(name, Derived()))
-                              for name, spec in columns.items()))
+    ordered = [name for name in source_types if name in columns]  # the source's column order
+    return EncodingPlan(tuple(_encoding(name, columns[name], source_types[name],
+                                        derived.get(name, Derived())) for name in ordered))
 
 
 def integer_valued(spec: ColumnSpec, source_type: str) -> bool:
