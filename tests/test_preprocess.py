@@ -234,3 +234,19 @@ def test_numbers_stored_as_text_with_bad_values_are_refused_or_read_as_missing(c
     con.execute(encode_view_sql(plan, "enc2", relation))
     codes = con.execute("SELECT n FROM enc2").fetchnumpy()["n"]
     assert list(codes[[2, 4]]) == [plan["n"].null_code] * 2
+
+
+def test_dates_without_bounds_get_year_bounds_and_decode_back_to_dates(con):
+    import datetime as dt
+
+    days = pd.to_datetime("2016-03-01") + pd.to_timedelta(np.arange(3000) % 900, unit="D")
+    relation = table(con, "dates", pd.DataFrame({"d": days.date, "k": [True] * 3000}))
+    plan, _ = run(con, relation, {"d": ColumnSpec(kind="datetime"), "k": ColumnSpec(kind="boolean")},
+                  rho=50.0)
+    e = plan["d"]
+    low, high = dt.date(1970, 1, 1) + dt.timedelta(days=e.low), dt.date(1970, 1, 1) + dt.timedelta(days=e.high)
+    assert (low, high) == (dt.date(2016, 1, 1), dt.date(2018, 12, 31))
+    con.execute(encode_view_sql(plan, "enc3", relation))
+    codes = con.execute("SELECT * FROM enc3").fetchnumpy()
+    back = decode(plan, codes, np.random.default_rng(0)).column("d").to_pylist()
+    assert all(isinstance(v, dt.date) and low <= v <= high for v in back)

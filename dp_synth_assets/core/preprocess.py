@@ -261,7 +261,7 @@ def dp_bounds(con, relation: str, name: str, spec: ColumnSpec, source_type: str,
         hist[int(b)] += int(n)
     noisy, spend = gaussian_counts(hist, rho)
     charge(spend, column=name, purpose="DP bounds (bucket histogram)")
-    first, last = occupied_span(noisy, bounds_threshold(spend.scale, hist.size), 2 * spend.scale)
+    first, last = occupied_span(noisy, bounds_threshold(spend.scale, hist.size), 3 * spend.scale)
     padded = np.concatenate([[edges[0]], edges, [edges[-1]]])  # outer buckets are clamped
     low, high = float(padded[first]), float(padded[last + 1])
     if integer_valued(spec, source_type):
