@@ -90,6 +90,12 @@ def test_two_runs_started_together_cannot_exceed_the_limit(tmp_path):
     project = make_project(tmp_path / "project", rows=1500, privacy={
         "epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 1.1, "delta": 1e-9}})
     env = cli_env(tmp_path, project)
+    # the instance exists before the race, as in any deployment (two processes creating its
+    # SQLite schema at once is Dagster's race, not the ledger's)
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        instance.get_runs()                 # run storage
+        instance.get_asset_keys()           # event log index
+        instance.all_instigator_state()     # schedule storage
     procs = [subprocess.Popen(MATERIALIZE, cwd=REPO, env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for _ in range(2)]
     outputs = [p.communicate(timeout=600)[0] for p in procs]
