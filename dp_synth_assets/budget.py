@@ -16,7 +16,7 @@ from resources.ledger import BudgetExceeded, PrivacyLedger
 from .core.config import DatasetSpec
 from .core.preprocess import all_tasks
 from .core.privacy import Spend, epsilon_from_rho, rho_from_epsilon_delta
-from .core.select import Budget
+from .core.select import METHODS, Budget
 
 PRIVATE_STAGES = ("preprocessed", "marginals", "selection", "measurements")
 STAGES = ("source", *PRIVATE_STAGES, "model", "synthetic")
@@ -43,6 +43,7 @@ class DatasetBudget:
     limit_delta_extra: float
     preprocess: float         # rho of the preprocessing stage
     split: Budget             # rho of selection and measurement
+    measures_in_selection: bool = False
 
     @classmethod
     def of(cls, spec: DatasetSpec) -> "DatasetBudget":
@@ -53,15 +54,19 @@ class DatasetBudget:
         limit_rho = rho_from_epsilon_delta(spec.privacy.limit.epsilon, limit_delta)
         pre = PREPROCESS_SHARE * run_rho if tasks else 0.0
         rest = run_rho - pre
-        one_way = spec.selection.one_way_share * rest
-        score = spec.selection.score_share * rest
+        method = METHODS[spec.method]
+        one_way = (spec.selection.one_way_share or method.one_way_share) * rest
+        score = (spec.selection.score_share or method.score_share) * rest
         return cls(run_rho, limit_rho, limit_delta, spec.privacy.delta * extra,
                    spec.privacy.limit.delta * extra, pre,
-                   Budget(one_way, score, rest - one_way - score))
+                   Budget(one_way, score, rest - one_way - score), method.measures_in_selection)
 
     def stage_rho(self, stage: str) -> float:
-        return {"preprocessed": self.preprocess, "selection": self.split.one_way + self.split.score,
-                "measurements": self.split.measure}.get(stage, 0.0)
+        """The rho a stage spends: adaptive methods spend the measurement budget in selection."""
+        in_selection = self.measures_in_selection
+        return {"preprocessed": self.preprocess,
+                "selection": self.split.one_way + self.split.score + (self.split.measure if in_selection else 0.0),
+                "measurements": 0.0 if in_selection else self.split.measure}.get(stage, 0.0)
 
     def stage_delta_extra(self, stage: str) -> float:
         return self.run_delta_extra if stage == "preprocessed" else 0.0

@@ -23,8 +23,7 @@ from .core.config import DatasetSpec, TableSource
 from .core.domain import EncodingPlan, SchemaError
 from .core.generate import pgm
 from .core.marginals import SourceError
-from .core.measure import (Measurement, clique_size, make_consistent, measure, optimal_split,
-                           total_estimate)
+from .core.measure import Measurement, clique_size, make_consistent, measure, total_estimate
 from .core.select import Selection, select
 from .core.sql import sql
 from .core.synthesize import write_synthetic
@@ -171,14 +170,17 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
                                     tuple(margs.all_cliques(plan.columns, 2)))
         led = ledger.ledger()
         with private_stage(context, led, dataset, "measurements", budget) as stage:
-            cliques = list(chosen.cliques)
-            rhos = dict(zip(cliques, optimal_split(budget.split.measure,
-                                                   [clique_size(c, plan.domain) for c in cliques])))
-            with warehouse.connect(read_only=True) as con:
-                exact = margs.read_marginals(con, table, cliques, plan.domain)
-            noisy = measure(exact, rhos, lambda spend, clique: stage.charge(spend, clique=list(clique)))
-            del exact
-            consistent = make_consistent(list(chosen.one_way) + noisy)
+            noisy = []
+            if chosen.cliques and budget.stage_rho("measurements") > 0:
+                # the selection's split, scaled to this run's measurement budget
+                scale = budget.stage_rho("measurements") / sum(chosen.budgets.values())
+                rhos = {c: chosen.budgets[c] * scale for c in chosen.cliques}
+                with warehouse.connect(read_only=True) as con:
+                    exact = margs.read_marginals(con, table, list(chosen.cliques), plan.domain)
+                noisy = measure(exact, rhos,
+                                lambda spend, clique: stage.charge(spend, clique=list(clique)))
+                del exact
+            consistent = make_consistent(list(chosen.one_way) + list(chosen.measured) + noisy)
             n_hat = total_estimate(consistent)
             path = write_json(warehouse, dataset, "measurements.json", {
                 "total_estimate": n_hat, "measurements": [m.to_dict() for m in consistent]})

@@ -183,9 +183,10 @@ class Privacy(_Strict):
 class SelectionSettings(_Strict):
     """Settings of the selection stage (see dp_synth_assets.core.select)."""
 
-    # rho shares of the run's budget: noisy 1-way marginals, noisy scores, measured marginals.
-    one_way_share: float = Field(default=0.1, gt=0, lt=1)
-    score_share: float = Field(default=0.1, gt=0, lt=1)
+    # rho shares of the run's budget: noisy 1-way marginals, selection mechanisms (scores,
+    # exponential mechanism), and the rest for measured marginals; unset: the method's default.
+    one_way_share: float | None = Field(default=None, gt=0, lt=1)
+    score_share: float | None = Field(default=None, gt=0, lt=1)
     # the greedy refuses a pair whose junction tree would exceed this many MB (float64 cells).
     max_model_mb: float = Field(default=4.0, gt=0)
 
@@ -205,7 +206,7 @@ class DatasetSpec(_Strict):
     source: Source
     columns: dict[str, ColumnSpec]
     privacy: Privacy
-    method: Literal["privsyn"] = "privsyn"
+    method: Literal["privsyn", "absyn", "aim", "mst", "ppsyn"] = "privsyn"
     generator: Literal["pgm"] = "pgm"
     rows: Literal["same"] | Annotated[int, Field(ge=1, le=1_000_000_000)] = "same"
     seed: int | None = None
@@ -238,7 +239,8 @@ class DatasetSpec(_Strict):
 
     @model_validator(mode="after")
     def _budget_shares(self) -> "DatasetSpec":
-        if self.selection.one_way_share + self.selection.score_share >= 1:
+        shares = (self.selection.one_way_share or 0) + (self.selection.score_share or 0)
+        if shares >= 1:
             raise ValueError("selection.one_way_share + selection.score_share must be below 1")
         return self
 

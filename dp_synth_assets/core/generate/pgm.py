@@ -59,8 +59,9 @@ def check_model_size(domain: dict[str, int], cliques: list[tuple[str, ...]], max
 
 
 def fit(domain: dict[str, int], measurements: list[Measurement], known_total: float,
-        iterations: int):
-    """A mbi MarkovRandomField fitted to the measurements."""
+        iterations: int, warm_start=None):
+    """A mbi MarkovRandomField fitted to the measurements (optionally warm-started from an
+    earlier model, as adaptive selection methods do between rounds)."""
     from mbi import Domain, LinearMeasurement
     from mbi.estimation import MirrorDescent
 
@@ -68,7 +69,7 @@ def fit(domain: dict[str, int], measurements: list[Measurement], known_total: fl
     linear = [LinearMeasurement(m.noisy.ravel(), tuple(m.clique), stddev=m.sigma)
               for m in measurements]
     return MirrorDescent().estimate(mbi_domain, linear, known_total=max(known_total, 1.0),
-                                    iters=iterations)
+                                    iters=iterations, warm_start=warm_start)
 
 
 def sample(model, rows: int, seed: int | None) -> dict[str, np.ndarray]:

@@ -1,9 +1,13 @@
 """Marginal selection: one `select(...)` signature for every method, one module per method.
 
 A method receives the dataset's domain, a marginal oracle (clique list -> exact count arrays, read
-from the private zone), its budget shares and a `charge(spend, **params)` callback that records
-every mechanism invocation in the ledger as it happens. It returns a `Selection`: the public result
-(noisy 1-way measurements, the chosen cliques and the rho each will be measured with).
+from the private zone), its `Budget` and a `charge(spend, **params)` callback that records every
+mechanism invocation in the ledger as it happens. It returns a `Selection`, the public result:
+the noisy 1-way measurements, the marginals it already measured (adaptive methods measure round
+by round), and the cliques still to measure in the `measurements` stage with the rho of each.
+
+`METHODS` registers each method's module, its default budget shares and whether it spends the
+measurement budget inside selection (then `measurements` only post-processes).
 """
 
 from collections.abc import Callable
@@ -17,6 +21,23 @@ from ..measure import Measurement
 Clique = tuple[str, ...]
 MarginalOracle = Callable[[list[Clique]], dict[Clique, np.ndarray]]
 Charge = Callable[..., None]
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    module: str                  # dp_synth_assets.core.select.<module>.select(...)
+    one_way_share: float         # default share of rho for the noisy 1-way marginals
+    score_share: float           # default share for selection mechanisms
+    measures_in_selection: bool  # spends the rest inside selection too
+
+
+METHODS = {
+    "privsyn": MethodInfo("privsyn", 0.1, 0.1, False),
+    "absyn": MethodInfo("absyn", 0.1, 0.1, False),
+    "mst": MethodInfo("mst", 1 / 3, 1 / 3, False),
+    "aim": MethodInfo("aim", 0.1, 0.1, True),
+    "ppsyn": MethodInfo("ppsyn", 0.1, 0.1, True),
+}
 
 
 @dataclass(frozen=True)
@@ -36,10 +57,11 @@ class Budget:
 class Selection:
     method: str
     one_way: tuple[Measurement, ...]
-    cliques: tuple[Clique, ...]
-    budgets: dict[Clique, float]
+    cliques: tuple[Clique, ...]          # still to measure, in `measurements`
+    budgets: dict[Clique, float]         # rho of each of those
     scores: dict[Clique, float] = field(default_factory=dict)
     details: dict = field(default_factory=dict)
+    measured: tuple[Measurement, ...] = ()  # measured during selection (adaptive methods)
 
     def to_dict(self) -> dict:
         return {
@@ -49,6 +71,7 @@ class Selection:
             "budgets": [[list(c), r] for c, r in self.budgets.items()],
             "scores": [[list(c), s] for c, s in self.scores.items()],
             "details": self.details,
+            "measured": [m.to_dict() for m in self.measured],
         }
 
     @classmethod
@@ -60,13 +83,17 @@ class Selection:
             budgets={tuple(c): float(r) for c, r in d["budgets"]},
             scores={tuple(c): float(s) for c, s in d["scores"]},
             details=d.get("details", {}),
+            measured=tuple(Measurement.from_dict(m) for m in d.get("measured", [])),
         )
 
 
 def select(method: str, domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge) -> Selection:
-    if method == "privsyn":
-        from .privsyn import select_privsyn
+    """Run `method` (a key of METHODS); its module defines `select(domain, oracle, budget,
+    settings, charge) -> Selection`."""
+    import importlib
 
-        return select_privsyn(domain, oracle, budget, settings, charge)
-    raise ValueError(f"unknown selection method {method!r}")
+    if method not in METHODS:
+        raise ValueError(f"unknown selection method {method!r}; choose one of {sorted(METHODS)}")
+    module = importlib.import_module(f"{__name__}.{METHODS[method].module}")
+    return module.select(domain, oracle, budget, settings, charge)

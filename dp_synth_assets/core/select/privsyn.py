@@ -93,7 +93,7 @@ def greedy_dense_marg(pairs: list[Clique], dependency: np.ndarray, domain: dict[
     return [pairs[i] for i in chosen], trace
 
 
-def select_privsyn(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
+def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
                    settings: SelectionSettings, charge: Charge) -> Selection:
     one_way = measure_one_way(domain, oracle, budget.one_way, charge)
     pairs = list(itertools.combinations(list(domain), 2))
