@@ -48,6 +48,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--method", default="privsyn")
     parser.add_argument("--iterations", type=int, default=None, help="model.iterations")
     parser.add_argument("--max-model-mb", type=float, default=None, help="selection.max_model_mb")
     args = parser.parse_args()
@@ -86,7 +87,7 @@ def main() -> None:
                         for c, k in domain.items()},
             "privacy": {"epsilon": args.epsilon, "delta": 1e-9,
                         "limit": {"epsilon": 100.0, "delta": 1e-6}},
-            "method": "privsyn", "rows": "same", "seed": rep,
+            "method": args.method, "rows": "same", "seed": rep,
         }
         if args.iterations:
             entry["model"] = {"iterations": args.iterations}
@@ -103,13 +104,13 @@ def main() -> None:
         synth = pd.read_parquet(run_dir / "public" / "adult" / "synthetic.parquet")[cols]
         t2, t3 = fidelity(real, synth, triples)
         selected = json.loads((run_dir / "public" / "adult" / "selection.json").read_text())
-        records.append({"method": "privsyn", "epsilon": args.epsilon, "delta": 1e-9,
+        records.append({"method": args.method, "epsilon": args.epsilon, "delta": 1e-9,
                         "accounting": "tight", "seed": rep, "tvd2": t2, "tvd3": t3,
                         "seconds": seconds, "selected": len(selected["cliques"]),
                         "iterations": args.iterations, "max_model_mb": args.max_model_mb})
-        print(f"privsyn eps {args.epsilon} rep {rep}: tvd2 {t2:.4f} tvd3 {t3:.4f} "
+        print(f"{args.method} eps {args.epsilon} rep {rep}: tvd2 {t2:.4f} tvd3 {t3:.4f} "
               f"{seconds:.1f}s ({len(selected['cliques'])} pairs)")
-    out = ROOT / "bench" / "results" / "adult_pipeline.json"
+    out = ROOT / "bench" / "results" / f"adult_pipeline_{args.method}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(records, indent=1))
     print(f"wrote {out}")
