@@ -50,17 +50,18 @@ def test_triangulation_fills_in_a_chordless_cycle():
 
 
 def test_does_not_select_a_pair_independent_given_a_third_where_privsyn_does():
-    """absyn.txt Fig. 1: A2 and A3 depend on each other only through A1. With A3 = A1 the
-    CR-score of (A2, A3) is 0 up to the R-score noise (sigma 0.15 counts here), far below the
-    noise cost of measuring one more pair (about 50 counts at this rho_2), while InDif (PrivSyn)
-    sees a dependency worth thousands of counts."""
+    """absyn.txt Fig. 1: A2 and A3 depend on each other only through A1 (binary channels:
+    A2 flips A1 20% of the time, A3 flips it 5%; R_bar = correlation: 0.6, 0.9, 0.54 = 0.6 * 0.9).
+    Once (A1, A3) and (A1, A2) are selected, CR(A2, A3) = 0.54 - 0.6 * 0.9 = 0 up to sampling
+    noise (sd about 80 counts at n = 20,000), far below the cost of measuring a third pair at
+    this rho_2 (about 530 counts; 6.6 sd). InDif (PrivSyn) sees a dependency of ~10,000 counts."""
     rng = np.random.default_rng(0)
-    n = 10_000
+    n = 20_000
     a1 = rng.integers(0, 2, n)
-    a2 = np.where(rng.random(n) < 0.2, 1 - a1, a1)
-    data = {"A1": a1, "A2": a2, "A3": a1.copy()}
+    data = {"A1": a1, "A2": np.where(rng.random(n) < 0.2, 1 - a1, a1),
+            "A3": np.where(rng.random(n) < 0.05, 1 - a1, a1)}
     domain = {"A1": 2, "A2": 2, "A3": 2}
-    budget = Budget(one_way=10.0, score=1000.0, measure=0.01)
+    budget = Budget(one_way=10.0, score=1000.0, measure=1e-4)
     spends = []
     chosen = select("absyn", domain, oracle_of(data, domain), budget, SelectionSettings(),
                     lambda spend, **_: spends.append(spend))
