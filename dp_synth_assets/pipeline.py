@@ -171,14 +171,13 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         led = ledger.ledger()
         with private_stage(context, led, dataset, "measurements", budget) as stage:
             noisy = []
-            if chosen.cliques and budget.stage_rho("measurements") > 0:
+            if chosen.cliques and budget.stage_rho("measurements") > 0 and sum(chosen.budgets.values()) > 0:
                 # the selection's split, scaled to this run's measurement budget
                 scale = budget.stage_rho("measurements") / sum(chosen.budgets.values())
                 rhos = {c: chosen.budgets[c] * scale for c in chosen.cliques}
                 with warehouse.connect(read_only=True) as con:
                     exact = margs.read_marginals(con, table, list(chosen.cliques), plan.domain)
-                noisy = measure(exact, rhos,
-                                lambda spend, clique: stage.charge(spend, clique=list(clique)))
+                noisy = measure(exact, rhos, stage.charge)
                 del exact
             consistent = make_consistent(list(chosen.one_way) + list(chosen.measured) + noisy)
             n_hat = total_estimate(consistent)

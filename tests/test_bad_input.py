@@ -87,6 +87,7 @@ def write_registry(tmp_path, entry) -> str:
     ({"columns": {"age": {"kind": "number", "bounds": [0, 1]}, "sex": {"kind": "boolean"}}},
      "columns.age.kind"),
     ({"schedule": "every monday"}, "'schedule'"),
+    ({"method": "mst", "selection": {"one_way_share": 0.7}}, "one_way_share"),  # + mst's 1/3
 ])
 def test_malformed_registry_fails_at_load_naming_dataset_and_key(tmp_path, change, expected):
     path = write_registry(tmp_path, {**example_entry(), **change})

@@ -239,9 +239,14 @@ class DatasetSpec(_Strict):
 
     @model_validator(mode="after")
     def _budget_shares(self) -> "DatasetSpec":
-        shares = (self.selection.one_way_share or 0) + (self.selection.score_share or 0)
+        from .select import METHODS  # select imports this module: resolve at validation time
+
+        method = METHODS[self.method]
+        shares = ((self.selection.one_way_share or method.one_way_share)
+                  + (self.selection.score_share or method.score_share))
         if shares >= 1:
-            raise ValueError("selection.one_way_share + selection.score_share must be below 1")
+            raise ValueError(f"selection.one_way_share + selection.score_share must be below 1 "
+                             f"(with {self.method}'s defaults for unset shares: {shares:.3g})")
         return self
 
     @property

@@ -68,12 +68,12 @@ def expected_noise_error(rho: float, sizes: list[int]) -> float:
 
 def measure(exact: dict[Clique, np.ndarray], rhos: dict[Clique, float],
             charge) -> list[Measurement]:
-    """Noisy marginals with the discrete Gaussian mechanism; `charge(spend, clique)` is called
-    right after each draw so the ledger records it before anything is published."""
+    """Noisy marginals with the discrete Gaussian mechanism; `charge(spend, clique=...)` is
+    called right after each draw so the ledger records it before anything is published."""
     out = []
     for clique, rho in rhos.items():
         noisy, spend = gaussian_counts(exact[clique], rho)
-        charge(spend, clique)
+        charge(spend, clique=list(clique))
         out.append(Measurement(tuple(clique), noisy, spend.scale, spend.rho))
     return out
 

@@ -94,7 +94,7 @@ def greedy_dense_marg(pairs: list[Clique], dependency: np.ndarray, domain: dict[
 
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
-                   settings: SelectionSettings, charge: Charge) -> Selection:
+           settings: SelectionSettings, charge: Charge) -> Selection:
     one_way = measure_one_way(domain, oracle, budget.one_way, charge)
     pairs = list(itertools.combinations(list(domain), 2))
     exact = oracle(pairs)
