@@ -83,7 +83,8 @@ def main() -> None:
         con.close()
         entry = {
             "source": {"table": "main.adult"},
-            "columns": {c: {"kind": "categorical", "categories": list(range(k)), "other_label": "-1"}
+            # the public domain file is exhaustive: no `other` code
+            "columns": {c: {"kind": "categorical", "categories": list(range(k)), "other": False}
                         for c, k in domain.items()},
             "privacy": {"epsilon": args.epsilon, "delta": 1e-9,
                         "limit": {"epsilon": 100.0, "delta": 1e-6}},

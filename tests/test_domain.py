@@ -112,3 +112,20 @@ def test_rare_codes_and_privtree_edges_round_trip_through_sql(tmp_path):
     assert df["n"].between(0, 100).all() and df["x"].between(0, 10).all()
     assert {r[1] for r in con.execute("DESCRIBE synthetic.r").fetchall()} >= {"INTEGER", "DATE"}
     con.close()
+
+
+def test_exhaustive_categories_have_no_other_code_and_refuse_values_outside(tmp_path):
+    from dp_synth_assets.core.marginals import SourceError, validate_source
+
+    spec = {"g": ColumnSpec(kind="categorical", categories=[0, 1, 2], other=False),
+            "h": ColumnSpec(kind="boolean")}
+    plan = build_plan(spec, {"g": "INTEGER", "h": "BOOLEAN"})
+    assert plan.domain["g"] == 3 and plan["g"].other_code is None
+    con = duckdb.connect()
+    con.execute("CREATE TABLE ok AS SELECT (i % 3)::INTEGER AS g, true AS h FROM range(30) t(i)")
+    validate_source(con, "ok", spec, {"g": "INTEGER", "h": "BOOLEAN"}, "t")
+    con.execute(encode_view_sql(plan, "e", "ok"))
+    assert sorted({r[0] for r in con.execute("SELECT g FROM e").fetchall()}) == [0, 1, 2]
+    con.execute("CREATE TABLE bad AS SELECT (i % 4)::INTEGER AS g, true AS h FROM range(30) t(i)")
+    with pytest.raises(SourceError, match="'g' has values outside its declared categories"):
+        validate_source(con, "bad", spec, {"g": "INTEGER", "h": "BOOLEAN"}, "t")

@@ -33,7 +33,8 @@ class ColumnSpec(_Strict):
     """A column's declared kind and public domain, and how `preprocessed` encodes it.
 
     categorical: `categories` lists the kept values; anything else in the source maps to the
-    `other` code, decoded as `other_label`. Without `categories`, the kept values are discovered
+    `other` code, decoded as `other_label`; `other: false` declares the list exhaustive (no other
+    code; a value outside it is refused when the source is checked). Without `categories`, the kept values are discovered
     with a thresholded Gaussian histogram (DP, approximate zCDP). `rare` merges categories whose
     noisy count is small into one rare code: `merge` (benchmark Algorithm 1, threshold
     max(theta * n_hat, 3 sigma); the default when categories are discovered), `filter_combine`
@@ -52,6 +53,7 @@ class ColumnSpec(_Strict):
     rare: Literal["none", "merge", "filter_combine"] | None = None
     theta: float = Field(default=0.002, ge=0, lt=1)
     other_label: str = "other"
+    other: bool = True
     bounds: tuple[float | int | date | datetime | str, float | int | date | datetime | str] | None = None
     binning: Literal["uniform", "privtree"] | None = None
     bins: int | None = Field(default=None, ge=1, le=4096)
@@ -68,12 +70,17 @@ class ColumnSpec(_Strict):
                 raise ValueError("`categories` has duplicates")
             if self.bounds is not None or self.bins is not None or self.binning is not None:
                 raise ValueError("`bounds`/`bins`/`binning` do not apply to a categorical column")
-        elif self.kind == "boolean":
+            if not self.other and self.categories is None:
+                raise ValueError("`other: false` needs a declared `categories` list (the "
+                                 "exhaustive domain); discovered categories need the other code")
+        elif not self.other:
+            raise ValueError("`other` applies to categorical columns only")
+        if self.kind == "boolean":
             if any(v is not None for v in (self.categories, self.bounds, self.bins, self.binning,
                                            self.rare)):
                 raise ValueError("a boolean column takes no `categories`, `rare`, `bounds`, "
                                  "`bins` or `binning`")
-        else:
+        elif self.kind != "categorical":
             if self.categories is not None or self.rare is not None:
                 raise ValueError(f"`categories`/`rare` do not apply to a {self.kind} column")
             if self.binning == "privtree" and self.bins is not None:

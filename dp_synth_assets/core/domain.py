@@ -8,7 +8,8 @@ calls a Domain (attribute -> number of codes).
 
 Codes, per kind (the order is part of the contract):
 - categorical: one code per kept category, then the rare code (when categories were merged),
-  then the `other` code (values outside the list), then the null code when nullable. The rare
+  then the `other` code (values outside the list; absent with `other: false`), then the null
+  code when nullable. The rare
   code decodes to one of its members drawn in proportion to their noisy counts.
 - boolean: false = 0, true = 1, then the null code when nullable.
 - integer / DATE, uniform binning: exact integer arithmetic, code = (x - low) * bins // (high -
@@ -68,6 +69,7 @@ class Encoding:
     integer_bins: bool = False        # integer-valued bins (integers, DATE columns)
     nullable: bool = False
     missing: tuple[str, ...] = ()
+    has_other: bool = True            # categorical: an `other` code for values outside the list
 
     @property
     def null_code(self) -> int | None:
@@ -79,7 +81,7 @@ class Encoding:
 
     @property
     def other_code(self) -> int | None:
-        if self.kind != "categorical":
+        if self.kind != "categorical" or not self.has_other:
             return None
         return len(self.categories) + (1 if self.rare else 0)
 
@@ -151,10 +153,11 @@ def _encoding(name: str, spec: ColumnSpec, source_type: str, derived: Derived) -
     if spec.kind == "categorical":
         categories = tuple(spec.categories) if spec.categories is not None else (derived.categories or ())
         rare = derived.rare or None
-        other = _typed_label(name, spec.other_label, source_type, nullable)
-        size = len(categories) + (1 if rare else 0) + 1 + extra
+        other = _typed_label(name, spec.other_label, source_type, nullable) if spec.other else None
+        size = len(categories) + (1 if rare else 0) + (1 if spec.other else 0) + extra
         return Encoding(name, "categorical", source_type, size, categories=categories, rare=rare,
-                        other_label=other, nullable=nullable, missing=missing)
+                        other_label=other, nullable=nullable, missing=missing,
+                        has_other=spec.other)
     if spec.kind == "boolean":
         return Encoding(name, "boolean", source_type, 2 + extra, nullable=nullable, missing=missing)
     if spec.bounds is not None:
@@ -230,7 +233,7 @@ def encode_expression(e: Encoding) -> str:
         rare = "[" + ", ".join(literal(sql_text(m)) for m, _ in (e.rare or ())) + "]"
         return sql("encode_categorical", column=col, is_null=is_null, null_code=null_code,
                    categories=kept, rare=rare, rare_code=e.rare_code if e.rare else "NULL",
-                   other_code=e.other_code)
+                   other_code=e.other_code if e.has_other else "NULL")  # checked: none outside
     if e.kind == "boolean":
         return sql("encode_boolean", column=col, is_null=is_null, null_code=null_code)
     value = value_expression(e.column, e.kind, e.source_type)
@@ -312,7 +315,8 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
         labels = [_typed(c, arrow_type) for c in e.categories]
         if e.rare:
             labels.append(None)  # placeholder, filled below
-        labels.append(_typed(e.other_label, arrow_type))
+        if e.has_other:
+            labels.append(_typed(e.other_label, arrow_type))
         if e.nullable:
             labels.append(None)
         values = np.empty(codes.shape, dtype=object)

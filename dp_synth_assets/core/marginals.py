@@ -83,6 +83,15 @@ def validate_source(con: duckdb.DuckDBPyConnection, relation: str,
             problems.append(f"column {name!r} has values that cannot be cast to {target} "
                             f"(declared kind {spec.kind}); fix the data, the declared kind, or "
                             "list the placeholder values under `missing:`")
+        if spec.kind == "categorical" and not spec.other:
+            from .domain import sql_text
+
+            listed = "[" + ", ".join(literal(sql_text(c)) for c in spec.categories) + "]"
+            checks.append(sql("check_outside", column=col, is_null=is_null, categories=listed,
+                              alias=f"outside_{i}"))
+            problems.append(f"column {name!r} has values outside its declared categories, which "
+                            "are declared exhaustive (`other: false`); list them or drop "
+                            "`other: false`")
         if not spec.is_nullable:
             checks.append(sql("check_null", is_null=is_null, alias=f"null_{i}"))
             problems.append(f"column {name!r} has NULLs but is not declared nullable; "

@@ -186,7 +186,7 @@ def apply_rare_rule(counts: dict[str, float], sigma: float, spec: ColumnSpec) ->
         rare = {k: v for k, v in counts.items() if v < cut}
     elif rule == "filter_combine":  # PrivSyn section on low-count values
         rare = {k: v for k, v in counts.items() if v < 3 * sigma}
-        if sum(rare.values()) < 3 * sigma:  # too few to keep: they fall into `other`
+        if sum(rare.values()) < 3 * sigma and spec.other:  # too few to keep: into `other`
             kept = [k for k in counts if k not in rare]
             return Derived(categories=_original(kept, spec) if declared else tuple(kept))
     else:
