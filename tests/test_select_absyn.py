@@ -85,3 +85,24 @@ def test_selection_is_triangulated_and_respects_tau():
     assert chosen.cliques and nx.is_chordal(graph)
     assert max(3 ** len(c) for c in nx.chordal_graph_cliques(graph)) < 100_000
     assert set(chosen.cliques) <= set(itertools.combinations(list(domain), 2))
+
+
+def test_absyn_runs_end_to_end_and_spends_exactly_the_run_budget(tmp_path):
+    import dagster as dg
+
+    from dp_synth_assets.budget import DatasetBudget
+    from dp_synth_assets.core.config import load_registry
+    from dp_synth_assets.pipeline import load_measurements
+    from resources.ledger import PrivacyLedger
+    from tests.helpers import make_project
+
+    project = make_project(tmp_path, rows=2000, method="absyn")
+    defs = project.defs_fn()
+    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                            instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    budget = DatasetBudget.of(load_registry(project.datasets)["example"])
+    spent = PrivacyLedger(project.ledger).summary("example").spent_rho
+    assert math.isclose(spent, budget.run_rho, rel_tol=1e-9)
+    found, _ = load_measurements(defs.resources["warehouse"], "example")
+    assert all(math.isclose(m.sigma, math.sqrt(1 / (2 * m.rho)), rel_tol=1e-12) for m in found)
