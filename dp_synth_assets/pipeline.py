@@ -23,7 +23,8 @@ from .core.config import DatasetSpec, TableSource
 from .core.domain import EncodingPlan, SchemaError
 from .core.generate import pgm
 from .core.marginals import SourceError
-from .core.measure import Measurement, clique_size, make_consistent, measure, total_estimate
+from .core.measure import (Measurement, clique_size, make_consistent, measure, optimal_split,
+                           total_estimate)
 from .core.select import Selection, select
 from .core.sql import sql
 from .core.synthesize import write_synthetic
@@ -171,12 +172,10 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         led = ledger.ledger()
         with private_stage(context, led, dataset, "measurements", budget) as stage:
             noisy = []
-            if chosen.cliques and budget.stage_rho("measurements") > 0 and sum(chosen.budgets.values()) > 0:
-                # the selection's split, scaled to this run's measurement budget
-                scale = budget.stage_rho("measurements") / sum(chosen.budgets.values())
-                rhos = {c: chosen.budgets[c] * scale for c in chosen.cliques}
+            rhos = measurement_plan(chosen, plan.domain, budget.stage_rho("measurements"))
+            if rhos:
                 with warehouse.connect(read_only=True) as con:
-                    exact = margs.read_marginals(con, table, list(chosen.cliques), plan.domain)
+                    exact = margs.read_marginals(con, table, list(rhos), plan.domain)
                 noisy = measure(exact, rhos, stage.charge)
                 del exact
             consistent = make_consistent(list(chosen.one_way) + list(chosen.measured) + noisy)
@@ -237,6 +236,20 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         })
 
     return [source, preprocessed, marginals, selection, measurements, model, synthetic]
+
+
+def measurement_plan(chosen: Selection, domain: dict[str, int], rho: float) -> dict:
+    """The rho of each marginal `measurements` draws: the selection's split scaled to this run's
+    measurement budget; a selection with no marginal to measure (too little data for any pair to
+    beat its noise) spends it on the 1-way marginals instead (c^(2/3) split), which consistency
+    then merges with the selection's by inverse variance."""
+    if rho <= 0:
+        return {}
+    if chosen.cliques and sum(chosen.budgets.values()) > 0:
+        scale = rho / sum(chosen.budgets.values())
+        return {c: chosen.budgets[c] * scale for c in chosen.cliques}
+    singles = [(a,) for a in domain]
+    return dict(zip(singles, optimal_split(rho, [domain[a] for a in domain])))
 
 
 def requested_rows(spec: DatasetSpec, n_hat: float) -> int:
