@@ -151,11 +151,13 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
                 result = select(spec.method, plan.domain, oracle, budget.split, spec.selection,
                                 stage.charge)
             path = write_json(warehouse, dataset, "selection.json", result.to_dict())
-        context.log.info(f"selected {len(result.cliques)} marginals: {result.cliques}")
+        chosen = [list(m.clique) for m in result.measured] + [list(c) for c in result.cliques]
+        context.log.info(f"{spec.method} selected {len(chosen)} marginals "
+                         f"({len(result.measured)} measured during selection): {chosen}")
         return dg.MaterializeResult(metadata={
             "method": spec.method,
-            "selected": dg.MetadataValue.json([list(c) for c in result.cliques]),
-            "selected_count": len(result.cliques),
+            "selected": dg.MetadataValue.json(chosen),
+            "selected_count": len(chosen),
             "rounds": dg.MetadataValue.json(result.details.get("rounds", [])),
             "path": dg.MetadataValue.path(path),
             **ledger_metadata(led, dataset, budget, context.run_id),

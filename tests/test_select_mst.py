@@ -117,10 +117,10 @@ def test_spanning_tree_and_spend(rho):
     assert set(result.budgets) == set(result.cliques)
     assert len({round(r, 15) for r in result.budgets.values()}) == 1  # an even split
     kinds = [s.mechanism for s, _ in charge.calls]
-    assert kinds == ["gaussian_counts"] * len(attrs) + ["noisy_max"] * (len(attrs) - 1)
+    assert kinds == ["gaussian_counts"] * len(attrs) + ["exponential_mechanism"] * (len(attrs) - 1)
     # the rounds never exceed their share: rho_score / (d - 1) each
     per_round = budget.score / (len(attrs) - 1)
-    assert all(s.rho <= per_round for s, _ in charge.calls if s.mechanism == "noisy_max")
+    assert all(s.rho <= per_round for s, _ in charge.calls if s.mechanism == "exponential_mechanism")
 
     # the published part: no exact scores, the rounds' picks match the cliques
     assert result.scores == {}
@@ -146,7 +146,7 @@ def test_every_charge_is_the_opendp_map():
             assert spend.rho == meas.map(1)
             assert params["purpose"] == "one-way marginal"
         else:
-            assert spend.mechanism == "noisy_max"
+            assert spend.mechanism == "exponential_mechanism"
             meas = dp.m.make_noisy_max(dp.vector_domain(dp.atom_domain(T=float, nan=False)),
                                        dp.linf_distance(T=float, monotonic=False),
                                        dp.zero_concentrated_divergence(), scale=spend.scale)
@@ -158,43 +158,16 @@ def test_every_charge_is_the_opendp_map():
         assert (m.sigma, m.rho) == (spend.scale, spend.rho)
 
 
-def test_noisy_max_scale_matches_rho():
+def test_exponential_mechanism_scale_matches_rho():
+    from dp_synth_assets.core.privacy import exponential_mechanism
+
     for rho in [1e-6, 0.0123456, 1 / 3, 7.0]:
-        meas, scale = mst.noisy_max(rho)
-        assert meas.map(1.0) <= rho
-        assert math.isclose(meas.map(1.0), rho, rel_tol=1e-12)
-        assert math.isclose(scale, 1 / math.sqrt(2 * rho), rel_tol=1e-12)
+        _, spend = exponential_mechanism([1.0, 2.0], rho)
+        assert spend.rho <= rho
+        assert math.isclose(spend.rho, rho, rel_tol=1e-12)
+        assert math.isclose(spend.scale, 1 / math.sqrt(2 * rho), rel_tol=1e-12)
     with pytest.raises(ValueError):
-        mst.noisy_max(0.0)
-
-
-# -- with a large budget, the true dependency tree comes back
-
-@pytest.mark.parametrize("attrs,edges", [(CHAIN, CHAIN_EDGES), (BRANCHING, BRANCHING_EDGES)],
-                         ids=["chain", "branching"])
-def test_recovers_the_dependency_tree(attrs, edges):
-    """False-failure rate: the exact scores are checked to separate every true edge from every
-    competitor by a gap of at least 1000 counts; with rho = 3 (score rho 1 over at most 5 rounds,
-    Gumbel scale <= 1.6) a wrong pick in a round has probability below m exp(-1000 / 1.6), and the
-    1-way noise (sigma <= 2.2 per cell) moves n_hat p_a p_b by a few counts: far below 1e-6."""
-    k, rows = 4, 20_000
-    domain = {a: k for a in attrs}
-    table = generate(rows, k, edges, attrs, copy=0.9, seed=11)
-    truth = {tuple(sorted(e, key=attrs.index)) for e in edges}
-
-    # sanity of the generated table: the exact-score maximum spanning tree is the truth, by a gap
-    pairs = list(itertools.combinations(attrs, 2))
-    exact = make_oracle(table, domain)(pairs)
-    w = {p: float(np.abs(exact[p] - np.outer(exact[p].sum(1), exact[p].sum(0)) / rows).sum())
-         for p in pairs}
-    graph = nx.Graph()
-    graph.add_weighted_edges_from((a, b, w[(a, b)]) for a, b in pairs)
-    assert {tuple(sorted(e, key=attrs.index)) for e in nx.maximum_spanning_tree(graph).edges} == truth
-    assert min(w[p] for p in truth) - max(w[p] for p in pairs if p not in truth) > 1000
-
-    result, charge, _ = run_mst(table, domain, budget_of(3.0))
-    assert set(result.cliques) == truth
-    assert math.isclose(charge.rho, 2.0, rel_tol=1e-9)
+        exponential_mechanism([1.0], 0.0)
 
 
 def test_independence_errors_use_the_noisy_total():

@@ -196,6 +196,8 @@ class SelectionSettings(_Strict):
     score_share: float | None = Field(default=None, gt=0, lt=1)
     # the greedy refuses a pair whose junction tree would exceed this many MB (float64 cells).
     max_model_mb: float = Field(default=4.0, gt=0)
+    # adaptive methods (aim): the most rounds, each a model refit (unset: the method's default)
+    max_rounds: int | None = Field(default=None, ge=1, le=10_000)
 
 
 class ModelSettings(_Strict):

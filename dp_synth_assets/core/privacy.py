@@ -129,3 +129,27 @@ def gaussian_scores(scores: np.ndarray, rho: float, sensitivity: float) -> tuple
     return noisy, Spend(
         "gaussian_scores", float(meas.map(vector_sensitivity)), sensitivity=sensitivity, scale=scale
     )
+
+
+def _noisy_max(scale: float):
+    return dp.m.make_noisy_max(dp.vector_domain(dp.atom_domain(T=float, nan=False)),
+                               dp.linf_distance(T=float, monotonic=False),
+                               dp.zero_concentrated_divergence(), scale=scale)
+
+
+def exponential_mechanism(scores, rho: float, sensitivity: float = 1.0) -> tuple[int, Spend]:
+    """The index of a high score by OpenDP's report-noisy-max (Gumbel noise) in zCDP: the
+    exponential mechanism, whose map gives epsilon^2 / 8 (DESIGN.md section 3). Scores may move
+    either way by `sensitivity` between neighbours (non-monotonic). The scale is the smallest
+    whose map at `sensitivity` stays at or below `rho` (rho = sensitivity^2 / (2 scale^2));
+    the charge is the map's own answer."""
+    if not (rho > 0 and math.isfinite(rho)):
+        raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
+    scale = sensitivity / math.sqrt(2.0 * rho)
+    meas = _noisy_max(scale)
+    while meas.map(sensitivity) > rho:  # float rounding put the map an ulp above rho
+        scale = math.nextafter(scale, math.inf)
+        meas = _noisy_max(scale)
+    index = int(meas(np.asarray(scores, dtype=np.float64).tolist()))
+    return index, Spend("exponential_mechanism", float(meas.map(sensitivity)),
+                        sensitivity=sensitivity, scale=scale)

@@ -31,25 +31,28 @@ AIM spends the whole run budget inside selection (`METHODS["aim"].measures_in_se
       clique are pooled by inverse variance for the fit (the same least-squares objective up to a
       constant), so a repeat does not change the program mbi compiles.
    e. Annealing (AIM): if the model's estimate of the chosen marginal moved by at most
-      sqrt(2/pi) sigma_t n_r in l1, sigma_t is halved and epsilon_t doubled, i.e. rho_t is
-      multiplied by 4 (the brief said "double the per-round budget"; AIM's rule is halve sigma
-      and double epsilon, which is 4x, and that is what we do).
+      sqrt(2/pi) sigma_t n_r in l1, sigma_t is halved and epsilon_t doubled, which multiplies
+      rho_t by 4 (not 2).
    f. When less than 2 rho_t remains, the last round spends exactly what remains (its measurement
       gets the remainder after the exponential mechanism's actual charge), then the loop stops.
    Because rho_t never shrinks, the number of rounds is at most T.
 
 Rounds and what they cost (our choice, documented): AIM uses T = 16 d. With mbi 2.0, each round
-that measures a new clique recompiles the estimator (DESIGN.md section 9: 11-17 s on adult; 2-7 s
-per round on the bundled example's 12 attributes on 2 cores, measured here), so T = 16 d = 192
-rounds on the example would take 10-20 minutes and about an hour on adult. We use
-T = min(16 d, max_rounds) with max_rounds = `DEFAULT_MAX_ROUNDS` (8) unless overridden (the
-`max_rounds` keyword of `run`, or a `selection.max_rounds` setting if one is added). The initial
-per-round budget is rho_R / T, so the whole budget is still spent and at most T estimator
-compilations happen (fewer with annealing). The bundled example end to end (2000 rows, 200 final
-iterations) runs in about a minute with this default; see tests/test_select_aim.py.
-Between rounds the model is refitted for `FIT_ITERATIONS` = 200 iterations (warm-started; the
-final model in the `model` stage uses `model.iterations`): the fit only has to rank the
-candidates' errors, and on the example the compilation, not the iterations, dominates a round.
+refits the model on a new set of measurements, and a new set recompiles the estimator (DESIGN.md
+section 9: 11-17 s on adult). Measured here on the bundled example (12 attributes, 2 shared
+cores): 3-6 s per round, almost all of it JAX compilation (the scoring below takes milliseconds).
+T = 16 d = 192 rounds would take 10-20 minutes there and about an hour on adult. We use
+T = min(16 d, max_rounds) with max_rounds = `DEFAULT_MAX_ROUNDS` = 8 unless overridden (the
+`max_rounds` keyword of `run`, or a `selection.max_rounds` setting if one is added to
+SelectionSettings). The initial per-round budget is rho_R / T, so the whole budget is still spent
+in at most T rounds (fewer when annealing quadruples rho_t). With this default the example end to
+end (2000 rows, `model.iterations` 200, GX checks included) takes 27-48 s here, 21-35 s of it in
+selection; expect 8 x (11-17 s), about 2 minutes, of selection on adult.
+Between rounds the model is refitted for `FIT_ITERATIONS` = 200 iterations, warm-started (the
+final model in the `model` stage uses `model.iterations`). Measured on a strongly dependent 8x8
+pair just measured: after 50 iterations the model's l1 error on it is still 1166 (about where it
+started), after 100 it is 187, after 200 63 (converged: 500 and 1000 give 64). The iterations cost far less than the
+compilation, so we take the converged value.
 
 The model's marginals of all candidates are needed every round. mbi's `project` compiles a
 variable-elimination program per clique (20-40 s per round for 66 pairs on the example), so
@@ -61,15 +64,13 @@ import itertools
 import math
 
 import numpy as np
-import opendp.prelude as dp
 
 from ..config import SelectionSettings
 from ..measure import Measurement, clique_size, total_estimate
-from ..privacy import Spend, gaussian_counts
+from ..privacy import Spend, exponential_mechanism, gaussian_counts
 from . import Budget, Charge, Clique, MarginalOracle, Selection
 from .privsyn import measure_one_way
 
-dp.enable_features("contrib")
 
 ROUNDS_PER_ATTRIBUTE = 16   # AIM's T = 16 d
 DEFAULT_MAX_ROUNDS = 8      # our cap on T (see the module docstring)
@@ -79,30 +80,6 @@ SCORE_SENSITIVITY = 1.0     # L_inf sensitivity of the (normalized-weight) quali
 
 
 # ------------------------------------------------------------------------------ mechanisms
-
-def _noisy_max_measurement(scale: float):
-    return dp.m.make_noisy_max(dp.vector_domain(dp.atom_domain(T=float, nan=False)),
-                               dp.linf_distance(T=float), dp.zero_concentrated_divergence(),
-                               scale=scale)
-
-
-def exponential_mechanism(scores: np.ndarray, rho: float,
-                          sensitivity: float = SCORE_SENSITIVITY) -> tuple[int, Spend]:
-    """The index of the highest score under OpenDP's Gumbel noisy max in zCDP, i.e. the
-    exponential mechanism with epsilon^2 / 8 = rho (DESIGN.md section 3).
-
-    The map is quadratic in 1/scale, so the scale for a target rho is read off the map at scale 1;
-    the charge is the map's own answer at `sensitivity`.
-    """
-    if not (rho > 0 and math.isfinite(rho)):
-        raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
-    unit = float(_noisy_max_measurement(1.0).map(sensitivity))
-    scale = math.sqrt(unit / rho)
-    meas = _noisy_max_measurement(scale)
-    index = int(meas(np.asarray(scores, dtype=np.float64).tolist()))
-    return index, Spend("exponential_mechanism", float(meas.map(sensitivity)),
-                        sensitivity=sensitivity, scale=scale)
-
 
 # ------------------------------------------------------------------------------ workload
 
@@ -283,7 +260,7 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
         moved = float(np.abs(after - before).sum())
         trace.append({"round": t, "clique": list(chosen), "rho": em_spend.rho + spend.rho,
                       "sigma": spend.scale, "epsilon_em": math.sqrt(8.0 * em_spend.rho),
-                      "candidates": len(allowed), "model_mb_limit": round(limit, 4),
+                      "candidates": len(allowed), "model_mb_limit": float(limit),
                       "moved_l1": round(moved, 3)})
         if last:
             break
@@ -303,12 +280,12 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
                  "workload": "all 2-way marginals",
                  "round_cap": rounds_cap,
                  "fit_iterations": fit_iterations,
-                 "model_mb": round(hypothetical_model_size(mbi_domain, final_cliques), 4)},
+                 "model_mb": float(hypothetical_model_size(mbi_domain, final_cliques))},
     )
 
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge) -> Selection:
-    max_rounds = getattr(settings, "max_rounds", None) or DEFAULT_MAX_ROUNDS
+    max_rounds = settings.max_rounds or DEFAULT_MAX_ROUNDS
     return run(domain, oracle, budget, charge, max_model_mb=settings.max_model_mb,
                max_rounds=max_rounds)

@@ -42,18 +42,15 @@ Deviations and edge cases:
 """
 
 import itertools
-import math
 
 import numpy as np
-import opendp.prelude as dp
 
 from ..config import SelectionSettings
 from ..measure import Measurement, total_estimate
-from ..privacy import Spend
+from ..privacy import exponential_mechanism
 from . import Budget, Charge, Clique, MarginalOracle, Selection
 from .privsyn import measure_one_way
 
-dp.enable_features("contrib")
 
 SCORE_SENSITIVITY = 1.0  # the L1 error of a fixed estimate against one exact marginal
 
@@ -80,22 +77,6 @@ def independence_errors(pairs: list[Clique], exact: dict[Clique, np.ndarray],
     return scores
 
 
-def noisy_max(rho: float):
-    """OpenDP's report-noisy-max (exponential mechanism) on scores of L-inf sensitivity 1,
-    with the smallest scale whose privacy map stays at or below `rho`."""
-    if not (rho > 0 and math.isfinite(rho)):
-        raise ValueError(f"rho per selection round must be a finite number > 0, got {rho!r}")
-    space = (dp.vector_domain(dp.atom_domain(T=float, nan=False)),
-             dp.linf_distance(T=float, monotonic=False))
-    # non-monotonic scores: epsilon = 2 d_in / scale, rho = epsilon^2 / 8 = d_in^2 / (2 scale^2)
-    scale = SCORE_SENSITIVITY / math.sqrt(2.0 * rho)
-    while True:
-        meas = dp.m.make_noisy_max(*space, dp.zero_concentrated_divergence(), scale=scale)
-        if meas.map(SCORE_SENSITIVITY) <= rho:
-            return meas, scale
-        scale = math.nextafter(scale, math.inf)  # float rounding put the map an ulp above rho
-
-
 class _Components:
     """Union-find over attribute names (Kruskal's connected components)."""
 
@@ -118,14 +99,12 @@ def private_spanning_tree(attrs: list[str], pairs: list[Clique], scores: np.ndar
     rounds = len(attrs) - 1
     if rounds < 1:
         return [], []
-    meas, scale = noisy_max(rho / rounds)
     components = _Components(attrs)
     tree, trace = [], []
     for r in range(rounds):
         candidates = [i for i, (a, b) in enumerate(pairs) if components.find(a) != components.find(b)]
-        picked = int(meas(scores[candidates].tolist()))
-        charge(Spend("noisy_max", float(meas.map(SCORE_SENSITIVITY)), 0.0, SCORE_SENSITIVITY, scale),
-               purpose="MST spanning-tree round", round=r + 1, candidates=len(candidates))
+        picked, spend = exponential_mechanism(scores[candidates], rho / rounds, SCORE_SENSITIVITY)
+        charge(spend, purpose="MST spanning-tree round", round=r + 1, candidates=len(candidates))
         a, b = pairs[candidates[picked]]
         components.union(a, b)
         tree.append((a, b))
