@@ -167,7 +167,7 @@ def test_model_marginals_match_mbi_on_a_model_with_a_cycle():
                               5.0, 0.1))
     model = pgm.fit(domain, ms, 2000.0, 200)
     queries = list(itertools.combinations(domain, 2)) + [("e", "a"), ("c",)]
-    ours = aim.model_marginals(model, queries, domain)
+    ours = pgm.model_marginals(model, queries)
     for q in queries:
         reference = np.asarray(model.project(q).datavector(flatten=False), dtype=np.float64)
         assert ours[q].shape == tuple(domain[a] for a in q)

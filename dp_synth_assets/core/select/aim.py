@@ -56,8 +56,8 @@ compilation, so we take the converged value.
 
 The model's marginals of all candidates are needed every round. mbi's `project` compiles a
 variable-elimination program per clique (20-40 s per round for 66 pairs on the example), so
-`model_marginals` computes them in numpy: read from the fitted clique marginals when a measured
-clique contains the candidate, otherwise by log-space variable elimination over the potentials.
+`generate.pgm.model_marginals` computes them in numpy (variable elimination by einsum over the
+potentials), shared with ppsyn.
 """
 
 import itertools
@@ -67,6 +67,7 @@ import numpy as np
 
 from ..config import SelectionSettings
 from ..measure import Measurement, clique_size, total_estimate
+from ..generate.pgm import model_marginals
 from ..privacy import Spend, exponential_mechanism, gaussian_counts
 from . import Budget, Charge, Clique, MarginalOracle, Selection
 from .privsyn import measure_one_way
@@ -96,71 +97,6 @@ def candidate_weights(attributes: list[str]) -> dict[Clique, float]:
 
 
 # ------------------------------------------------------------------------------ model marginals
-
-def _align(attrs: tuple, table: np.ndarray, scope: tuple) -> np.ndarray:
-    """`table` over `attrs`, transposed to `scope`'s order with singleton axes for the rest."""
-    present = [a for a in scope if a in attrs]
-    table = np.transpose(table, [attrs.index(a) for a in present])
-    shape = [table.shape[present.index(a)] if a in attrs else 1 for a in scope]
-    return table.reshape(shape)
-
-
-def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
-    peak = np.max(x, axis=axis, keepdims=True)
-    peak = np.where(np.isfinite(peak), peak, 0.0)
-    with np.errstate(divide="ignore"):
-        return np.squeeze(peak, axis=axis) + np.log(np.sum(np.exp(x - peak), axis=axis))
-
-
-def _eliminate(factors: list[tuple[tuple, np.ndarray]], target: Clique,
-               domain: dict[str, int]) -> np.ndarray:
-    """log of the unnormalized marginal on `target` of exp(sum of log-factors), by variable
-    elimination with a greedy smallest-scope order."""
-    factors = list(factors)
-    elim = sorted({a for attrs, _ in factors for a in attrs} - set(target))
-    while elim:
-        def cost(z):
-            scope = {a for attrs, _ in factors if z in attrs for a in attrs}
-            return math.prod(domain[a] for a in scope)
-        z = min(elim, key=cost)
-        elim.remove(z)
-        group = [f for f in factors if z in f[0]]
-        factors = [f for f in factors if z not in f[0]]
-        scope = tuple(dict.fromkeys(a for attrs, _ in group for a in attrs))
-        combined = sum(_align(attrs, t, scope) for attrs, t in group)
-        combined = np.broadcast_to(combined, tuple(domain[a] for a in scope))
-        factors.append((tuple(a for a in scope if a != z), _logsumexp(combined, scope.index(z))))
-    shape = tuple(domain[a] for a in target)
-    out = np.zeros(shape)
-    for attrs, t in factors:
-        out = out + _align(attrs, t, tuple(target))
-    return np.broadcast_to(out, shape)
-
-
-def model_marginals(model, cliques: list[Clique], domain: dict[str, int]) -> dict[Clique, np.ndarray]:
-    """The fitted model's count arrays on `cliques` (axes in clique order), in numpy."""
-    marginals = [(tuple(f.domain.attributes), np.asarray(f.values, dtype=np.float64))
-                 for f in model.marginals.tables.values()]
-    potentials = [(tuple(f.domain.attributes), np.asarray(f.values, dtype=np.float64))
-                  for f in model.potentials.tables.values()]
-    total = float(model.total)
-    out = {}
-    for clique in cliques:
-        clique = tuple(clique)
-        holder = next(((attrs, t) for attrs, t in marginals if set(clique) <= set(attrs)), None)
-        if holder is not None:
-            attrs, t = holder
-            summed = t.sum(axis=tuple(i for i, a in enumerate(attrs) if a not in clique))
-            kept = tuple(a for a in attrs if a in clique)
-            out[clique] = np.transpose(summed, [kept.index(a) for a in clique])
-            continue
-        logp = _eliminate(potentials, clique, domain)
-        p = np.exp(logp - np.max(logp))
-        out[clique] = p * (total / p.sum())
-    return out
-
-
-# ------------------------------------------------------------------------------ fitting
 
 def pooled(measurements: list[Measurement]) -> list[Measurement]:
     """One measurement per clique (in order of first appearance): the inverse-variance weighted
@@ -238,7 +174,7 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
                    if r in free or hypothetical_model_size(mbi_domain, cliques + [r]) <= limit]
 
         # b. quality scores and the exponential mechanism
-        estimates = model_marginals(model, allowed, domain)
+        estimates = model_marginals(model, allowed)
         bias = math.sqrt(2.0 / math.pi) * sigma_t
         scores = np.array([weights[r] * (np.abs(exact[r] - estimates[r]).sum()
                                          - bias * clique_size(r, domain)) for r in allowed])
@@ -256,7 +192,7 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
         # d. refit, warm-started
         before = estimates[chosen]
         model = _fit(domain, one_way, measured, fit_iterations, model)
-        after = model_marginals(model, [chosen], domain)[chosen]
+        after = model_marginals(model, [chosen])[chosen]
         moved = float(np.abs(after - before).sum())
         trace.append({"round": t, "clique": list(chosen), "rho": em_spend.rho + spend.rho,
                       "sigma": spend.scale, "epsilon_em": math.sqrt(8.0 * em_spend.rho),
