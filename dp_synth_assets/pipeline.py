@@ -25,7 +25,7 @@ from .core.generate import pgm
 from .core.marginals import SourceError
 from .core.measure import (Measurement, clique_size, make_consistent, measure, optimal_split,
                            total_estimate)
-from .core.select import Selection, select
+from .core.select import Selection, required_cliques, select
 from .core.sql import sql
 from .core.synthesize import write_synthetic
 
@@ -123,7 +123,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
     def marginals(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
         plan = load_plan(warehouse, dataset)
-        cliques = margs.all_cliques(plan.columns, 2)
+        cliques = required_cliques(spec.method, plan.domain)
         with private_stage(context, ledger.ledger(), dataset, "marginals", budget):
             started = time.perf_counter()
             with warehouse.connect() as con:
@@ -143,7 +143,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
                   ledger: LedgerResource) -> dg.MaterializeResult:
         plan = load_plan(warehouse, dataset)
         table = margs.MarginalTable(marginal_table(dataset), tuple(plan.columns),
-                                    tuple(margs.all_cliques(plan.columns, 2)))
+                                    tuple(required_cliques(spec.method, plan.domain)))
         led = ledger.ledger()
         with private_stage(context, led, dataset, "selection", budget) as stage:
             with warehouse.connect(read_only=True) as con:
@@ -170,7 +170,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         plan = load_plan(warehouse, dataset)
         chosen = Selection.from_dict(read_json(warehouse, dataset, "selection.json"))
         table = margs.MarginalTable(marginal_table(dataset), tuple(plan.columns),
-                                    tuple(margs.all_cliques(plan.columns, 2)))
+                                    tuple(required_cliques(spec.method, plan.domain)))
         led = ledger.ledger()
         with private_stage(context, led, dataset, "measurements", budget) as stage:
             noisy = []

@@ -363,3 +363,8 @@ def test_ppsyn_through_dagster(tmp_path):
     spent = PrivacyLedger(project.ledger).summary("example").spent_rho
     assert spent == pytest.approx(DatasetBudget.of(spec).run_rho, rel=1e-9)
     assert seconds < 300, f"ppsyn end to end took {seconds:.0f} s (about 20 s expected)"
+    # the marginals stage computed the method's 3-way workload, so no fallback to pairs
+    import json
+
+    chosen = json.loads((project.public / "example" / "selection.json").read_text())
+    assert chosen["details"]["workload_order"] == 3, chosen["details"].get("workload_fallback")

@@ -6,7 +6,6 @@ in a single scan with GROUPING SETS and stores them in a private-zone table; `re
 one stored marginal into a dense numpy count vector shaped by the clique's domain.
 """
 
-import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,10 +139,6 @@ class MarginalTable:
         """GROUPING_ID of a clique: a set bit for each column not in it (first column = top bit)."""
         d = len(self.columns)
         return sum(1 << (d - 1 - i) for i, c in enumerate(self.columns) if c not in clique)
-
-
-def all_cliques(columns: list[str], max_order: int = 2) -> list[Clique]:
-    return [cl for k in range(1, max_order + 1) for cl in itertools.combinations(columns, k)]
 
 
 def compute_marginals(con: duckdb.DuckDBPyConnection, view: str, table: str,

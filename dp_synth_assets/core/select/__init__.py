@@ -10,6 +10,7 @@ by round), and the cliques still to measure in the `measurements` stage with the
 measurement budget inside selection (then `measurements` only post-processes).
 """
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -85,6 +86,18 @@ class Selection:
             details=d.get("details", {}),
             measured=tuple(Measurement.from_dict(m) for m in d.get("measured", [])),
         )
+
+
+def required_cliques(method: str, domain: dict[str, int]) -> list[Clique]:
+    """The exact marginals `marginals` must compute for `method`: every 1-way and 2-way clique,
+    plus what the method's module lists in `extra_cliques(domain)` (ppsyn: its 3-way workload)."""
+    import importlib
+
+    attrs = list(domain)
+    cliques = [(a,) for a in attrs] + [tuple(p) for p in itertools.combinations(attrs, 2)]
+    module = importlib.import_module(f"{__name__}.{METHODS[method].module}")
+    extra = getattr(module, "extra_cliques", None)
+    return cliques + [tuple(c) for c in (extra(domain) if extra else []) if len(c) > 2]
 
 
 def select(method: str, domain: dict[str, int], oracle: MarginalOracle, budget: Budget,

@@ -426,6 +426,11 @@ def workload(domain: dict[str, int], order: int = WORKLOAD_ORDER, size: int = WO
     return [fits[i] for i in picked]
 
 
+def extra_cliques(domain: dict[str, int]) -> list[Clique]:
+    """The 3-way workload, which the `marginals` stage computes for this method."""
+    return workload(domain, WORKLOAD_ORDER) if len(domain) >= WORKLOAD_ORDER else []
+
+
 def _exact_workload(domain: dict[str, int], oracle: MarginalOracle
                     ) -> tuple[list[Clique], dict[Clique, np.ndarray], int, str]:
     """The workload, its exact marginals, its order and why it fell back to pairs (if it did)."""
