@@ -1,5 +1,6 @@
 """Shared test helpers: a throwaway dp-synth project (warehouse, datasets.yaml, ledger, public dir)."""
 
+import math
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -46,3 +47,44 @@ def make_project(tmp_path: Path, rows: int = 3000, **dataset_overrides) -> Simpl
 
     return SimpleNamespace(datasets=datasets, warehouse=warehouse, ledger=ledger, public=public,
                            defs_fn=defs_fn)
+
+
+class ChargeRecorder:
+    """A fake `charge(spend, **params)` for selection methods: keeps every call, in order."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, spend, **params):
+        assert spend.rho > 0, "a mechanism was charged nothing"
+        self.calls.append((spend, params))
+
+    @property
+    def rho(self) -> float:
+        return math.fsum(s.rho for s, _ in self.calls)
+
+
+def counting_oracle(data: dict, domain: dict[str, int], max_order: int | None = None):
+    """A marginal oracle over in-memory code arrays (what the warehouse serves in the pipeline);
+    cliques above `max_order` raise KeyError, as for marginals the stage did not compute."""
+    import numpy as np
+
+    def oracle(cliques):
+        out = {}
+        for clique in cliques:
+            if max_order is not None and len(clique) > max_order:
+                raise KeyError(f"cliques [{clique}] were not computed by the marginals stage")
+            counts = np.zeros(tuple(domain[a] for a in clique), dtype=np.int64)
+            np.add.at(counts, tuple(data[a] for a in clique), 1)
+            out[tuple(clique)] = counts
+        return out
+    return oracle
+
+
+def method_budget(method: str, rho: float):
+    """A method's default split of `rho` (dp_synth_assets.core.select.METHODS)."""
+    from dp_synth_assets.core.select import METHODS, Budget
+
+    info = METHODS[method]
+    one_way, score = info.one_way_share * rho, info.score_share * rho
+    return Budget(one_way, score, rho - one_way - score)

@@ -10,17 +10,7 @@ import pytest
 from dp_synth_assets.core.config import SelectionSettings
 from dp_synth_assets.core.select import Budget, select
 from dp_synth_assets.core.select.absyn import cr_scores, normalize_scores, triangulate
-
-
-def oracle_of(data: dict[str, np.ndarray], domain: dict[str, int]):
-    def oracle(cliques):
-        out = {}
-        for c in cliques:
-            counts = np.zeros([domain[a] for a in c], dtype=np.int64)
-            np.add.at(counts, tuple(data[a] for a in c), 1)
-            out[tuple(c)] = counts
-        return out
-    return oracle
+from tests.helpers import counting_oracle
 
 
 def test_cr_score_of_figure_1():
@@ -63,12 +53,12 @@ def test_does_not_select_a_pair_independent_given_a_third_where_privsyn_does():
     domain = {"A1": 2, "A2": 2, "A3": 2}
     budget = Budget(one_way=10.0, score=1000.0, measure=1e-4)
     spends = []
-    chosen = select("absyn", domain, oracle_of(data, domain), budget, SelectionSettings(),
+    chosen = select("absyn", domain, counting_oracle(data, domain), budget, SelectionSettings(),
                     lambda spend, **_: spends.append(spend))
     assert set(chosen.cliques) == {("A1", "A2"), ("A1", "A3")}
     assert math.isclose(sum(s.rho for s in spends), budget.one_way + budget.score, rel_tol=1e-9)
     assert math.isclose(sum(chosen.budgets.values()), budget.measure, rel_tol=1e-12)
-    privsyn = select("privsyn", domain, oracle_of(data, domain), budget, SelectionSettings(),
+    privsyn = select("privsyn", domain, counting_oracle(data, domain), budget, SelectionSettings(),
                      lambda *a, **k: None)
     assert ("A2", "A3") in privsyn.cliques
 
@@ -79,7 +69,7 @@ def test_selection_is_triangulated_and_respects_tau():
     base = rng.integers(0, 3, n)
     data = {f"x{i}": (base + (rng.random(n) < 0.3) * rng.integers(0, 3, n)) % 3 for i in range(d)}
     domain = {k: 3 for k in data}
-    chosen = select("absyn", domain, oracle_of(data, domain), Budget(1.0, 1.0, 5.0),
+    chosen = select("absyn", domain, counting_oracle(data, domain), Budget(1.0, 1.0, 5.0),
                     SelectionSettings(), lambda *a, **k: None)
     graph = nx.Graph(list(chosen.cliques))
     assert chosen.cliques and nx.is_chordal(graph)

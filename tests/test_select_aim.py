@@ -16,6 +16,7 @@ import pytest
 from dp_synth_assets.core.measure import Measurement
 from dp_synth_assets.core.select import METHODS, Budget
 from dp_synth_assets.core.select import aim
+from tests.helpers import ChargeRecorder, counting_oracle
 
 SEED = 20261122
 
@@ -28,31 +29,6 @@ def table(domain: dict[str, int], rows: int, pairs: dict[tuple[str, str], float]
     for (a, b), p in pairs.items():
         data[b] = np.where(rng.random(rows) < p, data[a] % domain[b], data[b])
     return data
-
-
-def oracle_of(domain: dict[str, int], data: dict[str, np.ndarray]):
-    def oracle(cliques):
-        out = {}
-        for clique in cliques:
-            counts = np.zeros(tuple(domain[a] for a in clique), dtype=np.int64)
-            np.add.at(counts, tuple(data[a] for a in clique), 1)
-            out[tuple(clique)] = counts
-        return out
-    return oracle
-
-
-class Recorder:
-    """A `charge(spend, **params)` that keeps every charge in order."""
-
-    def __init__(self):
-        self.charges = []
-
-    def __call__(self, spend, **params):
-        self.charges.append((spend, params))
-
-    @property
-    def rho(self) -> float:
-        return math.fsum(s.rho for s, _ in self.charges)
 
 
 def split(rho: float) -> Budget:
@@ -69,9 +45,9 @@ def strong():
     """A tiny table where b copies a 90% of the time, everything else independent; a large
     budget (rho 1), 4 rounds."""
     data = table(STRONG_DOMAIN, 3000, {("a", "b"): 0.9})
-    charge = Recorder()
+    charge = ChargeRecorder()
     budget = split(1.0)
-    selection = aim.run(STRONG_DOMAIN, oracle_of(STRONG_DOMAIN, data), budget, charge,
+    selection = aim.run(STRONG_DOMAIN, counting_oracle(data, STRONG_DOMAIN), budget, charge,
                         max_model_mb=4.0, max_rounds=4)
     return budget, charge, selection
 
@@ -84,12 +60,12 @@ def test_the_whole_budget_is_charged_in_selection(strong):
     # one charge per 1-way marginal, then (exponential mechanism, measurement) per round
     d = len(STRONG_DOMAIN)
     rounds = selection.details["rounds"]
-    assert len(charge.charges) == d + 2 * len(rounds)
+    assert len(charge.calls) == d + 2 * len(rounds)
     assert 1 <= len(rounds) <= min(aim.ROUNDS_PER_ATTRIBUTE * d, 4)
-    mechanisms = [s.mechanism for s, _ in charge.charges[d:]]
+    mechanisms = [s.mechanism for s, _ in charge.calls[d:]]
     assert mechanisms == ["exponential_mechanism", "gaussian_counts"] * len(rounds)
     # each round's trace matches its two charges; selection and measurement split 0.1 / 0.9
-    for r, (em, meas) in zip(rounds, zip(charge.charges[d::2], charge.charges[d + 1::2])):
+    for r, (em, meas) in zip(rounds, zip(charge.calls[d::2], charge.calls[d + 1::2])):
         assert r["rho"] == pytest.approx(em[0].rho + meas[0].rho, rel=1e-12)
         assert r["epsilon_em"] == pytest.approx(math.sqrt(8 * em[0].rho), rel=1e-12)
         assert meas[1]["clique"] == r["clique"] and em[1]["round"] == r["round"]
@@ -104,7 +80,7 @@ def test_the_whole_budget_is_charged_in_selection(strong):
 
 def test_every_sigma_is_the_one_its_charge_pays_for(strong):
     _, charge, selection = strong
-    gaussian = [(s, p) for s, p in charge.charges if s.mechanism == "gaussian_counts"]
+    gaussian = [(s, p) for s, p in charge.calls if s.mechanism == "gaussian_counts"]
     measurements = list(selection.one_way) + list(selection.measured)
     assert len(gaussian) == len(measurements)
     for m, (spend, params) in zip(measurements, gaussian):
@@ -136,8 +112,8 @@ def test_the_model_never_exceeds_max_model_mb():
     data = table(domain, 4000, {("a", "b"): 0.8, ("b", "c"): 0.8, ("c", "d"): 0.8,
                                 ("d", "e"): 0.8, ("e", "a"): 0.5})
     limit = 0.0025
-    charge = Recorder()
-    selection = aim.run(domain, oracle_of(domain, data), split(2.0), charge,
+    charge = ChargeRecorder()
+    selection = aim.run(domain, counting_oracle(data, domain), split(2.0), charge,
                         max_model_mb=limit, max_rounds=8)
     mbi_domain = Domain(list(domain), list(domain.values()))
     cliques = [m.clique for m in selection.one_way]

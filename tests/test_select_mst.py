@@ -16,7 +16,8 @@ import pytest
 
 from dp_synth_assets.core.config import SelectionSettings
 from dp_synth_assets.core.measure import Measurement
-from dp_synth_assets.core.select import METHODS, Budget, Selection, mst, select
+from dp_synth_assets.core.select import Budget, Selection, mst, select
+from tests.helpers import ChargeRecorder, method_budget
 
 dp.enable_features("contrib")
 
@@ -59,28 +60,8 @@ def make_oracle(table: np.ndarray, domain: dict[str, int]):
     return oracle
 
 
-class Recorder:
-    """A fake `charge(spend, **params)`: keeps every call."""
-
-    def __init__(self):
-        self.calls = []
-
-    def __call__(self, spend, **params):
-        self.calls.append((spend, params))
-
-    @property
-    def rho(self) -> float:
-        return sum(s.rho for s, _ in self.calls)
-
-
-def budget_of(rho: float) -> Budget:
-    info = METHODS["mst"]
-    one_way, score = info.one_way_share * rho, info.score_share * rho
-    return Budget(one_way, score, rho - one_way - score)
-
-
 def run_mst(table, domain, budget):
-    charge = Recorder()
+    charge = ChargeRecorder()
     oracle = make_oracle(table, domain)
     result = select("mst", domain, oracle, budget, SelectionSettings(), charge)
     return result, charge, oracle
@@ -100,7 +81,7 @@ def test_spanning_tree_and_spend(rho):
     domain = {a: k for a, k in zip(attrs, [2, 3, 4, 5, 3, 2, 6])}
     table = np.column_stack([np.random.default_rng(7 + i).integers(0, domain[a], 500)
                              for i, a in enumerate(attrs)])
-    budget = budget_of(rho)
+    budget = method_budget("mst", rho)
     result, charge, oracle = run_mst(table, domain, budget)
 
     assert isinstance(result, Selection) and result.method == "mst"
@@ -137,7 +118,7 @@ def test_every_charge_is_the_opendp_map():
     """Each recorded rho is what the OpenDP measurement with the recorded scale reports."""
     domain = {a: 3 for a in "pqrst"}
     table = np.random.default_rng(3).integers(0, 3, size=(400, 5))
-    result, charge, _ = run_mst(table, domain, budget_of(0.3))
+    result, charge, _ = run_mst(table, domain, method_budget("mst", 0.3))
     assert len(charge.calls) == 5 + 4
     for spend, params in charge.calls:
         if spend.mechanism == "gaussian_counts":
@@ -198,7 +179,7 @@ def test_independence_errors_use_the_noisy_total():
 def test_single_attribute_selects_nothing():
     domain = {"only": 4}
     table = np.random.default_rng(0).integers(0, 4, size=(100, 1))
-    budget = budget_of(1.0)
+    budget = method_budget("mst", 1.0)
     result, charge, _ = run_mst(table, domain, budget)
     assert result.cliques == () and result.budgets == {} and result.details["rounds"] == []
     assert math.isclose(charge.rho, budget.one_way, rel_tol=1e-12)  # score and measure unspent
@@ -208,7 +189,7 @@ def test_single_attribute_selects_nothing():
 def test_two_attributes_one_round():
     domain = {"a": 2, "b": 3}
     table = np.random.default_rng(0).integers(0, 2, size=(100, 2))
-    budget = budget_of(0.5)
+    budget = method_budget("mst", 0.5)
     result, charge, _ = run_mst(table, domain, budget)
     assert result.cliques == (("a", "b"),)
     assert result.budgets == {("a", "b"): budget.measure}

@@ -18,7 +18,7 @@ from dp_synth_assets.core.config import SelectionSettings, load_registry
 from dp_synth_assets.core.generate import pgm
 from dp_synth_assets.core.select import METHODS, Budget, Selection, ppsyn, select
 from resources.ledger import PrivacyLedger
-from tests.helpers import make_project
+from tests.helpers import ChargeRecorder, counting_oracle, make_project, method_budget
 
 ETA = ppsyn.ETA
 
@@ -140,47 +140,13 @@ def generate(rows: int, seed: int) -> dict[str, np.ndarray]:
     return {"a": a, "b": b, "c": c, "d": d, "e": e, "f": f}
 
 
-def make_oracle(data: dict[str, np.ndarray], domain: dict[str, int], max_order: int = 3):
-    def oracle(cliques):
-        out = {}
-        for clique in cliques:
-            if len(clique) > max_order:
-                raise KeyError(f"cliques [{clique}] were not computed by the marginals stage")
-            counts = np.zeros(tuple(domain[x] for x in clique), dtype=np.int64)
-            np.add.at(counts, tuple(data[x] for x in clique), 1)
-            out[tuple(clique)] = counts
-        return out
-    return oracle
-
-
-class Recorder:
-    """A fake `charge(spend, **params)`: keeps every call."""
-
-    def __init__(self):
-        self.calls = []
-
-    def __call__(self, spend, **params):
-        assert spend.rho > 0
-        self.calls.append((spend, params))
-
-    @property
-    def rho(self) -> float:
-        return sum(s.rho for s, _ in self.calls)
-
-
-def budget_of(rho: float) -> Budget:
-    info = METHODS["ppsyn"]
-    one_way, score = info.one_way_share * rho, info.score_share * rho
-    return Budget(one_way, score, rho - one_way - score)
-
-
 @pytest.fixture(scope="module")
 def run():
     data = generate(ROWS, 0)
-    budget = budget_of(0.5)
-    charges = Recorder()
+    budget = method_budget("ppsyn", 0.5)
+    charges = ChargeRecorder()
     started = time.perf_counter()
-    selection = ppsyn.select(DOMAIN, make_oracle(data, DOMAIN), budget, SelectionSettings(),
+    selection = ppsyn.select(DOMAIN, counting_oracle(data, DOMAIN, max_order=3), budget, SelectionSettings(),
                              charges)
     return data, budget, charges, selection, time.perf_counter() - started
 
@@ -287,9 +253,9 @@ def test_workload_is_fixed_and_capped():
 
 def test_falls_back_to_pairs_when_the_oracle_has_no_three_way_marginals():
     data = generate(1500, 1)
-    budget = budget_of(0.2)
-    charges = Recorder()
-    selection = ppsyn.select(DOMAIN, make_oracle(data, DOMAIN, max_order=2), budget,
+    budget = method_budget("ppsyn", 0.2)
+    charges = ChargeRecorder()
+    selection = ppsyn.select(DOMAIN, counting_oracle(data, DOMAIN, max_order=2), budget,
                              SelectionSettings(), charges, rounds=3)
     assert selection.details["workload_order"] == 2
     assert "2-way" in selection.details["workload_fallback"]
@@ -302,16 +268,16 @@ def test_one_way_candidates_when_no_workload_marginal_fits_the_model_size():
     """A model-size limit below any 3-way junction tree leaves the 1-way marginals as the
     candidates; they are partitioned with Algorithm 3. A single attribute has no workload."""
     data = generate(1500, 4)
-    budget = budget_of(0.2)
-    charges = Recorder()
-    selection = ppsyn.select(DOMAIN, make_oracle(data, DOMAIN), budget,
+    budget = method_budget("ppsyn", 0.2)
+    charges = ChargeRecorder()
+    selection = ppsyn.select(DOMAIN, counting_oracle(data, DOMAIN, max_order=3), budget,
                              SelectionSettings(max_model_mb=0.0002), charges, rounds=2)
     assert selection.measured and all(len(m.clique) == 1 for m in selection.measured)
     assert all(p["algorithm"] == "merge" for p in selection.details["partitions"])
     assert charges.rho == pytest.approx(budget.total, rel=1e-9)
     single = {"a": 4}
-    charges = Recorder()
-    selection = ppsyn.select(single, make_oracle(data, single), budget, SelectionSettings(),
+    charges = ChargeRecorder()
+    selection = ppsyn.select(single, counting_oracle(data, single, max_order=3), budget, SelectionSettings(),
                              charges, rounds=2)
     assert selection.details["workload"] == [] and selection.details["workload_order"] == 0
     assert [m.clique for m in selection.measured] in ([("a",)], [("a",), ("a",)])
@@ -332,8 +298,8 @@ def test_model_marginals_match_mbi_projection(run):
 
 def test_refuses_a_budget_without_selection_or_measurement():
     with pytest.raises(ValueError, match="ppsyn needs rho"):
-        ppsyn.select(DOMAIN, make_oracle(generate(100, 2), DOMAIN), Budget(0.1, 0.1, 0.0),
-                     SelectionSettings(), Recorder())
+        ppsyn.select(DOMAIN, counting_oracle(generate(100, 2), DOMAIN, max_order=3), Budget(0.1, 0.1, 0.0),
+                     SelectionSettings(), ChargeRecorder())
 
 
 def test_registered_and_dispatched():
@@ -342,11 +308,11 @@ def test_registered_and_dispatched():
         "ppsyn", 0.1, 0.1, True)
     data = generate(800, 3)
     small = {"a": 4, "b": 5}
-    charges = Recorder()
-    selection = select("ppsyn", small, make_oracle(data, small), budget_of(0.3),
+    charges = ChargeRecorder()
+    selection = select("ppsyn", small, counting_oracle(data, small, max_order=3), method_budget("ppsyn", 0.3),
                        SelectionSettings(), charges)
     assert selection.details["workload_order"] == 2  # two attributes: the one pair
-    assert charges.rho == pytest.approx(budget_of(0.3).total, rel=1e-9)
+    assert charges.rho == pytest.approx(method_budget("ppsyn", 0.3).total, rel=1e-9)
 
 
 # -- end to end through Dagster
