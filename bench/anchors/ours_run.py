@@ -3,7 +3,7 @@
 `bench/compare_methods.py` starts this script once per (method, epsilon, seed) with our stack's
 python, so the peak RSS it prints is that run's alone. The setup is bench/adult_pipeline.py's: the
 CSV is loaded into a fresh DuckDB file in --workdir, every column is declared categorical with the
-public categories 0..k-1 from the domain file (other_label "-1"), and all assets and asset checks
+public categories 0..k-1 from the domain file (exhaustive: `other: false`), and all assets and asset checks
 are materialized with `dg.materialize` (the in-process executor of our Definitions).
 
     python bench/anchors/ours_run.py --method privsyn --data adult.csv --domain adult-domain.json \
@@ -125,7 +125,7 @@ def main() -> None:
         con.close()
     entry = {
         "source": {"table": "main.adult"},
-        "columns": {c: {"kind": "categorical", "categories": list(range(k)), "other_label": "-1"}
+        "columns": {c: {"kind": "categorical", "categories": list(range(k)), "other": False}
                     for c, k in domain.items()},
         "privacy": {"epsilon": configured, "delta": args.delta,
                     "limit": {"epsilon": max(100.0, 2 * configured), "delta": 1e-6}},

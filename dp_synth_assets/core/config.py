@@ -215,7 +215,8 @@ class DatasetSpec(_Strict):
     source: Source
     columns: dict[str, ColumnSpec]
     privacy: Privacy
-    method: Literal["privsyn", "absyn", "aim", "mst", "ppsyn"] = "privsyn"
+    # default: the best accuracy at epsilon 1 on adult (bench/compare_methods.py, README)
+    method: Literal["privsyn", "absyn", "aim", "mst", "ppsyn"] = "absyn"
     generator: Literal["pgm"] = "pgm"
     rows: Literal["same"] | Annotated[int, Field(ge=1, le=1_000_000_000)] = "same"
     seed: int | None = None
