@@ -35,9 +35,8 @@ from scipy.sparse.csgraph import shortest_path
 
 from ..config import SelectionSettings
 from ..measure import clique_size, expected_noise_error, optimal_split, total_estimate
-from ..privacy import gaussian_scores
 from . import Budget, Charge, Clique, MarginalOracle, Selection
-from .privsyn import INDIF_SENSITIVITY, indif, measure_one_way
+from .privsyn import measure_one_way, noisy_indif
 
 TAU_CELLS = 100_000  # default clique-size threshold tau (cells)
 
@@ -117,11 +116,7 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     one_way = measure_one_way(domain, oracle, budget.one_way, charge)
     n_hat = total_estimate(list(one_way))
     pairs = list(itertools.combinations(list(domain), 2))
-    exact = oracle(pairs)
-    noisy, spend = gaussian_scores(np.array([indif(exact[p]) for p in pairs]), budget.score,
-                                   INDIF_SENSITIVITY)
-    charge(spend, purpose="R-scores", pairs=len(pairs))
-    del exact
+    noisy = noisy_indif(pairs, oracle, budget.score, charge, "R-scores")
     r_bar = normalize_scores(noisy, pairs, domain, n_hat)
     selected, trace = greedy(pairs, noisy, r_bar, domain, n_hat, budget.measure, TAU_CELLS)
     rhos = optimal_split(budget.measure, [clique_size(p, domain) for p in selected]) if selected else []

@@ -39,6 +39,17 @@ def indif(pair_counts: np.ndarray) -> float:
     return float(np.abs(pair_counts - independent).sum())
 
 
+def noisy_indif(pairs: list[Clique], oracle: MarginalOracle, rho: float, charge: Charge,
+                purpose: str) -> np.ndarray:
+    """InDif (ABSyn's count-scale R-score) of every pair from the exact pair marginals, published
+    at once with Gaussian noise of variance 8m / rho (sensitivity 4 each, PrivSyn Thm 5)."""
+    exact = oracle(pairs)
+    noisy, spend = gaussian_scores(np.array([indif(exact[p]) for p in pairs]), rho,
+                                   INDIF_SENSITIVITY)
+    charge(spend, purpose=purpose, pairs=len(pairs))
+    return noisy
+
+
 def measure_one_way(domain: dict[str, int], oracle: MarginalOracle, rho: float,
                     charge: Charge) -> tuple[Measurement, ...]:
     """1-way marginals, rho split evenly across attributes (ABSyn section VI.B)."""
@@ -97,10 +108,7 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge) -> Selection:
     one_way = measure_one_way(domain, oracle, budget.one_way, charge)
     pairs = list(itertools.combinations(list(domain), 2))
-    exact = oracle(pairs)
-    scores = np.array([indif(exact[p]) for p in pairs])
-    noisy_scores, spend = gaussian_scores(scores, budget.score, INDIF_SENSITIVITY)
-    charge(spend, purpose="InDif scores", pairs=len(pairs))
+    noisy_scores = noisy_indif(pairs, oracle, budget.score, charge, "InDif scores")
     selected, trace = greedy_dense_marg(pairs, noisy_scores, domain, budget.measure,
                                         settings.max_model_mb)
     sizes = [clique_size(p, domain) for p in selected]
