@@ -21,6 +21,7 @@ from .budget import DatasetBudget, ledger_metadata, private_stage
 from .core import marginals as margs
 from .core.config import DatasetSpec, TableSource
 from .core.domain import EncodingPlan, SchemaError
+from .core import generate
 from .core.generate import pgm
 from .core.marginals import SourceError
 from .core.measure import (Measurement, clique_size, make_consistent, measure, optimal_split,
@@ -123,7 +124,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
     def marginals(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
         plan = load_plan(warehouse, dataset)
-        cliques = required_cliques(spec.method, plan.domain)
+        cliques = required_cliques(spec.method, plan.domain, spec.selection)
         with private_stage(context, ledger.ledger(), dataset, "marginals", budget):
             started = time.perf_counter()
             with warehouse.connect() as con:
@@ -143,7 +144,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
                   ledger: LedgerResource) -> dg.MaterializeResult:
         plan = load_plan(warehouse, dataset)
         table = margs.MarginalTable(marginal_table(dataset), tuple(plan.columns),
-                                    tuple(required_cliques(spec.method, plan.domain)))
+                                    tuple(required_cliques(spec.method, plan.domain, spec.selection)))
         led = ledger.ledger()
         with private_stage(context, led, dataset, "selection", budget) as stage:
             with warehouse.connect(read_only=True) as con:
@@ -170,7 +171,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         plan = load_plan(warehouse, dataset)
         chosen = Selection.from_dict(read_json(warehouse, dataset, "selection.json"))
         table = margs.MarginalTable(marginal_table(dataset), tuple(plan.columns),
-                                    tuple(required_cliques(spec.method, plan.domain)))
+                                    tuple(required_cliques(spec.method, plan.domain, spec.selection)))
         led = ledger.ledger()
         with private_stage(context, led, dataset, "measurements", budget) as stage:
             noisy = []
@@ -194,28 +195,39 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         })
 
     @dg.asset(key=key("model"), deps=[key("measurements")], group_name=dataset, tags=PUBLIC,
-              kinds={"python"}, description="The fitted graphical model (mbi), saved to disk.")
+              kinds={"python"},
+              description=f"The fitted generator ({spec.generator}: pgm, parallel_pgm or gum).")
     def model(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
         plan = load_plan(warehouse, dataset)
         found, n_hat = load_measurements(warehouse, dataset)
-        try:
-            size = pgm.check_model_size(plan.domain, [m.clique for m in found],
-                                        spec.model.max_clique_cells, dataset)
-        except pgm.ModelTooLarge as e:
-            raise dg.Failure(description=str(e)) from None
-        context.log.info(f"fitting pgm: {len(found)} measurements, largest clique "
-                         f"{list(size.largest_clique)} ({size.largest_clique_cells} cells), "
-                         f"{spec.model.iterations} iterations")
+        rows = requested_rows(spec, n_hat)
+        choice = generate.choose(spec.generator, plan.domain, found, rows, spec.model)
+        context.log.info(f"generator {choice.engine}: {choice.reason}")
+        size = None
+        if choice.engine in ("pgm", "parallel_pgm"):
+            try:
+                size = pgm.check_model_size(plan.domain, [m.clique for m in found],
+                                            spec.model.max_clique_cells, dataset)
+            except pgm.ModelTooLarge as e:
+                raise dg.Failure(description=f"{e} (or set generator: auto or gum)") from None
+            context.log.info(f"fitting {choice.engine}: {len(found)} measurements, largest clique "
+                             f"{list(size.largest_clique)} ({size.largest_clique_cells} cells), "
+                             f"{spec.model.iterations} iterations")
         started = time.perf_counter()
-        fitted = pgm.fit(plan.domain, found, n_hat, spec.model.iterations)
+        fitted = generate.fit(choice.engine, plan.domain, found, n_hat, spec.model,
+                              log=context.log.info)
         seconds = time.perf_counter() - started
         path = warehouse.public_path(dataset, "model.npz")
-        pgm.save(fitted, str(path))
+        generate.save(fitted, str(path))
+        context.log.info(f"{choice.engine} fitted in {seconds:.1f}s")
         return dg.MaterializeResult(metadata={
-            "generator": spec.generator, "path": dg.MetadataValue.path(str(path)),
-            "largest_clique": dg.MetadataValue.json(list(size.largest_clique)),
-            "largest_clique_cells": size.largest_clique_cells,
-            "model_mb": dg.MetadataValue.float(round(size.megabytes, 4)),
+            "generator": choice.engine, "requested_generator": spec.generator,
+            "choice_reason": dg.MetadataValue.text(choice.reason),
+            "estimates": dg.MetadataValue.json([e.to_dict() for e in choice.estimates]),
+            "path": dg.MetadataValue.path(str(path)),
+            **({"largest_clique": dg.MetadataValue.json(list(size.largest_clique)),
+                "largest_clique_cells": size.largest_clique_cells,
+                "model_mb": dg.MetadataValue.float(round(size.megabytes, 4))} if size else {}),
             "fit_seconds": dg.MetadataValue.float(round(seconds, 2)),
         })
 
@@ -226,8 +238,11 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         plan = load_plan(warehouse, dataset)
         found, n_hat = load_measurements(warehouse, dataset)
         rows = requested_rows(spec, n_hat)
-        fitted = pgm.load(str(warehouse.public_path(dataset, "model.npz")))
-        codes = pgm.sample(fitted, rows, spec.seed)
+        fitted = generate.load(str(warehouse.public_path(dataset, "model.npz")))
+        started = time.perf_counter()
+        codes = generate.sample(fitted, rows, spec.seed, log=context.log.info)
+        seconds = time.perf_counter() - started
+        context.log.info(f"sampled {rows} rows in {seconds:.1f}s")
         rng = np.random.default_rng(spec.seed)
         parquet = warehouse.public_path(dataset, "synthetic.parquet")
         with warehouse.connect() as con:
@@ -235,6 +250,8 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         return dg.MaterializeResult(metadata={
             "table": synthetic_table(dataset), "parquet": dg.MetadataValue.path(str(parquet)),
             "rows": rows, "seeded": spec.seed is not None,
+            "generator": "gum" if isinstance(fitted, generate.GumModel) else "clique tree",
+            "sample_seconds": dg.MetadataValue.float(round(seconds, 2)),
         })
 
     return [source, preprocessed, marginals, selection, measurements, model, synthetic]

@@ -198,14 +198,24 @@ class SelectionSettings(_Strict):
     max_model_mb: float = Field(default=4.0, gt=0)
     # adaptive methods (aim): the most rounds, each a model refit (unset: the method's default)
     max_rounds: int | None = Field(default=None, ge=1, le=10_000)
+    # method `manual` only: the marginals to measure, `all_pairs` or a list of column lists
+    marginals: Literal["all_pairs"] | list[list[str]] | None = None
 
 
 class ModelSettings(_Strict):
-    """Settings of the generation stage."""
+    """Settings of the generation stage (see dp_synth_assets.core.generate)."""
 
+    # pgm and parallel_pgm: mirror-descent iterations of each fit
     iterations: int = Field(default=1500, ge=1, le=100_000)
-    # guard: refuse a model whose largest junction-tree clique has more cells than this.
+    # guard (pgm, parallel_pgm): refuse a junction-tree clique with more cells than this.
     max_clique_cells: int = Field(default=2_000_000, ge=1)
+    # generator auto: the estimated peak memory and fitting time the stage may use
+    max_memory_mb: float = Field(default=4096.0, gt=0)
+    max_seconds: float = Field(default=900.0, gt=0)
+    # parallel_pgm: worker processes (unset: one per core)
+    workers: int | None = Field(default=None, ge=1, le=1024)
+    # gum: update iterations (benchmark paper Table 6: 50)
+    gum_iterations: int = Field(default=50, ge=1, le=10_000)
 
 
 DurationText = Annotated[str, Field(pattern=r"^\d+(\.\d+)?\s*(s|m|h|d)$")]
@@ -216,8 +226,8 @@ class DatasetSpec(_Strict):
     columns: dict[str, ColumnSpec]
     privacy: Privacy
     # default: the best accuracy at epsilon 1 on adult (bench/compare_methods.py, README)
-    method: Literal["privsyn", "absyn", "aim", "mst", "ppsyn"] = "absyn"
-    generator: Literal["pgm"] = "pgm"
+    method: Literal["privsyn", "absyn", "aim", "mst", "ppsyn", "manual"] = "absyn"
+    generator: Literal["pgm", "parallel_pgm", "gum", "auto"] = "auto"
     rows: Literal["same"] | Annotated[int, Field(ge=1, le=1_000_000_000)] = "same"
     seed: int | None = None
     schedule: str | None = None
@@ -252,6 +262,22 @@ class DatasetSpec(_Strict):
         from .select import METHODS  # select imports this module: resolve at validation time
 
         method = METHODS[self.method]
+        if self.method == "manual":
+            if self.selection.marginals is None:
+                raise ValueError("method manual measures the marginals you declare: set "
+                                 "selection.marginals to all_pairs or a list like "
+                                 "[[age, income], [sex, occupation]]")
+            if self.selection.score_share is not None:
+                raise ValueError("method manual has no selection scores: remove "
+                                 "selection.score_share")
+            unknown = sorted({a for c in (self.selection.marginals if isinstance(
+                self.selection.marginals, list) else []) for a in c if a not in self.columns})
+            if unknown:
+                raise ValueError(f"selection.marginals names {unknown}, which are not declared "
+                                 f"columns ({sorted(self.columns)})")
+        elif self.selection.marginals is not None:
+            raise ValueError(f"selection.marginals is for method manual; method {self.method} "
+                             "selects its own marginals (remove it, or set method: manual)")
         shares = ((self.selection.one_way_share or method.one_way_share)
                   + (self.selection.score_share or method.score_share))
         if shares >= 1:

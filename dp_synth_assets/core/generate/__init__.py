@@ -1,1 +1,193 @@
-"""Generation engines: one `fit(...)` and one `sample(...)` per engine; `pgm` is mbi's estimator."""
+"""Generation engines behind one interface: `choose`, `fit`, `sample`, `save`, `load`.
+
+Engines (`generator:` in datasets.yaml):
+- `pgm` (pgm.py): mbi's maximum-entropy estimation over the junction tree of all measurements;
+  the most accurate, and its cost grows with the junction tree's cliques.
+- `parallel_pgm` (parallel_pgm.py): ABSyn section VII, one fit per maximal clique, in processes.
+- `gum` (gum.py): PrivSyn's gradual update of a synthetic table towards the marginals; its cost
+  grows with rows x marginals, never with the joint domain, so every selection fits.
+- `auto`: `choose` estimates each engine's peak memory and fitting time from the selection alone
+  (junction-tree clique sizes, rows, marginals; nothing is allocated) and takes the first of pgm,
+  parallel_pgm, gum that stays within `model.max_memory_mb` and `model.max_seconds`; the choice
+  and the reason are published in the `model` asset's metadata.
+
+The fitted model is a `CliqueTree` for both PGM engines (sampled by tree.py) and a `GumModel` for
+gum (the consistent measurements and settings: GUM builds the rows when `sample` asks for them).
+The cost constants below were measured on the 2-core reference machine with mbi 2.0 (float32):
+about 5e-8 s per clique cell per mirror-descent iteration under load and about 64 bytes per
+junction-tree cell at peak, plus a fixed ~400 MB for JAX; GUM about 4e-9 s per row per marginal
+per iteration (tests/bench numbers in the README).
+"""
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..config import ModelSettings
+from ..measure import Measurement
+from .tree import CliqueTree, junction_tree
+
+ENGINES = ("pgm", "parallel_pgm", "gum")
+SECONDS_PER_CELL_ITERATION = 5e-8
+BYTES_PER_CELL = 64
+JAX_BASE_MB = 400.0
+FIT_OVERHEAD_SECONDS = 10.0  # JAX compilation of the fit
+WORKER_START_SECONDS = 8.0  # a spawned worker imports JAX and mbi
+GUM_SECONDS_PER_ROW_MARGINAL_ITERATION = 4e-9
+
+
+@dataclass(frozen=True)
+class Estimate:
+    engine: str
+    feasible: bool
+    seconds: float
+    memory_mb: float
+    why: str
+
+    def to_dict(self) -> dict:
+        return {"engine": self.engine, "feasible": self.feasible,
+                "seconds": round(self.seconds, 1), "memory_mb": round(self.memory_mb, 1),
+                "why": self.why}
+
+
+@dataclass(frozen=True)
+class Choice:
+    engine: str
+    reason: str
+    estimates: tuple[Estimate, ...]
+
+
+@dataclass(frozen=True)
+class GumModel:
+    domain: dict[str, int]
+    measurements: tuple[Measurement, ...]
+    iterations: int
+
+
+def _cells(clique, domain) -> int:
+    return math.prod(domain[a] for a in clique)
+
+
+def estimate(engine: str, domain: dict[str, int], measurements: list[Measurement], rows: int,
+             settings: ModelSettings, cores: int | None = None) -> Estimate:
+    """Peak memory and fitting time of `engine` on this selection, before anything is built."""
+    budget = f"(budget {settings.max_seconds:g} s, {settings.max_memory_mb:g} MB)"
+    if engine == "gum":
+        multi = [m for m in measurements if len(m.clique) > 1]
+        seconds = (GUM_SECONDS_PER_ROW_MARGINAL_ITERATION * rows * max(len(multi), 1)
+                   * settings.gum_iterations)
+        memory = (rows * len(domain) * 8 * 3 + sum(m.cells for m in measurements) * 8 * 3) / 2**20
+        return Estimate("gum", seconds <= settings.max_seconds and memory <= settings.max_memory_mb,
+                        seconds, memory, f"{rows:,} rows x {len(multi)} marginals x "
+                        f"{settings.gum_iterations} iterations {budget}")
+    order, _, _ = junction_tree(domain, [m.clique for m in measurements])
+    sizes = [_cells(c, domain) for c in order]
+    largest = max(sizes)
+    if engine == "pgm":
+        seconds = FIT_OVERHEAD_SECONDS + sum(sizes) * settings.iterations * SECONDS_PER_CELL_ITERATION
+        memory = JAX_BASE_MB + sum(sizes) * BYTES_PER_CELL / 2**20
+        why = f"junction tree {sum(sizes):,} cells, largest clique {largest:,} {budget}"
+        ok = largest <= settings.max_clique_cells
+        if not ok:
+            why += f"; largest clique above model.max_clique_cells {settings.max_clique_cells:,}"
+    else:
+        from .parallel_pgm import assign, separators_measured
+
+        workers = max(1, min(settings.workers or cores or os.cpu_count() or 1, len(order)))
+        plan = assign(order, domain, workers)
+        heaviest = max(sum(sizes[i] for i in p) for p in plan)
+        seconds = (FIT_OVERHEAD_SECONDS * max(len(p) for p in plan)
+                   + (WORKER_START_SECONDS if len(plan) > 1 else 0.0)
+                   + heaviest * settings.iterations * SECONDS_PER_CELL_ITERATION)
+        memory = len(plan) * (JAX_BASE_MB + largest * BYTES_PER_CELL / 2**20)
+        why = (f"{len(order)} maximal cliques on {len(plan)} worker(s), heaviest worker "
+               f"{heaviest:,} cells, largest clique {largest:,} {budget}")
+        ok = largest <= settings.max_clique_cells
+        if not ok:
+            why += f"; largest clique above model.max_clique_cells {settings.max_clique_cells:,}"
+        if not separators_measured(domain, measurements):
+            ok = False
+            why += "; a separator is not measured, so independent fits could disagree on it"
+    feasible = ok and seconds <= settings.max_seconds and memory <= settings.max_memory_mb
+    return Estimate(engine, feasible, seconds, memory, why)
+
+
+def choose(requested: str, domain: dict[str, int], measurements: list[Measurement], rows: int,
+           settings: ModelSettings, cores: int | None = None) -> Choice:
+    """`requested` itself, or for `auto` the first feasible of pgm, parallel_pgm, gum."""
+    if requested != "auto":
+        return Choice(requested, f"generator: {requested} in datasets.yaml", ())
+    estimates = []
+    for engine in ENGINES:
+        est = estimate(engine, domain, measurements, rows, settings, cores)
+        estimates.append(est)
+        if est.feasible:
+            others = "; ".join(f"{e.engine} refused: {e.why}, est. {e.seconds:.0f} s, "
+                               f"{e.memory_mb:.0f} MB" for e in estimates[:-1])
+            return Choice(engine, (f"auto: {engine} fits the budget (est. {est.seconds:.0f} s, "
+                                   f"{est.memory_mb:.0f} MB: {est.why})"
+                                   + (f"; {others}" if others else "")), tuple(estimates))
+    # nothing fits the stated budget: gum is the one whose cost does not grow with the domain
+    return Choice("gum", "auto: no engine fits model.max_seconds / model.max_memory_mb; gum has "
+                  "the smallest footprint for this selection: "
+                  + "; ".join(f"{e.engine}: est. {e.seconds:.0f} s, {e.memory_mb:.0f} MB ({e.why})"
+                              for e in estimates), tuple(estimates))
+
+
+def fit(engine: str, domain: dict[str, int], measurements: list[Measurement], known_total: float,
+        settings: ModelSettings, log=None):
+    """The fitted model of `engine` (see the module docstring)."""
+    if engine == "pgm":
+        from . import pgm
+
+        return pgm.clique_tree(pgm.fit(domain, measurements, known_total, settings.iterations),
+                               domain)
+    if engine == "parallel_pgm":
+        from . import parallel_pgm
+
+        return parallel_pgm.fit(domain, measurements, known_total, settings.iterations,
+                                settings.workers, log)
+    if engine == "gum":
+        return GumModel(dict(domain), tuple(measurements), settings.gum_iterations)
+    raise ValueError(f"unknown generator {engine!r}; choose one of {ENGINES} or auto")
+
+
+def sample(model, rows: int, seed: int | None, log=None) -> dict[str, np.ndarray]:
+    """`rows` synthetic rows as code arrays per attribute."""
+    if isinstance(model, CliqueTree):
+        from .tree import sample as sample_tree
+
+        return sample_tree(model, rows, np.random.default_rng(seed))
+    from . import gum
+
+    return gum.generate(model.domain, list(model.measurements), rows, seed,
+                        gum.GumSettings(iterations=model.iterations), log=log)
+
+
+def save(model, path: str) -> None:
+    """One .npz file; written to a temporary name and renamed."""
+    tmp = path + ".tmp.npz"
+    if isinstance(model, CliqueTree):
+        model.save(tmp)
+    else:
+        meta = {"engine": "gum", "domain": model.domain, "iterations": model.iterations,
+                "measurements": [{k: v for k, v in m.to_dict().items() if k != "noisy"}
+                                 for m in model.measurements]}
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, meta=np.array(json.dumps(meta)),
+                                **{f"noisy_{i}": m.noisy for i, m in enumerate(model.measurements)})
+    os.replace(tmp, path)
+
+
+def load(path: str):
+    with np.load(path) as data:
+        meta = json.loads(str(data["meta"]))
+        if meta.get("engine") != "gum":
+            return CliqueTree.load(path)
+        measurements = tuple(Measurement(tuple(m["clique"]), data[f"noisy_{i}"], m["sigma"], m["rho"])
+                             for i, m in enumerate(meta["measurements"]))
+    return GumModel({a: int(k) for a, k in meta["domain"].items()}, measurements,
+                    int(meta["iterations"]))

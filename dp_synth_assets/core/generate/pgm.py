@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..measure import Measurement
+from .tree import CliqueTree, junction_tree
 
 os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
 
@@ -71,6 +72,20 @@ def fit(domain: dict[str, int], measurements: list[Measurement], known_total: fl
               for m in measurements]
     return MirrorDescent().estimate(mbi_domain, linear, known_total=max(known_total, 1.0),
                                     iters=iterations, warm_start=warm_start)
+
+
+def clique_tree(model, domain: dict[str, int]) -> CliqueTree:
+    """The fitted model as a `CliqueTree` over the junction tree of its measured cliques: each
+    maximal clique's table is the model's exact marginal (`model_marginals`, numpy variable
+    elimination: milliseconds, where mbi's belief propagation pays a JAX compile of seconds), so
+    sampling the tree draws from the model's joint distribution (see tree.py)."""
+    order, separators, _ = junction_tree(domain, [tuple(c) for c in model.cliques])
+    marginals = model_marginals(model, order)
+    tables = []
+    for clique in order:
+        values = np.clip(marginals[clique], 0.0, None)
+        tables.append(values / max(values.sum(), 1e-300))
+    return CliqueTree(dict(domain), tuple(order), tuple(separators), tuple(tables))
 
 
 def sample(model, rows: int, seed: int | None) -> dict[str, np.ndarray]:

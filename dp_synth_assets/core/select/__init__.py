@@ -38,6 +38,7 @@ METHODS = {
     "mst": MethodInfo("mst", 1 / 3, 1 / 3, False),
     "aim": MethodInfo("aim", 0.1, 0.1, True),
     "ppsyn": MethodInfo("ppsyn", 0.1, 0.1, True),
+    "manual": MethodInfo("manual", 0.1, 0.0, False),
 }
 
 
@@ -88,16 +89,19 @@ class Selection:
         )
 
 
-def required_cliques(method: str, domain: dict[str, int]) -> list[Clique]:
+def required_cliques(method: str, domain: dict[str, int],
+                     settings: SelectionSettings | None = None) -> list[Clique]:
     """The exact marginals `marginals` must compute for `method`: every 1-way and 2-way clique,
-    plus what the method's module lists in `extra_cliques(domain)` (ppsyn: its 3-way workload)."""
+    plus what the method's module lists in `extra_cliques(domain, settings)` (ppsyn: its 3-way
+    workload; manual: the declared marginals of three or more columns)."""
     import importlib
 
     attrs = list(domain)
     cliques = [(a,) for a in attrs] + [tuple(p) for p in itertools.combinations(attrs, 2)]
     module = importlib.import_module(f"{__name__}.{METHODS[method].module}")
     extra = getattr(module, "extra_cliques", None)
-    return cliques + [tuple(c) for c in (extra(domain) if extra else []) if len(c) > 2]
+    wanted = extra(domain, settings or SelectionSettings()) if extra else []
+    return cliques + list(dict.fromkeys(tuple(c) for c in wanted if len(c) > 2))
 
 
 def select(method: str, domain: dict[str, int], oracle: MarginalOracle, budget: Budget,

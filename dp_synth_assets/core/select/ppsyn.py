@@ -426,7 +426,7 @@ def workload(domain: dict[str, int], order: int = WORKLOAD_ORDER, size: int = WO
     return [fits[i] for i in picked]
 
 
-def extra_cliques(domain: dict[str, int]) -> list[Clique]:
+def extra_cliques(domain: dict[str, int], settings: SelectionSettings | None = None) -> list[Clique]:
     """The 3-way workload, which the `marginals` stage computes for this method."""
     return workload(domain, WORKLOAD_ORDER) if len(domain) >= WORKLOAD_ORDER else []
 

@@ -1,0 +1,190 @@
+"""One step of bench/compare_generators.py in its own process: measure once, or generate once.
+
+    python bench/anchors/generator_run.py measure --method absyn --data adult.csv \
+        --domain adult-domain.json --epsilon 1 --delta 1e-9 --seed 0 --workdir W
+    python bench/anchors/generator_run.py generate --generator gum --workdir W --out synth.csv.gz
+    python bench/anchors/generator_run.py sample --workdir W --rows 1000000
+
+`measure` sets up --workdir as bench/anchors/ours_run.py does (the CSV in a fresh DuckDB file,
+every column categorical with the public categories 0..k-1) and materializes the pipeline up to
+`measurements` with our Dagster definitions. `--method manual` measures every pair (`selection.
+marginals: all_pairs`): the dense selection of issue 5. `generate` rewrites the entry's
+`generator` (and `model.max_clique_cells` if given) and materializes `model` and `synthetic` only,
+so every engine gets the very same noisy measurements; it prints the fit and sample seconds (the
+two steps' durations), this process's peak RSS and its worker processes' largest peak RSS
+(parallel_pgm fits in children), and the engine `auto` chose.
+
+`sample` loads the fitted model.npz and draws --rows rows in memory (no Dagster), for the
+sampling-speed claim: seconds, peak RSS and its growth against the output's size.
+
+Prints `RESULT {json}` last; exit code 1 when the Dagster run failed (the note says why).
+"""
+
+import argparse
+import json
+import resource
+import shutil
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def result(payload: dict, code: int = 0) -> None:
+    sys.stdout.flush()
+    print("RESULT " + json.dumps(payload), flush=True)
+    sys.exit(code)
+
+
+def failure_note(run) -> str:
+    for event in run.all_events:
+        if event.event_type_value == "STEP_FAILURE":
+            data = event.event_specific_data
+            user = getattr(data, "user_failure_data", None)
+            if user is not None and user.description:
+                return user.description
+            return str(data.error.message if data.error else event.message)[:500]
+    return "dagster run failed"
+
+
+def step_seconds(run) -> dict[str, float]:
+    return {e.step_key: e.event_specific_data.duration_ms / 1000.0 for e in run.all_events
+            if e.event_type_value == "STEP_SUCCESS" and e.step_key}
+
+
+def entry_path(workdir: Path) -> Path:
+    return workdir / "datasets.yaml"
+
+
+def definitions(workdir: Path):
+    from dp_synth_assets.definitions import build_definitions
+
+    return build_definitions(entry_path(workdir), workdir / "w.duckdb", workdir / "ledger.sqlite",
+                             workdir / "public")
+
+
+def measure(args) -> None:
+    import dagster as dg
+    import duckdb
+    import pandas as pd
+    import yaml
+
+    domain = json.loads(args.domain.read_text())
+    real = pd.read_csv(args.data)[list(domain)]
+    if args.workdir.exists():
+        shutil.rmtree(args.workdir)
+    args.workdir.mkdir(parents=True)
+    con = duckdb.connect(str(args.workdir / "w.duckdb"))
+    try:
+        con.register("source_frame", real)
+        con.execute("CREATE TABLE main.adult AS SELECT * FROM source_frame")
+    finally:
+        con.close()
+    entry = {
+        "source": {"table": "main.adult"},
+        "columns": {c: {"kind": "categorical", "categories": list(range(k)), "other": False}
+                    for c, k in domain.items()},
+        "privacy": {"epsilon": args.epsilon, "delta": args.delta,
+                    "limit": {"epsilon": max(100.0, 2 * args.epsilon), "delta": 1e-6}},
+        "method": args.method, "rows": "same", "seed": args.seed,
+    }
+    if args.method == "manual":
+        entry["selection"] = {"marginals": "all_pairs"}
+    entry_path(args.workdir).write_text(yaml.safe_dump({"datasets": {"adult": entry}}))
+    defs = definitions(args.workdir)
+    stages = ["preprocessed", "marginals", "selection", "measurements"]
+    started = time.perf_counter()
+    run = dg.materialize(list(defs.assets), resources=defs.resources,
+                         instance=dg.DagsterInstance.ephemeral(),
+                         selection=[dg.AssetKey(["adult", s]) for s in stages], raise_on_error=False)
+    seconds = time.perf_counter() - started
+    if not run.success:
+        result({"status": "failed", "note": failure_note(run), "seconds": seconds}, 1)
+    found = json.loads((args.workdir / "public" / "adult" / "measurements.json").read_text())
+    result({"status": "ok", "seconds": seconds,
+            "measurements": len(found["measurements"]),
+            "cliques": [m["clique"] for m in found["measurements"] if len(m["clique"]) > 1]})
+
+
+def generate(args) -> None:
+    import dagster as dg
+    import pandas as pd
+    import yaml
+
+    doc = yaml.safe_load(entry_path(args.workdir).read_text())
+    entry = doc["datasets"]["adult"]
+    entry["generator"] = args.generator
+    if args.max_clique_cells:
+        entry.setdefault("model", {})["max_clique_cells"] = args.max_clique_cells
+    entry_path(args.workdir).write_text(yaml.safe_dump(doc))
+    defs = definitions(args.workdir)
+    started = time.perf_counter()
+    run = dg.materialize(list(defs.assets), resources=defs.resources,
+                         instance=dg.DagsterInstance.ephemeral(),
+                         selection=[dg.AssetKey(["adult", s]) for s in ("model", "synthetic")],
+                         raise_on_error=False)
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+    if not run.success:
+        result({"status": "failed", "note": failure_note(run), "seconds": seconds,
+                "peak_mb": peak}, 1)
+    steps = step_seconds(run)
+    model_meta = {}
+    for e in run.get_asset_materialization_events():
+        if e.asset_key == dg.AssetKey(["adult", "model"]):
+            model_meta = {k: v.value for k, v in e.materialization.metadata.items()}
+    synth = pd.read_parquet(args.workdir / "public" / "adult" / "synthetic.parquet")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    synth.to_csv(args.out, index=False)
+    result({"status": "ok", "seconds": seconds,
+            "fit_seconds": steps.get("adult__model"), "sample_seconds": steps.get("adult__synthetic"),
+            "peak_mb": peak, "workers_peak_mb": workers, "rows": len(synth),
+            "engine": model_meta.get("generator"), "reason": model_meta.get("choice_reason")})
+
+
+def sample_only(args) -> None:
+    """Draw --rows rows from the fitted model.npz (no Dagster, no writing): seconds and memory."""
+    import numpy as np
+
+    from dp_synth_assets.core import generate as engines
+
+    model = engines.load(str(args.workdir / "public" / "adult" / "model.npz"))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    started = time.perf_counter()
+    codes = engines.sample(model, args.rows, 0)
+    seconds = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    result({"status": "ok", "rows": args.rows, "seconds": seconds, "peak_mb": peak,
+            "peak_growth_mb": peak - before,
+            "output_mb": sum(np.asarray(v).nbytes for v in codes.values()) / 2**20,
+            "model": type(model).__name__})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    m = sub.add_parser("measure")
+    m.add_argument("--method", default="absyn")
+    m.add_argument("--data", type=Path, required=True)
+    m.add_argument("--domain", type=Path, required=True)
+    m.add_argument("--epsilon", type=float, required=True)
+    m.add_argument("--delta", type=float, default=1e-9)
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--workdir", type=Path, required=True)
+    g = sub.add_parser("generate")
+    g.add_argument("--generator", required=True)
+    g.add_argument("--workdir", type=Path, required=True)
+    g.add_argument("--out", type=Path, required=True)
+    g.add_argument("--max-clique-cells", type=int, default=None)
+    s = sub.add_parser("sample")
+    s.add_argument("--workdir", type=Path, required=True)
+    s.add_argument("--rows", type=int, default=1_000_000)
+    args = parser.parse_args()
+    {"measure": measure, "generate": generate, "sample": sample_only}[args.step](args)
+
+
+if __name__ == "__main__":
+    main()

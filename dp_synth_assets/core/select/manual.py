@@ -1,0 +1,46 @@
+"""`manual`: measure exactly the marginals the user declares, with no selection mechanism.
+
+For owners who know which relationships matter (a reporting workload, the pairs a downstream model
+uses) or who want every pair (`selection.marginals: all_pairs`), as the NIST-challenge entries
+measured hand-picked marginals (PrivSyn section 6.1). Budget: `one_way_share` (default 0.1) for
+the noisy 1-way marginals split evenly (ABSyn section VI.B), nothing for scores (there are none),
+and the rest for the declared marginals, split by ABSyn Eq. 11 (rho_i proportional to c_i^(2/3)),
+measured in the `measurements` stage. The declared list is public configuration; only the noisy
+marginals depend on the data. A declared marginal of one column is already a 1-way measurement
+and is not measured twice.
+"""
+
+import itertools
+
+from ..config import SelectionSettings
+from ..measure import clique_size, optimal_split
+from . import Budget, Charge, Clique, MarginalOracle, Selection
+from .privsyn import measure_one_way
+
+
+def declared(domain: dict[str, int], settings: SelectionSettings) -> list[Clique]:
+    """The declared marginals of two or more columns, in domain order, without repeats."""
+    if settings.marginals == "all_pairs":
+        return [tuple(p) for p in itertools.combinations(domain, 2)]
+    missing = sorted({a for c in settings.marginals or [] for a in c if a not in domain})
+    if missing:
+        raise ValueError(f"selection.marginals names {missing}, which are not encoded columns "
+                         f"({sorted(domain)}); fix the names in datasets.yaml")
+    order = {a: i for i, a in enumerate(domain)}
+    cliques = [tuple(sorted(set(c), key=order.get)) for c in settings.marginals or []]
+    return list(dict.fromkeys(c for c in cliques if len(c) >= 2))
+
+
+def extra_cliques(domain: dict[str, int], settings: SelectionSettings | None = None) -> list[Clique]:
+    """Declared marginals of three or more columns, which `marginals` computes in its scan."""
+    return [c for c in declared(domain, settings or SelectionSettings()) if len(c) > 2]
+
+
+def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
+           settings: SelectionSettings, charge: Charge) -> Selection:
+    one_way = measure_one_way(domain, oracle, budget.one_way, charge)
+    cliques = declared(domain, settings)
+    rhos = optimal_split(budget.measure + budget.score, [clique_size(c, domain) for c in cliques]) \
+        if cliques else []
+    return Selection("manual", one_way, tuple(cliques), dict(zip(cliques, rhos)),
+                     details={"declared": [list(c) for c in cliques]})

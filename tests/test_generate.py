@@ -1,0 +1,240 @@
+"""Generation engines: the clique-tree sampler, pgm, parallel_pgm, the `auto` choice, and each
+engine end to end in Dagster (GUM's own tests are in test_gum.py)."""
+
+import itertools
+import json
+
+import dagster as dg
+import duckdb
+import numpy as np
+import pytest
+
+from dp_synth_assets.core import generate
+from dp_synth_assets.core.config import ModelSettings
+from dp_synth_assets.core.generate import parallel_pgm, pgm, tree
+from dp_synth_assets.core.generate.tree import CliqueTree, conditional_draw
+from dp_synth_assets.core.measure import Measurement, make_consistent, total_estimate
+from tests.helpers import make_project
+
+
+def table(n: int = 20_000, seed: int = 3) -> tuple[dict[str, np.ndarray], dict[str, int]]:
+    """A chain a - b - c - d with strong dependencies, plus an independent e."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 4, n)
+    b = (a + rng.integers(0, 2, n)) % 5
+    c = (2 * b + rng.integers(0, 2, n)) % 6
+    d = np.where(rng.random(n) < 0.8, c % 3, rng.integers(0, 3, n))
+    e = rng.integers(0, 2, n)
+    return {"a": a, "b": b, "c": c, "d": d, "e": e}, {"a": 4, "b": 5, "c": 6, "d": 3, "e": 2}
+
+
+def marginal(data, domain, clique) -> np.ndarray:
+    shape = [domain[x] for x in clique]
+    keys = np.ravel_multi_index([np.asarray(data[x], dtype=np.int64) for x in clique], shape)
+    return np.bincount(keys, minlength=int(np.prod(shape))).reshape(shape).astype(float)
+
+
+def exact_measurements(data, domain, cliques) -> list[Measurement]:
+    """Noise-free measurements (sigma 1 so the estimators weigh them evenly)."""
+    ones = [(a,) for a in domain]
+    return [Measurement(tuple(c), marginal(data, domain, c), 1.0, 1.0) for c in ones + cliques]
+
+
+def tvd(data, synth, domain, clique) -> float:
+    p = marginal(data, domain, clique)
+    q = marginal(synth, domain, clique)
+    return 0.5 * float(np.abs(p / p.sum() - q / q.sum()).sum())
+
+
+# ---- the clique-tree sampler -----------------------------------------------------------------
+
+
+def test_conditional_draw_gives_rounded_expected_counts_in_every_group():
+    rng = np.random.default_rng(0)
+    weights = np.array([[0.5, 0.3, 0.2], [0.0, 0.0, 0.0], [0.1, 0.0, 0.9]])
+    group = np.repeat([0, 1, 2], [1000, 10, 333])
+    rng.shuffle(group)
+    drawn = conditional_draw(weights, group, rng)
+    fallback = weights.sum(0) / weights.sum()
+    for g, size in ((0, 1000), (1, 10), (2, 333)):
+        counts = np.bincount(drawn[group == g], minlength=3)
+        expected = size * (weights[g] / weights[g].sum() if weights[g].sum() else fallback)
+        # systematic sampling: each count is the expected count rounded up or down
+        assert np.all(np.abs(counts - expected) < 1.0 + 1e-9), (g, counts, expected)
+    assert np.all(drawn[group == 2] != 1)  # a zero-probability choice is never drawn
+
+
+def test_tree_sampling_reproduces_the_joint_and_the_conditional_independence():
+    domain = {"x": 3, "y": 4, "z": 2}
+    rng = np.random.default_rng(1)
+    pxy = rng.random((3, 4)); pxy /= pxy.sum()
+    p_z_given_y = rng.random((4, 2)); p_z_given_y /= p_z_given_y.sum(1, keepdims=True)
+    pyz = pxy.sum(0)[:, None] * p_z_given_y
+    t = CliqueTree(domain, (("x", "y"), ("y", "z")), ((), ("y",)), (pxy, pyz))
+    codes = tree.sample(t, 200_000, np.random.default_rng(2))
+    joint = marginal(codes, domain, ("x", "y", "z")) / 200_000
+    truth = pxy[:, :, None] * p_z_given_y[None, :, :]
+    # 200k rows, 24 cells: the sampling error of the TVD is about 0.005 (3 sd well below 0.01)
+    assert 0.5 * np.abs(joint - truth).sum() < 0.01
+    assert all(codes[a].dtype == np.uint8 for a in domain)  # memory proportional to the output
+
+
+def test_pgm_clique_tree_matches_the_fitted_model_and_keeps_the_measured_marginals():
+    data, domain = table()
+    found = make_consistent(exact_measurements(data, domain, [("a", "b"), ("b", "c"), ("c", "d")]))
+    model = pgm.fit(domain, found, total_estimate(found), 1000)
+    t = pgm.clique_tree(model, domain)
+    assert set(t.cliques) >= {("a", "b"), ("b", "c"), ("c", "d")}
+    for clique, table_ in zip(t.cliques, t.tables):
+        mbi_marginal = np.asarray(model.project(clique).datavector(flatten=False))
+        assert np.allclose(table_, mbi_marginal / mbi_marginal.sum(), atol=1e-4)
+    synth = tree.sample(t, len(data["a"]), np.random.default_rng(0))
+    for clique in [("a", "b"), ("b", "c"), ("c", "d"), ("e",)]:
+        assert tvd(data, synth, domain, clique) < 0.02, clique
+
+
+# ---- parallel_pgm ------------------------------------------------------------------------------
+
+
+def test_cliques_are_assigned_greedily_largest_first_to_the_least_loaded_worker():
+    domain = {"a": 10, "b": 10, "c": 5, "d": 4, "e": 3, "f": 2}
+    cliques = [("a", "b"), ("c", "d"), ("b", "c"), ("e", "f"), ("d", "e")]  # 100, 20, 50, 6, 12
+    plan = parallel_pgm.assign(cliques, domain, 2)
+    loads = sorted(sum(int(np.prod([domain[x] for x in cliques[i]])) for i in p) for p in plan)
+    assert plan[0] == [0]  # the 100-cell clique alone
+    assert sorted(plan[1]) == [1, 2, 3, 4] and loads == [88, 100]
+
+
+def test_separators_measured_holds_for_a_tree_and_fails_for_an_unmeasured_fill_in():
+    data, domain = table()
+    chain = exact_measurements(data, domain, [("a", "b"), ("b", "c"), ("c", "d")])
+    assert parallel_pgm.separators_measured(domain, chain)
+    # a 4-cycle a-b-c-d-a: triangulation adds a chord whose pair nobody measured
+    cycle = exact_measurements(data, domain, [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d")])
+    assert not parallel_pgm.separators_measured(domain, cycle)
+    closed = cycle + exact_measurements(data, domain, [("a", "c")])[len(domain):]
+    closed += exact_measurements(data, domain, [("b", "d")])[len(domain):]
+    assert parallel_pgm.separators_measured(domain, closed)
+
+
+def test_parallel_pgm_in_two_processes_is_as_accurate_as_pgm_on_a_triangulated_selection():
+    data, domain = table()
+    cliques = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("b", "d")]
+    found = make_consistent(exact_measurements(data, domain, cliques))
+    n = total_estimate(found)
+    assert parallel_pgm.separators_measured(domain, found)
+    t_par = parallel_pgm.fit(domain, found, n, 1000, workers=2)
+    t_pgm = generate.fit("pgm", domain, found, n, ModelSettings(iterations=1000))
+    rng = np.random.default_rng(5)
+    synth_par = tree.sample(t_par, len(data["a"]), rng)
+    synth_pgm = tree.sample(t_pgm, len(data["a"]), rng)
+    pairs = list(itertools.combinations(domain, 2))
+    err_par = np.mean([tvd(data, synth_par, domain, p) for p in pairs])
+    err_pgm = np.mean([tvd(data, synth_pgm, domain, p) for p in pairs])
+    # ABSyn section VIII.C: the two differ by at most 0.01 average TVD
+    assert abs(err_par - err_pgm) <= 0.01, (err_par, err_pgm)
+    for clique in cliques:
+        assert tvd(data, synth_par, domain, clique) < 0.02
+
+
+# ---- auto ------------------------------------------------------------------------------------
+
+
+def fake(domain, cliques) -> list[Measurement]:
+    return [Measurement(tuple(c), np.ones([domain[a] for a in c]), 1.0, 1.0)
+            for c in [(a,) for a in domain] + list(cliques)]
+
+
+def test_auto_picks_pgm_for_a_small_tree():
+    domain = {"a": 10, "b": 10, "c": 10}
+    choice = generate.choose("auto", domain, fake(domain, [("a", "b"), ("b", "c")]), 1000,
+                             ModelSettings())
+    assert choice.engine == "pgm" and "auto: pgm" in choice.reason
+
+
+def test_auto_picks_parallel_pgm_when_only_the_parallel_fit_meets_the_time_budget():
+    # two 1e6-cell cliques sharing a measured 1000-cell separator: pgm's one fit covers 2e6 cells,
+    # the parallel fit 1e6 per worker
+    domain = {"a": 1000, "s": 1000, "b": 1000}
+    found = fake(domain, [("a", "s"), ("s", "b")])
+    settings = ModelSettings(iterations=1500, max_seconds=120)
+    pgm_est = generate.estimate("pgm", domain, found, 1000, settings, cores=2)
+    par_est = generate.estimate("parallel_pgm", domain, found, 1000, settings, cores=2)
+    assert pgm_est.seconds > 120 > par_est.seconds
+    choice = generate.choose("auto", domain, found, 1000, settings, cores=2)
+    assert choice.engine == "parallel_pgm" and "pgm refused" in choice.reason
+
+
+def test_auto_picks_gum_for_all_pairs_where_the_pgm_guard_refuses():
+    domain = {f"x{i}": 20 for i in range(8)}
+    found = fake(domain, list(itertools.combinations(domain, 2)))
+    with pytest.raises(pgm.ModelTooLarge, match="max_clique_cells"):
+        pgm.check_model_size(domain, [m.clique for m in found], 2_000_000, "dense")
+    choice = generate.choose("auto", domain, found, 50_000, ModelSettings())
+    assert choice.engine == "gum"
+    assert "pgm refused" in choice.reason and "parallel_pgm refused" in choice.reason
+    assert [e.engine for e in choice.estimates] == ["pgm", "parallel_pgm", "gum"]
+
+
+def test_models_round_trip_through_their_files(tmp_path):
+    data, domain = table(2000)
+    found = make_consistent(exact_measurements(data, domain, [("a", "b")]))
+    t = generate.fit("pgm", domain, found, total_estimate(found), ModelSettings(iterations=50))
+    generate.save(t, str(tmp_path / "tree.npz"))
+    back = generate.load(str(tmp_path / "tree.npz"))
+    assert back.cliques == t.cliques and back.separators == t.separators
+    assert all(np.array_equal(x, y) for x, y in zip(back.tables, t.tables))
+    g = generate.fit("gum", domain, found, total_estimate(found), ModelSettings(gum_iterations=7))
+    generate.save(g, str(tmp_path / "gum.npz"))
+    back = generate.load(str(tmp_path / "gum.npz"))
+    assert back.iterations == 7 and back.domain == domain
+    assert [m.clique for m in back.measurements] == [m.clique for m in found]
+    assert all(np.array_equal(x.noisy, y.noisy) for x, y in zip(back.measurements, found))
+
+
+# ---- each engine in Dagster --------------------------------------------------------------------
+
+
+def run_example(tmp_path, **overrides):
+    project = make_project(tmp_path, rows=3000, **overrides)
+    defs = project.defs_fn()
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                            instance=instance, raise_on_error=False)
+    return project, result
+
+
+def model_metadata(result) -> dict:
+    events = [e for e in result.get_asset_materialization_events()
+              if e.asset_key == dg.AssetKey(["example", "model"])]
+    return {k: v.value for k, v in events[0].materialization.metadata.items()}
+
+
+@pytest.mark.parametrize("generator", ["parallel_pgm", "gum"])
+def test_each_engine_synthesizes_the_example_and_its_one_way_marginals_match(tmp_path, generator):
+    project, result = run_example(tmp_path, generator=generator)
+    assert result.success
+    meta = model_metadata(result)
+    assert meta["generator"] == generator
+    measurements = json.loads((project.public / "example" / "measurements.json").read_text())
+    with duckdb.connect(str(project.warehouse), read_only=True) as con:
+        rows = con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0]
+    assert rows == round(measurements["total_estimate"])
+    # every check (schema, domain, row count, nulls, 1-way TVD within its noise) passed
+    checks = result.get_asset_check_evaluations()
+    assert {c.check_name for c in checks} >= {"schema", "domain", "one_way_tvd"}
+    assert all(c.passed for c in checks), [(c.check_name, c.passed) for c in checks]
+
+
+def test_a_dense_manual_selection_runs_under_auto_where_pgm_refuses(tmp_path):
+    dense = {"method": "manual", "selection": {"marginals": "all_pairs"},
+             "model": {"iterations": 200, "max_clique_cells": 100_000}}
+    _, refused = run_example(tmp_path / "pgm", generator="pgm", **dense)
+    assert not refused.success
+    failure = [e for e in refused.all_events if e.event_type_value == "STEP_FAILURE"][0]
+    assert "max_clique_cells" in str(failure.event_specific_data.error.message) or \
+        "max_clique_cells" in str(failure.event_specific_data.user_failure_data.description)
+    _, ok = run_example(tmp_path / "auto", generator="auto", **dense)
+    assert ok.success
+    meta = model_metadata(ok)
+    assert meta["generator"] == "gum" and "pgm refused" in meta["choice_reason"]
