@@ -47,7 +47,8 @@ def tvd(p: np.ndarray, q: np.ndarray) -> float:
 
 def exact(data, cliques) -> list[Measurement]:
     """Noise-free measurements: every 1-way marginal plus `cliques`."""
-    return [Measurement(c, counts(data, c), 1.0, 0.0) for c in [(x,) for x in DOMAIN] + list(cliques)]
+    cliques = [(x,) for x in DOMAIN] + list(cliques)
+    return [Measurement(c, counts(data, c), 1.0, 0.0) for c in cliques]
 
 
 def independent_tvd(data, clique) -> float:
@@ -71,20 +72,22 @@ def test_returns_exactly_rows_records_with_codes_in_range(fitted):
 
 
 def test_one_way_marginals_match_their_targets(table, fitted):
-    """Attributes drawn or filled from rounded counts are within one record per value; attributes
-    GUM updates drift by less than 0.5% TVD (the 2-way updates move them a little)."""
+    """f (in no marginal) is drawn from rounded counts: within one record per value. The
+    attributes GUM updates, and e filled from them, drift by less than 0.2% TVD (seen: <= 0.06%)."""
     for a in ("f",):
         target = counts(table, (a,)) * 10_000 / len(table[a])
         assert np.abs(counts(fitted, (a,)) - target).max() < 1.0
     for a in ("a", "b", "c", "d", "e"):
-        assert tvd(counts(fitted, (a,)), counts(table, (a,))) < 0.005
+        assert tvd(counts(fitted, (a,)), counts(table, (a,))) < 0.002
 
 
 def test_two_way_marginals_are_much_closer_than_independent_columns(table, fitted):
+    """Independent columns are 0.21-0.47 TVD away on these pairs; GUM within 0.5% TVD and under
+    2% of the independent error (seen: <= 0.14% TVD, ratio <= 0.7%)."""
     for pair in CYCLE:
         fit = tvd(counts(fitted, pair), counts(table, pair))
-        assert fit < 0.02
-        assert fit < 0.1 * independent_tvd(table, pair)
+        assert fit < 0.005
+        assert fit < 0.02 * independent_tvd(table, pair)
 
 
 def test_is_deterministic_given_the_seed(table):
@@ -103,23 +106,26 @@ def test_appended_attribute_keeps_its_pairs_joint_distribution(table, fitted):
     m_d = counts(fitted, ("d",))
     expected = m_d[:, None] * joint / joint.sum(axis=1, keepdims=True)
     assert np.abs(counts(fitted, ("d", "e")) - expected).max() < 1.0
-    assert tvd(counts(fitted, ("d", "e")), joint) < 0.01
+    assert tvd(counts(fitted, ("d", "e")), joint) < 0.003
 
 
 def test_two_disconnected_components_each_fit(table):
-    """Two triangles {a, b, d} and {c, e, f}: no attribute of degree 1, two separate components."""
+    """Two triangles {a, b, d} and {c, e, f}: no attribute of degree 1, two separate components,
+    each within 0.5% TVD on its pairs (seen: <= 0.16%); the strongly dependent first triangle
+    also under 2% of the independent error."""
     first = [("a", "b"), ("b", "d"), ("a", "d")]
     second = [("c", "e"), ("e", "f"), ("c", "f")]
     out = generate(DOMAIN, exact(table, first + second), 8_000, seed=5)
     for pair in first + second:
-        assert tvd(counts(out, pair), counts(table, pair)) < 0.02
+        assert tvd(counts(out, pair), counts(table, pair)) < 0.005
     for pair in first:
-        assert tvd(counts(out, pair), counts(table, pair)) < 0.1 * independent_tvd(table, pair)
+        assert tvd(counts(out, pair), counts(table, pair)) < 0.02 * independent_tvd(table, pair)
 
 
 def test_handles_negative_noisy_cells(table):
     """Noisy consistent measurements with negative cells (and one value measured far below zero)
-    give valid codes, that value never appears, and the pairs still beat independent columns."""
+    give valid codes, that value never appears, and the pairs stay under 15% of the independent
+    error (seen: <= 7%; sigma 30 on 12,000 rows)."""
     rng = np.random.default_rng(1)
     ms = []
     for m in exact(table, CYCLE):
@@ -138,6 +144,8 @@ def test_handles_negative_noisy_cells(table):
 
 
 def test_only_one_way_measurements_give_independent_columns_with_exact_counts(table):
+    """Each column within one record of rows * p per value; every pair within 3% TVD of the
+    product of its own 1-way marginals (sampling noise at 9,000 rows; seen: <= 1.8%)."""
     out = generate(DOMAIN, exact(table, []), 9_000, seed=4)
     for a in DOMAIN:
         target = counts(table, (a,)) * 9_000 / len(table[a])
@@ -151,9 +159,10 @@ def test_fits_a_three_way_marginal(table):
     clique = ("a", "c", "d")
     out = generate(DOMAIN, exact(table, [clique, ("b", "c"), ("a", "b")]), 8_000, seed=6)
     target = counts(table, clique)
-    independent = np.einsum("i,j,k->ijk", target.sum((1, 2)), target.sum((0, 2)), target.sum((0, 1)))
-    assert tvd(counts(out, clique), target) < 0.03
-    assert tvd(counts(out, clique), target) < 0.15 * tvd(independent, target)
+    independent = np.einsum("i,j,k->ijk", target.sum((1, 2)), target.sum((0, 2)),
+                            target.sum((0, 1))) / target.sum() ** 2
+    assert tvd(counts(out, clique), target) < 0.01  # seen: 0.4%
+    assert tvd(counts(out, clique), target) < 0.02 * tvd(independent, target)
 
 
 def test_several_measurements_of_one_clique_are_weighted_by_inverse_variance(table):
@@ -171,7 +180,7 @@ def test_cliques_in_any_attribute_order_are_read_correctly(table):
     """A pair measured as (d, a) is the same marginal as (a, d), transposed."""
     ms = exact(table, CYCLE[:3]) + [Measurement(("d", "a"), counts(table, ("a", "d")).T, 1.0, 0.0)]
     out = generate(DOMAIN, ms, 8_000, seed=9)
-    assert tvd(counts(out, ("a", "d")), counts(table, ("a", "d"))) < 0.02
+    assert tvd(counts(out, ("a", "d")), counts(table, ("a", "d"))) < 0.005
 
 
 def test_reports_progress_through_log(table):
@@ -180,3 +189,11 @@ def test_reports_progress_through_log(table):
              log=lines.append)
     progress = [line for line in lines if line.startswith("gum iteration")]
     assert progress and progress[-1].startswith("gum iteration 10/10: mean L1 error")
+
+
+@pytest.mark.parametrize("bad", [{"alpha0": 1.5}, {"decay": 0.0}, {"step": 0},
+                                 {"duplicate_end": 2.0}, {"order": "sideways"},
+                                 {"nonnegative": "abs"}])
+def test_refuses_settings_outside_their_range(bad):
+    with pytest.raises(ValueError, match="GumSettings"):
+        GumSettings(**bad)

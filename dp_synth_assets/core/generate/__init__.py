@@ -15,8 +15,8 @@ The fitted model is a `CliqueTree` for both PGM engines (sampled by tree.py) and
 gum (the consistent measurements and settings: GUM builds the rows when `sample` asks for them).
 The cost constants below were measured on the 2-core reference machine with mbi 2.0 (float32):
 about 5e-8 s per clique cell per mirror-descent iteration under load and about 64 bytes per
-junction-tree cell at peak, plus a fixed ~400 MB for JAX; GUM about 4e-9 s per row per marginal
-per iteration (tests/bench numbers in the README).
+junction-tree cell at peak, plus a fixed ~400 MB for JAX; GUM about 2e-8 s per row per marginal
+per iteration (measured 1.6e-8 on adult: bench/results/generators.md).
 """
 
 import json
@@ -36,7 +36,7 @@ BYTES_PER_CELL = 64
 JAX_BASE_MB = 400.0
 FIT_OVERHEAD_SECONDS = 10.0  # JAX compilation of the fit
 WORKER_START_SECONDS = 8.0  # a spawned worker imports JAX and mbi
-GUM_SECONDS_PER_ROW_MARGINAL_ITERATION = 4e-9
+GUM_SECONDS_PER_ROW_MARGINAL_ITERATION = 2e-8
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,8 @@ def estimate(engine: str, domain: dict[str, int], measurements: list[Measurement
         multi = [m for m in measurements if len(m.clique) > 1]
         seconds = (GUM_SECONDS_PER_ROW_MARGINAL_ITERATION * rows * max(len(multi), 1)
                    * settings.gum_iterations)
-        memory = (rows * len(domain) * 8 * 3 + sum(m.cells for m in measurements) * 8 * 3) / 2**20
+        # measured: about 1 byte per row and attribute plus ~40 bytes per row of temporaries
+        memory = (rows * (len(domain) + 64) + sum(m.cells for m in measurements) * 8 * 3) / 2**20
         return Estimate("gum", seconds <= settings.max_seconds and memory <= settings.max_memory_mb,
                         seconds, memory, f"{rows:,} rows x {len(multi)} marginals x "
                         f"{settings.gum_iterations} iterations {budget}")
