@@ -14,6 +14,11 @@ they read the synthetic table and never the source. Each check runs one GX 1.x s
   estimate from the measured 1-way marginal (see `tolerances`).
 - `one_way_tvd` (WARN): each column's 1-way distribution within a TVD tolerance of its noisy
   measurement (see `tolerances`).
+- `marginal_tvd` (WARN): the same for every measured marginal of two or more columns, on the
+  synthetic table's encoded codes; each tolerance comes from that measurement's own noise scale.
+- `duplicates` (WARN): the share of rows that repeat an earlier row (on the encoded codes) below
+  the bound the model implies (see `duplicate_bound`), so a generator that copies rows wholesale
+  is caught.
 """
 
 
@@ -34,6 +39,8 @@ CHECKS = {  # name -> (severity, blocking)
     "row_count": (dg.AssetCheckSeverity.ERROR, False),
     "null_fraction": (dg.AssetCheckSeverity.WARN, False),
     "one_way_tvd": (dg.AssetCheckSeverity.WARN, False),
+    "marginal_tvd": (dg.AssetCheckSeverity.WARN, False),
+    "duplicates": (dg.AssetCheckSeverity.WARN, False),
 }
 Z = 4.0           # sampling allowance in standard deviations (false alarm < 1e-4 per cell)
 FIT_SLACK = 0.01  # allowance for the estimator not matching a measurement exactly
@@ -57,6 +64,46 @@ def tolerances(m: Measurement, n_hat: float, rows: int) -> tuple[float, np.ndarr
     n = max(n_hat, 1.0)
     per_cell = Z * np.sqrt(p * (1 - p) / rows) + m.sigma / n
     return float(0.5 * per_cell.sum() + FIT_SLACK), per_cell + FIT_SLACK / 2
+
+
+def marginal_tolerance(m: Measurement, n_hat: float, rows: int) -> float:
+    """TVD tolerance of a measured marginal (`marginal_tvd`): a bound on the expected TVD plus Z
+    standard deviations. Per cell, the synthetic share differs from the noisy share by sampling
+    (sd s_i = sqrt(p_i (1 - p_i) / rows)) plus the measurement's noise (sd sigma / n_hat; the
+    model sits between the truth and the noisy counts); each |difference| has expectation at
+    most sqrt(2/pi) (s_i + sigma / n_hat) and variance at most s_i^2 + (sigma / n_hat)^2, and the
+    TVD is half their sum over the cells, a sum of many small terms that concentrates around its
+    mean. FIT_SLACK covers what the estimator cannot reproduce (conflicting measurements)."""
+    p = noisy_distribution(m).ravel()
+    n = max(n_hat, 1.0)
+    s = np.sqrt(p * (1 - p) / max(rows, 1))
+    noise = m.sigma / n
+    mean = 0.5 * np.sqrt(2 / np.pi) * float((s + noise).sum())
+    sd = 0.5 * float(np.sqrt((s ** 2 + noise ** 2).sum()))
+    return mean + Z * sd + FIT_SLACK
+
+
+def duplicate_bound(model, measurements: list[Measurement], rows: int) -> tuple[float, float, str]:
+    """(allowed share of repeated rows, collision probability q, where q comes from).
+
+    Two independent rows from a distribution P are equal with probability q = sum_x P(x)^2, so a
+    sample of `rows` rows has C(rows, 2) q colliding pairs in expectation, and at most that many
+    rows repeat an earlier one. For a clique-tree model (pgm, parallel_pgm) q is the model's own
+    (`tree.collision_probability`); for gum, whose rows come from the updates rather than a
+    distribution, q is bounded by the smallest sum_v p_C(v)^2 over the noisy measured marginals
+    (merging cells only raises the collision probability, so every marginal's q bounds the joint
+    one). Allowed: the expected pairs plus Z standard deviations (Poisson), plus Z rows."""
+    from .core.generate import GumModel
+    from .core.generate.tree import CliqueTree, collision_probability
+
+    if isinstance(model, CliqueTree):
+        q, source = collision_probability(model), "the fitted model"
+    else:
+        q = min(float((noisy_distribution(m) ** 2).sum()) for m in measurements)
+        source = "the measured marginals (upper bound)" if isinstance(model, GumModel) else "marginals"
+    pairs = rows * (rows - 1) / 2 * q
+    allowed = (pairs + Z * np.sqrt(pairs) + Z) / max(rows, 1)
+    return float(min(allowed, 1.0)), float(q), source
 
 
 def _check(name: str, frame: pd.DataFrame, expectations: list, warehouse: WarehouseResource,
@@ -89,7 +136,7 @@ def _suite_result(name: str, outcome, warehouse: WarehouseResource, dataset: str
 
 def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
                measurements: list[Measurement], n_hat: float, rows: int, table: str,
-               parquet: str):
+               parquet: str, model=None):
     """Yield one AssetCheckResult per check in CHECKS."""
     from .core.validation import Expectation, run_suite
 
@@ -177,6 +224,38 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
                     {"column_A": "tolerance", "column_B": "tvd", "or_equal": True})],
         warehouse, dataset, asset_key, {"tvd": dg.MetadataValue.json(records)})
 
+    # every measured marginal of two or more columns against its noisy measurement
+    sizes = {e.column: e.size for e in plan.encodings}
+    records = []
+    for m in measurements:
+        if len(m.clique) < 2 or any(a not in codes for a in m.clique):
+            continue
+        shape = [sizes[a] for a in m.clique]
+        keys = np.ravel_multi_index([np.asarray(codes[a], dtype=np.int64) for a in m.clique], shape)
+        counts = np.bincount(keys, minlength=int(np.prod(shape)))
+        tvd = 0.5 * float(np.abs(counts / max(counts.sum(), 1)
+                                 - noisy_distribution(m).ravel()).sum())
+        records.append({"marginal": " x ".join(m.clique), "tvd": round(tvd, 5),
+                        "tolerance": round(marginal_tolerance(m, n_hat, rows), 5)})
+    frame = pd.DataFrame(records, columns=["marginal", "tvd", "tolerance"])
+    yield _check("marginal_tvd", frame, [
+        Expectation("ExpectColumnPairValuesAToBeGreaterThanB",
+                    {"column_A": "tolerance", "column_B": "tvd", "or_equal": True})]
+        if records else [], warehouse, dataset, asset_key, {"tvd": dg.MetadataValue.json(records)})
+
+    # repeated rows against the bound the model implies
+    encoded = pd.DataFrame({c: np.asarray(v) for c, v in codes.items()})
+    share = float(encoded.duplicated().mean()) if len(encoded) else 0.0
+    allowed, q, source = duplicate_bound(model, measurements, rows)
+    frame = pd.DataFrame({"duplicate_share": [share], "allowed": [allowed]})
+    yield _check("duplicates", frame, [
+        Expectation("ExpectColumnPairValuesAToBeGreaterThanB",
+                    {"column_A": "allowed", "column_B": "duplicate_share", "or_equal": True})],
+        warehouse, dataset, asset_key, {
+            "duplicate_share": dg.MetadataValue.float(round(share, 5)),
+            "allowed": dg.MetadataValue.float(round(allowed, 5)),
+            "collision_probability": dg.MetadataValue.float(q), "bound_from": source})
+
 
 def _types(con, relation: str, columns: list[str]) -> list[str]:
     try:
@@ -206,7 +285,11 @@ def build_synthetic_checks(dataset: str, spec: DatasetSpec) -> dg.AssetChecksDef
         found, n_hat = load_measurements(warehouse, dataset)
         rows = requested_rows(spec, n_hat)
         parquet = str(warehouse.public_path(dataset, "synthetic.parquet"))
+        model_path = warehouse.public_path(dataset, "model.npz")
+        from .core import generate
+
+        model = generate.load(str(model_path)) if model_path.exists() else None
         yield from run_checks(warehouse, dataset, plan, found, n_hat, rows,
-                              synthetic_table(dataset), parquet)
+                              synthetic_table(dataset), parquet, model)
 
     return synthetic_checks

@@ -238,3 +238,15 @@ def test_a_dense_manual_selection_runs_under_auto_where_pgm_refuses(tmp_path):
     assert ok.success
     meta = model_metadata(ok)
     assert meta["generator"] == "gum" and "pgm refused" in meta["choice_reason"]
+
+
+def test_collision_probability_equals_the_sum_of_squares_of_the_full_joint():
+    domain = {"x": 3, "y": 4, "z": 2, "w": 3}
+    rng = np.random.default_rng(4)
+    pxy = rng.random((3, 4)); pxy /= pxy.sum()
+    p_z = rng.random((4, 2)); p_z /= p_z.sum(1, keepdims=True)
+    pw = rng.random(3); pw /= pw.sum()
+    t = CliqueTree(domain, (("x", "y"), ("y", "z"), ("w",)), ((), ("y",), ()),
+                   (pxy, pxy.sum(0)[:, None] * p_z, pw))
+    joint = pxy[:, :, None, None] * p_z[None, :, :, None] * pw[None, None, None, :]
+    assert tree.collision_probability(t) == pytest.approx(float((joint ** 2).sum()), rel=1e-12)

@@ -11,11 +11,16 @@ import re
 
 import dagster as dg
 import duckdb
+import numpy as np
 import pandas as pd
 import pytest
 
 from dp_synth_assets.budget import DatasetBudget
 from dp_synth_assets.checks import run_checks
+from dp_synth_assets.core import generate
+from dp_synth_assets.core.domain import encode_expression
+from dp_synth_assets.core.measure import Measurement
+from dp_synth_assets.core.sql import ident
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.pipeline import load_measurements, load_plan
 from resources.ledger import PrivacyLedger
@@ -69,7 +74,7 @@ def test_end_to_end_writes_a_synthetic_twin_with_the_source_schema(run):
     assert len(parquet) == rows and list(parquet.columns) == [r[0] for r in source]
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     assert checks == {"schema": True, "domain": True, "row_count": True, "null_fraction": True,
-                      "one_way_tvd": True}
+                      "one_way_tvd": True, "marginal_tvd": True, "duplicates": True}
     for name, passed in checks.items():  # the stored GX results say the same
         stored = json.loads((project.public / "example" / "checks" / f"{name}.json").read_text())
         assert stored["success"] is passed
@@ -134,6 +139,7 @@ def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
     plan = load_plan(warehouse, "example")
     found, n_hat = load_measurements(warehouse, "example")
     good = pd.read_parquet(project.public / "example" / "synthetic.parquet")
+    model = generate.load(str(project.public / "example" / "model.npz"))
 
     def verdicts(frame: pd.DataFrame) -> dict[str, bool]:
         path = tmp_path / "corrupt.parquet"
@@ -143,7 +149,7 @@ def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
         con.close()
         return {r.check_name: r.passed for r in
                 run_checks(warehouse, "example", plan, found, n_hat, len(good),
-                           "synthetic.example", str(path))}
+                           "synthetic.example", str(path), model)}
 
     assert all(verdicts(good).values())
     wrong_type = good.assign(age=good["age"].astype(str))
@@ -158,6 +164,40 @@ def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
     assert verdicts(good.iloc[:100])["row_count"] is False
     more_nulls = good.assign(country=None).astype({"country": good["country"].dtype})
     assert verdicts(more_nulls)["null_fraction"] is False
+    # a measured pair's joint distribution changed, every 1-way distribution kept (this small
+    # table's selection measured no pair: measure (age, marital_status) on the good table itself,
+    # as if measured with noise sigma 2)
+    pair = ("age", "marital_status")
+    encodings = {e.column: e for e in plan.encodings}
+    with duckdb.connect() as con:
+        con.register("good", good)
+        codes = con.execute("SELECT " + ", ".join(
+            f"{encode_expression(encodings[a])} AS {ident(a)}" for a in pair) + " FROM good"
+        ).fetchnumpy()
+    shape = [encodings[a].size for a in pair]
+    counts = np.bincount(np.ravel_multi_index([codes[a].astype(np.int64) for a in pair], shape),
+                         minlength=int(np.prod(shape))).reshape(shape).astype(float)
+    measured = [*found, Measurement(pair, counts, 2.0, 0.1)]
+    # rearranged: the oldest rows get the alphabetically last statuses (a dependence the
+    # measurement does not have), every column keeps its values
+    decoupled = good.copy()
+    order = np.argsort(good["age"].to_numpy(), kind="stable")
+    decoupled.loc[decoupled.index[order], "marital_status"] = np.sort(
+        good["marital_status"].fillna("~").to_numpy())
+    decoupled["marital_status"] = decoupled["marital_status"].replace("~", None)
+
+    def marginal_verdicts(frame):
+        path = tmp_path / "decoupled.parquet"
+        frame.to_parquet(path)
+        return {r.check_name: r.passed for r in run_checks(
+            warehouse, "example", plan, measured, n_hat, len(good), "synthetic.example",
+            str(path), model)}
+
+    assert marginal_verdicts(good)["marginal_tvd"] is True
+    result = marginal_verdicts(decoupled)
+    assert result["marginal_tvd"] is False and result["one_way_tvd"] is True
+    copied = pd.concat([good.iloc[:50]] * (len(good) // 50 + 1)).iloc[:len(good)]
+    assert verdicts(copied)["duplicates"] is False
 
 
 def test_rematerializing_public_assets_spends_nothing(run):

@@ -140,3 +140,45 @@ def sample(tree: CliqueTree, rows: int, rng: np.random.Generator) -> dict[str, n
         for a, values in zip(new, np.unravel_index(drawn, new_shape)):
             codes[a] = values.astype(np.min_scalar_type(tree.domain[a]))
     return {a: codes[a] for a in tree.domain}
+
+
+def collision_probability(tree: CliqueTree) -> float:
+    """q = sum_x P(x)^2 of the tree's distribution P(x) = T_root(x) prod_child T_c(x_c) /
+    T_c(x_sep): the chance that two independent rows are equal. Computed by passing the squared
+    factors from the leaves to the roots (variable elimination along the tree), never over the
+    full domain."""
+    n = len(tree.cliques)
+    children: list[list[int]] = [[] for _ in range(n)]
+    # parent of clique i: the latest earlier clique containing its separator that it was
+    # attached to; recover it as the first earlier clique that contains the separator
+    parents = []
+    for i, sep in enumerate(tree.separators):
+        parent = -1
+        if sep:
+            parent = next(j for j in range(i) if set(sep) <= set(tree.cliques[j]))
+            children[parent].append(i)
+        parents.append(parent)
+    messages: dict[int, np.ndarray] = {}
+    total = 1.0
+    for i in reversed(range(n)):
+        clique, sep = tree.cliques[i], tree.separators[i]
+        table = np.clip(np.asarray(tree.tables[i], dtype=np.float64), 0.0, None)
+        table = table / max(table.sum(), 1e-300)
+        if sep:
+            sep_axes = tuple(k for k, a in enumerate(clique) if a not in sep)
+            denom = table.sum(axis=sep_axes, keepdims=True)
+            table = np.divide(table, denom, out=np.zeros_like(table), where=denom > 0)
+        factor = table ** 2
+        for c in children[i]:
+            shape = [tree.domain[a] if a in tree.separators[c] else 1 for a in clique]
+            order = [a for a in clique if a in tree.separators[c]]
+            msg = np.transpose(messages.pop(c), [tree.separators[c].index(a) for a in order])
+            factor = factor * msg.reshape(shape)
+        if parents[i] < 0:
+            total *= float(factor.sum())
+        else:
+            keep = [a for a in clique if a in sep]
+            summed = factor.sum(axis=tuple(k for k, a in enumerate(clique) if a not in sep))
+            messages[i] = np.transpose(summed.reshape([tree.domain[a] for a in keep]),
+                                       [keep.index(a) for a in sep])
+    return total
