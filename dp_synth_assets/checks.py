@@ -119,12 +119,27 @@ def _check(name: str, frame: pd.DataFrame, expectations: list, warehouse: Wareho
     return _suite_result(name, outcome, warehouse, dataset, asset_key, metadata)
 
 
+def data_docs_dir(warehouse: WarehouseResource, dataset: str):
+    """GX Data Docs of the checks (a static site: open index.html): public/<dataset>/data_docs."""
+    return warehouse.public_path(dataset, "data_docs/index.html").parent
+
+
 def _suite_result(name: str, outcome, warehouse: WarehouseResource, dataset: str, asset_key,
-                  metadata: dict) -> dg.AssetCheckResult:
-    from .core.validation import write_outcome
+                  metadata: dict, rendered: bool = False) -> dg.AssetCheckResult:
+    """Store the GX result as JSON and render it into the Data Docs site (unless `rendered`
+    already: the schema check's two suites render themselves). A rendering failure does not
+    change the verdict: it is reported in the metadata."""
+    from .core.validation import write_data_docs, write_outcome
 
     path = warehouse.public_path(dataset, f"checks/{name}.json")
     write_outcome(outcome, path)
+    docs = data_docs_dir(warehouse, dataset)
+    if not rendered:
+        try:
+            write_data_docs(outcome, docs)
+        except Exception as e:  # noqa: BLE001 - docs are a view of the verdict, not the verdict
+            metadata = {**metadata, "data_docs_error": f"{type(e).__name__}: {e}"}
+    metadata = {**metadata, "data_docs": dg.MetadataValue.path(str(docs / "index.html"))}
     severity, _ = CHECKS[name]
     failures = [f"{r.name}({r.kwargs.get('column', '')})" for r in outcome.results if not r.success]
     return dg.AssetCheckResult(
@@ -155,17 +170,19 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
             + f" FROM {source}").fetchnumpy()
 
     # schema: column names and order of the frame, SQL types of the table and the Parquet copy
+    docs = data_docs_dir(warehouse, dataset)
     outcome = run_suite(types, f"{dataset}_schema", [
         Expectation("ExpectColumnPairValuesToBeEqual", {"column_A": "expected", "column_B": "warehouse"}),
         Expectation("ExpectColumnPairValuesToBeEqual", {"column_A": "expected", "column_B": "parquet"}),
-    ])
+    ], docs_dir=docs)
     columns_outcome = run_suite(df, f"{dataset}_columns", [
-        Expectation("ExpectTableColumnsToMatchOrderedList", {"column_list": plan.columns})])
+        Expectation("ExpectTableColumnsToMatchOrderedList", {"column_list": plan.columns})],
+        docs_dir=docs)
     success = outcome.success and columns_outcome.success
     merged = type(outcome)(outcome.suite, success, outcome.results + columns_outcome.results,
                            {"success": success, "types": outcome.raw, "columns": columns_outcome.raw})
     yield _suite_result("schema", merged, warehouse, dataset, asset_key, {
-        "types": dg.MetadataValue.json(types.to_dict(orient="records"))})
+        "types": dg.MetadataValue.json(types.to_dict(orient="records"))}, rendered=True)
 
     # domain
     expectations = []

@@ -254,7 +254,114 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
             "sample_seconds": dg.MetadataValue.float(round(seconds, 2)),
         })
 
-    return [source, preprocessed, marginals, selection, measurements, model, synthetic]
+    assets = [source, preprocessed, marginals, selection, measurements, model, synthetic]
+    if spec.report is not None:
+        assets.append(build_utility_report(dataset, spec, key))
+    return assets
+
+
+def code_labels(plan: EncodingPlan) -> dict[str, list[str]]:
+    """A readable label per code for the report's plots (public: from the plan)."""
+    labels = {}
+    for e in plan.encodings:
+        names = [str(c) for c in e.categories] if e.categories is not None else (
+            ["False", "True"] if e.kind == "boolean" else [f"bin {i}" for i in range(e.bins or 0)])
+        names = names[:e.size]
+        for code, name in ((e.rare_code, "rare"), (e.other_code, "other"), (e.null_code, "NULL")):
+            if code is not None and code < e.size and len(names) <= code:
+                names += [f"code {i}" for i in range(len(names), code)] + [name]
+        labels[e.column] = names + [f"code {i}" for i in range(len(names), e.size)]
+    return labels
+
+
+def build_utility_report(dataset: str, spec: DatasetSpec, key):
+    """The owner-only utility report (issue 6): the synthetic table against the source, in the
+    private zone. Reads at most `report.max_rows` encoded rows of the training rows, the held-out
+    rows and the synthetic table; writes `report.json` and two PNGs under the private folder
+    (`WarehouseResource.private_path`) and shows them in this asset's metadata. Nothing here is
+    DP and nothing here feeds a public asset; the asset exists only when the dataset has a
+    `report:` block, which is the owner's statement that the Dagster instance showing this
+    metadata is as restricted as the private zone."""
+    report_spec = spec.report
+
+    @dg.asset(key=key("utility_report"), deps=[key("synthetic")], group_name=dataset,
+              tags=PRIVATE, kinds={"python"},
+              description="Owner-only: fidelity, 3-way query error, ML efficiency and plots of "
+                          "the synthetic table against the source (private zone, not DP).")
+    def utility_report(context: dg.AssetExecutionContext,
+                       warehouse: WarehouseResource) -> dg.MaterializeResult:
+        import base64
+
+        from .core import utility
+        from .core.domain import encode_expression
+        from .core.sql import ident, literal
+
+        plan = load_plan(warehouse, dataset)
+        cap = report_spec.max_rows
+        seed = spec.seed if spec.seed is not None else 0
+        expressions = ", ".join(f"{encode_expression(e)} AS {ident(e.column)}"
+                                for e in plan.encodings)
+        parquet = literal(str(warehouse.public_path(dataset, "synthetic.parquet")))
+        started = time.perf_counter()
+        with warehouse.connect(read_only=True) as con:
+            def rows(relation: str) -> dict:
+                return con.execute(f"SELECT * FROM {relation} USING SAMPLE reservoir({cap} ROWS) "
+                                   f"REPEATABLE ({seed})").fetchnumpy()
+            train = rows(ident(encoded_view(dataset)))
+            test = rows(ident(encoded_view(dataset) + "_holdout")) if report_spec.holdout > 0 \
+                else {c: np.zeros(0, dtype=np.int64) for c in plan.columns}
+            synth = con.execute(f"SELECT * FROM (SELECT {expressions} FROM read_parquet({parquet}))"
+                                f" USING SAMPLE reservoir({cap} ROWS) REPEATABLE ({seed})"
+                                ).fetchnumpy()
+        context.log.info(f"utility report: read the samples in {time.perf_counter() - started:.1f}s")
+        ordinal = {e.column: e.bins for e in plan.encodings
+                   if e.kind in ("integer", "float", "datetime") and e.bins}
+        report = utility.utility_report(
+            {c: np.asarray(v, dtype=np.int64) for c, v in train.items()},
+            {c: np.asarray(v, dtype=np.int64) for c, v in test.items()},
+            {c: np.asarray(v, dtype=np.int64) for c, v in synth.items()},
+            plan.domain, target=report_spec.target, ordinal=ordinal, seed=seed,
+            triples_count=report_spec.triples, labels=code_labels(plan))
+        context.log.info(f"utility report computed in {time.perf_counter() - started:.1f}s")
+        summary = report.summary()
+        heatmap = warehouse.private_path(dataset, "report_tvd_heatmap.png")
+        histograms = warehouse.private_path(dataset, "report_histograms.png")
+        heatmap.write_bytes(report.tvd_heatmap_png)
+        histograms.write_bytes(report.histograms_png)
+        path = warehouse.private_path(dataset, "report.json")
+        path.write_text(json.dumps({
+            "summary": summary,
+            "pair_tvd": {" x ".join(p): t for p, t in report.pair_tvds.items()},
+            "columns": report.columns,
+            "ml": None if report.ml is None else report.ml.to_dict(orient="records"),
+            "ml_reason": report.ml_reason}, default=str))
+
+        def image(title: str, png: bytes) -> dg.MetadataValue:
+            return dg.MetadataValue.md(
+                f"![{title}](data:image/png;base64,{base64.b64encode(png).decode()})")
+
+        metadata = {
+            "summary": dg.MetadataValue.json(summary),
+            "fidelity_2way_tvd": dg.MetadataValue.float(float(report.fidelity)),
+            "query_error_3way": dg.MetadataValue.float(float(report.query_error)),
+            "tvd_heatmap": image("2-way TVD per pair", report.tvd_heatmap_png),
+            "histograms": image("per-column histograms, source vs synthetic",
+                                report.histograms_png),
+            "report_path": dg.MetadataValue.path(str(path)),
+        }
+        if report.ml is not None:
+            ml = report.ml
+            metadata["ml_efficiency"] = dg.MetadataValue.md(
+                "| classifier | F1 synthetic | F1 source | accuracy synthetic | accuracy source |\n"
+                "| --- | --- | --- | --- | --- |\n" + "\n".join(
+                    f"| {r.classifier} | {r.f1_synthetic:.3f} | {r.f1_real:.3f} | "
+                    f"{r.accuracy_synthetic:.3f} | {r.accuracy_real:.3f} |"
+                    for r in ml.itertuples()))
+        else:
+            metadata["ml_efficiency"] = dg.MetadataValue.text(f"not computed: {report.ml_reason}")
+        return dg.MaterializeResult(metadata=metadata)
+
+    return utility_report
 
 
 def measurement_plan(chosen: Selection, domain: dict[str, int], rho: float) -> dict:

@@ -48,3 +48,10 @@ class WarehouseResource(dg.ConfigurableResource):
         path = Path(self.public_dir) / dataset / name
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
+
+    def private_path(self, dataset: str, name: str) -> Path:
+        """A file in the private zone, beside the warehouse file (owner-only outputs such as the
+        utility report): `<folder of database>/private/<dataset>/<name>`."""
+        path = Path(self.database).resolve().parent / "private" / dataset / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path

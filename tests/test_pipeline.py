@@ -78,8 +78,11 @@ def test_end_to_end_writes_a_synthetic_twin_with_the_source_schema(run):
     for name, passed in checks.items():  # the stored GX results say the same
         stored = json.loads((project.public / "example" / "checks" / f"{name}.json").read_text())
         assert stored["success"] is passed
+    index = (project.public / "example" / "data_docs" / "index.html").read_text()
+    for name in [*checks, "columns"]:  # GX Data Docs list every suite (schema has two)
+        assert f"example_{name}" in index, name
     materialized = {tuple(e.asset_key.path) for e in result.get_asset_materialization_events()}
-    assert materialized == {("example", s) for s in STAGES[1:]}
+    assert materialized == {("example", s) for s in STAGES[1:]} | {("example", "utility_report")}
 
 
 def test_spend_equals_the_run_budget_and_the_sum_of_the_mechanisms_rho(run):
@@ -108,7 +111,13 @@ def test_public_outputs_contain_no_exact_statistic_of_the_source(run):
     con.close()
     assert exact[0] == SOURCE_ROWS
     texts = []
+    # the owner-only utility report (tagged private, files in the private zone) is exact by
+    # design; everything else must hold no exact statistic
+    report = defs.resolve_assets_def(dg.AssetKey(["example", "utility_report"]))
+    assert report.tags_by_key[dg.AssetKey(["example", "utility_report"])]["privacy"] == "private"
     for event in instance.all_logs(result.run_id):
+        if event.step_key == "example__utility_report":
+            continue
         texts.append(event.message or "")
         entry = event.dagster_event
         if entry is not None and entry.event_specific_data is not None:

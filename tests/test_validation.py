@@ -5,9 +5,13 @@ run_suite call here costs tens of milliseconds.
 """
 
 import datetime as dt
+import html
 import json
+import os
+import re
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,6 +25,7 @@ from dp_synth_assets.core.validation import (
     ExpectationOutcome,
     SuiteOutcome,
     run_suite,
+    write_data_docs,
     write_outcome,
 )
 
@@ -328,6 +333,7 @@ def test_calls_are_independent_and_leave_the_cached_context_empty():
     assert list(ctx.data_sources.all()) == []
     assert ctx.suites.all() == [] and ctx.validation_definitions.all() == []
     assert ctx.validation_results_store.list_keys() == []
+    assert not any(name.startswith("docs_") for name in ctx.stores)  # Data Docs stores removed
 
 
 def test_runs_quietly(capfd):
@@ -343,3 +349,159 @@ def test_a_repeated_expectation_is_reported_at_each_position():
     out = run_suite(good_frame(), "dup", [same, twin, same])
     assert [r.success for r in out.results] == [True, True, True]
     assert out.raw["statistics"]["evaluated_expectations"] == 1
+
+
+# Data Docs
+def page_text(path: Path) -> str:
+    """What a reader sees: the page without scripts and tags, whitespace collapsed."""
+    text = path.read_text()
+    text = re.sub(r"<script.*?</script>", " ", text[text.find("<body"):], flags=re.DOTALL)
+    return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", " ", text)))
+
+
+def status_icons(path: Path) -> tuple[int, int, int]:
+    """(passed, failed, raised) status icons in a validation page's expectation rows (the page
+    header's icon carries aria-hidden and is not counted)."""
+    text = path.read_text()
+    return tuple(text.count(f'<i class="fas fa-{icon}" ></i>') for icon in (
+        "check-circle text-success", "times text-danger", "exclamation-triangle text-warning"))
+
+
+PASSING = [E("ExpectTableRowCountToEqual", value=6),
+           E("ExpectColumnValuesToBeInSet", column="status", value_set=["new", "paid", "void"])]
+FAILING = [E("ExpectTableRowCountToEqual", value=5),
+           E("ExpectColumnValuesToBeInSet", column="status", value_set=["new", "paid"]),
+           E("ExpectColumnValuesToNotBeNull", column="no_such_column")]
+
+
+@pytest.fixture
+def in_empty_cwd(tmp_path, monkeypatch):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    yield cwd
+    assert sorted(os.listdir(cwd)) == [], "GX wrote into the current working directory"
+
+
+def test_data_docs_index_links_each_suite_and_pages_show_the_verdicts(tmp_path, in_empty_cwd):
+    docs = tmp_path / "public" / "orders" / "data_docs"
+    good = run_suite(good_frame(), "orders_domain", PASSING, docs_dir=docs)
+    bad = run_suite(good_frame(), "orders_row_count", FAILING, docs_dir=docs)
+    plain = run_suite(good_frame(), "orders_domain", PASSING)
+    assert plain.docs_page is None and not (tmp_path / "cwd" / "gx").exists()
+    assert good.success and not bad.success  # the verdicts do not depend on docs_dir
+    assert [r.success for r in good.results] == [r.success for r in plain.results]
+
+    index = docs / "index.html"
+    assert index.is_file() and (docs / "static" / "styles").is_dir()
+    index_html = index.read_text()
+    for out in (good, bad):
+        page = out.docs_page
+        assert page.is_file() and page.suffix == ".html"
+        rel = page.relative_to(docs).as_posix()
+        assert rel.startswith(f"validations/{out.suite}/")
+        assert f"'_table_row_link_path': '{rel}'" in index_html  # the row links the page
+        assert f'href="expectations/{out.suite}.html"' in index_html  # the suite cell links...
+        assert (docs / "expectations" / f"{out.suite}.html").is_file()  # ...an existing page
+        assert f"Expectation Suite: {out.suite}" in page_text(page)
+    assert "orders/data_docs" in page_text(index)  # the site's title
+
+    text = page_text(good.docs_page)
+    assert "Status: Succeeded" in text
+    assert "Evaluated Expectations 2 Successful Expectations 2" in text
+    assert "Must have exactly 6 rows." in text
+    assert "values must belong to this set: new paid void . 0% unexpected" in text
+    assert status_icons(good.docs_page) == (2, 0, 0)
+
+    text = page_text(bad.docs_page)
+    assert "Status: Failed" in text
+    assert "Evaluated Expectations 3 Successful Expectations 0 Unsuccessful Expectations 3" in text
+    assert "Must have exactly 5 rows. 6" in text  # the expectation, then the observed value
+    assert "values must belong to this set: new paid . 1 unexpected values found." in text
+    assert "Unexpected Value Count void 1" in text
+    assert 'The column "no_such_column" in BatchData does not exist.' in text
+    assert status_icons(bad.docs_page) == (0, 2, 1)  # the missing column raised
+    for page in (good.docs_page, bad.docs_page):  # run_suite's per-call suffix is not shown
+        assert not re.search(r"__[0-9a-f]{12}", page.read_text())
+
+    suite_page = page_text(docs / "expectations" / "orders_row_count.html")
+    assert "Must have exactly 5 rows." in suite_page and "values must never be null." in suite_page
+
+
+def test_data_docs_rerun_replaces_the_suites_page(tmp_path, in_empty_cwd):
+    docs = tmp_path / "data_docs"
+    first = run_suite(good_frame(), "ds_domain", PASSING, docs_dir=docs)
+    other = run_suite(good_frame(), "ds_row_count", FAILING, docs_dir=docs)
+    second = run_suite(good_frame(), "ds_domain", FAILING[:1], docs_dir=docs)  # now it fails
+
+    pages = sorted(p.relative_to(docs).as_posix() for p in (docs / "validations").rglob("*.html"))
+    assert pages == sorted(p.relative_to(docs).as_posix() for p in (second.docs_page,
+                                                                     other.docs_page))
+    assert not first.docs_page.exists() and first.docs_page != second.docs_page
+    assert len(list((docs / "gx_stores" / "validations").rglob("*.json"))) == 2
+    assert sorted(p.name for p in (docs / "expectations").glob("*.html")) == [
+        "ds_domain.html", "ds_row_count.html"]
+    index = (docs / "index.html").read_text()
+    assert first.docs_page.relative_to(docs).as_posix() not in index
+    assert second.docs_page.relative_to(docs).as_posix() in index
+    assert other.docs_page.relative_to(docs).as_posix() in index
+    assert index.count("_table_row_link_path': 'validations/") == 2
+    assert status_icons(second.docs_page) == (0, 1, 0)
+    assert "Must have exactly 5 rows." in page_text(docs / "expectations" / "ds_domain.html")
+    empty_dirs = [d for d in docs.rglob("*") if d.is_dir() and not any(d.iterdir())]
+    assert empty_dirs == []
+
+
+def test_data_docs_render_fast_after_the_first(tmp_path):
+    out = run_suite(good_frame(), "timing", PASSING)
+    write_data_docs(out, tmp_path / "warm-up")
+    times = []
+    for _ in range(2):
+        start = time.perf_counter()
+        write_data_docs(out, tmp_path / "docs")
+        times.append(time.perf_counter() - start)
+    assert min(times) < 1.0, times  # ~0.1 s on an idle machine
+
+
+def test_write_data_docs_for_outcomes_built_by_hand(tmp_path):
+    docs = tmp_path / "docs"
+    vacuous = SuiteOutcome("ds_null_fraction", True, [], {"success": True, "note": "nothing"})
+    page = write_data_docs(vacuous, docs)
+    assert "Status: Succeeded" in page_text(page)
+    assert "Evaluated Expectations 0" in page_text(page)
+    assert "validations/ds_null_fraction/" in (docs / "index.html").read_text()
+
+    a = run_suite(good_frame(), "a", PASSING)
+    merged = SuiteOutcome("ds_schema", a.success, a.results, {"success": True, "a": a.raw})
+    with pytest.raises(ValueError, match="not a GX validation result"):
+        write_data_docs(merged, docs)
+    with pytest.raises(TypeError):
+        write_data_docs(a.raw, docs)
+
+
+def test_data_docs_need_a_path_safe_suite_name(tmp_path):
+    for name in ("a/b", "a.b", "", "ü"):
+        with pytest.raises(ValueError, match="cannot name a Data Docs page"):
+            run_suite(good_frame(), name, PASSING, docs_dir=tmp_path / "docs")
+    assert not (tmp_path / "docs").exists()  # refused before anything ran
+
+
+def test_data_docs_escape_data_values(tmp_path):
+    frame = pd.DataFrame({"<b>col</b>": ["ok", "<script>alert(1)</script>", "<i>x</i>"]})
+    out = run_suite(frame, "esc", [
+        E("ExpectColumnValuesToBeInSet", column="<b>col</b>", value_set=["ok"]),
+        E("ExpectTableColumnsToMatchOrderedList", column_list=["<b>col</b>", "extra"]),
+    ], docs_dir=tmp_path / "docs")
+    assert out.results[0].observed["partial_unexpected_list"][0] == "<script>alert(1)</script>"
+    for path in [out.docs_page, *tmp_path.joinpath("docs").glob("*/*.html"),
+                 tmp_path / "docs" / "index.html"]:
+        raw = path.read_text()
+        assert "<script>alert" not in raw and "<i>x</i>" not in raw and "<b>col" not in raw
+    text = page_text(out.docs_page)
+    assert "<script>alert(1)</script> 1" in text and "<b>col</b>" in text  # shown as text
+
+
+def test_data_docs_run_quietly(tmp_path, capfd):
+    run_suite(good_frame(), "quiet_docs", FAILING, docs_dir=tmp_path / "docs")
+    captured = capfd.readouterr()
+    assert captured.out == "" and captured.err == ""

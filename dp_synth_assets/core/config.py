@@ -218,6 +218,20 @@ class ModelSettings(_Strict):
     gum_iterations: int = Field(default=50, ge=1, le=10_000)
 
 
+class ReportSettings(_Strict):
+    """The owner-only utility report (`utility_report`, private zone); off without this block."""
+
+    # share of source rows held out from synthesis (never seen by any mechanism) to test the
+    # ML-efficiency classifiers on; 0 = no holdout, no ML efficiency
+    holdout: float = Field(default=0.0, ge=0.0, le=0.5)
+    # the column the classifiers predict (needs holdout > 0)
+    target: str | None = None
+    # 3-way query error over this many fixed random triples (benchmark paper section 8.3)
+    triples: int = Field(default=200, ge=1, le=10_000)
+    # the report reads at most this many rows of each of source, holdout and synthetic
+    max_rows: int = Field(default=50_000, ge=100, le=10_000_000)
+
+
 DurationText = Annotated[str, Field(pattern=r"^\d+(\.\d+)?\s*(s|m|h|d)$")]
 
 
@@ -235,6 +249,7 @@ class DatasetSpec(_Strict):
     min_interval: DurationText = "1h"
     selection: SelectionSettings = SelectionSettings()
     model: ModelSettings = ModelSettings()
+    report: ReportSettings | None = None
     description: str | None = None
     # optional: a file source that may be absent (e.g. shared benchmark data); the dataset is
     # skipped, with a message, when its file is missing
@@ -262,6 +277,13 @@ class DatasetSpec(_Strict):
         from .select import METHODS  # select imports this module: resolve at validation time
 
         method = METHODS[self.method]
+        if self.report is not None and self.report.target is not None:
+            if self.report.target not in self.columns:
+                raise ValueError(f"report.target {self.report.target!r} is not a declared column "
+                                 f"({sorted(self.columns)})")
+            if self.report.holdout <= 0:
+                raise ValueError("report.target needs held-out rows to test on: set "
+                                 "report.holdout (e.g. 0.2)")
         if self.method == "manual":
             if self.selection.marginals is None:
                 raise ValueError("method manual measures the marginals you declare: set "

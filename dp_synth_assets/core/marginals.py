@@ -35,6 +35,32 @@ def source_relation(spec: DatasetSpec, base_dir: Path) -> str:
     return f"read_csv({literal(path)}, auto_detect = true)"
 
 
+def training_relation(spec: DatasetSpec, base_dir: Path, dataset: str) -> str:
+    """The rows the synthesizer may see: the whole source, or, with `report.holdout` > 0, the
+    source without its held-out rows (`holdout_relation`). Every private read of the pipeline
+    (validation, preprocessing, the encoded view, hence the marginals) goes through it, so the
+    utility report's ML test rows were never seen by any mechanism. A row's side depends only on
+    its own content, so adding or removing one row changes the training set by at most that row:
+    the DP guarantee of the synthesis holds for the training rows, and the held-out rows are
+    never released."""
+    relation = source_relation(spec, base_dir)
+    if spec.report is None or spec.report.holdout <= 0:
+        return relation
+    return _split(relation, spec, dataset, keep="NOT")
+
+
+def holdout_relation(spec: DatasetSpec, base_dir: Path, dataset: str) -> str | None:
+    """The held-out rows (owner-only utility report), or None without a holdout."""
+    if spec.report is None or spec.report.holdout <= 0:
+        return None
+    return _split(source_relation(spec, base_dir), spec, dataset, keep="")
+
+
+def _split(relation: str, spec: DatasetSpec, dataset: str, keep: str) -> str:
+    return sql("holdout_split", source=relation, keep=keep, salt=literal(dataset),
+               threshold=str(int(round(spec.report.holdout * 1_000_000))))
+
+
 def source_path(spec: DatasetSpec, base_dir: Path) -> Path | None:
     """The file (or glob) of a Parquet/CSV source, resolved against `base_dir`; None for tables."""
     src = spec.source
@@ -108,8 +134,10 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
                          charge=None) -> EncodingPlan:
     """Check the source against the spec, learn the undeclared parts of the domain with DP
     (`preprocess`, spending `rho` and `delta_extra` through `charge`), and create the encoded
-    view (a view, not a copy). Every check runs before any budget is spent."""
-    relation = source_relation(spec, base_dir)
+    view (a view, not a copy). Every check runs before any budget is spent. With a report
+    holdout, all of it reads the training rows only (`training_relation`) and a second view,
+    `<view>_holdout`, encodes the held-out rows for the owner-only utility report."""
+    relation = training_relation(spec, base_dir, dataset)
     types = describe_source(con, relation, dataset)
     try:
         check_columns(spec.columns, types)
@@ -124,6 +152,9 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
     schema = view.rsplit(".", 1)[0]
     con.execute(sql("create_schema", schema=ident(schema)))
     con.execute(encode_view_sql(plan, view, relation))
+    holdout = holdout_relation(spec, base_dir, dataset)
+    if holdout is not None:
+        con.execute(encode_view_sql(plan, view + "_holdout", holdout))
     return plan
 
 
