@@ -150,7 +150,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
             with warehouse.connect(read_only=True) as con:
                 oracle = lambda cliques: margs.read_marginals(con, table, cliques, plan.domain)  # noqa: E731
                 result = select(spec.method, plan.domain, oracle, budget.split, spec.selection,
-                                stage.charge)
+                                logged_charge(context, stage.charge, spec.method))
             path = write_json(warehouse, dataset, "selection.json", result.to_dict())
         chosen = [list(m.clique) for m in result.measured] + [list(c) for c in result.cliques]
         context.log.info(f"{spec.method} selected {len(chosen)} marginals "
@@ -362,6 +362,20 @@ def build_utility_report(dataset: str, spec: DatasetSpec, key):
         return dg.MaterializeResult(metadata=metadata)
 
     return utility_report
+
+
+def logged_charge(context, charge, method: str):
+    """`charge` that also logs each mechanism call (public: its rho and parameters), so a user
+    watching an adaptive selection sees its rounds go by."""
+    started, calls = time.perf_counter(), [0]
+
+    def wrapped(spend, **params):
+        charge(spend, **params)
+        calls[0] += 1
+        what = ", ".join(f"{k}={v}" for k, v in params.items())
+        context.log.info(f"{method}: mechanism {calls[0]} ({what}) charged rho {spend.rho:.3g}, "
+                         f"{time.perf_counter() - started:.1f}s")
+    return wrapped
 
 
 def measurement_plan(chosen: Selection, domain: dict[str, int], rho: float) -> dict:

@@ -144,8 +144,8 @@ def fit(engine: str, domain: dict[str, int], measurements: list[Measurement], kn
     if engine == "pgm":
         from . import pgm
 
-        return pgm.clique_tree(pgm.fit(domain, measurements, known_total, settings.iterations),
-                               domain)
+        return pgm.clique_tree(pgm.fit(domain, measurements, known_total, settings.iterations,
+                                       log=log), domain)
     if engine == "parallel_pgm":
         from . import parallel_pgm
 

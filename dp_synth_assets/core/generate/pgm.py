@@ -61,17 +61,31 @@ def check_model_size(domain: dict[str, int], cliques: list[tuple[str, ...]], max
 
 
 def fit(domain: dict[str, int], measurements: list[Measurement], known_total: float,
-        iterations: int, warm_start=None):
+        iterations: int, warm_start=None, log=None):
     """A mbi MarkovRandomField fitted to the measurements (optionally warm-started from an
-    earlier model, as adaptive selection methods do between rounds)."""
+    earlier model, as adaptive selection methods do between rounds). `log`, if given, gets a
+    progress line about every tenth of the iterations (mbi calls back every block of steps)."""
+    import time
+
     from mbi import Domain, LinearMeasurement
-    from mbi.estimation import MirrorDescent
+    from mbi.estimation import CALLBACK_EVERY, MirrorDescent
 
     mbi_domain = Domain(list(domain), [domain[a] for a in domain])
     linear = [LinearMeasurement(m.noisy.ravel(), tuple(m.clique), stddev=m.sigma)
               for m in measurements]
+    callback = None
+    if log is not None:
+        blocks = math.ceil(iterations / CALLBACK_EVERY)
+        every = max(1, blocks // 10)
+        started, done = time.perf_counter(), [0]
+
+        def callback(_marginals) -> None:
+            done[0] += 1
+            if done[0] % every == 0 or done[0] == blocks:
+                log(f"pgm: iteration {min(done[0] * CALLBACK_EVERY, iterations)}/{iterations}, "
+                    f"{time.perf_counter() - started:.1f}s")
     return MirrorDescent().estimate(mbi_domain, linear, known_total=max(known_total, 1.0),
-                                    iters=iterations, warm_start=warm_start)
+                                    iters=iterations, warm_start=warm_start, callback_fn=callback)
 
 
 def clique_tree(model, domain: dict[str, int]) -> CliqueTree:
