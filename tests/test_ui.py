@@ -1,0 +1,502 @@
+"""The Dagster UI in a real browser (headless Chromium driven by Selenium).
+
+A module-scoped `dagster-webserver -f definitions.py` serves a throwaway project (the bundled
+example, 3000 rows); the example group's whole pipeline and its checks are materialized through
+the webserver's GraphQL API (the instance's DefaultRunCoordinator launches the run from the
+webserver, no daemon needed); then the browser checks what a person would see: the lineage graph
+of group `example` with its edges, the checks of `synthetic` passed, and the utility report's
+plots rendered as images.
+
+Needs chromium and chromedriver on PATH (`.ci/install-browser` installs Debian's); without them
+the module is skipped. Screenshots go to tests/artifacts/ (ui.png, and ui-failure-*.png when a
+wait times out).
+"""
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.helpers import REPO, make_project
+
+CHROMIUM = shutil.which("chromium")
+CHROMEDRIVER = shutil.which("chromedriver") or next(
+    (p for p in ("/usr/bin/chromedriver",) if os.access(p, os.X_OK)), None)
+if not (CHROMIUM and CHROMEDRIVER):
+    pytest.skip("the UI test needs chromium and chromedriver (missing: "
+                + ", ".join(n for n, p in (("chromium", CHROMIUM), ("chromedriver", CHROMEDRIVER))
+                            if not p)
+                + "); run .ci/install-browser to install them",
+                allow_module_level=True)
+
+from selenium import webdriver
+from selenium.common.exceptions import (
+    ElementClickInterceptedException,
+    ElementNotInteractableException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+    TimeoutException,
+)
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+BIN = Path(sys.executable).parent
+ARTIFACTS = REPO / "tests" / "artifacts"
+GROUP = "example"
+LINEAGE = ["source", "preprocessed", "marginals", "selection", "measurements", "model",
+           "synthetic"]
+CHECKS = ["schema", "domain", "row_count", "null_fraction", "one_way_tvd"]
+PLOT_KEYS = ["tvd_heatmap", "histograms"]
+# a busy 2-core machine: generous deadlines, every wait polls and returns as soon as it can
+SERVER_TIMEOUT = 180
+RUN_TIMEOUT = 600
+QUEUED_TIMEOUT = 90
+UI_TIMEOUT = 90
+
+# DefaultRunCoordinator: the webserver launches runs itself (DefaultRunLauncher, a subprocess of
+# the code server); the default QueuedRunCoordinator would leave them QUEUED without a daemon
+DAGSTER_YAML = """\
+telemetry:
+  enabled: false
+run_coordinator:
+  module: dagster.core.run_coordinator
+  class: DefaultRunCoordinator
+"""
+
+LAUNCH_RUN = """
+mutation LaunchRun($executionParams: ExecutionParams!) {
+  launchRun(executionParams: $executionParams) {
+    __typename
+    ... on LaunchRunSuccess { run { runId status } }
+    ... on PythonError { message stack }
+    ... on InvalidSubsetError { message }
+    ... on PipelineNotFoundError { message }
+    ... on RunConfigValidationInvalid { errors { message } }
+    ... on InvalidStepError { invalidStepKey }
+    ... on InvalidOutputError { stepKey invalidOutputName }
+    ... on RunConflict { message }
+    ... on UnauthorizedError { message }
+    ... on PresetNotFoundError { message }
+    ... on ConflictingExecutionParamsError { message }
+    ... on NoModeProvidedError { message }
+  }
+}"""
+
+WORKSPACE = """
+{ workspaceOrError { __typename
+    ... on PythonError { message }
+    ... on Workspace { locationEntries { name loadStatus locationOrLoadError { __typename
+        ... on PythonError { message stack }
+        ... on RepositoryLocation { repositories { name } } } } } } }"""
+
+GROUP_NODES = """
+query GroupNodes($group: AssetGroupSelector!) {
+  assetNodes(group: $group) {
+    assetKey { path } isExecutable dependencyKeys { path }
+    assetChecksOrError { ... on AssetChecks { checks { name } } }
+  }
+}"""
+
+RUN_STATUS = "query RunStatus($runId: ID!) { runOrError(runId: $runId) { __typename " \
+             "... on Run { status } ... on RunNotFoundError { message } } }"
+
+RUN_ERRORS = """
+query RunErrors($runId: ID!) {
+  logsForRun(runId: $runId, limit: 5000) {
+    __typename
+    ... on EventConnection { events { __typename
+        ... on MessageEvent { message level stepKey }
+        ... on ErrorEvent { error { message stack } } } }
+    ... on PythonError { message }
+  }
+}"""
+
+LATEST_METADATA = """
+query LatestMetadata($key: AssetKeyInput!) {
+  assetOrError(assetKey: $key) { __typename
+    ... on Asset { assetMaterializations(limit: 1) { runId metadataEntries { __typename label } } }
+  }
+}"""
+
+
+# ---------------------------------------------------------------------------------- server
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """The webserver process and a minimal GraphQL client for it."""
+
+    def __init__(self, url: str, proc: subprocess.Popen, log: Path):
+        self.url, self.proc, self.log = url, proc, log
+        self.location = self.repository = None
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no webserver log)"
+
+    def gql(self, query: str, variables: dict | None = None, timeout: float = 60) -> dict:
+        request = urllib.request.Request(
+            f"{self.url}/graphql", data=json.dumps({"query": query,
+                                                   "variables": variables or {}}).encode(),
+            headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                body = json.load(response)
+        except urllib.error.HTTPError as e:
+            raise AssertionError(f"GraphQL HTTP {e.code}: {e.read().decode(errors='replace')}")
+        if body.get("errors"):
+            raise AssertionError(f"GraphQL errors: {json.dumps(body['errors'])[:3000]}")
+        return body["data"]
+
+    def wait_until_loaded(self, timeout: float) -> None:
+        """Until the GraphQL endpoint answers and the code location has loaded."""
+        deadline, last = time.monotonic() + timeout, "no answer yet"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"dagster-webserver exited with code {self.proc.returncode} before "
+                            f"serving:\n{self.log_tail()}")
+            try:
+                workspace = self.gql(WORKSPACE, timeout=10)["workspaceOrError"]
+            except (OSError, AssertionError) as e:     # not listening yet / still starting
+                last = repr(e)
+            else:
+                entries = workspace.get("locationEntries") or []
+                if entries and entries[0]["loadStatus"] == "LOADED":
+                    location = entries[0]["locationOrLoadError"]
+                    if location["__typename"] != "RepositoryLocation":
+                        pytest.fail("the code location failed to load:\n"
+                                    + (location or {}).get("message", json.dumps(location))
+                                    + "".join((location or {}).get("stack") or [])[-3000:])
+                    self.location = entries[0]["name"]
+                    self.repository = location["repositories"][0]["name"]
+                    return
+                last = json.dumps(workspace)[:500]
+            time.sleep(1)
+        pytest.fail(f"dagster-webserver did not serve a loaded code location within {timeout}s "
+                    f"(last: {last}):\n{self.log_tail()}")
+
+    def group_nodes(self) -> list[SimpleNamespace]:
+        nodes = self.gql(GROUP_NODES, {"group": {
+            "groupName": GROUP, "repositoryName": self.repository,
+            "repositoryLocationName": self.location}})["assetNodes"]
+        return [SimpleNamespace(
+            path=n["assetKey"]["path"], executable=n["isExecutable"],
+            deps=[d["path"] for d in n["dependencyKeys"]],
+            checks=[c["name"] for c in (n["assetChecksOrError"] or {}).get("checks", [])])
+            for n in nodes]
+
+    def run_errors(self, run_id: str) -> str:
+        logs = self.gql(RUN_ERRORS, {"runId": run_id})["logsForRun"]
+        lines = []
+        for event in logs.get("events") or []:
+            error = event.get("error")
+            if error or event.get("level") in ("ERROR", "CRITICAL") \
+                    or event["__typename"].endswith("FailureEvent"):
+                lines.append(f"[{event['__typename']} {event.get('stepKey') or ''}] "
+                             f"{event.get('message') or ''}")
+                if error:
+                    lines.append(error["message"] + "".join(error.get("stack") or [])[-2000:])
+        return "\n".join(lines) or json.dumps(logs)[:3000]
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the server's process group (webserver, code server, run workers), then SIGKILL
+    whatever is left of it."""
+    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ui")
+    project = make_project(root / "project", rows=3000)
+    home = root / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(DAGSTER_YAML)
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "DP_SYNTH_DATASETS": str(project.datasets),
+        "DP_SYNTH_WAREHOUSE": str(project.warehouse),
+        "DP_SYNTH_LEDGER": str(project.ledger),
+        "DP_SYNTH_PUBLIC": str(project.public),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "JAX_ENABLE_COMPILATION_CACHE": "false",
+    }
+    port = free_port()
+    log = root / "webserver.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "dagster-webserver"), "-f", str(REPO / "definitions.py"),
+             "-h", "127.0.0.1", "-p", str(port)],
+            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)     # its own process group, killed whole at teardown
+    try:
+        srv = Server(f"http://127.0.0.1:{port}", proc, log)
+        srv.wait_until_loaded(SERVER_TIMEOUT)
+        # no "Join the Dagster community" dialog over the pages (shown on localhost origins)
+        srv.gql("mutation { setNuxSeen }")
+        yield srv
+    finally:
+        stop(proc)
+
+
+@pytest.fixture(scope="module")
+def materialized(server):
+    """The example group's assets (the observable source included) and all their checks, in one
+    run of the implicit asset job, launched through GraphQL; returns the run id once it
+    succeeded."""
+    nodes = server.group_nodes()
+    assert nodes, f"no assets in group {GROUP!r}"
+    params = {"selector": {
+        "repositoryLocationName": server.location,
+        "repositoryName": server.repository,
+        "jobName": "__ASSET_JOB",
+        "assetSelection": [{"path": n.path} for n in nodes if n.executable],
+        "assetCheckSelection": [{"assetKey": {"path": n.path}, "name": c}
+                                for n in nodes if n.executable for c in n.checks],
+    }, "runConfigData": {}}
+    launched = server.gql(LAUNCH_RUN, {"executionParams": params})["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", f"launchRun: {json.dumps(launched)}"
+    run_id = launched["run"]["runId"]
+
+    started = time.monotonic()
+    status = launched["run"]["status"]
+    while status not in ("SUCCESS", "FAILURE", "CANCELED"):
+        waited = time.monotonic() - started
+        if status == "QUEUED" and waited > QUEUED_TIMEOUT:
+            pytest.fail(f"run {run_id} stayed QUEUED for {QUEUED_TIMEOUT}s: nothing dequeues it "
+                        "(is the instance's run_coordinator DefaultRunCoordinator?)")
+        if waited > RUN_TIMEOUT:
+            pytest.fail(f"run {run_id} still {status} after {RUN_TIMEOUT}s\n"
+                        f"{server.run_errors(run_id)}\n{server.log_tail()}")
+        time.sleep(2)
+        status = server.gql(RUN_STATUS, {"runId": run_id})["runOrError"].get("status")
+    if status != "SUCCESS":
+        pytest.fail(f"run {run_id} ended {status}:\n{server.run_errors(run_id)}")
+    return run_id
+
+
+# --------------------------------------------------------------------------------- browser
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1600,1000",
+                "--disable-dev-shm-usage"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(120)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def screenshot(driver, name: str) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / name
+    driver.save_screenshot(str(path))
+    return path
+
+
+def wait_for(driver, condition, what: str, timeout: float = UI_TIMEOUT):
+    """WebDriverWait for `condition(driver)` to return something truthy; on timeout, a
+    screenshot and the page's text go into the failure (`condition.last`, if the condition
+    sets it, says what it saw last)."""
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.5, ignored_exceptions=(
+            NoSuchElementException, StaleElementReferenceException,
+            ElementClickInterceptedException, ElementNotInteractableException)).until(condition)
+    except TimeoutException:
+        slug = "".join(c if c.isalnum() else "-" for c in what)[:60].strip("-")
+        shot = screenshot(driver, f"ui-failure-{slug}.png")
+        try:
+            text = driver.find_element(By.TAG_NAME, "body").text[:2000]
+        except Exception as e:  # noqa: BLE001 - the failure message is what matters here
+            text = repr(e)
+        seen = getattr(condition, "last", None)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what} at "
+                             f"{driver.current_url}\nlast seen: {seen}\nscreenshot: {shot}\n"
+                             f"page text:\n{text}") from None
+
+
+# The asset graph is an <svg> with one <foreignObject> per asset node (its name as a text leaf or
+# a title attribute) and one <path marker-end=arrow> per edge. Returns, in client pixels, each
+# named node's box and each edge's first and last point.
+GRAPH_JS = """
+const names = arguments[0];
+const boxes = {};
+for (const fo of document.querySelectorAll('svg foreignObject')) {
+  const labels = new Set();
+  for (const el of fo.querySelectorAll('*')) {
+    const title = el.getAttribute('title');
+    if (title) labels.add(title.trim());
+    if (el.childElementCount === 0) labels.add(el.textContent.trim());
+  }
+  const r = fo.getBoundingClientRect();
+  for (const name of names) {
+    if (labels.has(name) && !(name in boxes) && r.width > 0 && r.height > 0) {
+      boxes[name] = [r.left, r.top, r.right, r.bottom];
+    }
+  }
+}
+const edges = [];
+for (const path of document.querySelectorAll('svg path[marker-end]')) {
+  const ctm = path.getScreenCTM();
+  const length = path.getTotalLength();
+  if (!ctm || !length) continue;
+  const a = path.getPointAtLength(0).matrixTransform(ctm);
+  const b = path.getPointAtLength(length).matrixTransform(ctm);
+  edges.push([a.x, a.y, b.x, b.y]);
+}
+return {boxes: boxes, edges: edges};
+"""
+
+
+def near(box, x: float, y: float) -> bool:
+    left, top, right, bottom = box
+    tol = 0.1 * min(right - left, bottom - top) + 2
+    return left - tol <= x <= right + tol and top - tol <= y <= bottom + tol
+
+
+def graph_drawn(names: set[str], deps: set[tuple[str, str]]):
+    """Condition: every asset in `names` is a node, and every (upstream, downstream) pair in
+    `deps` is an edge leaving the upstream node's box and ending at the downstream node's."""
+    def condition(driver):
+        state = driver.execute_script(GRAPH_JS, sorted(names))
+        boxes, edges = state["boxes"], state["edges"]
+        missing = sorted(names - set(boxes))
+        undrawn = sorted(
+            (up, down) for up, down in deps
+            if up not in boxes or down not in boxes or not any(
+                near(boxes[up], x0, y0) and near(boxes[down], x1, y1)
+                for x0, y0, x1, y1 in edges))
+        condition.last = {"missing nodes": missing, "undrawn edges": undrawn,
+                          "edges on the page": len(edges)}
+        return state if not missing and not undrawn else False
+    condition.last = None
+    return condition
+
+
+def check_rows(names: list[str]):
+    """Condition: each check in the asset's Checks list shows "Succeeded" (the list's row is the
+    parent of the element titled with the check's name)."""
+    def condition(driver):
+        status = {}
+        for name in names:
+            rows = driver.find_elements(By.XPATH, f"//*[@title='{name}']/..")
+            status[name] = [r.text.replace("\n", " ") for r in rows]
+        condition.last = status
+        ok = all(any("Succeeded" in text for text in texts) for texts in status.values())
+        return status if ok else False
+    condition.last = None
+    return condition
+
+
+def rendered_png(scope) -> list:
+    """<img> elements under `scope` whose src is an inline PNG that the browser decoded."""
+    images = scope.find_elements(By.CSS_SELECTOR, "img[src^='data:image/png']")
+    return [i for i in images if i.get_property("complete") and i.get_property("naturalWidth")]
+
+
+def plot_shown(key: str):
+    """Condition: the metadata entry `key` shows a rendered inline PNG. A long Markdown value sits
+    behind a "[Show Markdown]" link in its row of the metadata table, which opens a dialog (a
+    short one would be rendered in the row itself): click it, then look in the dialog."""
+    def condition(driver):
+        row = driver.find_element(By.XPATH, f"//tr[td[1][normalize-space()='{key}']]")
+        if rendered_png(row):
+            return "in the row"
+        dialogs = [d for d in driver.find_elements(By.CSS_SELECTOR, "[role='dialog']")
+                   if key in d.text]
+        if any(rendered_png(d) for d in dialogs):
+            return "in the dialog"
+        images = [i.get_attribute("src")[:40] for d in dialogs
+                  for i in d.find_elements(By.TAG_NAME, "img")]
+        condition.last = {"row": row.text[:300], "dialogs": len(dialogs), "images": images}
+        if not dialogs:
+            link = row.find_element(By.XPATH, ".//a[normalize-space()='[Show Markdown]']")
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", link)
+            link.click()
+        return False
+    condition.last = None
+    return condition
+
+
+def click(driver, xpath: str, what: str) -> None:
+    wait_for(driver, lambda d: d.find_element(By.XPATH, xpath).click() or True, what)
+
+
+# ----------------------------------------------------------------------------------- tests
+
+def test_lineage_graph_and_checks_of_synthetic(server, materialized, browser):
+    nodes = server.group_nodes()
+    names = {n.path[-1] for n in nodes}
+    assert set(LINEAGE) <= names, f"group {GROUP!r} has {sorted(names)}"
+    shown = set(LINEAGE) | ({"utility_report"} & names)
+    deps = {(d[-1], n.path[-1]) for n in nodes for d in n.deps if d[-1] in shown
+            and n.path[-1] in shown}
+    assert set(itertools.pairwise(LINEAGE)) <= deps, f"the pipeline's dependencies: {sorted(deps)}"
+
+    browser.get(f"{server.url}/asset-groups/{GROUP}")
+    wait_for(browser, graph_drawn(shown, deps),
+             f"the asset graph of group {GROUP!r}: nodes {sorted(shown)} and their edges")
+    screenshot(browser, "ui.png")
+
+    browser.get(f"{server.url}/assets/{GROUP}/synthetic")
+    click(browser, "//a[@role='tab'][normalize-space()='Checks']", "the Checks tab of synthetic")
+    expected = next(n.checks for n in nodes if n.path[-1] == "synthetic")
+    assert set(CHECKS) <= set(expected), f"checks on synthetic: {expected}"
+    wait_for(browser, check_rows(CHECKS), f"checks {CHECKS} of synthetic shown as Succeeded")
+    screenshot(browser, "ui-checks.png")
+
+
+def test_utility_report_plots_render(server, materialized, browser):
+    names = {n.path[-1] for n in server.group_nodes()}
+    if "utility_report" not in names:
+        pytest.fail(f"no [{GROUP}, utility_report] asset in group {GROUP!r} ({sorted(names)}): "
+                    f"this test needs it, with Markdown metadata {PLOT_KEYS} embedding "
+                    "base64 PNG images")
+    latest = server.gql(LATEST_METADATA, {"key": {"path": [GROUP, "utility_report"]}})[
+        "assetOrError"].get("assetMaterializations") or []
+    assert latest and latest[0]["runId"] == materialized, \
+        f"[{GROUP}, utility_report] was not materialized by run {materialized}: {latest}"
+    kinds = {e["label"]: e["__typename"] for e in latest[0]["metadataEntries"]}
+    missing = [k for k in PLOT_KEYS if kinds.get(k) != "MarkdownMetadataEntry"]
+    if missing:
+        pytest.fail(f"[{GROUP}, utility_report]'s metadata lacks Markdown entries {missing} "
+                    f"(it has {kinds}); each should embed "
+                    "![title](data:image/png;base64,...)")
+
+    for key in PLOT_KEYS:
+        browser.get(f"{server.url}/assets/{GROUP}/utility_report")
+        wait_for(browser, plot_shown(key),
+                 f"a rendered data:image/png <img> for utility_report's {key}")
+        screenshot(browser, f"ui-{key}.png")
