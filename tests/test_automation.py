@@ -234,7 +234,10 @@ def test_asset_graph_of_a_dataset(tmp_path, instance):
     defs = make_project(tmp_path, rows=200).defs_fn()
     graph = defs.resolve_asset_graph()
     keys = [dg.AssetKey([DATASET, stage]) for stage in STAGES]
-    assert set(graph.get_all_asset_keys()) == set(keys)
+    report = dg.AssetKey([DATASET, "utility_report"])  # the example has a `report:` block
+    assert set(graph.get_all_asset_keys()) == set(keys) | {report}
+    assert graph.get(report).parent_keys == {keys[-1]}
+    assert graph.get(report).tags["privacy"] == "private"
     for previous, key in zip([None, *keys], keys):
         node = graph.get(key)
         assert node.parent_keys == ({previous} if previous else set()), key
@@ -246,13 +249,14 @@ def test_asset_graph_of_a_dataset(tmp_path, instance):
 
     synthetic = dg.AssetKey([DATASET, "synthetic"])
     checks = {k.name: graph.get_check_spec(k) for k in graph.asset_check_keys}
-    assert set(checks) == {"schema", "domain", "row_count", "null_fraction", "one_way_tvd"}
+    assert set(checks) == {"schema", "domain", "row_count", "null_fraction", "one_way_tvd",
+                           "marginal_tvd", "duplicates"}
     assert all(spec.asset_key == synthetic for spec in checks.values())
     assert {n for n, spec in checks.items() if spec.blocking} == {"schema", "domain"}
 
     # the job materializes every stage but observes nothing: the source is the sensor's business
     job = defs.resolve_job_def(JOB)
-    assert set(job.asset_layer.executable_asset_keys) == set(keys[1:])
+    assert set(job.asset_layer.executable_asset_keys) == set(keys[1:]) | {report}
 
 
 # ---- a real run, requested by the sensor ---------------------------------------------------------
