@@ -24,7 +24,7 @@ $(DAGSTER_HOME)/dagster.yaml:
 
 run: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/python -m dp_synth_assets.core.example data/warehouse.duckdb
-	$(BIN)/dagster asset materialize -f definitions.py --select '*$(DATASET)/synthetic'
+	$(BIN)/dagster asset materialize -f definitions.py --select '*$(DATASET)/synthetic+'
 	$(BIN)/python -m dp_synth_assets.report $(DATASET)
 
 test: install

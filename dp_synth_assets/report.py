@@ -9,6 +9,7 @@ import sys
 
 from definitions import defs
 from dp_synth_assets.budget import DatasetBudget
+from dp_synth_assets.checks import CHECKS
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.pipeline import synthetic_table
 
@@ -23,7 +24,7 @@ def main(dataset: str) -> int:
     print(f"  parquet:   {warehouse.public_path(dataset, 'synthetic.parquet')}")
     print("Checks (Great Expectations):")
     ok = True
-    for name in ("schema", "domain", "row_count", "null_fraction", "one_way_tvd"):
+    for name in CHECKS:
         path = warehouse.public_path(dataset, f"checks/{name}.json")
         if not path.exists():
             print(f"  {name:14s} not run")
@@ -32,6 +33,12 @@ def main(dataset: str) -> int:
         passed = json.loads(path.read_text()).get("success")
         ok = ok and bool(passed)
         print(f"  {name:14s} {'passed' if passed else 'FAILED'}")
+    docs = warehouse.public_path(dataset, "data_docs/index.html")
+    if docs.exists():
+        print(f"  GX Data Docs: {docs}")
+    report = warehouse.private_path(dataset, "report.json")
+    if spec.report is not None and report.exists():  # owner-only: where it is, not what it says
+        print(f"Utility report (owner-only, private zone): {report.parent}")
     s = ledger.summary(dataset)
     left = max(budget.limit_rho - s.spent_rho - s.reserved_rho, 0.0)
     print(f"Privacy budget (limit epsilon {spec.privacy.limit.epsilon} at delta {budget.delta:g}; "
