@@ -331,9 +331,12 @@ def save_records(path: Path, records: dict[tuple, dict]) -> None:
         return (r["method"] not in REFERENCES, r["method"], r["epsilon"] or 0, r.get("accounting") or "",
                 r["seed"])
 
+    # merge into what is on disk, so two runs of this script (say, the anchors' grid and an
+    # `--accounting paper` rerun) never drop each other's records
+    merged = {**load_records(path), **records}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(sorted(records.values(), key=order), indent=1))
+    tmp = path.with_suffix(f".json.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(sorted(merged.values(), key=order), indent=1))
     tmp.replace(path)
 
 
