@@ -149,8 +149,9 @@ def collision_probability(tree: CliqueTree) -> float:
     full domain."""
     n = len(tree.cliques)
     children: list[list[int]] = [[] for _ in range(n)]
-    # parent of clique i: the latest earlier clique containing its separator that it was
-    # attached to; recover it as the first earlier clique that contains the separator
+    # each clique's message goes to the first earlier clique containing its separator (its tree
+    # parent or an ancestor-side clique holding the same separator): every variable summed out
+    # there appears, by the running intersection property, only in cliques processed before it
     parents = []
     for i, sep in enumerate(tree.separators):
         parent = -1
