@@ -39,7 +39,7 @@ def test_decoded_values_keep_types_and_domains_and_reencode_to_the_same_codes(pl
     rng = np.random.default_rng(0)
     codes = {c: rng.integers(0, k, 5000) for c, k in plan.domain.items()}
     con = duckdb.connect(str(tmp_path / "w.duckdb"))
-    write_synthetic(con, plan, codes, rng, "synthetic.t", str(tmp_path / "t.parquet"))
+    write_synthetic(con, plan, [codes], rng, "synthetic.t", str(tmp_path / "t.parquet"))
     types = {r[0]: r[1] for r in con.execute("DESCRIBE synthetic.t").fetchall()}
     assert types == TYPES
     for path in ("synthetic.t", f"read_parquet('{tmp_path / 't.parquet'}')"):
@@ -102,7 +102,7 @@ def test_rare_codes_and_privtree_edges_round_trip_through_sql(tmp_path):
     rng = np.random.default_rng(3)
     codes = {c: rng.integers(0, k, 3000) for c, k in plan.domain.items()}
     con = duckdb.connect(str(tmp_path / "w.duckdb"))
-    write_synthetic(con, plan, codes, rng, "synthetic.r", str(tmp_path / "r.parquet"))
+    write_synthetic(con, plan, [codes], rng, "synthetic.r", str(tmp_path / "r.parquet"))
     con.execute(encode_view_sql(plan, "enc", "synthetic.r"))
     back = con.execute("SELECT * FROM enc").fetchnumpy()
     for c in plan.columns:

@@ -216,6 +216,8 @@ class ModelSettings(_Strict):
     workers: int | None = Field(default=None, ge=1, le=1024)
     # gum: update iterations (benchmark paper Table 6: 50)
     gum_iterations: int = Field(default=50, ge=1, le=10_000)
+    # synthetic: rows sampled, decoded and written per chunk (memory holds one chunk)
+    chunk_rows: int = Field(default=1_000_000, ge=1_000, le=100_000_000)
 
 
 class ReportSettings(_Strict):

@@ -168,6 +168,28 @@ def sample(model, rows: int, seed: int | None, log=None) -> dict[str, np.ndarray
                         gum.GumSettings(iterations=model.iterations), log=log)
 
 
+def sample_chunks(model, rows: int, seed: int | None, chunk_rows: int, log=None):
+    """`rows` rows in chunks of at most `chunk_rows` (code arrays per attribute), one chunk in
+    memory at a time for a clique tree: each chunk is drawn from the same seeded generator in
+    turn (systematic counts per chunk). GUM builds its whole table at once (its updates move rows
+    across the table) and hands it out in slices."""
+    if isinstance(model, CliqueTree):
+        from .tree import sample as sample_tree
+
+        rng = np.random.default_rng(seed)
+        done = 0
+        while done < rows:
+            n = min(chunk_rows, rows - done)
+            yield sample_tree(model, n, rng)
+            done += n
+            if log and rows > chunk_rows:
+                log(f"sampled {done:,} of {rows:,} rows")
+        return
+    codes = sample(model, rows, seed, log)
+    for start in range(0, rows, chunk_rows):
+        yield {a: v[start:start + chunk_rows] for a, v in codes.items()}
+
+
 def save(model, path: str) -> None:
     """One .npz file; written to a temporary name and renamed."""
     tmp = path + ".tmp.npz"
