@@ -29,7 +29,7 @@ import pandas as pd
 from resources.warehouse import WarehouseResource
 
 from .core.config import DatasetSpec
-from .core.domain import EncodingPlan, allowed_values, encode_expression, value_bounds
+from .core.domain import EncodingPlan, allowed_values, encoded_columns, value_bounds
 from .core.measure import Measurement
 from .core.sql import ident, literal
 
@@ -165,9 +165,7 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
             "warehouse": _types(con, ident(table), plan.columns),
             "parquet": _types(con, source, plan.columns),
         })
-        codes = con.execute("SELECT " + ", ".join(
-            f"{encode_expression(e)} AS {ident(e.column)}" for e in plan.encodings)
-            + f" FROM {source}").fetchnumpy()
+        codes = con.execute(f"SELECT {encoded_columns(plan)} FROM {source}").fetchnumpy()
 
     # schema: column names and order of the frame, SQL types of the table and the Parquet copy
     docs = data_docs_dir(warehouse, dataset)

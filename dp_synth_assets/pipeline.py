@@ -297,14 +297,13 @@ def build_utility_report(dataset: str, spec: DatasetSpec, key):
         import base64
 
         from .core import utility
-        from .core.domain import encode_expression
+        from .core.domain import encoded_columns
         from .core.sql import ident, literal
 
         plan = load_plan(warehouse, dataset)
         cap = report_spec.max_rows
         seed = spec.seed if spec.seed is not None else 0
-        expressions = ", ".join(f"{encode_expression(e)} AS {ident(e.column)}"
-                                for e in plan.encodings)
+        expressions = encoded_columns(plan)
         parquet = literal(str(warehouse.public_path(dataset, "synthetic.parquet")))
         started = time.perf_counter()
         with warehouse.connect(read_only=True) as con:

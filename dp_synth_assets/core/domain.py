@@ -257,9 +257,14 @@ def sql_text(value: object) -> str:
     return str(value)
 
 
+def encoded_columns(plan: EncodingPlan) -> str:
+    """The SELECT list that encodes every column of a relation with the source's columns (the
+    encoded view, the checks and the utility report read the synthetic table through it)."""
+    return ",\n  ".join(f"{encode_expression(e)} AS {ident(e.column)}" for e in plan.encodings)
+
+
 def encode_view_sql(plan: EncodingPlan, view: str, source: str) -> str:
-    expressions = ",\n  ".join(f"{encode_expression(e)} AS {ident(e.column)}" for e in plan.encodings)
-    return sql("encode_view", view=ident(view), expressions=expressions, source=source)
+    return sql("encode_view", view=ident(view), expressions=encoded_columns(plan), source=source)
 
 
 def cast_type(spec: ColumnSpec, source_type: str) -> str | None:

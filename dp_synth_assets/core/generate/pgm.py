@@ -79,11 +79,12 @@ def fit(domain: dict[str, int], measurements: list[Measurement], known_total: fl
         every = max(1, blocks // 10)
         started, done = time.perf_counter(), [0]
 
-        def callback(_marginals) -> None:
+        def progress(_marginals) -> None:
             done[0] += 1
             if done[0] % every == 0 or done[0] == blocks:
                 log(f"pgm: iteration {min(done[0] * CALLBACK_EVERY, iterations)}/{iterations}, "
                     f"{time.perf_counter() - started:.1f}s")
+        callback = progress
     return MirrorDescent().estimate(mbi_domain, linear, known_total=max(known_total, 1.0),
                                     iters=iterations, warm_start=warm_start, callback_fn=callback)
 
