@@ -5,8 +5,8 @@
     python bench/anchors/generator_run.py generate --generator gum --workdir W --out synth.csv.gz
     python bench/anchors/generator_run.py sample --workdir W --rows 1000000
 
-`measure` sets up --workdir as bench/anchors/ours_run.py does (the CSV in a fresh DuckDB file,
-every column categorical with the public categories 0..k-1) and materializes the pipeline up to
+`measure` sets up --workdir with bench/anchors/ours_run.py's `prepare_workdir` (the CSV in a
+fresh DuckDB file, every column categorical with the public categories 0..k-1) and materializes the pipeline up to
 `measurements` with our Dagster definitions. `--method manual` measures every pair (`selection.
 marginals: all_pairs`): the dense selection of issue 5. `generate` rewrites the entry's
 `generator` (and `model.max_clique_cells` if given) and materializes `model` and `synthetic` only,
@@ -23,13 +23,13 @@ Prints `RESULT {json}` last; exit code 1 when the Dagster run failed (the note s
 import argparse
 import json
 import resource
-import shutil
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def result(payload: dict, code: int = 0) -> None:
@@ -67,32 +67,14 @@ def definitions(workdir: Path):
 
 def measure(args) -> None:
     import dagster as dg
-    import duckdb
     import pandas as pd
-    import yaml
+
+    from ours_run import prepare_workdir
 
     domain = json.loads(args.domain.read_text())
     real = pd.read_csv(args.data)[list(domain)]
-    if args.workdir.exists():
-        shutil.rmtree(args.workdir)
-    args.workdir.mkdir(parents=True)
-    con = duckdb.connect(str(args.workdir / "w.duckdb"))
-    try:
-        con.register("source_frame", real)
-        con.execute("CREATE TABLE main.adult AS SELECT * FROM source_frame")
-    finally:
-        con.close()
-    entry = {
-        "source": {"table": "main.adult"},
-        "columns": {c: {"kind": "categorical", "categories": list(range(k)), "other": False}
-                    for c, k in domain.items()},
-        "privacy": {"epsilon": args.epsilon, "delta": args.delta,
-                    "limit": {"epsilon": max(100.0, 2 * args.epsilon), "delta": 1e-6}},
-        "method": args.method, "rows": "same", "seed": args.seed,
-    }
-    if args.method == "manual":
-        entry["selection"] = {"marginals": "all_pairs"}
-    entry_path(args.workdir).write_text(yaml.safe_dump({"datasets": {"adult": entry}}))
+    prepare_workdir(args.workdir, real, domain, args.method, args.epsilon, args.delta, args.seed,
+                    {"marginals": "all_pairs"} if args.method == "manual" else None)
     defs = definitions(args.workdir)
     stages = ["preprocessed", "marginals", "selection", "measurements"]
     started = time.perf_counter()

@@ -73,6 +73,36 @@ def pipeline_epsilon(epsilon: float, delta: float, accounting: str) -> tuple[flo
     return configured, rho_from_epsilon_delta(configured, delta)
 
 
+def prepare_workdir(run_dir: Path, real, domain: dict, method: str, epsilon: float, delta: float,
+                    seed: int, selection: dict | None = None) -> None:
+    """An emptied `run_dir` with the table in a fresh DuckDB file (`main.adult`) and a
+    datasets.yaml entry `adult`: every column categorical with the public categories 0..k-1
+    (exhaustive: `other: false`). bench/anchors/generator_run.py uses the same set-up."""
+    import duckdb
+    import yaml
+
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.mkdir(parents=True)
+    con = duckdb.connect(str(run_dir / "w.duckdb"))
+    try:
+        con.register("source_frame", real)
+        con.execute("CREATE TABLE main.adult AS SELECT * FROM source_frame")
+    finally:
+        con.close()
+    entry = {
+        "source": {"table": "main.adult"},
+        "columns": {c: {"kind": "categorical", "categories": list(range(k)), "other": False}
+                    for c, k in domain.items()},
+        "privacy": {"epsilon": epsilon, "delta": delta,
+                    "limit": {"epsilon": max(100.0, 2 * epsilon), "delta": 1e-6}},
+        "method": method, "rows": "same", "seed": seed,
+    }
+    if selection:
+        entry["selection"] = selection
+    (run_dir / "datasets.yaml").write_text(yaml.safe_dump({"datasets": {"adult": entry}}))
+
+
 def step_seconds(run) -> dict[str, float]:
     """Wall seconds of each successful Dagster step (its STEP_SUCCESS event's duration)."""
     seconds = {}
@@ -101,9 +131,7 @@ def main() -> None:
         result({**base, "status": "not_implemented", "note": missing}, NOT_IMPLEMENTED)
 
     import dagster as dg
-    import duckdb
     import pandas as pd
-    import yaml
 
     from dp_synth_assets.definitions import build_definitions
     from resources.ledger import PrivacyLedger
@@ -114,24 +142,7 @@ def main() -> None:
     configured, rho = pipeline_epsilon(args.epsilon, args.delta, args.accounting)
 
     run_dir = args.workdir
-    if run_dir.exists():
-        shutil.rmtree(run_dir)
-    run_dir.mkdir(parents=True)
-    con = duckdb.connect(str(run_dir / "w.duckdb"))
-    try:
-        con.register("source_frame", real)
-        con.execute("CREATE TABLE main.adult AS SELECT * FROM source_frame")
-    finally:
-        con.close()
-    entry = {
-        "source": {"table": "main.adult"},
-        "columns": {c: {"kind": "categorical", "categories": list(range(k)), "other": False}
-                    for c, k in domain.items()},
-        "privacy": {"epsilon": configured, "delta": args.delta,
-                    "limit": {"epsilon": max(100.0, 2 * configured), "delta": 1e-6}},
-        "method": args.method, "rows": "same", "seed": args.seed,
-    }
-    (run_dir / "datasets.yaml").write_text(yaml.safe_dump({"datasets": {"adult": entry}}))
+    prepare_workdir(run_dir, real, domain, args.method, configured, args.delta, args.seed)
     defs = build_definitions(run_dir / "datasets.yaml", run_dir / "w.duckdb",
                              run_dir / "ledger.sqlite", run_dir / "public")
 
