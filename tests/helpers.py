@@ -49,6 +49,26 @@ def make_project(tmp_path: Path, rows: int = 3000, **dataset_overrides) -> Simpl
                            defs_fn=defs_fn)
 
 
+def dagster_env(project: SimpleNamespace, home: Path,
+                dagster_yaml: str = "telemetry:\n  enabled: false\n") -> dict:
+    """Environment for a Dagster CLI or webserver process serving `project`: a fresh
+    DAGSTER_HOME (`home`, created with `dagster_yaml`) and the DP_SYNTH_* paths."""
+    import os
+
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "dagster.yaml").write_text(dagster_yaml)
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "DP_SYNTH_DATASETS": str(project.datasets),
+        "DP_SYNTH_WAREHOUSE": str(project.warehouse),
+        "DP_SYNTH_LEDGER": str(project.ledger),
+        "DP_SYNTH_PUBLIC": str(project.public),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        "JAX_ENABLE_COMPILATION_CACHE": "false",
+    }
+
+
 class ChargeRecorder:
     """A fake `charge(spend, **params)` for selection methods: keeps every call, in order."""
 

@@ -1,7 +1,6 @@
 """`make run` without make: the dagster CLI materializes the example's whole pipeline into a
 persistent Dagster instance, then the report reads the public artifacts and the ledger."""
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 
-from tests.helpers import REPO, make_project
+from tests.helpers import REPO, dagster_env, make_project
 
 BIN = Path(sys.executable).parent
 
@@ -23,19 +22,7 @@ def columns(con, table: str) -> list[str]:
 
 
 def cli_env(tmp_path: Path, project) -> dict:
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    return {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "DP_SYNTH_DATASETS": str(project.datasets),
-        "DP_SYNTH_WAREHOUSE": str(project.warehouse),
-        "DP_SYNTH_LEDGER": str(project.ledger),
-        "DP_SYNTH_PUBLIC": str(project.public),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        "JAX_ENABLE_COMPILATION_CACHE": "false",
-    }
+    return dagster_env(project, tmp_path / "dagster_home")
 
 
 MATERIALIZE = [str(BIN / "dagster"), "asset", "materialize", "-f", str(REPO / "definitions.py"),

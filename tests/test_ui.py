@@ -28,7 +28,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.helpers import REPO, make_project
+from tests.helpers import REPO, dagster_env, make_project
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver") or next(
@@ -235,19 +235,7 @@ def stop(proc: subprocess.Popen) -> None:
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("ui")
     project = make_project(root / "project", rows=3000)
-    home = root / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text(DAGSTER_YAML)
-    env = {
-        **os.environ,
-        "DAGSTER_HOME": str(home),
-        "DP_SYNTH_DATASETS": str(project.datasets),
-        "DP_SYNTH_WAREHOUSE": str(project.warehouse),
-        "DP_SYNTH_LEDGER": str(project.ledger),
-        "DP_SYNTH_PUBLIC": str(project.public),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-        "JAX_ENABLE_COMPILATION_CACHE": "false",
-    }
+    env = dagster_env(project, root / "dagster_home", DAGSTER_YAML)
     port = free_port()
     log = root / "webserver.log"
     with log.open("w") as out:
