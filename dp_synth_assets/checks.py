@@ -19,6 +19,11 @@ they read the synthetic table and never the source. Each check runs one GX 1.x s
 - `duplicates` (WARN): the share of rows that repeat an earlier row (on the encoded codes) below
   the bound the model implies (see `duplicate_bound`), so a generator that copies rows wholesale
   is caught.
+
+At ten million rows the checks hold at most `FRAME_BYTES` of the table in pandas at a time: the
+per-column suites (domain, null_fraction) run on groups of columns, one GX suite and Data Docs
+page per group when the table does not fit in one frame, and the distribution checks read
+counts that DuckDB aggregates (`marginals.count_marginals`, `marginals.repeated_rows`).
 """
 
 
@@ -28,6 +33,7 @@ import pandas as pd
 
 from resources.warehouse import WarehouseResource
 
+from .core import marginals as margs
 from .core.config import DatasetSpec
 from .core.domain import EncodingPlan, allowed_values, encoded_columns, value_bounds
 from .core.measure import Measurement
@@ -44,6 +50,7 @@ CHECKS = {  # name -> (severity, blocking)
 }
 Z = 4.0           # sampling allowance in standard deviations (false alarm < 1e-4 per cell)
 FIT_SLACK = 0.01  # allowance for the estimator not matching a measurement exactly
+FRAME_BYTES = 256 * 2 ** 20  # the most of the synthetic table one GX frame holds
 
 
 def noisy_distribution(m: Measurement) -> np.ndarray:
@@ -151,86 +158,103 @@ def _suite_result(name: str, outcome, warehouse: WarehouseResource, dataset: str
 
 def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
                measurements: list[Measurement], n_hat: float, rows: int, table: str,
-               parquet: str, model=None):
-    """Yield one AssetCheckResult per check in CHECKS."""
+               parquet: str, model=None, frame_bytes: int = FRAME_BYTES):
+    """Yield one AssetCheckResult per check in CHECKS.
+
+    Memory does not grow with the table beyond `frame_bytes`: the row-level suites (domain, NULL
+    fractions, row count) run GX on frames of a few columns at a time (`column_groups`), strings
+    as pandas categoricals, and the distribution checks (1-way and measured marginals, repeated
+    rows) run on counts that DuckDB aggregates from the Parquet copy in one scan each."""
     from .core.validation import Expectation, run_suite
 
     asset_key = dg.AssetKey([dataset, "synthetic"])
     source = f"read_parquet({literal(parquet)})"
+    docs = data_docs_dir(warehouse, dataset)
     with warehouse.connect(read_only=True) as con:
-        df = con.execute(f"SELECT * FROM {source}").df()
+        present = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()]
+        total = con.execute(f"SELECT count(*) FROM {source}").fetchone()[0]
+        groups = column_groups([c for c in plan.columns if c in present], total, frame_bytes)
         types = pd.DataFrame({
             "column": plan.columns,
             "expected": [e.source_type for e in plan.encodings],
             "warehouse": _types(con, ident(table), plan.columns),
             "parquet": _types(con, source, plan.columns),
         })
-        codes = con.execute(f"SELECT {encoded_columns(plan)} FROM {source}").fetchnumpy()
 
-    # schema: column names and order of the frame, SQL types of the table and the Parquet copy
-    docs = data_docs_dir(warehouse, dataset)
-    outcome = run_suite(types, f"{dataset}_schema", [
-        Expectation("ExpectColumnPairValuesToBeEqual", {"column_A": "expected", "column_B": "warehouse"}),
-        Expectation("ExpectColumnPairValuesToBeEqual", {"column_A": "expected", "column_B": "parquet"}),
-    ], docs_dir=docs)
-    columns_outcome = run_suite(df, f"{dataset}_columns", [
-        Expectation("ExpectTableColumnsToMatchOrderedList", {"column_list": plan.columns})],
-        docs_dir=docs)
-    success = outcome.success and columns_outcome.success
-    merged = type(outcome)(outcome.suite, success, outcome.results + columns_outcome.results,
-                           {"success": success, "types": outcome.raw, "columns": columns_outcome.raw})
-    yield _suite_result("schema", merged, warehouse, dataset, asset_key, {
-        "types": dg.MetadataValue.json(types.to_dict(orient="records"))}, rendered=True)
+        # schema: column names and order of the table, SQL types of the table and the Parquet copy
+        outcome = run_suite(types, f"{dataset}_schema", [
+            Expectation("ExpectColumnPairValuesToBeEqual", {"column_A": "expected", "column_B": "warehouse"}),
+            Expectation("ExpectColumnPairValuesToBeEqual", {"column_A": "expected", "column_B": "parquet"}),
+        ], docs_dir=docs)
+        head = read_frame(con, source, present, limit=1000)
+        columns_outcome = run_suite(head, f"{dataset}_columns", [
+            Expectation("ExpectTableColumnsToMatchOrderedList", {"column_list": plan.columns})],
+            docs_dir=docs)
+        success = outcome.success and columns_outcome.success
+        merged = type(outcome)(outcome.suite, success, outcome.results + columns_outcome.results,
+                               {"success": success, "types": outcome.raw, "columns": columns_outcome.raw})
+        yield _suite_result("schema", merged, warehouse, dataset, asset_key, {
+            "types": dg.MetadataValue.json(types.to_dict(orient="records"))}, rendered=True)
 
-    # domain
-    expectations = []
-    for e in plan.encodings:
-        if e.column not in df.columns:
-            continue
-        if e.kind == "categorical":
-            expectations.append(Expectation("ExpectColumnValuesToBeInSet", {
-                "column": e.column, "value_set": allowed_values(e)}))
-        elif e.kind == "boolean":
-            expectations.append(Expectation("ExpectColumnValuesToBeInSet", {
-                "column": e.column, "value_set": [False, True]}))
-        else:
-            low, high = value_bounds(e)
-            expectations.append(Expectation("ExpectColumnValuesToBeBetween", {
-                "column": e.column, "min_value": _bound(low), "max_value": _bound(high)}))
-    yield _check("domain", df, expectations, warehouse, dataset, asset_key, {})
+        # domain
+        by_column = {}
+        for e in plan.encodings:
+            if e.kind == "categorical":
+                by_column[e.column] = Expectation("ExpectColumnValuesToBeInSet", {
+                    "column": e.column, "value_set": allowed_values(e)})
+            elif e.kind == "boolean":
+                by_column[e.column] = Expectation("ExpectColumnValuesToBeInSet", {
+                    "column": e.column, "value_set": [False, True]})
+            else:
+                low, high = value_bounds(e)
+                by_column[e.column] = Expectation("ExpectColumnValuesToBeBetween", {
+                    "column": e.column, "min_value": _bound(low), "max_value": _bound(high)})
+        yield _grouped_check("domain", con, source, groups, by_column, warehouse, dataset,
+                             asset_key, {})
 
-    # row count
-    yield _check("row_count", df, [Expectation("ExpectTableRowCountToEqual", {"value": rows})],
-                 warehouse, dataset, asset_key, {"requested_rows": rows})
+        # row count, on a frame of one column
+        narrow = read_frame(con, source, present[:1])
+        yield _check("row_count", narrow,
+                     [Expectation("ExpectTableRowCountToEqual", {"value": rows})],
+                     warehouse, dataset, asset_key, {"requested_rows": rows})
+        del narrow
 
-    one_way = {m.clique[0]: m for m in measurements if len(m.clique) == 1}
-    # null fractions
-    expectations, shown = [], {}
-    for e in plan.encodings:
-        if not e.nullable or e.column not in one_way:
-            continue
-        m = one_way[e.column]
-        _, per_cell = tolerances(m, n_hat, rows)
-        p = float(noisy_distribution(m)[e.null_code])
-        low = float(max(p - per_cell[e.null_code], 0.0))
-        high = float(min(p + per_cell[e.null_code], 1.0))
-        shown[e.column] = {"expected": round(p, 4), "low": round(low, 4), "high": round(high, 4)}
-        expectations.append(Expectation("ExpectColumnValuesToBeNull",
-                                        {"column": e.column, "mostly": low}))
-        expectations.append(Expectation("ExpectColumnValuesToNotBeNull",
-                                        {"column": e.column, "mostly": round(1.0 - high, 12)}))
-    yield _check("null_fraction", df, expectations, warehouse, dataset, asset_key,
-                 {"bounds": dg.MetadataValue.json(shown)})
+        one_way = {m.clique[0]: m for m in measurements if len(m.clique) == 1}
+        # null fractions
+        by_column, shown = {}, {}
+        for e in plan.encodings:
+            if not e.nullable or e.column not in one_way:
+                continue
+            m = one_way[e.column]
+            _, per_cell = tolerances(m, n_hat, rows)
+            p = float(noisy_distribution(m)[e.null_code])
+            low = float(max(p - per_cell[e.null_code], 0.0))
+            high = float(min(p + per_cell[e.null_code], 1.0))
+            shown[e.column] = {"expected": round(p, 4), "low": round(low, 4), "high": round(high, 4)}
+            by_column[e.column] = [
+                Expectation("ExpectColumnValuesToBeNull", {"column": e.column, "mostly": low}),
+                Expectation("ExpectColumnValuesToNotBeNull",
+                            {"column": e.column, "mostly": round(1.0 - high, 12)})]
+        yield _grouped_check("null_fraction", con, source, groups, by_column, warehouse, dataset,
+                             asset_key, {"bounds": dg.MetadataValue.json(shown)})
+
+        # the distribution checks read counts of the encoded table, aggregated by DuckDB
+        encoded = f"(SELECT {encoded_columns(plan)} FROM {source})"
+        cliques = [(c,) for c in one_way if c in present] + [
+            m.clique for m in measurements
+            if len(m.clique) >= 2 and all(a in present for a in m.clique)]
+        counts = margs.count_marginals(con, encoded, plan.columns, cliques, plan.domain) \
+            if cliques else {}
+        repeated = margs.repeated_rows(con, encoded, plan.domain) if present else 0
 
     # 1-way TVD against the noisy measurements
     records = []
     for e in plan.encodings:
-        if e.column not in one_way:
+        if (e.column,) not in counts:
             continue
         m = one_way[e.column]
-        counts = np.bincount(np.asarray(codes[e.column], dtype=np.int64), minlength=e.size)
-        synthetic_share = counts / max(counts.sum(), 1)
-        tvd = 0.5 * float(np.abs(synthetic_share - noisy_distribution(m)).sum())
+        column = counts[(e.column,)]
+        tvd = 0.5 * float(np.abs(column / max(column.sum(), 1) - noisy_distribution(m)).sum())
         records.append({"column": e.column, "tvd": round(tvd, 5),
                         "tolerance": round(tolerances(m, n_hat, rows)[0], 5)})
     frame = pd.DataFrame(records, columns=["column", "tvd", "tolerance"])
@@ -240,15 +264,12 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
         warehouse, dataset, asset_key, {"tvd": dg.MetadataValue.json(records)})
 
     # every measured marginal of two or more columns against its noisy measurement
-    sizes = {e.column: e.size for e in plan.encodings}
     records = []
     for m in measurements:
-        if len(m.clique) < 2 or any(a not in codes for a in m.clique):
+        if len(m.clique) < 2 or m.clique not in counts:
             continue
-        shape = [sizes[a] for a in m.clique]
-        keys = np.ravel_multi_index([np.asarray(codes[a], dtype=np.int64) for a in m.clique], shape)
-        counts = np.bincount(keys, minlength=int(np.prod(shape)))
-        tvd = 0.5 * float(np.abs(counts / max(counts.sum(), 1)
+        found = counts[m.clique].ravel()
+        tvd = 0.5 * float(np.abs(found / max(found.sum(), 1)
                                  - noisy_distribution(m).ravel()).sum())
         records.append({"marginal": " x ".join(m.clique), "tvd": round(tvd, 5),
                         "tolerance": round(marginal_tolerance(m, n_hat, rows), 5)})
@@ -259,8 +280,7 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
         if records else [], warehouse, dataset, asset_key, {"tvd": dg.MetadataValue.json(records)})
 
     # repeated rows against the bound the model implies
-    encoded = pd.DataFrame({c: np.asarray(v) for c, v in codes.items()})
-    share = float(encoded.duplicated().mean()) if len(encoded) else 0.0
+    share = repeated / total if total else 0.0
     allowed, q, source = duplicate_bound(model, measurements, rows)
     frame = pd.DataFrame({"duplicate_share": [share], "allowed": [allowed]})
     yield _check("duplicates", frame, [
@@ -270,6 +290,63 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
             "duplicate_share": dg.MetadataValue.float(round(share, 5)),
             "allowed": dg.MetadataValue.float(round(allowed, 5)),
             "collision_probability": dg.MetadataValue.float(q), "bound_from": source})
+
+
+def column_groups(columns: list[str], rows: int, frame_bytes: int = FRAME_BYTES) -> list[list[str]]:
+    """The columns in consecutive groups whose frame of `rows` rows stays under `frame_bytes`,
+    counting 8 bytes a cell (numbers and dates; category codes take less): one group for small
+    tables, a column or a few at a time for large ones."""
+    per_group = max(1, frame_bytes // max(8 * rows, 1))
+    return [columns[i:i + per_group] for i in range(0, len(columns), per_group)] or [[]]
+
+
+def read_frame(con, source: str, columns: list[str], limit: int | None = None) -> pd.DataFrame:
+    """Columns of a relation as pandas, through Arrow, with text as categoricals (a code per row
+    instead of a Python string: 1-2 bytes instead of about 60)."""
+    import pyarrow as pa
+
+    if not columns:
+        return pd.DataFrame()
+    query = f"SELECT {', '.join(ident(c) for c in columns)} FROM {source}"
+    table = con.sql(query + (f" LIMIT {int(limit)}" if limit is not None else "")).to_arrow_table()
+    for i, field in enumerate(table.schema):
+        if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
+            table = table.set_column(i, field.name, table.column(i).dictionary_encode())
+    return table.to_pandas(date_as_object=False)
+
+
+def _grouped_check(name: str, con, source: str, groups: list[list[str]], by_column: dict,
+                   warehouse: WarehouseResource, dataset: str, asset_key,
+                   metadata: dict) -> dg.AssetCheckResult:
+    """One check whose expectations are per column, run group by group (`column_groups`): one GX
+    suite per group, `<dataset>_<name>` when one group holds them all, else `_part<k>`; each suite
+    has its Data Docs page, and the check passes when every suite does."""
+    from .core.validation import SuiteOutcome, run_suite
+
+    def flat(column):
+        found = by_column.get(column, [])
+        return found if isinstance(found, list) else [found]
+
+    parts = [g for g in groups if any(flat(c) for c in g)]
+    if not parts:
+        return _check(name, pd.DataFrame(), [], warehouse, dataset, asset_key, metadata)
+    docs = data_docs_dir(warehouse, dataset)
+    outcomes = []
+    for k, group in enumerate(parts, start=1):
+        frame = read_frame(con, source, [c for c in group if flat(c)])
+        suite = f"{dataset}_{name}" if len(parts) == 1 else f"{dataset}_{name}_part{k}"
+        outcomes.append(run_suite(frame, suite, [x for c in group for x in flat(c)],
+                                  docs_dir=docs))
+        del frame
+    if len(outcomes) == 1:
+        merged = outcomes[0]
+    else:
+        success = all(o.success for o in outcomes)
+        merged = SuiteOutcome(f"{dataset}_{name}", success,
+                              [r for o in outcomes for r in o.results],
+                              {"success": success, "parts": [o.raw for o in outcomes]})
+    return _suite_result(name, merged, warehouse, dataset, asset_key,
+                         {**metadata, "suites": len(outcomes)}, rendered=True)
 
 
 def _types(con, relation: str, columns: list[str]) -> list[str]:

@@ -193,6 +193,23 @@ def read_marginals(con: duckdb.DuckDBPyConnection, marginals: MarginalTable,
     cols = ", ".join(ident(c) for c in marginals.columns)
     rows = con.execute(sql("read_marginals", columns=cols, table=ident(marginals.table)),
                        [list(gids)]).fetchnumpy()
+    return _dense(rows, gids, domain)
+
+
+def count_marginals(con: duckdb.DuckDBPyConnection, relation: str, columns: list[str],
+                    cliques: list[Clique], domain: dict[str, int]) -> dict[Clique, np.ndarray]:
+    """Dense count arrays of `cliques` of an encoded relation, counted in one GROUPING SETS scan
+    and returned without storing them (the checks count the synthetic table this way)."""
+    table = MarginalTable("", tuple(columns), tuple(tuple(c) for c in cliques))
+    cols = ", ".join(ident(c) for c in columns)
+    sets = ", ".join("(" + ", ".join(ident(c) for c in cl) + ")" for cl in cliques)
+    rows = con.execute(sql("count_marginals", columns=cols, source=relation,
+                           grouping_sets=sets)).fetchnumpy()
+    return _dense(rows, {table.gid(cl): tuple(cl) for cl in cliques}, domain)
+
+
+def _dense(rows: dict, gids: dict[int, Clique], domain: dict[str, int]) -> dict[Clique, np.ndarray]:
+    """Scatter (codes..., gid, n) result rows into one dense count array per clique."""
     gid = np.asarray(rows["gid"])
     out = {}
     for g, clique in gids.items():
@@ -202,3 +219,22 @@ def read_marginals(con: duckdb.DuckDBPyConnection, marginals: MarginalTable,
         np.add.at(counts, index, np.asarray(rows["n"][mask], dtype=np.int64))
         out[clique] = counts
     return out
+
+
+def repeated_rows(con: duckdb.DuckDBPyConnection, relation: str, domain: dict[str, int]) -> int:
+    """How many rows of an encoded relation repeat an earlier row (rows minus distinct rows),
+    counted by DuckDB. Each row's codes are packed into one exact integer (mixed radix) while the
+    domain has fewer than 2^63 cells, else into their 64-bit hash: with n rows, two distinct rows
+    share a hash with probability about n^2 / 2^65 (3e-6 at ten million rows)."""
+    cells = 1
+    for size in domain.values():
+        cells *= size
+    if cells < 2 ** 63:
+        terms, stride = [], 1
+        for column in reversed(list(domain)):
+            terms.append(f"CAST({ident(column)} AS BIGINT) * {stride}")
+            stride *= domain[column]
+        key = " + ".join(terms)
+    else:
+        key = "hash(" + ", ".join(ident(c) for c in domain) + ")"
+    return int(con.execute(sql("repeated_rows", key=key, source=relation)).fetchone()[0])
