@@ -301,8 +301,10 @@ def column_groups(columns: list[str], rows: int, frame_bytes: int = FRAME_BYTES)
 
 
 def read_frame(con, source: str, columns: list[str], limit: int | None = None) -> pd.DataFrame:
-    """Columns of a relation as pandas, through Arrow, with text as categoricals (a code per row
-    instead of a Python string: 1-2 bytes instead of about 60)."""
+    """Columns of a relation as pandas, through Arrow: text as categoricals (a code per row
+    instead of a Python string object), integers as int64 and times as datetime64[ns], the dtypes
+    GX's pandas engine compares vectorized (others go through a Python call per value: 2.6 s per
+    million dates)."""
     import pyarrow as pa
 
     if not columns:
@@ -310,9 +312,15 @@ def read_frame(con, source: str, columns: list[str], limit: int | None = None) -
     query = f"SELECT {', '.join(ident(c) for c in columns)} FROM {source}"
     table = con.sql(query + (f" LIMIT {int(limit)}" if limit is not None else "")).to_arrow_table()
     for i, field in enumerate(table.schema):
+        column = table.column(i)
         if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
-            table = table.set_column(i, field.name, table.column(i).dictionary_encode())
-    return table.to_pandas(date_as_object=False)
+            column = column.dictionary_encode()
+        elif pa.types.is_integer(field.type):
+            column = column.cast(pa.int64())
+        elif pa.types.is_date(field.type):
+            column = column.cast(pa.timestamp("ns"))
+        table = table.set_column(i, field.name, column)
+    return table.to_pandas(coerce_temporal_nanoseconds=True)
 
 
 def _grouped_check(name: str, con, source: str, groups: list[list[str]], by_column: dict,

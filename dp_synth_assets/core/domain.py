@@ -315,26 +315,25 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
     if codes.size and (codes.min() < 0 or codes.max() >= e.size):
         raise ValueError(f"column {e.column!r}: codes outside 0..{e.size - 1}")
     is_null = codes == e.null_code if e.nullable else np.zeros(codes.shape, bool)
-    if e.kind == "categorical":
+    if e.kind == "categorical":  # vectorized: codes index a dictionary of the column's values
         arrow_type = _arrow_type(e.source_type)
-        labels = [_typed(c, arrow_type) for c in e.categories]
-        if e.rare:
-            labels.append(None)  # placeholder, filled below
+        dictionary = [_typed(c, arrow_type) for c in e.categories]
+        position = np.zeros(e.size, dtype=np.int32)  # code -> index into `dictionary`
+        position[:len(dictionary)] = np.arange(len(dictionary))
         if e.has_other:
-            labels.append(_typed(e.other_label, arrow_type))
-        if e.nullable:
-            labels.append(None)
-        values = np.empty(codes.shape, dtype=object)
-        values[:] = [labels[c] for c in codes.tolist()]
-        if e.rare:
+            position[e.other_code] = len(dictionary)
+            dictionary.append(_typed(e.other_label, arrow_type))
+        indices = position[codes]
+        if e.rare:  # each rare row becomes a member, drawn in proportion to the noisy counts
             at = np.flatnonzero(codes == e.rare_code)
             members = [_typed(m, arrow_type) for m, _ in e.rare]
             weights = np.clip(np.array([w for _, w in e.rare], dtype=float), 0, None)
             p = weights / weights.sum() if weights.sum() > 0 else np.full(len(members), 1 / len(members))
-            picks = rng.choice(len(members), size=at.size, p=p)
-            for i, k in zip(at.tolist(), picks.tolist()):
-                values[i] = members[k]
-        return pa.array(values.tolist(), type=arrow_type)
+            indices[at] = len(dictionary) + rng.choice(len(members), size=at.size, p=p)
+            dictionary += members
+        return pa.DictionaryArray.from_arrays(pa.array(indices, mask=is_null),
+                                              pa.array(dictionary, type=arrow_type)
+                                              ).dictionary_decode()
     if e.kind == "boolean":
         return pa.array(codes == 1, mask=is_null, type=pa.bool_())
     bins = np.where(is_null, 0, codes)
