@@ -70,7 +70,7 @@ def build_source_sensor(dataset: str, spec: DatasetSpec, job) -> dg.SensorDefini
         cursor = json.loads(context.cursor) if context.cursor else {}
         try:
             # a run holding the warehouse's write lock makes this tick skip, not time out
-            current = fingerprint(warehouse, spec, lock_timeout_seconds=10)
+            current = fingerprint(warehouse, spec, lock_timeout_seconds=10, dataset=dataset)
         except Exception as e:  # noqa: BLE001 - a busy or missing source is a skip, not a crash
             return dg.SkipReason(f"cannot read the source of {dataset!r}: {str(e).splitlines()[0]}")
         if "fingerprint" not in cursor:

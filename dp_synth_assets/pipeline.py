@@ -9,6 +9,7 @@ publish shapes only (column names, domain sizes, numbers of marginals), never co
 import hashlib
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -19,7 +20,7 @@ from resources.warehouse import WarehouseResource
 
 from .budget import DatasetBudget, ledger_metadata, private_stage
 from .core import marginals as margs
-from .core.config import DatasetSpec, TableSource
+from .core.config import AttachSource, DatasetSpec, TableSource
 from .core.domain import EncodingPlan, SchemaError
 from .core import generate
 from .core.generate import pgm
@@ -71,13 +72,28 @@ def load_measurements(warehouse: WarehouseResource, dataset: str) -> tuple[list[
     return [Measurement.from_dict(m) for m in data["measurements"]], float(data["total_estimate"])
 
 
+@contextmanager
+def source_connection(warehouse: WarehouseResource, spec: DatasetSpec, dataset: str,
+                      read_only: bool = False, lock_timeout_seconds: float | None = None):
+    """A warehouse connection that can read the dataset's source and its encoded view: with an
+    `attach:` source, the source database is attached to it first (`marginals.attach_source`)."""
+    with warehouse.connect(read_only=read_only, lock_timeout_seconds=lock_timeout_seconds) as con:
+        try:
+            margs.attach_source(con, spec, Path(warehouse.base_dir), dataset)
+        except SourceError as e:
+            raise dg.Failure(description=str(e)) from None
+        yield con
+
+
 def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec,
-                lock_timeout_seconds: float | None = None) -> str:
-    """A digest of the source's content: for a table, of an order-independent sum of row hashes
-    (one scan in DuckDB); for files, of their names, sizes and modification times. Only the digest
-    is published (as the data version and the sensor's cursor), never a statistic."""
-    if isinstance(spec.source, TableSource):
-        with warehouse.connect(read_only=True, lock_timeout_seconds=lock_timeout_seconds) as con:
+                lock_timeout_seconds: float | None = None, dataset: str = "") -> str:
+    """A digest of the source's content: for a table (local or in an attached database), of an
+    order-independent sum of row hashes (one scan in DuckDB); for files, of their names, sizes
+    and modification times. Only the digest is published (as the data version and the sensor's
+    cursor), never a statistic."""
+    if isinstance(spec.source, (TableSource, AttachSource)):
+        with source_connection(warehouse, spec, dataset, read_only=True,
+                               lock_timeout_seconds=lock_timeout_seconds) as con:
             relation = margs.source_relation(spec, Path(warehouse.base_dir))
             value = con.execute(sql("fingerprint_table", source=relation)).fetchone()[0]
     else:
@@ -94,7 +110,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
     @dg.observable_source_asset(key=key("source"), group_name=dataset, tags=PRIVATE,
                                 description=f"The private source table of {dataset!r}.")
     def source(warehouse: WarehouseResource) -> dg.DataVersion:
-        return dg.DataVersion(fingerprint(warehouse, spec))
+        return dg.DataVersion(fingerprint(warehouse, spec, dataset=dataset))
 
     @dg.asset(key=key("preprocessed"), deps=[key("source")], group_name=dataset, tags=PRIVATE,
               kinds={"duckdb"}, description="Public encoding plan and the encoded view (private).")
@@ -102,7 +118,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
                      ledger: LedgerResource) -> dg.MaterializeResult:
         led = ledger.ledger()
         with private_stage(context, led, dataset, "preprocessed", budget) as stage:
-            with warehouse.connect() as con:
+            with source_connection(warehouse, spec, dataset) as con:
                 try:
                     plan = margs.prepare_encoded_view(con, spec, dataset, Path(warehouse.base_dir),
                                                       encoded_view(dataset), budget.preprocess,
@@ -127,7 +143,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         cliques = required_cliques(spec.method, plan.domain, spec.selection)
         with private_stage(context, ledger.ledger(), dataset, "marginals", budget):
             started = time.perf_counter()
-            with warehouse.connect() as con:
+            with source_connection(warehouse, spec, dataset) as con:
                 table = margs.compute_marginals(con, encoded_view(dataset), marginal_table(dataset),
                                                 plan.columns, cliques)
             seconds = time.perf_counter() - started
@@ -306,7 +322,7 @@ def build_utility_report(dataset: str, spec: DatasetSpec, key):
         expressions = encoded_columns(plan)
         parquet = literal(str(warehouse.public_path(dataset, "synthetic.parquet")))
         started = time.perf_counter()
-        with warehouse.connect(read_only=True) as con:
+        with source_connection(warehouse, spec, dataset, read_only=True) as con:
             def rows(relation: str) -> dict:
                 return con.execute(f"SELECT * FROM {relation} USING SAMPLE reservoir({cap} ROWS) "
                                    f"REPEATABLE ({seed})").fetchnumpy()

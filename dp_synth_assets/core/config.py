@@ -157,7 +157,26 @@ class CsvSource(_Strict):
     csv: str
 
 
-Source = Union[TableSource, ParquetSource, CsvSource]
+class AttachSource(_Strict):
+    """A table of another database, read where it lives through DuckDB's ATTACH: `attach` is
+    what ATTACH takes (a libpq connection string for postgres, `host=... database=...` for
+    mysql, a file path for duckdb and sqlite, relative to datasets.yaml), `type` DuckDB's
+    database type (duckdb is built in; postgres, mysql and sqlite are DuckDB extensions), and
+    `table` the table inside it (`schema.table`). The database is attached READ_ONLY."""
+
+    attach: str
+    type: Literal["duckdb", "postgres", "mysql", "sqlite"] = "duckdb"
+    table: str
+
+    @field_validator("table")
+    @classmethod
+    def _qualified(cls, v: str) -> str:
+        if not QUALIFIED_TABLE.match(v) or v.count(".") > 1:
+            raise ValueError(f"{v!r} is not a table name like schema.table")
+        return v
+
+
+Source = Union[TableSource, ParquetSource, CsvSource, AttachSource]
 
 
 class Limit(_Strict):
@@ -348,7 +367,7 @@ def _describe_location(loc: list[str]) -> str:
     """`dataset 'x', key 'privacy.epsilon'`; pydantic's union-member tags (class names,
     `literal[...]`, `constrained-int`) are not keys and are dropped."""
     keys = [p for p in loc if not p.startswith(("literal[", "constrained-", "function-"))
-            and p not in {"TableSource", "ParquetSource", "CsvSource"}]
+            and p not in {"TableSource", "ParquetSource", "CsvSource", "AttachSource"}]
     if len(keys) >= 2 and keys[0] == "datasets":
         key = ".".join(keys[2:])
         return f"dataset {keys[1]!r}, key {key!r}" if key else f"dataset {keys[1]!r}"

@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from .config import ColumnSpec, DatasetSpec, ParquetSource, TableSource
+from .config import AttachSource, ColumnSpec, DatasetSpec, ParquetSource, TableSource
 from .domain import (EncodingPlan, SchemaError, build_plan, cast_type, check_columns,
                      encode_view_sql, is_null_condition)
 from .preprocess import preprocess
@@ -26,13 +26,59 @@ class SourceError(ValueError):
 
 
 def source_relation(spec: DatasetSpec, base_dir: Path) -> str:
-    """The SQL relation reading a dataset's source (a table, a Parquet glob or a CSV file)."""
+    """The SQL relation reading a dataset's source (a table, a Parquet glob, a CSV file, or a
+    table of an attached database: see `attach_source`)."""
+    if isinstance(spec.source, AttachSource):
+        return ident(attached_catalog(spec)) + "." + ident(spec.source.table)
     path = source_path(spec, base_dir)
     if path is None:
         return ident(spec.source.table)
     if isinstance(spec.source, ParquetSource):
         return f"read_parquet({literal(path)})"
     return f"read_csv({literal(path)}, auto_detect = true)"
+
+
+def attached_catalog(spec: DatasetSpec) -> str:
+    """The name an attached source database gets in DuckDB: derived from its connection string,
+    so two datasets on one database share it."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{spec.source.type}:{spec.source.attach}".encode()).hexdigest()[:12]
+    return f"dp_source_{digest}"
+
+
+def attach_source(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, base_dir: Path,
+                  dataset: str) -> None:
+    """Attach the source database of an `attach:` source to this connection (READ_ONLY; once
+    per connection), loading DuckDB's extension for its type first. Other sources need nothing.
+    The aggregate queries then run in DuckDB over the attached tables; the postgres and mysql
+    extensions push projections and filters down to the database and stream the rows."""
+    src = spec.source
+    if not isinstance(src, AttachSource):
+        return
+    catalog = attached_catalog(spec)
+    if con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
+                   [catalog]).fetchone()[0]:
+        return
+    target = src.attach
+    if src.type in ("duckdb", "sqlite") and not Path(target).is_absolute():
+        target = str((base_dir / target).resolve())
+    try:
+        if src.type != "duckdb":
+            con.execute(f"LOAD {src.type}")
+    except duckdb.Error as e:
+        raise SourceError(
+            f"dataset {dataset!r}: DuckDB cannot load its {src.type!r} extension "
+            f"({str(e).splitlines()[0]}). Install it once where DuckDB can download it "
+            f"(`INSTALL {src.type}` in DuckDB), or put it in DuckDB's extension_directory."
+        ) from None
+    try:
+        con.execute(f"ATTACH {literal(target)} AS {ident(catalog)} (TYPE {src.type}, READ_ONLY)")
+    except duckdb.Error as e:
+        raise SourceError(
+            f"dataset {dataset!r}: cannot attach its source database ({src.type}): "
+            f"{str(e).splitlines()[0]}. Check `source.attach` in datasets.yaml."
+        ) from None
 
 
 def training_relation(spec: DatasetSpec, base_dir: Path, dataset: str) -> str:
@@ -62,11 +108,14 @@ def _split(relation: str, spec: DatasetSpec, dataset: str, keep: str) -> str:
 
 
 def source_path(spec: DatasetSpec, base_dir: Path) -> Path | None:
-    """The file (or glob) of a Parquet/CSV source, resolved against `base_dir`; None for tables."""
+    """The file (or glob) of a Parquet/CSV source or of an attached DuckDB/SQLite database,
+    resolved against `base_dir`; None for tables and database servers."""
     src = spec.source
-    if isinstance(src, TableSource):
+    if isinstance(src, TableSource) or (isinstance(src, AttachSource)
+                                        and src.type not in ("duckdb", "sqlite")):
         return None
-    path = Path(src.parquet if isinstance(src, ParquetSource) else src.csv)
+    path = Path(src.attach if isinstance(src, AttachSource) else
+                src.parquet if isinstance(src, ParquetSource) else src.csv)
     return path if path.is_absolute() else (base_dir / path).resolve()
 
 
