@@ -136,7 +136,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         })
 
     @dg.asset(key=key("marginals"), deps=[key("preprocessed")], group_name=dataset, tags=PRIVATE,
-              kinds={"duckdb"}, description="Exact 1-way and 2-way marginals (private zone).")
+              kinds={"duckdb"}, description="Exact marginals the method needs, in one scan (private zone).")
     def marginals(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
         plan = load_plan(warehouse, dataset)
@@ -159,14 +159,15 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
     def selection(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
         plan = load_plan(warehouse, dataset)
-        table = margs.MarginalTable(marginal_table(dataset), tuple(plan.columns),
-                                    tuple(required_cliques(spec.method, plan.domain, spec.selection)))
         led = ledger.ledger()
         with private_stage(context, led, dataset, "selection", budget) as stage:
-            with warehouse.connect(read_only=True) as con:
-                oracle = lambda cliques: margs.read_marginals(con, table, cliques, plan.domain)  # noqa: E731
+            with source_connection(warehouse, spec, dataset) as con:
+                oracle = margs.MarginalStore(con, encoded_view(dataset), marginal_table(dataset),
+                                             plan.columns, plan.domain)
                 result = select(spec.method, plan.domain, oracle, budget.split, spec.selection,
                                 logged_charge(context, stage.charge, spec.method))
+            if oracle.on_demand:
+                context.log.info(f"counted on demand: {[list(c) for c in oracle.on_demand]}")
             path = write_json(warehouse, dataset, "selection.json", result.to_dict())
         chosen = [list(m.clique) for m in result.measured] + [list(c) for c in result.cliques]
         context.log.info(f"{spec.method} selected {len(chosen)} marginals "
@@ -176,6 +177,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
             "selected": dg.MetadataValue.json(chosen),
             "selected_count": len(chosen),
             "rounds": dg.MetadataValue.json(result.details.get("rounds", [])),
+            "marginals_on_demand": dg.MetadataValue.json([list(c) for c in oracle.on_demand]),
             "path": dg.MetadataValue.path(path),
             **ledger_metadata(led, dataset, budget, context.run_id),
         })
@@ -186,15 +188,14 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
                      ledger: LedgerResource) -> dg.MaterializeResult:
         plan = load_plan(warehouse, dataset)
         chosen = Selection.from_dict(read_json(warehouse, dataset, "selection.json"))
-        table = margs.MarginalTable(marginal_table(dataset), tuple(plan.columns),
-                                    tuple(required_cliques(spec.method, plan.domain, spec.selection)))
         led = ledger.ledger()
         with private_stage(context, led, dataset, "measurements", budget) as stage:
             noisy = []
             rhos = measurement_plan(chosen, plan.domain, budget.stage_rho("measurements"))
             if rhos:
-                with warehouse.connect(read_only=True) as con:
-                    exact = margs.read_marginals(con, table, list(rhos), plan.domain)
+                with source_connection(warehouse, spec, dataset) as con:
+                    exact = margs.MarginalStore(con, encoded_view(dataset), marginal_table(dataset),
+                                                plan.columns, plan.domain)(list(rhos))
                 noisy = measure(exact, rhos, stage.charge)
                 del exact
             consistent = make_consistent(list(chosen.one_way) + list(chosen.measured) + noisy)

@@ -238,11 +238,45 @@ def read_marginals(con: duckdb.DuckDBPyConnection, marginals: MarginalTable,
     unknown = [cl for cl in cliques if tuple(cl) not in marginals.cliques]
     if unknown:
         raise KeyError(f"cliques {unknown} were not computed by the marginals stage")
+    return _read_stored(con, marginals, cliques, domain)
+
+
+def _read_stored(con, marginals: MarginalTable, cliques: list[Clique],
+                 domain: dict[str, int]) -> dict[Clique, np.ndarray]:
     gids = {marginals.gid(cl): tuple(cl) for cl in cliques}
     cols = ", ".join(ident(c) for c in marginals.columns)
     rows = con.execute(sql("read_marginals", columns=cols, table=ident(marginals.table)),
                        [list(gids)]).fetchnumpy()
     return _dense(rows, gids, domain)
+
+
+class MarginalStore:
+    """The marginal oracle of the selection and measurement stages: exact marginals of the
+    encoded view, read from the table the `marginals` stage wrote. Cliques the table lacks (an
+    adaptive method asking for a marginal outside what `required_cliques` precomputed) are
+    counted on demand, all missing cliques of a request in one GROUPING SETS scan, and appended
+    to the table, so later requests and the `measurements` stage reuse them. `on_demand` lists
+    them (public: clique names only)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, view: str, table: str,
+                 columns: list[str], domain: dict[str, int]):
+        self.con, self.view, self.domain = con, view, domain
+        self.table = MarginalTable(table, tuple(columns), ())
+        self.stored = {int(g) for (g,) in con.execute(sql("stored_marginals",
+                                                          table=ident(table))).fetchall()}
+        self.on_demand: list[Clique] = []
+
+    def __call__(self, cliques: list[Clique]) -> dict[Clique, np.ndarray]:
+        cliques = [tuple(c) for c in cliques]
+        missing = [c for c in dict.fromkeys(cliques) if self.table.gid(c) not in self.stored]
+        if missing:
+            cols = ", ".join(ident(c) for c in self.table.columns)
+            sets = ", ".join("(" + ", ".join(ident(c) for c in cl) + ")" for cl in missing)
+            self.con.execute(sql("append_marginals", table=ident(self.table.table), columns=cols,
+                                 view=ident(self.view), grouping_sets=sets))
+            self.stored |= {self.table.gid(c) for c in missing}
+            self.on_demand += missing
+        return _read_stored(self.con, self.table, cliques, self.domain)
 
 
 def count_marginals(con: duckdb.DuckDBPyConnection, relation: str, columns: list[str],

@@ -91,17 +91,21 @@ class Selection:
 
 def required_cliques(method: str, domain: dict[str, int],
                      settings: SelectionSettings | None = None) -> list[Clique]:
-    """The exact marginals `marginals` must compute for `method`: every 1-way and 2-way clique,
-    plus what the method's module lists in `extra_cliques(domain, settings)` (ppsyn: its 3-way
-    workload; manual: the declared marginals of three or more columns)."""
+    """The exact marginals the `marginals` stage computes up front for `method`, in one scan:
+    every 1-way clique plus what the method's module lists in `needed_cliques(domain,
+    settings)`, by default every 2-way clique (the methods that score all pairs: absyn,
+    privsyn, mst, aim). ppsyn needs its 3-way workload and manual its declared marginals
+    instead of all pairs. A method may still ask its oracle for other cliques: the pipeline's
+    oracle (`marginals.MarginalStore`) counts those on demand and keeps them."""
     import importlib
 
-    attrs = list(domain)
-    cliques = [(a,) for a in attrs] + [tuple(p) for p in itertools.combinations(attrs, 2)]
+    if method not in METHODS:
+        raise ValueError(f"unknown selection method {method!r}; choose one of {sorted(METHODS)}")
     module = importlib.import_module(f"{__name__}.{METHODS[method].module}")
-    extra = getattr(module, "extra_cliques", None)
-    wanted = extra(domain, settings or SelectionSettings()) if extra else []
-    return cliques + list(dict.fromkeys(tuple(c) for c in wanted if len(c) > 2))
+    needed = getattr(module, "needed_cliques", None)
+    wanted = needed(domain, settings or SelectionSettings()) if needed else [
+        tuple(p) for p in itertools.combinations(domain, 2)]
+    return [(a,) for a in domain] + list(dict.fromkeys(tuple(c) for c in wanted if len(c) > 1))
 
 
 def select(method: str, domain: dict[str, int], oracle: MarginalOracle, budget: Budget,

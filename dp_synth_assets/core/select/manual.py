@@ -31,9 +31,9 @@ def declared(domain: dict[str, int], settings: SelectionSettings) -> list[Clique
     return list(dict.fromkeys(c for c in cliques if len(c) >= 2))
 
 
-def extra_cliques(domain: dict[str, int], settings: SelectionSettings | None = None) -> list[Clique]:
-    """Declared marginals of three or more columns, which `marginals` computes in its scan."""
-    return [c for c in declared(domain, settings or SelectionSettings()) if len(c) > 2]
+def needed_cliques(domain: dict[str, int], settings: SelectionSettings | None = None) -> list[Clique]:
+    """The declared marginals (and no other pair), which `marginals` computes in its scan."""
+    return declared(domain, settings or SelectionSettings())
 
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,

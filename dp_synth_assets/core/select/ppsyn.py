@@ -426,9 +426,11 @@ def workload(domain: dict[str, int], order: int = WORKLOAD_ORDER, size: int = WO
     return [fits[i] for i in picked]
 
 
-def extra_cliques(domain: dict[str, int], settings: SelectionSettings | None = None) -> list[Clique]:
-    """The 3-way workload, which the `marginals` stage computes for this method."""
-    return workload(domain, WORKLOAD_ORDER) if len(domain) >= WORKLOAD_ORDER else []
+def needed_cliques(domain: dict[str, int], settings: SelectionSettings | None = None) -> list[Clique]:
+    """The workload (`_exact_workload`: 3-way, or 2-way when no 3-way marginal qualifies), which
+    the `marginals` stage computes for this method instead of every pair."""
+    cliques = workload(domain, WORKLOAD_ORDER) if len(domain) >= WORKLOAD_ORDER else []
+    return cliques or (workload(domain, 2) if len(domain) >= 2 else [])
 
 
 def _exact_workload(domain: dict[str, int], oracle: MarginalOracle
