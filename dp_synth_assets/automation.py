@@ -25,11 +25,23 @@ def job_name(dataset: str) -> str:
     return f"{dataset}_synthesis"
 
 
-def build_job(dataset: str):
+def build_job(dataset: str, spec: DatasetSpec | None = None):
+    """The dataset's job. With `generator: parallel_pgm` or `model.workers` > 1 it runs on
+    Dagster's multiprocess executor, at most `generate.concurrency` steps at a time, so the
+    fit's units (steps of the `model` graph) run in parallel processes; otherwise in one
+    process, where the stages, a chain, lose nothing and skip each step's start-up. On
+    Kubernetes or Celery, set that executor on the code location instead (README)."""
+    from .core.generate import concurrency
+
+    executor = None
+    if spec is not None and concurrency(spec.generator, spec.model) > 1:
+        executor = dg.multiprocess_executor.configured(
+            {"max_concurrent": concurrency(spec.generator, spec.model)})
     return dg.define_asset_job(
         job_name(dataset),
         selection=dg.AssetSelection.groups(dataset) - dg.AssetSelection.keys([dataset, "source"]),
         description=f"Materialize the whole synthesis pipeline of {dataset!r}.",
+        executor_def=executor,
     )
 
 

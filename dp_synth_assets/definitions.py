@@ -34,7 +34,7 @@ def build_definitions(datasets: str | Path, warehouse: str | Path, ledger: str |
             continue
         assets += build_dataset_assets(name, spec)
         checks.append(build_checks(name, spec))
-        job = build_job(name)
+        job = build_job(name, spec)
         jobs.append(job)
         if spec.schedule:
             schedules.append(build_schedule(name, spec, job))

@@ -211,42 +211,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
             **ledger_metadata(led, dataset, budget, context.run_id),
         })
 
-    @dg.asset(key=key("model"), deps=[key("measurements")], group_name=dataset, tags=PUBLIC,
-              kinds={"python"},
-              description=f"The fitted generator ({spec.generator}: pgm, parallel_pgm or gum).")
-    def model(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
-        plan = load_plan(warehouse, dataset)
-        found, n_hat = load_measurements(warehouse, dataset)
-        rows = requested_rows(spec, n_hat)
-        choice = generate.choose(spec.generator, plan.domain, found, rows, spec.model)
-        context.log.info(f"generator {choice.engine}: {choice.reason}")
-        size = None
-        if choice.engine in ("pgm", "parallel_pgm"):
-            try:
-                size = pgm.check_model_size(plan.domain, [m.clique for m in found],
-                                            spec.model.max_clique_cells, dataset)
-            except pgm.ModelTooLarge as e:
-                raise dg.Failure(description=f"{e} (or set generator: auto or gum)") from None
-            context.log.info(f"fitting {choice.engine}: {len(found)} measurements, largest clique "
-                             f"{list(size.largest_clique)} ({size.largest_clique_cells} cells), "
-                             f"{spec.model.iterations} iterations")
-        started = time.perf_counter()
-        fitted = generate.fit(choice.engine, plan.domain, found, n_hat, spec.model,
-                              log=context.log.info)
-        seconds = time.perf_counter() - started
-        path = warehouse.public_path(dataset, "model.npz")
-        generate.save(fitted, str(path))
-        context.log.info(f"{choice.engine} fitted in {seconds:.1f}s")
-        return dg.MaterializeResult(metadata={
-            "generator": choice.engine, "requested_generator": spec.generator,
-            "choice_reason": dg.MetadataValue.text(choice.reason),
-            "estimates": dg.MetadataValue.json([e.to_dict() for e in choice.estimates]),
-            "path": dg.MetadataValue.path(str(path)),
-            **({"largest_clique": dg.MetadataValue.json(list(size.largest_clique)),
-                "largest_clique_cells": size.largest_clique_cells,
-                "model_mb": dg.MetadataValue.float(round(size.megabytes, 4))} if size else {}),
-            "fit_seconds": dg.MetadataValue.float(round(seconds, 2)),
-        })
+    model = build_model_asset(dataset, spec, key)
 
     @dg.asset(key=key("synthetic"), deps=[key("model")], group_name=dataset, tags=PUBLIC,
               kinds={"duckdb", "parquet"},
@@ -279,6 +244,90 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
     if spec.report is not None:
         assets.append(build_utility_report(dataset, spec, key))
     return assets
+
+
+def build_model_asset(dataset: str, spec: DatasetSpec, key):
+    """The `model` asset, a graph of three ops so that Dagster's executor runs the fit's units:
+    `plan_fit` chooses the engine (`generate.choose`) and yields one dynamic output per unit of
+    work (`generate.fit_units`: parallel_pgm's groups of maximal cliques, one unit for pgm and
+    gum); `fit_unit` fits one unit (a step each: separate processes under the multiprocess
+    executor, pods under Kubernetes or Celery); `save_model` assembles the units' results and
+    writes `model.npz`. Units pass through the run's IO manager (pickles; a shared one such as
+    S3 when steps run on several machines)."""
+    prefix = f"{dataset}_model"
+
+    def load_inputs(warehouse: WarehouseResource):
+        plan = load_plan(warehouse, dataset)
+        found, n_hat = load_measurements(warehouse, dataset)
+        return plan, found, n_hat
+
+    @dg.op(name=f"{prefix}_plan_fit", ins={"after": dg.In(dg.Nothing)}, out=dg.DynamicOut())
+    def plan_fit(context: dg.OpExecutionContext, warehouse: WarehouseResource):
+        plan, found, n_hat = load_inputs(warehouse)
+        rows = requested_rows(spec, n_hat)
+        choice = generate.choose(spec.generator, plan.domain, found, rows, spec.model)
+        context.log.info(f"generator {choice.engine}: {choice.reason}")
+        size = None
+        if choice.engine in ("pgm", "parallel_pgm"):
+            try:
+                size = pgm.check_model_size(plan.domain, [m.clique for m in found],
+                                            spec.model.max_clique_cells, dataset)
+            except pgm.ModelTooLarge as e:
+                raise dg.Failure(description=f"{e} (or set generator: auto or gum)") from None
+            context.log.info(f"fitting {choice.engine}: {len(found)} measurements, largest clique "
+                             f"{list(size.largest_clique)} ({size.largest_clique_cells} cells), "
+                             f"{spec.model.iterations} iterations")
+        units = generate.fit_units(choice.engine, plan.domain, found, spec.model)
+        context.log.info(f"{len(units)} unit(s) of work")
+        metadata = {
+            "generator": choice.engine, "requested_generator": spec.generator,
+            "choice_reason": dg.MetadataValue.text(choice.reason),
+            "estimates": dg.MetadataValue.json([e.to_dict() for e in choice.estimates]),
+            "units": len(units),
+            **({"largest_clique": dg.MetadataValue.json(list(size.largest_clique)),
+                "largest_clique_cells": size.largest_clique_cells,
+                "model_mb": dg.MetadataValue.float(round(size.megabytes, 4))} if size else {}),
+        }
+        for k, unit in enumerate(units):
+            yield dg.DynamicOutput({"engine": choice.engine, "unit": unit, "metadata": metadata},
+                                   mapping_key=f"unit_{k}")
+
+    @dg.op(name=f"{prefix}_fit_unit")
+    def fit_unit(context: dg.OpExecutionContext, warehouse: WarehouseResource, work: dict) -> dict:
+        plan, found, n_hat = load_inputs(warehouse)
+        started = time.perf_counter()
+        result = generate.fit_unit(work["engine"], work["unit"], plan.domain, found, n_hat,
+                                   spec.model, log=context.log.info)
+        seconds = time.perf_counter() - started
+        context.log.info(f"{work['engine']} unit {work['unit']} fitted in {seconds:.1f}s")
+        return {**work, "result": result, "seconds": seconds}
+
+    @dg.op(name=f"{prefix}_save")
+    def save_model(context: dg.OpExecutionContext, warehouse: WarehouseResource,
+                   fitted: list[dict]) -> dg.Output:
+        plan, found, _ = load_inputs(warehouse)
+        engine, metadata = fitted[0]["engine"], fitted[0]["metadata"]
+        model = generate.assemble(engine, plan.domain, found, [f["result"] for f in fitted])
+        path = warehouse.public_path(dataset, "model.npz")
+        generate.save(model, str(path))
+        seconds = [f["seconds"] for f in fitted]
+        context.log.info(f"{engine} fitted in {max(seconds):.1f}s (slowest of {len(seconds)} "
+                         f"unit(s), {sum(seconds):.1f}s in all)")
+        return dg.Output(str(path), metadata={
+            **metadata, "path": dg.MetadataValue.path(str(path)),
+            "fit_seconds": dg.MetadataValue.float(round(max(seconds), 2)),
+            "unit_seconds": dg.MetadataValue.json([round(x, 2) for x in seconds]),
+        })
+
+    @dg.graph_asset(key=key("model"), group_name=dataset, tags=PUBLIC, kinds={"python"},
+                    ins={"measurements": dg.AssetIn(key=key("measurements"),
+                                                    dagster_type=dg.Nothing)},
+                    description=f"The fitted generator ({spec.generator}: pgm, parallel_pgm or "
+                                "gum), its units of work run by Dagster's executor.")
+    def model(measurements):
+        return save_model(plan_fit(measurements).map(fit_unit).collect())
+
+    return model
 
 
 def code_labels(plan: EncodingPlan) -> dict[str, list[str]]:

@@ -154,15 +154,20 @@ def test_auto_picks_pgm_for_a_small_tree():
 
 def test_auto_picks_parallel_pgm_when_only_the_parallel_fit_meets_the_time_budget():
     # two 1e6-cell cliques sharing a measured 1000-cell separator: pgm's one fit covers 2e6 cells,
-    # the parallel fit 1e6 per worker
+    # the parallel fit 1e6 per unit, two units at a time (model.workers: 2, so the job runs on
+    # Dagster's multiprocess executor)
     domain = {"a": 1000, "s": 1000, "b": 1000}
     found = fake(domain, [("a", "s"), ("s", "b")])
-    settings = ModelSettings(iterations=1500, max_seconds=120)
+    settings = ModelSettings(iterations=1500, max_seconds=120, workers=2)
     pgm_est = generate.estimate("pgm", domain, found, 1000, settings, cores=2)
     par_est = generate.estimate("parallel_pgm", domain, found, 1000, settings, cores=2)
     assert pgm_est.seconds > 120 > par_est.seconds
     choice = generate.choose("auto", domain, found, 1000, settings, cores=2)
     assert choice.engine == "parallel_pgm" and "pgm refused" in choice.reason
+    # in one process (no model.workers) the units run one after the other: no faster than pgm
+    one = ModelSettings(iterations=1500, max_seconds=120)
+    assert generate.concurrency("auto", one, cores=2) == 1
+    assert generate.estimate("parallel_pgm", domain, found, 1000, one, cores=2).seconds > 120
 
 
 def test_auto_picks_gum_for_all_pairs_where_the_pgm_guard_refuses():

@@ -3,7 +3,8 @@
 Engines (`generator:` in datasets.yaml):
 - `pgm` (pgm.py): mbi's maximum-entropy estimation over the junction tree of all measurements;
   the most accurate, and its cost grows with the junction tree's cliques.
-- `parallel_pgm` (parallel_pgm.py): ABSyn section VII, one fit per maximal clique, in processes.
+- `parallel_pgm` (parallel_pgm.py): ABSyn section VII, one fit per maximal clique, in units
+  that Dagster's executor runs in parallel (`fit_units`, `fit_unit`, `assemble`).
 - `gum` (gum.py): PrivSyn's gradual update of a synthetic table towards the marginals; its cost
   grows with rows x marginals, never with the joint domain, so every selection fits.
 - `auto`: `choose` estimates each engine's peak memory and fitting time from the selection alone
@@ -35,7 +36,7 @@ SECONDS_PER_CELL_ITERATION = 5e-8
 BYTES_PER_CELL = 64
 JAX_BASE_MB = 400.0
 FIT_OVERHEAD_SECONDS = 10.0  # JAX compilation of the fit
-WORKER_START_SECONDS = 8.0  # a spawned worker imports JAX and mbi
+WORKER_START_SECONDS = 8.0  # a step process imports Dagster, JAX and mbi
 GUM_SECONDS_PER_ROW_MARGINAL_ITERATION = 2e-8
 
 
@@ -99,13 +100,16 @@ def estimate(engine: str, domain: dict[str, int], measurements: list[Measurement
 
         workers = max(1, min(settings.workers or cores or os.cpu_count() or 1, len(order)))
         plan = assign(order, domain, workers)
-        heaviest = max(sum(sizes[i] for i in p) for p in plan)
-        seconds = (FIT_OVERHEAD_SECONDS * max(len(p) for p in plan)
-                   + (WORKER_START_SECONDS if len(plan) > 1 else 0.0)
-                   + heaviest * settings.iterations * SECONDS_PER_CELL_ITERATION)
-        memory = len(plan) * (JAX_BASE_MB + largest * BYTES_PER_CELL / 2**20)
-        why = (f"{len(order)} maximal cliques on {len(plan)} worker(s), heaviest worker "
-               f"{heaviest:,} cells, largest clique {largest:,} {budget}")
+        at_once = concurrency("auto", settings, cores)
+        unit_seconds = sorted((FIT_OVERHEAD_SECONDS * len(p) + sum(sizes[i] for i in p)
+                               * settings.iterations * SECONDS_PER_CELL_ITERATION) for p in plan)
+        lanes = [0.0] * min(at_once, len(plan))
+        for t in reversed(unit_seconds):  # units start as earlier ones finish
+            lanes[lanes.index(min(lanes))] += t
+        seconds = max(lanes) + (WORKER_START_SECONDS if len(lanes) > 1 else 0.0)
+        memory = len(lanes) * (JAX_BASE_MB + largest * BYTES_PER_CELL / 2**20)
+        why = (f"{len(order)} maximal cliques in {len(plan)} unit(s), {len(lanes)} at a time, "
+               f"largest clique {largest:,} {budget}")
         ok = largest <= settings.max_clique_cells
         if not ok:
             why += f"; largest clique above model.max_clique_cells {settings.max_clique_cells:,}"
@@ -114,6 +118,15 @@ def estimate(engine: str, domain: dict[str, int], measurements: list[Measurement
             why += "; a separator is not measured, so independent fits could disagree on it"
     feasible = ok and seconds <= settings.max_seconds and memory <= settings.max_memory_mb
     return Estimate(engine, feasible, seconds, memory, why)
+
+
+def concurrency(requested: str, settings: ModelSettings, cores: int | None = None) -> int:
+    """How many units of a fit run at once. The dataset's job runs on Dagster's multiprocess
+    executor, `max_concurrent` = this, when `generator: parallel_pgm` or `model.workers` > 1
+    (`automation.build_job`); otherwise in one process, unit after unit (1)."""
+    if requested == "parallel_pgm" or (settings.workers or 1) > 1:
+        return settings.workers or cores or os.cpu_count() or 1
+    return 1
 
 
 def choose(requested: str, domain: dict[str, int], measurements: list[Measurement], rows: int,
@@ -138,22 +151,60 @@ def choose(requested: str, domain: dict[str, int], measurements: list[Measuremen
                               for e in estimates), tuple(estimates))
 
 
-def fit(engine: str, domain: dict[str, int], measurements: list[Measurement], known_total: float,
-        settings: ModelSettings, log=None):
-    """The fitted model of `engine` (see the module docstring)."""
+def fit_units(engine: str, domain: dict[str, int], measurements: list[Measurement],
+              settings: ModelSettings) -> list[list[int]]:
+    """The units of work of a fit, each runnable in its own process (a step of the `model`
+    asset's graph): parallel_pgm's groups of maximal cliques; one unit for pgm and gum."""
+    if engine == "parallel_pgm":
+        from . import parallel_pgm
+
+        return parallel_pgm.units(domain, measurements, settings.workers)
+    if engine not in ENGINES:
+        raise ValueError(f"unknown generator {engine!r}; choose one of {ENGINES} or auto")
+    return [[0]]
+
+
+def fit_unit(engine: str, unit: list[int], domain: dict[str, int],
+             measurements: list[Measurement], known_total: float, settings: ModelSettings,
+             log=None):
+    """One unit's result: parallel_pgm's tables of its cliques, or the whole model."""
+    if engine == "parallel_pgm":
+        from . import parallel_pgm
+
+        return parallel_pgm.fit_unit(domain, unit, measurements, known_total,
+                                     settings.iterations, log)
     if engine == "pgm":
         from . import pgm
 
         return pgm.clique_tree(pgm.fit(domain, measurements, known_total, settings.iterations,
                                        log=log), domain)
+    if engine == "gum":
+        return GumModel(dict(domain), tuple(measurements), settings.gum_iterations)
+    raise ValueError(f"unknown generator {engine!r}; choose one of {ENGINES} or auto")
+
+
+def assemble(engine: str, domain: dict[str, int], measurements: list[Measurement], results: list):
+    """The fitted model from its units' results (in any order)."""
+    if engine == "parallel_pgm":
+        from . import parallel_pgm
+
+        return parallel_pgm.combine(domain, measurements,
+                                    {i: t for tables in results for i, t in tables.items()})
+    (model,) = results
+    return model
+
+
+def fit(engine: str, domain: dict[str, int], measurements: list[Measurement], known_total: float,
+        settings: ModelSettings, log=None):
+    """The fitted model of `engine` (see the module docstring), every unit in this process."""
     if engine == "parallel_pgm":
         from . import parallel_pgm
 
         return parallel_pgm.fit(domain, measurements, known_total, settings.iterations,
                                 settings.workers, log)
-    if engine == "gum":
-        return GumModel(dict(domain), tuple(measurements), settings.gum_iterations)
-    raise ValueError(f"unknown generator {engine!r}; choose one of {ENGINES} or auto")
+    return assemble(engine, domain, measurements,
+                    [fit_unit(engine, u, domain, measurements, known_total, settings, log)
+                     for u in fit_units(engine, domain, measurements, settings)])
 
 
 def sample(model, rows: int, seed: int | None, log=None) -> dict[str, np.ndarray]:

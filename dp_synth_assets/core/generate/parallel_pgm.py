@@ -6,11 +6,14 @@
    C's attributes only, fitted to the measurements whose cliques lie inside C (a separator's
    measurement therefore informs both cliques that share it). No belief propagation runs between
    cliques: that is the saving the paper claims, since each fit's cost is its own clique's size.
-3. The fits run in worker processes, at most one per core (`workers`, default the machine's cores,
-   never more than the cliques). As the paper prescribes, cliques are assigned to the workers
-   greedily by domain size: largest first, each to the worker with the fewest cells so far. Each
-   worker fits its list in turn and returns one probability table per clique. Workers start with
-   'spawn' (JAX does not survive fork); one worker, or one clique, fits in this process.
+3. The fits are split into at most `workers` units (default the machine's cores, never more
+   than the cliques). As the paper prescribes, cliques are assigned to the units greedily by
+   domain size: largest first, each to the unit with the fewest cells so far. Each unit fits its
+   cliques in turn and returns one probability table per clique. In the pipeline every unit is a
+   step of the `model` asset's graph (a Dagster dynamic output), so Dagster's executor runs the
+   units: in parallel processes with the multiprocess executor (the dataset's job uses it when
+   `model.workers` > 1), in pods with the Kubernetes or Celery executors; there is no process
+   pool of our own. `fit` runs the units one after the other in this process.
 4. Combination (line 7): the tables form a `CliqueTree` in junction-tree order and sampling draws
    each clique's new attributes conditioned on its separator's values drawn earlier (tree.py).
    Why the separators agree: the measurements were made consistent before (every measurement
@@ -23,9 +26,7 @@
    `generate.choose` (auto) picks this engine only when `separators_measured` holds.
 """
 
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
@@ -76,36 +77,50 @@ def fit_clique(domain: dict[str, int], clique: Clique, measurements: list[Measur
     return np.clip(joint, 0.0, None) / joint.clip(0.0).sum()
 
 
-def _fit_many(domain, jobs, measurements, known_total, iterations) -> list[np.ndarray]:
-    os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
-    return [fit_clique(domain, c, measurements, known_total, iterations) for c in jobs]
+def units(domain: dict[str, int], measurements: list[Measurement],
+          workers: int | None) -> list[list[int]]:
+    """The fit's units of work: the maximal cliques (indices into the junction tree's order)
+    grouped by `assign` into at most `workers` units (default: the machine's cores). Each unit
+    is one step of the `model` asset's graph, so Dagster's executor runs them in parallel."""
+    order, _, _ = junction_tree(domain, [m.clique for m in measurements])
+    return assign(order, domain, max(1, min(workers or os.cpu_count() or 1, len(order))))
+
+
+def fit_unit(domain: dict[str, int], unit: list[int], measurements: list[Measurement],
+             known_total: float, iterations: int, log=None) -> dict[int, np.ndarray]:
+    """The tables of one unit's cliques (Alg. 4 lines 4-6), by clique index."""
+    order, _, _ = junction_tree(domain, [m.clique for m in measurements])
+    tables = {}
+    for i in unit:
+        tables[i] = fit_clique(domain, order[i], measurements, known_total, iterations)
+        if log:
+            log(f"parallel_pgm: clique {list(order[i])} fitted")
+    return tables
+
+
+def combine(domain: dict[str, int], measurements: list[Measurement],
+            tables: dict[int, np.ndarray]) -> CliqueTree:
+    """Alg. 4 line 7: the cliques' tables as one CliqueTree in junction-tree order."""
+    order, separators, _ = junction_tree(domain, [m.clique for m in measurements])
+    missing = [list(order[i]) for i in range(len(order)) if i not in tables]
+    if missing:
+        raise ValueError(f"parallel_pgm: no table for the cliques {missing}")
+    return CliqueTree(dict(domain), tuple(order), tuple(separators),
+                      tuple(np.asarray(tables[i], dtype=np.float64) for i in range(len(order))))
 
 
 def fit(domain: dict[str, int], measurements: list[Measurement], known_total: float,
         iterations: int, workers: int | None = None, log=None) -> CliqueTree:
-    """Algorithm 4: one maximum-entropy fit per maximal clique, in parallel, as a CliqueTree."""
-    order, separators, _ = junction_tree(domain, [m.clique for m in measurements])
-    workers = max(1, min(workers or os.cpu_count() or 1, len(order)))
-    plan = assign(order, domain, workers)
+    """Algorithm 4 in this process, unit after unit. The pipeline runs the units as separate
+    steps instead (`generate.fit_units`), so they run in parallel under Dagster's executor."""
+    plan = units(domain, measurements, workers)
     if log:
+        order, _, _ = junction_tree(domain, [m.clique for m in measurements])
         sizes = [int(np.prod([domain[a] for a in c])) for c in order]
         log(f"parallel_pgm: {len(order)} maximal cliques (largest {max(sizes):,} cells, "
-            f"{sum(sizes):,} in all) on {len(plan)} worker(s); cells per worker "
+            f"{sum(sizes):,} in all) in {len(plan)} unit(s); cells per unit "
             f"{[sum(sizes[i] for i in p) for p in plan]}")
-    tables: list[np.ndarray | None] = [None] * len(order)
-    if len(plan) == 1:
-        for i, t in zip(plan[0], _fit_many(domain, [order[i] for i in plan[0]], measurements,
-                                           known_total, iterations)):
-            tables[i] = t
-    else:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=len(plan), mp_context=context) as pool:
-            futures = [pool.submit(_fit_many, domain, [order[i] for i in p],
-                                   [m for m in measurements
-                                    if any(set(m.clique) <= set(order[i]) for i in p)],
-                                   known_total, iterations) for p in plan]
-            for p, future in zip(plan, futures):
-                for i, t in zip(p, future.result()):
-                    tables[i] = t
-    return CliqueTree(dict(domain), tuple(order), tuple(separators),
-                      tuple(np.asarray(t, dtype=np.float64) for t in tables))
+    tables: dict[int, np.ndarray] = {}
+    for unit in plan:
+        tables.update(fit_unit(domain, unit, measurements, known_total, iterations, log))
+    return combine(domain, measurements, tables)
