@@ -145,7 +145,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
             started = time.perf_counter()
             with source_connection(warehouse, spec, dataset) as con:
                 table = margs.compute_marginals(con, encoded_view(dataset), marginal_table(dataset),
-                                                plan.columns, cliques)
+                                                plan.columns, cliques, plan.domain)
             seconds = time.perf_counter() - started
         cells = sum(clique_size(c, plan.domain) for c in cliques)
         context.log.info(f"{len(cliques)} marginals ({cells} cells) in one scan, {seconds:.2f}s")

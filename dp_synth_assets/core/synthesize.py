@@ -3,9 +3,12 @@
 Rows arrive in chunks of codes (see `generate.sample_chunks`): each chunk is decoded to an Arrow
 table and cast in SQL to the exact SQL types of the source columns (recorded in the encoding
 plan), so the synthetic table has the source's column names, order and types, and memory holds
-one chunk at a time whatever `rows` is. All chunks are written in one transaction: a failure
-leaves the previous table as it was. The Parquet file is written to a temporary name and
-renamed, so a failure never leaves half a file.
+one chunk at a time whatever `rows` is. The chunks go into a staging table (`<table>__writing`),
+each chunk committed on its own (one transaction for all of them kept every chunk in DuckDB's
+transaction-local memory: +170 MB per million rows), and a last transaction replaces the table
+with the staging table: a failure drops the staging table and leaves the previous table as it
+was, and readers see either the old table or the new one. The Parquet file is written to a
+temporary name and renamed, so a failure never leaves half a file.
 """
 
 import os
@@ -25,23 +28,37 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
     casts = ", ".join(f"CAST({ident(e.column)} AS {e.source_type}) AS {ident(e.column)}"
                       for e in plan.encodings)
     con.execute(sql("create_schema", schema=ident(table.rsplit(".", 1)[0])))
+    staging = table + "__writing"
     rows = 0
-    con.execute("BEGIN TRANSACTION")
     try:
         for i, codes in enumerate(chunks):
             batch = decode(plan, codes, rng)
             con.register("synthetic_rows", batch)
             try:
                 con.execute(sql("write_synthetic" if i == 0 else "append_synthetic",
-                                table=ident(table), casts=casts, relation="synthetic_rows"))
+                                table=ident(staging), casts=casts, relation="synthetic_rows"))
             finally:
                 con.unregister("synthetic_rows")
             rows += batch.num_rows
+        con.execute("BEGIN TRANSACTION")
+        con.execute(sql("drop_table", table=ident(table)))
+        con.execute(sql("rename_table", table=ident(staging),
+                        name=ident(table.rsplit(".", 1)[-1])))
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.Error:
+            pass  # no transaction was open: the failure came while writing the chunks
+        con.execute(sql("drop_table", table=ident(staging)))
         raise
     tmp = parquet_path + ".tmp"
-    con.execute(sql("export_parquet", table=ident(table), path=literal(tmp)))
+    # rows are exchangeable: without keeping their order, DuckDB's Parquet writer streams them
+    # (peak 1.0 GB -> 0.3 GB for ten million rows)
+    con.execute("SET preserve_insertion_order = false")
+    try:
+        con.execute(sql("export_parquet", table=ident(table), path=literal(tmp)))
+    finally:
+        con.execute("RESET preserve_insertion_order")
     os.replace(tmp, parquet_path)
     return rows

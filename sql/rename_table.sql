@@ -1,0 +1,2 @@
+-- Give a (staging) table its final name, in the same schema.
+ALTER TABLE {table} RENAME TO {name}
