@@ -26,15 +26,16 @@ def job_name(dataset: str) -> str:
 
 
 def build_job(dataset: str, spec: DatasetSpec | None = None):
-    """The dataset's job. With `generator: parallel_pgm` or `model.workers` > 1 it runs on
-    Dagster's multiprocess executor, at most `generate.concurrency` steps at a time, so the
-    fit's units (steps of the `model` graph) run in parallel processes; otherwise in one
-    process, where the stages, a chain, lose nothing and skip each step's start-up. On
+    """The dataset's job. Under `generate.multiprocess` (`model.executor`; by default when
+    `generator: parallel_pgm` or `model.workers` > 1) it runs on Dagster's multiprocess
+    executor, at most `generate.concurrency` steps at a time, so the fit's units (steps of the
+    `model` graph) run in parallel processes and each step's memory is returned when it ends;
+    otherwise in one process, where the stages, a chain, skip each step's start-up. On
     Kubernetes or Celery, set that executor on the code location instead (README)."""
-    from .core.generate import concurrency
+    from .core.generate import concurrency, multiprocess
 
     executor = None
-    if spec is not None and concurrency(spec.generator, spec.model) > 1:
+    if spec is not None and multiprocess(spec.generator, spec.model):
         executor = dg.multiprocess_executor.configured(
             {"max_concurrent": concurrency(spec.generator, spec.model)})
     return dg.define_asset_job(

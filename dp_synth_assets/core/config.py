@@ -231,8 +231,13 @@ class ModelSettings(_Strict):
     # generator auto: the estimated peak memory and fitting time the stage may use
     max_memory_mb: float = Field(default=4096.0, gt=0)
     max_seconds: float = Field(default=900.0, gt=0)
-    # parallel_pgm: worker processes (unset: one per core)
+    # parallel_pgm: units of work, each a step of the model graph (unset: one per core)
     workers: int | None = Field(default=None, ge=1, le=1024)
+    # how the dataset's job runs its steps: `multiprocess` (Dagster's multiprocess executor:
+    # each step in its own process, `workers` at a time, so a step's memory is returned when
+    # it ends), `in_process` (one process), or `auto`: multiprocess when the fit has units to
+    # run in parallel (generator parallel_pgm, or workers > 1), else in_process
+    executor: Literal["auto", "in_process", "multiprocess"] = "auto"
     # gum: update iterations (benchmark paper Table 6: 50)
     gum_iterations: int = Field(default=50, ge=1, le=10_000)
     # synthetic: rows sampled, decoded and written per chunk (memory holds one chunk)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-import opendp.prelude as dp
+from .opendp_api import dp
 
 dp.enable_features("contrib")
 

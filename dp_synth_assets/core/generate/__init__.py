@@ -120,11 +120,19 @@ def estimate(engine: str, domain: dict[str, int], measurements: list[Measurement
     return Estimate(engine, feasible, seconds, memory, why)
 
 
+def multiprocess(requested: str, settings: ModelSettings) -> bool:
+    """Whether the dataset's job runs on Dagster's multiprocess executor (`model.executor`;
+    auto: when the fit has units to run in parallel, i.e. parallel_pgm or `model.workers` > 1)."""
+    if settings.executor != "auto":
+        return settings.executor == "multiprocess"
+    return requested == "parallel_pgm" or (settings.workers or 1) > 1
+
+
 def concurrency(requested: str, settings: ModelSettings, cores: int | None = None) -> int:
-    """How many units of a fit run at once. The dataset's job runs on Dagster's multiprocess
-    executor, `max_concurrent` = this, when `generator: parallel_pgm` or `model.workers` > 1
-    (`automation.build_job`); otherwise in one process, unit after unit (1)."""
-    if requested == "parallel_pgm" or (settings.workers or 1) > 1:
+    """How many steps, hence units of a fit, run at once: `model.workers` (default: the cores)
+    under the multiprocess executor (`automation.build_job` sets it as `max_concurrent`), else 1
+    (one process, unit after unit)."""
+    if multiprocess(requested, settings):
         return settings.workers or cores or os.cpu_count() or 1
     return 1
 

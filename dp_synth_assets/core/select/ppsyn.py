@@ -119,7 +119,7 @@ import time
 from dataclasses import dataclass
 
 import numpy as np
-import opendp.prelude as dp
+from ..opendp_api import dp
 
 from ..config import SelectionSettings
 from ..measure import Measurement, clique_size, optimal_split, total_estimate

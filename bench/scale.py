@@ -1,0 +1,376 @@
+"""Issue 7's scale benchmark: the whole pipeline at 100k, 1M and 10M rows, memory and time.
+
+    .venv/bin/python bench/scale.py                      # 100k, 1M, 10M rows x 15 columns
+    .venv/bin/python bench/scale.py --rows 1000000 --columns 40
+    .venv/bin/python bench/scale.py --adult-baseline a71ea01   # adult: this tree vs a revision
+
+For each size, `bench/scale_data.py` writes the example's distribution into its own DuckDB file
+under bench/work/scale/ (kept between runs; rewritten when its row count differs). Then
+`dagster job execute` runs the dataset's job (every asset and check) the way a deployment does,
+with the product's defaults (method and generator as in datasets.yaml's example, epsilon 1,
+`rows: same`, so the synthetic table is as large as the source) and `model.executor`
+(`--executor`, default multiprocess: every step in its own process, so the fit's JAX memory is
+returned before sampling). Recorded per run:
+
+- `seconds`: from the run's start to its success in Dagster's event log (all stages and
+  checks), and `process_seconds`: the CLI process from start to exit;
+- `peak_mb`: the largest resident memory of the whole process tree (the run and its step
+  processes, summed), sampled every 50 ms; per stage the same within the step's window
+  (`stages`, with each step's seconds);
+- `marginal_seconds`: what the `marginals` asset measured around its scan.
+
+The floor (`floor_seconds`) is then measured in a fresh process on the same DuckDB file: a bare
+`GROUP BY GROUPING SETS` with the same grouping sets as the marginals stage, over the same
+encoded columns copied into a plain temporary table first (see `child_floor`), best of two.
+`marginal_ratio` = marginal_seconds / floor_seconds (issue 7 asks for at most 2).
+
+With `--adult-baseline REV`, the adult pipeline (`../shared/datasets/adult`, discretized) runs
+alternately on this tree and on a git worktree of REV under bench/work/, `--repeats` times each,
+so "not slower than before" is measured in one session.
+
+Results are merged into bench/results/scale.json (flat records keyed by kind, rows, columns and
+revision) and the table is printed and written to bench/results/scale.md.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "bench" / "work" / "scale"
+RESULTS = ROOT / "bench" / "results" / "scale.json"
+ADULT = ROOT.parent / "shared" / "datasets" / "adult"
+DEFAULT_ROWS = (100_000, 1_000_000, 10_000_000)
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and all its descendants (from /proc; no psutil here)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    tree, frontier = [root], [root]
+    while frontier:
+        frontier = [pid for pid, parent in parents.items() if parent in frontier]
+        tree += frontier
+    return tree
+
+
+def tree_rss_mb(root: int) -> float:
+    """Resident memory of a process and all its descendants, summed (MB)."""
+    total = 0
+    for pid in process_tree(root):
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+class RssSampler(threading.Thread):
+    """(wall time, RSS MB of the process tree under `root`) every `interval` seconds."""
+
+    def __init__(self, root: int, interval: float = 0.05):
+        super().__init__(daemon=True)
+        self.root, self.interval, self.samples = root, interval, []
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        while not self._done.is_set():
+            self.samples.append((time.time(), tree_rss_mb(self.root)))
+            self._done.wait(self.interval)
+
+    def stop(self) -> list[tuple[float, float]]:
+        self._done.set()
+        self.join()
+        return self.samples
+
+
+# ----------------------------------------------------------------------------- one run
+
+def write_registry(workdir: Path, dataset: str, source: dict, columns: dict, epsilon: float,
+                   extra: dict | None = None) -> Path:
+    import yaml
+
+    entry = {"source": source, "columns": columns,
+             "privacy": {"epsilon": epsilon, "delta": 1e-9,
+                         "limit": {"epsilon": 1000.0, "delta": 1e-6}},
+             "rows": "same", "seed": 7, **(extra or {})}
+    path = workdir / "datasets.yaml"
+    path.write_text(yaml.safe_dump({"datasets": {dataset: entry}}, sort_keys=False))
+    return path
+
+
+def run_job(workdir: Path, database: Path, dataset: str, tree: Path = ROOT) -> dict:
+    """`dagster job execute` of the dataset's job (every asset and check), the way a deployment
+    runs it, with the code of `tree`; memory is sampled over the whole process tree (the run
+    and, under the multiprocess executor, its step processes)."""
+    import shutil
+
+    import dagster as dg
+
+    home = workdir / "dagster_home"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    (workdir / "ledger.sqlite").unlink(missing_ok=True)
+    env = {**os.environ, "DAGSTER_HOME": str(home),
+           "DP_SYNTH_DATASETS": str(workdir / "datasets.yaml"),
+           "DP_SYNTH_WAREHOUSE": str(database), "DP_SYNTH_LEDGER": str(workdir / "ledger.sqlite"),
+           "DP_SYNTH_PUBLIC": str(workdir / "public"), "PYTHONPATH": str(tree)}
+    cmd = [str(Path(sys.executable).parent / "dagster"), "job", "execute", "-f",
+           str(tree / "definitions.py"), "-j", f"{dataset}_synthesis"]
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    sampler = RssSampler(proc.pid)
+    sampler.start()
+    output = proc.communicate()[0]
+    process_seconds = time.perf_counter() - started
+    samples = sampler.stop()
+    (workdir / "run.log").write_text(output)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed (see {workdir / 'run.log'}):\n{output[-4000:]}")
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        [record] = instance.get_run_records()
+        run_seconds = record.end_time - record.start_time
+        logs = instance.all_logs(record.dagster_run.run_id)
+        key = dg.AssetKey([dataset, "marginals"])
+        marginals = instance.get_latest_materialization_event(key).asset_materialization.metadata
+    windows: dict[str, list[float]] = {}
+    for entry in logs:
+        event = entry.dagster_event
+        if event is not None and event.step_key and event.event_type_value in (
+                "STEP_START", "STEP_SUCCESS"):
+            windows.setdefault(event.step_key, []).append(entry.timestamp)
+    stages = {}
+    for step, (start, end, *_) in sorted(windows.items(), key=lambda kv: kv[1][0]):
+        inside = [mb for t, mb in samples if start <= t <= end] or [0.0]
+        stages[step.split("__")[-1]] = {"seconds": round(end - start, 3),
+                                        "peak_mb": round(max(inside), 1)}
+    return {"seconds": run_seconds, "process_seconds": process_seconds,
+            "peak_mb": max(mb for _, mb in samples), "sample_interval_s": sampler.interval,
+            "marginal_seconds": float(marginals["seconds"].value), "stages": stages}
+
+
+def child_floor(args) -> None:
+    """The floor of the marginals stage: a bare GROUPING SETS scan with the same grouping sets
+    over the same (encoded) columns, already materialized as a plain integer table, so the
+    query does nothing but group and count (best of two; the copy is not timed). Over the raw
+    source columns instead, the float `income` alone has millions of distinct values and the
+    query needed more than 20 GB."""
+    import duckdb
+
+    sys.path.insert(0, str(ROOT))
+    from dp_synth_assets.core.sql import ident
+
+    cliques = json.loads(args.cliques)
+    columns = sorted({c for cl in cliques for c in cl})
+    cols = ", ".join(ident(c) for c in columns)
+    sets = ", ".join("(" + ", ".join(ident(c) for c in cl) + ")" for cl in cliques)
+    con = duckdb.connect(args.database, read_only=True)
+    con.execute(f"CREATE TEMP TABLE encoded AS SELECT {cols} FROM private.scale_encoded")
+    times = []
+    for _ in range(2):
+        started = time.perf_counter()
+        con.execute(f"CREATE OR REPLACE TEMP TABLE floor AS SELECT {cols}, GROUPING_ID({cols}) "
+                    f"AS gid, count(*) AS n FROM encoded GROUP BY GROUPING SETS ({sets})")
+        times.append(time.perf_counter() - started)
+    print("RESULT " + json.dumps({"floor_seconds": min(times), "floor_runs": times}))
+
+
+# ----------------------------------------------------------------------------- the parent
+
+def child(mode: str, *options: str, python: str = sys.executable) -> dict:
+    cmd = [python, __file__, "--child", mode, *options]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def ensure_data(rows: int, columns: int) -> Path:
+    import duckdb
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from scale_data import write_scaled
+
+    database = WORK / f"scale_{rows}_{columns}.duckdb"
+    if database.exists():
+        con = duckdb.connect(str(database), read_only=True)
+        try:
+            have = con.execute("SELECT count(*) FROM main.scale").fetchone()[0]
+        except duckdb.Error:
+            have = None
+        con.close()
+        if have == rows:
+            return database
+        database.unlink()
+    seconds = write_scaled(database, "main.scale", rows, columns)
+    print(f"  wrote {rows:,} x {columns} rows to {database.name} in {seconds:.1f} s", flush=True)
+    return database
+
+
+def load1() -> float:
+    return os.getloadavg()[0]
+
+
+def revision() -> str:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=ROOT).stdout.strip()
+
+
+def save(records: list[dict]) -> None:
+    old = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+    key = lambda r: (r["kind"], r.get("rows"), r.get("columns"), r.get("executor"),  # noqa: E731
+                     r.get("revision"), r.get("tree"), r.get("repeat"))
+    merged = {key(r): r for r in old}
+    merged.update({key(r): r for r in records})
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(list(merged.values()), indent=1))
+    write_table(list(merged.values()))
+
+
+def write_table(records: list[dict]) -> None:
+    lines = ["| rows | columns | seconds | peak MB | marginals s | floor s | ratio | "
+             "slowest stages | load |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted((r for r in records if r["kind"] == "scale"),
+                    key=lambda r: (r["columns"], r["rows"])):
+        slow = sorted(r["stages"].items(), key=lambda kv: -kv[1]["seconds"])[:3]
+        stages = ", ".join(f"{k} {v['seconds']:.0f} s" for k, v in slow)
+        lines.append(f"| {r['rows']:,} | {r['columns']} | {r['seconds']:.0f} | "
+                     f"{r['peak_mb']:.0f} | {r['marginal_seconds']:.2f} | "
+                     f"{r['floor_seconds']:.2f} | {r['marginal_ratio']:.2f} | {stages} | "
+                     f"{r['max_load1']:.1f} |")
+    adult = [r for r in records if r["kind"] == "adult"]
+    if adult:
+        lines += ["", "| adult pipeline | revision | runs | mean seconds | peak MB |",
+                  "|---|---|---|---|---|"]
+        for tree in sorted({r["tree"] for r in adult}):
+            rs = [r for r in adult if r["tree"] == tree]
+            lines.append(f"| {tree} | {rs[0]['revision']} | {len(rs)} | "
+                         f"{sum(r['seconds'] for r in rs) / len(rs):.1f} | "
+                         f"{max(r['peak_mb'] for r in rs):.0f} |")
+    (RESULTS.parent / "scale.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def scale_runs(rows_list: list[int], columns: int, method: str | None, executor: str) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    from scale_data import spec_columns
+
+    WORK.mkdir(parents=True, exist_ok=True)
+    records = []
+    for rows in rows_list:
+        database = ensure_data(rows, columns)
+        load = load1()
+        workdir = WORK / f"run_{rows}_{columns}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        extra = {"model": {"executor": executor}, **({"method": method} if method else {})}
+        write_registry(workdir, "scale", {"table": "main.scale"}, spec_columns(columns), 1.0, extra)
+        out = run_job(workdir, database, "scale")
+        cliques = marginal_cliques(workdir)
+        floor = child("floor", "--database", str(database), "--cliques", json.dumps(cliques))
+        record = {"kind": "scale", "rows": rows, "columns": columns, "method": method or "default",
+                  "executor": executor, "epsilon": 1.0, "revision": revision(), **out, **floor,
+                  "marginal_ratio": out["marginal_seconds"] / floor["floor_seconds"],
+                  "grouping_sets": len(cliques), "max_load1": max(load, load1())}
+        records.append(record)
+        print(f"{rows:>11,} x {columns}: {out['seconds']:.1f} s (process {out['process_seconds']:.1f} s), "
+              f"peak {out['peak_mb']:.0f} MB, marginals {out['marginal_seconds']:.2f} s vs floor "
+              f"{floor['floor_seconds']:.2f} s ({record['marginal_ratio']:.2f}x)", flush=True)
+        save(records)
+    flat = [r for r in records if r["columns"] == columns]
+    if len(flat) > 1:
+        low, high = min(flat, key=lambda r: r["rows"]), max(flat, key=lambda r: r["rows"])
+        print(f"peak memory {high['rows']:,} / {low['rows']:,} rows: "
+              f"{high['peak_mb'] / low['peak_mb']:.2f}x")
+
+
+def marginal_cliques(workdir: Path) -> list[list[str]]:
+    """The grouping sets the marginals stage computed (from the public plan and the method)."""
+    sys.path.insert(0, str(ROOT))
+    from dp_synth_assets.core.config import load_registry
+    from dp_synth_assets.core.select import required_cliques
+
+    spec = load_registry(workdir / "datasets.yaml")["scale"]
+    plan = json.loads((workdir / "public" / "scale" / "plan.json").read_text())
+    domain = {e["column"]: e["size"] for e in plan}
+    return [list(c) for c in required_cliques(spec.method, domain, spec.selection)]
+
+
+def load_adult(database: Path, columns: list[str]) -> None:
+    import duckdb
+
+    database.unlink(missing_ok=True)
+    con = duckdb.connect(str(database))
+    con.execute(f"CREATE TABLE main.adult AS SELECT {', '.join(columns)} FROM "
+                f"read_csv('{ADULT / 'adult.csv'}', auto_detect = true)")
+    con.close()
+
+
+def adult_runs(baseline: str, repeats: int) -> None:
+    if not ADULT.exists():
+        sys.exit(f"--adult-baseline needs {ADULT} (the shared datasets); not found")
+    tree = WORK / f"tree_{baseline}"
+    if not tree.exists():
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), baseline], cwd=ROOT,
+                       check=True, capture_output=True)
+    trees = {"current": (ROOT, revision()), "baseline": (tree, baseline)}
+    domain = json.loads((ADULT / "adult-domain.json").read_text())
+    columns = {c: {"kind": "categorical", "categories": list(range(k)), "other": False}
+               for c, k in domain.items()}
+    records = []
+    for repeat in range(repeats):
+        for name, (path, rev) in trees.items():
+            load = load1()
+            workdir = WORK / f"adult_{name}"
+            workdir.mkdir(parents=True, exist_ok=True)
+            database = workdir / "adult.duckdb"
+            load_adult(database, list(domain))
+            write_registry(workdir, "adult", {"table": "main.adult"}, columns, 1.0)
+            out = run_job(workdir, database, "adult", tree=path)
+            records.append({"kind": "adult", "tree": name, "revision": rev, "repeat": repeat,
+                            **out, "max_load1": max(load, load1())})
+            print(f"adult {name} ({rev}) run {repeat}: {out['seconds']:.1f} s, "
+                  f"peak {out['peak_mb']:.0f} MB", flush=True)
+    save(records)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, nargs="*", default=list(DEFAULT_ROWS))
+    parser.add_argument("--columns", type=int, default=15)
+    parser.add_argument("--method", default=None, help="selection method (default: the example's)")
+    parser.add_argument("--executor", default="multiprocess", choices=["multiprocess", "in_process"],
+                        help="model.executor of the runs (multiprocess: each step's memory is "
+                             "returned when it ends)")
+    parser.add_argument("--adult-baseline", default=None, metavar="REV")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--database", help=argparse.SUPPRESS)
+    parser.add_argument("--cliques", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        {"floor": child_floor}[args.child](args)
+    elif args.adult_baseline:
+        adult_runs(args.adult_baseline, args.repeats)
+    else:
+        scale_runs(args.rows, args.columns, args.method, args.executor)
+
+
+if __name__ == "__main__":
+    main()
