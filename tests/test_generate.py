@@ -93,6 +93,20 @@ def test_pgm_clique_tree_matches_the_fitted_model_and_keeps_the_measured_margina
         assert tvd(data, synth, domain, clique) < 0.02, clique
 
 
+def test_clique_tree_belief_propagation_agrees_with_mbi_on_triangulated_cliques():
+    # maximal cliques (a, b, c) and (b, c, d) share a two-attribute separator; e is alone
+    data, domain = table(5000)
+    found = make_consistent(exact_measurements(
+        data, domain, [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("b", "d")]))
+    model = pgm.fit(domain, found, total_estimate(found), 300)
+    t = pgm.clique_tree(model, domain)
+    assert {frozenset(c) for c in t.cliques} >= {frozenset("abc"), frozenset("bcd")}
+    for clique, table_ in zip(t.cliques, t.tables):
+        mbi_marginal = np.asarray(model.project(clique).datavector(flatten=False), dtype=float)
+        assert np.allclose(table_, mbi_marginal / mbi_marginal.sum(), atol=1e-5), clique
+        assert table_.sum() == pytest.approx(1.0)
+
+
 # ---- parallel_pgm ------------------------------------------------------------------------------
 
 
@@ -117,7 +131,7 @@ def test_separators_measured_holds_for_a_tree_and_fails_for_an_unmeasured_fill_i
     assert parallel_pgm.separators_measured(domain, closed)
 
 
-def test_parallel_pgm_in_two_processes_is_as_accurate_as_pgm_on_a_triangulated_selection():
+def test_parallel_pgm_in_two_units_is_as_accurate_as_pgm_on_a_triangulated_selection():
     data, domain = table()
     cliques = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("b", "d")]
     found = make_consistent(exact_measurements(data, domain, cliques))

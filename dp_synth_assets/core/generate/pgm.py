@@ -90,23 +90,62 @@ def fit(domain: dict[str, int], measurements: list[Measurement], known_total: fl
 
 
 def clique_tree(model, domain: dict[str, int]) -> CliqueTree:
-    """The fitted model as a `CliqueTree` over the junction tree of its measured cliques: mbi's
-    belief propagation (HUGIN message passing over that junction tree) gives every maximal
-    clique's exact marginal in one pass, so sampling the tree draws from the model's joint
-    distribution (see tree.py). (A per-clique np.einsum over all potentials is faster on small
-    trees but can build huge intermediates on dense ones: 20+ minutes on adult at epsilon 5.)"""
-    from mbi import marginal_oracles
-
-    order, separators, _ = junction_tree(domain, [tuple(c) for c in model.cliques])
-    beliefs = marginal_oracles.message_passing_stable(model.potentials.expand(order), 1.0)
-    tables = []
-    for clique in order:
-        factor = beliefs.project(clique)
-        values = np.asarray(factor.transpose(list(clique)).datavector(flatten=False),
-                            dtype=np.float64)
-        values = np.clip(values, 0.0, None)
-        tables.append(values / max(values.sum(), 1e-300))
+    """The fitted model as a `CliqueTree` over the junction tree of its measured cliques: every
+    maximal clique's exact marginal from belief propagation (Shafer-Shenoy, in log space, numpy)
+    over that junction tree, one pass up and one down, so sampling the tree draws from the
+    model's joint distribution (see tree.py). Each potential of the model goes to the first
+    maximal clique that holds it. (mbi's JAX message passing gives the same tables, test_generate
+    checks it, but compiles for 7-16 s and 200 MB on the scale benchmark's model; a per-clique
+    np.einsum over all potentials can build huge intermediates: 20+ minutes on adult at
+    epsilon 5.)"""
+    potentials = model.potentials
+    order, separators, parents = junction_tree(domain, [tuple(c) for c in model.cliques])
+    psi = [np.zeros([domain[a] for a in c]) for c in order]
+    for clique in potentials.cliques:
+        factor = potentials[clique]
+        attrs = tuple(factor.domain.attributes)
+        host = next(i for i, c in enumerate(order) if set(attrs) <= set(c))
+        psi[host] = psi[host] + _expand(np.asarray(factor.values, dtype=np.float64), attrs,
+                                        order[host], domain)
+    children: list[list[int]] = [[] for _ in order]
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            children[parent].append(i)
+    up: dict[int, np.ndarray] = {}  # message from clique i to its parent, over separators[i]
+    for i in reversed(range(len(order))):  # breadth-first order: children come after parents
+        belief = psi[i] + sum((_expand(up[c], separators[c], order[i], domain)
+                               for c in children[i]), np.zeros(()))
+        if parents[i] >= 0:
+            up[i] = _log_marginal(belief, order[i], separators[i])
+    tables, down = [], {}
+    for i, clique in enumerate(order):
+        belief = psi[i] + sum((_expand(up[c], separators[c], clique, domain)
+                               for c in children[i]), np.zeros(()))
+        if parents[i] >= 0:
+            belief = belief + _expand(down[i], separators[i], clique, domain)
+        for c in children[i]:  # what clique i tells child c: all but c's own message
+            down[c] = _log_marginal(belief - _expand(up[c], separators[c], clique, domain),
+                                    clique, separators[c])
+        values = np.exp(belief - belief.max())
+        tables.append(values / values.sum())
     return CliqueTree(dict(domain), tuple(order), tuple(separators), tuple(tables))
+
+
+def _expand(values: np.ndarray, attrs: tuple, target: tuple, domain: dict[str, int]) -> np.ndarray:
+    """`values` (axes in `attrs` order) broadcastable over `target`'s axes."""
+    present = [a for a in target if a in attrs]
+    moved = np.transpose(values, [attrs.index(a) for a in present])
+    return moved.reshape([domain[a] if a in attrs else 1 for a in target])
+
+
+def _log_marginal(values: np.ndarray, attrs: tuple, keep: tuple) -> np.ndarray:
+    """log sum exp of `values` over the axes not in `keep`; axes in `keep` order."""
+    axes = tuple(i for i, a in enumerate(attrs) if a not in keep)
+    top = values.max(axis=axes, keepdims=True) if axes else values
+    summed = np.log(np.exp(values - top).sum(axis=axes, keepdims=True)) + top if axes else values
+    rest = [a for a in attrs if a in keep]
+    squeezed = summed.reshape([s for i, s in enumerate(summed.shape) if i not in axes])
+    return np.transpose(squeezed, [rest.index(a) for a in keep])
 
 
 def sample(model, rows: int, seed: int | None) -> dict[str, np.ndarray]:
