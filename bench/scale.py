@@ -315,9 +315,12 @@ def marginal_cliques(workdir: Path) -> list[list[str]]:
 def load_adult(database: Path, columns: list[str]) -> None:
     import duckdb
 
+    sys.path.insert(0, str(ROOT))
+    from dp_synth_assets.core.sql import ident
+
     database.unlink(missing_ok=True)
     con = duckdb.connect(str(database))
-    con.execute(f"CREATE TABLE main.adult AS SELECT {', '.join(columns)} FROM "
+    con.execute(f"CREATE TABLE main.adult AS SELECT {', '.join(ident(c) for c in columns)} FROM "
                 f"read_csv('{ADULT / 'adult.csv'}', auto_detect = true)")
     con.close()
 
