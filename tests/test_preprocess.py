@@ -11,10 +11,11 @@ import pytest
 from dp_synth_assets.core.config import ColumnSpec
 from dp_synth_assets.core.domain import build_plan, decode, encode_view_sql
 from dp_synth_assets.core.marginals import SourceError, validate_source
-from dp_synth_assets.core.preprocess import (PRIVTREE_THETA, all_tasks, bounds_threshold,
-                                             discovery_threshold, occupied_span, preprocess,
-                                             privtree_epsilon, privtree_lambda,
-                                             privtree_split_decisions)
+from dp_synth_assets.core.preprocess import (PRIVTREE_CELLS, PRIVTREE_THETA, Task, all_tasks,
+                                             bounds_threshold, bucket_edges, discovery_threshold,
+                                             exact_aggregates, occupied_span, preprocess,
+                                             privtree_cell_width, privtree_epsilon,
+                                             privtree_lambda, privtree_split_decisions)
 
 
 class Recorder:
@@ -250,3 +251,121 @@ def test_dates_without_bounds_get_year_bounds_and_decode_back_to_dates(con):
     codes = con.execute("SELECT * FROM enc3").fetchnumpy()
     back = decode(plan, codes, np.random.default_rng(0)).column("d").to_pylist()
     assert all(isinstance(v, dt.date) and low <= v <= high for v in back)
+
+
+# ------------------------------------------------------------------------------ scans of the source
+
+@pytest.fixture()
+def every_kind(con):
+    """Columns of every preprocessing kind, with NULLs and `missing:` placeholders."""
+    rng = np.random.default_rng(3)
+    n = 3000
+
+    def with_nulls(values, dtype=None):
+        series = pd.Series(values, dtype=dtype)
+        return series.mask(rng.random(n) < 0.1)
+
+    frame = pd.DataFrame({
+        "city": with_nulls(rng.choice(["Oslo", "Lima", "Pune", "?"], n, p=[.5, .3, .1, .1])),
+        "zip": rng.choice([101, 202, 303], n),
+        "grade": with_nulls(rng.choice(["A", "B", "C", "D"], n, p=[.6, .3, .09, .01])),
+        "age": with_nulls(np.where(rng.random(n) < 0.05, -1, rng.integers(18, 90, n)), "Int64"),
+        "income": with_nulls(rng.lognormal(10, 1, n), "Float64"),
+        "score": with_nulls(rng.integers(-40, 500, n), "Int64"),
+        "day": with_nulls(pd.to_datetime("2019-05-01") + pd.to_timedelta(rng.integers(0, 900, n),
+                                                                         unit="D")).dt.date,
+        "stamp": with_nulls(pd.to_datetime("2021-01-01") + pd.to_timedelta(rng.random(n) * 1e8,
+                                                                           unit="s")),
+        "amount": with_nulls(np.where(rng.random(n) < 0.1, "n/a",
+                                      rng.normal(50, 20, n).round(2).astype(str))),
+    })
+    return table(con, "every_kind", frame)
+
+
+EVERY_KIND = {
+    "city": ColumnSpec(kind="categorical", missing=["?"]),                          # discover
+    "zip": ColumnSpec(kind="categorical"),                                          # discover
+    "grade": ColumnSpec(kind="categorical", categories=["A", "B", "C", "D"], rare="merge",
+                        nullable=True),                                             # rare
+    "age": ColumnSpec(kind="integer", missing=["-1"]),                              # bounds
+    "income": ColumnSpec(kind="float", bounds=[0, 50000], binning="privtree",
+                         nullable=True),                                            # privtree
+    "score": ColumnSpec(kind="integer", binning="privtree"),       # bounds, then privtree
+    "day": ColumnSpec(kind="datetime"),                                             # bounds
+    "stamp": ColumnSpec(kind="datetime", binning="privtree"),      # bounds, then privtree
+    "amount": ColumnSpec(kind="float", missing=["n/a"]),                            # bounds
+}
+
+
+class CountingConnection:
+    """A real DuckDB connection that counts the statements reading `relation`."""
+
+    def __init__(self, con, relation: str):
+        self.con, self.relation, self.scans = con, relation, 0
+
+    def execute(self, query: str, *args):
+        self.scans += self.relation in query
+        return self.con.execute(query, *args)
+
+
+@pytest.mark.parametrize("privtree_on_dp_bounds, scans", [(False, 1), (True, 2)])
+def test_preprocessing_scans_the_source_once_or_twice_when_privtree_needs_dp_bounds(
+        con, every_kind, privtree_on_dp_bounds, scans):
+    columns = dict(EVERY_KIND)
+    if not privtree_on_dp_bounds:
+        columns["score"] = ColumnSpec(kind="integer")
+        columns["stamp"] = ColumnSpec(kind="datetime")
+    types = types_of(con, every_kind)
+    validate_source(con, every_kind, columns, types, "t")
+    counting, charge = CountingConnection(con, every_kind), Recorder()
+    derived = preprocess(counting, every_kind, columns, types, 1.0, 1e-6, charge)
+    assert counting.scans == scans
+    assert len(charge.spends) == len(all_tasks(columns)) == 9 + 2 * privtree_on_dp_bounds
+    assert math.isclose(sum(s.rho for s, _ in charge.spends), 1.0, rel_tol=1e-9)
+    assert set(derived) == set(columns)
+    assert (derived["score"].edges is not None) == privtree_on_dp_bounds
+    assert derived["income"].edges[0] == 0.0 and derived["income"].edges[-1] == 50000.0
+    build_plan(columns, types, derived)  # a usable encoding
+
+
+def _present(column: str, missing: list[str]) -> str:
+    """Plain SQL: the column's value is present (not NULL, not a `missing` placeholder)."""
+    markers = ", ".join(f"'{m}'" for m in missing)
+    return f'"{column}" IS NOT NULL' + (f' AND CAST("{column}" AS VARCHAR) NOT IN ({markers})'
+                                        if missing else "")
+
+
+def test_batched_exact_aggregates_equal_one_query_per_column(con, every_kind):
+    types = types_of(con, every_kind)
+    tasks = all_tasks(EVERY_KIND)
+    spans = {"income": (0.0, 50000.0), "score": (0.0, 300.0), "stamp": (18700.0, 19700.0)}
+    exact = exact_aggregates(con, every_kind, EVERY_KIND, types, tasks, spans)
+    assert set(exact) == set(tasks)
+    numeric = {"age": 'TRY_CAST("age" AS BIGINT)', "score": 'TRY_CAST("score" AS BIGINT)',
+               "income": 'TRY_CAST("income" AS DOUBLE)', "amount": 'TRY_CAST("amount" AS DOUBLE)',
+               "day": "date_diff('day', DATE '1970-01-01', \"day\")",
+               "stamp": 'epoch("stamp") / 86400.0'}
+    for task in tasks:
+        spec = EVERY_KIND[task.column]
+        present = _present(task.column, spec.missing)
+        if task.mechanism in ("discover", "rare"):
+            rows = con.execute(f'SELECT CAST("{task.column}" AS VARCHAR), count(*) '
+                               f"FROM {every_kind} WHERE {present} GROUP BY 1").fetchall()
+            assert exact[task] == dict(rows)
+            continue
+        x = con.execute(f"SELECT {numeric[task.column]} AS x FROM {every_kind} WHERE {present}")
+        x = np.ma.compressed(x.fetchnumpy()["x"])  # present values that do not cast do not count
+        if task.mechanism == "bounds":
+            edges = bucket_edges(spec)  # bucket b: edges[b-1] <= x < edges[b]
+            expected = np.bincount(np.searchsorted(edges, x, side="right"), minlength=edges.size + 1)
+        else:
+            low, high = spans[task.column]
+            width = privtree_cell_width(low, high, task.column == "score")
+            cells = np.clip(np.floor((x - low) / width), 0, PRIVTREE_CELLS - 1).astype(np.int64)
+            expected = np.bincount(cells, minlength=PRIVTREE_CELLS)
+        assert x.size < 3000 and exact[task].sum() == x.size  # NULLs and markers do not count
+        np.testing.assert_array_equal(exact[task], expected)
+    # the placeholders and NULLs are not categories, and integers are counted as text
+    assert set(exact[Task("city", "discover")]) == {"Oslo", "Lima", "Pune"}
+    assert set(exact[Task("zip", "discover")]) == {"101", "202", "303"}
+    assert sum(exact[Task("grade", "rare")].values()) < 3000
