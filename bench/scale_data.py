@@ -1,7 +1,8 @@
 """Large benchmark tables for issue 7: the example's distribution at any row count and width.
 
-    /tmp/probe-venv/bin/python bench/scale_data.py --rows 10000000 --columns 15 \
-        --database bench/work/scale/scale.duckdb --table main.scale_10m_15
+    .venv/bin/python bench/scale_data.py --rows 10000000 --columns 15 \
+        --database bench/work/scale/scale.duckdb --table main.scale_10m_15 \
+        [--parquet bench/work/scale/scale_10m_15.parquet]
 
 The table is written chunk by chunk (`--chunk-rows`, default 1,000,000): each chunk is drawn by
 `dp_synth_assets.core.example.generate_example` as Arrow arrays and appended with DuckDB's
@@ -90,11 +91,23 @@ def main() -> None:
     parser.add_argument("--table", default=None)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--chunk-rows", type=int, default=1_000_000)
+    parser.add_argument("--parquet", type=Path, default=None,
+                        help="also write the table to this Parquet file (DuckDB's COPY, streamed)")
     args = parser.parse_args()
     table = args.table or f"main.scale_{args.rows}_{args.columns}"
     seconds = write_scaled(args.database, table, args.rows, args.columns, args.seed, args.chunk_rows)
     print(f"wrote {table} ({args.rows:,} rows x {args.columns} columns) to {args.database} "
           f"in {seconds:.1f} s")
+    if args.parquet is not None:
+        started = time.perf_counter()
+        args.parquet.parent.mkdir(parents=True, exist_ok=True)
+        con = duckdb.connect(str(args.database), read_only=True)
+        try:
+            con.execute("SET preserve_insertion_order = false")
+            con.execute(f"COPY {ident(table)} TO '{args.parquet}' (FORMAT parquet)")
+        finally:
+            con.close()
+        print(f"wrote {args.parquet} in {time.perf_counter() - started:.1f} s")
 
 
 if __name__ == "__main__":
