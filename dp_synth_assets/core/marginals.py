@@ -2,8 +2,9 @@
 
 Everything here runs inside DuckDB and returns aggregates: column types (schema), validity flags
 (booleans, never counts), and marginal count vectors. `compute_marginals` computes many marginals
-in a single scan with GROUPING SETS and stores them in a private-zone table; `read_marginal` turns
-one stored marginal into a dense numpy count vector shaped by the clique's domain.
+in a single scan with GROUPING SETS and stores them in a private-zone table; `MarginalStore` reads
+them back as dense numpy count arrays shaped by each clique's domain (counting missing ones on
+demand); `count_marginals` and `repeated_rows` count an encoded relation without storing it.
 """
 
 from contextlib import contextmanager
@@ -264,17 +265,9 @@ def _code_type(size: int | None) -> str:
     return "UINTEGER"
 
 
-def read_marginals(con: duckdb.DuckDBPyConnection, marginals: MarginalTable,
-                   cliques: list[Clique], domain: dict[str, int]) -> dict[Clique, np.ndarray]:
-    """Dense count arrays of stored cliques (shape: domain[a] for a in clique), in one query."""
-    unknown = [cl for cl in cliques if tuple(cl) not in marginals.cliques]
-    if unknown:
-        raise KeyError(f"cliques {unknown} were not computed by the marginals stage")
-    return _read_stored(con, marginals, cliques, domain)
-
-
 def _read_stored(con, marginals: MarginalTable, cliques: list[Clique],
                  domain: dict[str, int]) -> dict[Clique, np.ndarray]:
+    """Dense count arrays of stored cliques (shape: domain[a] for a in clique), in one query."""
     gids = {marginals.gid(cl): tuple(cl) for cl in cliques}
     cols = ", ".join(ident(c) for c in marginals.columns)
     rows = con.execute(sql("read_marginals", columns=cols, table=ident(marginals.table)),
