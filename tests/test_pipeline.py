@@ -154,7 +154,7 @@ def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
     good = pd.read_parquet(project.public / "example" / "synthetic.parquet")
     model = generate.load(str(project.public / "example" / "model.npz"))
 
-    def verdicts(frame: pd.DataFrame) -> dict[str, bool]:
+    def verdicts(frame: pd.DataFrame, **options) -> dict[str, bool]:
         path = tmp_path / "corrupt.parquet"
         con = duckdb.connect()
         con.register("f", frame)
@@ -162,9 +162,14 @@ def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
         con.close()
         return {r.check_name: r.passed for r in
                 run_checks(warehouse, "example", plan, found, n_hat, len(good),
-                           "synthetic.example", str(path), model)}
+                           "synthetic.example", str(path), model, **options)}
 
     assert all(verdicts(good).values())
+    # as for a table too large for one frame: one column per GX suite, same verdicts
+    assert all(verdicts(good, frame_bytes=1).values())
+    one_column = good.copy()
+    one_column.loc[:10, "hours_per_week"] = 500
+    assert verdicts(one_column, frame_bytes=1)["domain"] is False
     wrong_type = good.assign(age=good["age"].astype(str))
     assert verdicts(wrong_type)["schema"] is False
     out_of_domain = good.copy()
