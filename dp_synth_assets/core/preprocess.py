@@ -196,7 +196,7 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec],
             sets=", ".join(f"(k{i})" for i in range(len(tasks))),
             label=_coalesce(labels, "VARCHAR"), code=_coalesce(codes, "BIGINT"))).fetchnumpy()
     finally:
-        con.execute(f"DROP TABLE IF EXISTS {keys_table}")
+        con.execute(sql("drop_table", table=keys_table))
     task_of, n = np.asarray(result["task"]), np.asarray(result["n"], dtype=np.int64)
     exact: dict[Task, dict[str, int] | np.ndarray] = {}
     for i, (t, size) in enumerate(zip(tasks, sizes)):
