@@ -36,6 +36,7 @@ from resources.warehouse import WarehouseResource
 from .core import marginals as margs
 from .core.config import DatasetSpec
 from .core.domain import EncodingPlan, allowed_values, encoded_columns, value_bounds
+from .core.fidelity import marginal_tvd, noisy_distribution
 from .core.measure import Measurement
 from .core.sql import ident, literal
 
@@ -51,12 +52,6 @@ CHECKS = {  # name -> (severity, blocking)
 Z = 4.0           # sampling allowance in standard deviations (false alarm < 1e-4 per cell)
 FIT_SLACK = 0.01  # allowance for the estimator not matching a measurement exactly
 FRAME_BYTES = 64 * 2 ** 20  # the most of the synthetic table one GX frame holds
-
-
-def noisy_distribution(m: Measurement) -> np.ndarray:
-    """A measured 1-way marginal as a distribution: negatives clipped, normalized."""
-    p = np.clip(m.noisy, 0, None)
-    return p / p.sum() if p.sum() > 0 else np.full(p.shape, 1.0 / p.size)
 
 
 def tolerances(m: Measurement, n_hat: float, rows: int) -> tuple[float, np.ndarray]:
@@ -257,8 +252,7 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
         if (e.column,) not in counts:
             continue
         m = one_way[e.column]
-        column = counts[(e.column,)]
-        tvd = 0.5 * float(np.abs(column / max(column.sum(), 1) - noisy_distribution(m)).sum())
+        tvd = marginal_tvd(counts[(e.column,)], m)
         records.append({"column": e.column, "tvd": round(tvd, 5),
                         "tolerance": round(tolerances(m, n_hat, rows)[0], 5)})
     frame = pd.DataFrame(records, columns=["column", "tvd", "tolerance"])
@@ -272,9 +266,7 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
     for m in measurements:
         if len(m.clique) < 2 or m.clique not in counts:
             continue
-        found = counts[m.clique].ravel()
-        tvd = 0.5 * float(np.abs(found / max(found.sum(), 1)
-                                 - noisy_distribution(m).ravel()).sum())
+        tvd = marginal_tvd(counts[m.clique], m)
         records.append({"marginal": " x ".join(m.clique), "tvd": round(tvd, 5),
                         "tolerance": round(marginal_tolerance(m, n_hat, rows), 5)})
     frame = pd.DataFrame(records, columns=["marginal", "tvd", "tolerance"])

@@ -221,9 +221,15 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         found, n_hat = load_measurements(warehouse, dataset)
         rows = requested_rows(spec, n_hat)
         fitted = generate.load(str(warehouse.public_path(dataset, "model.npz")))
+        from .core.fidelity import MarginalCounter, fidelity_summary
+
         started = time.perf_counter()
-        chunks = generate.sample_chunks(fitted, rows, spec.seed, spec.model.chunk_rows,
-                                        log=context.log.info)
+        # the measured marginals of the synthetic rows, counted from the codes as they are
+        # sampled (public: the rows and the noisy measurements are both public)
+        counter = MarginalCounter.of(found, plan.domain)
+        chunks = counter.counting(generate.sample_chunks(fitted, rows, spec.seed,
+                                                         spec.model.chunk_rows,
+                                                         log=context.log.info))
         # decoding (values inside bins, rare members) draws from its own stream, never the
         # sampler's: the same seed would otherwise replay the sampler's uniforms
         rng = np.random.default_rng(None if spec.seed is None else [spec.seed, 1])
@@ -233,11 +239,22 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
                                       str(parquet))
         seconds = time.perf_counter() - started
         context.log.info(f"sampled and wrote {written} rows in {seconds:.1f}s")
+        fidelity = fidelity_summary(counter.counts, found)
+        figures = {"one_way_tvd_mean": fidelity.one_way_mean,
+                   "one_way_tvd_max": fidelity.one_way_max,
+                   "marginal_tvd_mean": fidelity.marginal_mean,
+                   "marginal_tvd_max": fidelity.marginal_max}
+        context.log.info("TVD to the noisy measurements: " + ", ".join(
+            f"{k} {v:.4f}" for k, v in figures.items() if v is not None))
         return dg.MaterializeResult(metadata={
             "table": synthetic_table(dataset), "parquet": dg.MetadataValue.path(str(parquet)),
             "rows": rows, "seeded": spec.seed is not None,
             "generator": "gum" if isinstance(fitted, generate.GumModel) else "clique tree",
             "sample_and_write_seconds": dg.MetadataValue.float(round(seconds, 2)),
+            # DP by post-processing: charted over runs in the asset's Plots tab
+            **{f"fidelity/{k}": dg.MetadataValue.float(v) for k, v in figures.items()
+               if v is not None},
+            "fidelity/tvd": dg.MetadataValue.json(fidelity.to_dict()),
         })
 
     assets = [source, preprocessed, marginals, selection, measurements, model, synthetic]
@@ -347,21 +364,21 @@ def code_labels(plan: EncodingPlan) -> dict[str, list[str]]:
 def build_utility_report(dataset: str, spec: DatasetSpec, key):
     """The owner-only utility report (issue 6): the synthetic table against the source, in the
     private zone. Reads at most `report.max_rows` encoded rows of the training rows, the held-out
-    rows and the synthetic table; writes `report.json` and two PNGs under the private folder
-    (`WarehouseResource.private_path`) and shows them in this asset's metadata. Nothing here is
-    DP and nothing here feeds a public asset; the asset exists only when the dataset has a
-    `report:` block, which is the owner's statement that the Dagster instance showing this
-    metadata is as restricted as the private zone."""
+    rows and the synthetic table; writes `report.json`, `report.html` (summary, ML table and both
+    figures in one page) and the two PNGs under the private folder
+    (`WarehouseResource.private_path`), readable by the owner only (files 0600, folders 0700).
+    Nothing here is DP, so nothing computed here reaches the Dagster event log, which is public:
+    the asset's metadata holds the paths of those files and its log lines say only where they
+    are. The asset exists only when the dataset has a `report:` block."""
     report_spec = spec.report
 
     @dg.asset(key=key("utility_report"), deps=[key("synthetic")], group_name=dataset,
               tags=PRIVATE, kinds={"python"},
               description="Owner-only: fidelity, 3-way query error, ML efficiency and plots of "
-                          "the synthetic table against the source (private zone, not DP).")
+                          "the synthetic table against the source, written to files in the "
+                          "private zone (not DP; the metadata holds only their paths).")
     def utility_report(context: dg.AssetExecutionContext,
                        warehouse: WarehouseResource) -> dg.MaterializeResult:
-        import base64
-
         from .core import utility
         from .core.domain import encoded_columns
         from .core.sql import ident, literal
@@ -371,7 +388,6 @@ def build_utility_report(dataset: str, spec: DatasetSpec, key):
         seed = spec.seed if spec.seed is not None else 0
         expressions = encoded_columns(plan)
         parquet = literal(str(warehouse.public_path(dataset, "synthetic.parquet")))
-        started = time.perf_counter()
         with source_connection(warehouse, spec, dataset, read_only=True) as con:
             def rows(relation: str) -> dict:
                 return con.execute(f"SELECT * FROM {relation} USING SAMPLE reservoir({cap} ROWS) "
@@ -382,7 +398,6 @@ def build_utility_report(dataset: str, spec: DatasetSpec, key):
             synth = con.execute(f"SELECT * FROM (SELECT {expressions} FROM read_parquet({parquet}))"
                                 f" USING SAMPLE reservoir({cap} ROWS) REPEATABLE ({seed})"
                                 ).fetchnumpy()
-        context.log.info(f"utility report: read the samples in {time.perf_counter() - started:.1f}s")
         ordinal = {e.column: e.bins for e in plan.encodings
                    if e.kind in ("integer", "float", "datetime") and e.bins}
         report = utility.utility_report(
@@ -391,44 +406,24 @@ def build_utility_report(dataset: str, spec: DatasetSpec, key):
             {c: np.asarray(v, dtype=np.int64) for c, v in synth.items()},
             plan.domain, target=report_spec.target, ordinal=ordinal, seed=seed,
             triples_count=report_spec.triples, labels=code_labels(plan))
-        context.log.info(f"utility report computed in {time.perf_counter() - started:.1f}s")
-        summary = report.summary()
-        heatmap = warehouse.private_path(dataset, "report_tvd_heatmap.png")
-        histograms = warehouse.private_path(dataset, "report_histograms.png")
-        heatmap.write_bytes(report.tvd_heatmap_png)
-        histograms.write_bytes(report.histograms_png)
-        path = warehouse.private_path(dataset, "report.json")
-        path.write_text(json.dumps({
-            "summary": summary,
-            "pair_tvd": {" x ".join(p): t for p, t in report.pair_tvds.items()},
-            "columns": report.columns,
-            "ml": None if report.ml is None else report.ml.to_dict(orient="records"),
-            "ml_reason": report.ml_reason}, default=str))
-
-        def image(title: str, png: bytes) -> dg.MetadataValue:
-            return dg.MetadataValue.md(
-                f"![{title}](data:image/png;base64,{base64.b64encode(png).decode()})")
-
-        metadata = {
-            "summary": dg.MetadataValue.json(summary),
-            "fidelity_2way_tvd": dg.MetadataValue.float(float(report.fidelity)),
-            "query_error_3way": dg.MetadataValue.float(float(report.query_error)),
-            "tvd_heatmap": image("2-way TVD per pair", report.tvd_heatmap_png),
-            "histograms": image("per-column histograms, source vs synthetic",
-                                report.histograms_png),
-            "report_path": dg.MetadataValue.path(str(path)),
-        }
-        if report.ml is not None:
-            ml = report.ml
-            metadata["ml_efficiency"] = dg.MetadataValue.md(
-                "| classifier | F1 synthetic | F1 source | accuracy synthetic | accuracy source |\n"
-                "| --- | --- | --- | --- | --- |\n" + "\n".join(
-                    f"| {r.classifier} | {r.f1_synthetic:.3f} | {r.f1_real:.3f} | "
-                    f"{r.accuracy_synthetic:.3f} | {r.accuracy_real:.3f} |"
-                    for r in ml.itertuples()))
-        else:
-            metadata["ml_efficiency"] = dg.MetadataValue.text(f"not computed: {report.ml_reason}")
-        return dg.MaterializeResult(metadata=metadata)
+        del train, test, synth
+        names = utility.REPORT_FILES
+        folder = warehouse.private_path(dataset, names["json"]).parent
+        paths = utility.write_owner_only(folder, {
+            names["json"]: json.dumps(utility.report_document(report)).encode(),
+            names["html"]: utility.report_html(
+                report, f"Utility report of {dataset!r} (owner-only)").encode(),
+            names["histograms"]: report.histograms_png,
+            names["heatmap"]: report.tvd_heatmap_png,
+        }, root=folder.parent)
+        context.log.info(f"utility report written to {paths[names['html']]} (private zone, "
+                         "owner-only; not shown here)")
+        return dg.MaterializeResult(metadata={
+            "report_html": dg.MetadataValue.path(paths[names["html"]]),
+            "report_json": dg.MetadataValue.path(paths[names["json"]]),
+            "histograms_png": dg.MetadataValue.path(paths[names["histograms"]]),
+            "tvd_heatmap_png": dg.MetadataValue.path(paths[names["heatmap"]]),
+        })
 
     return utility_report
 

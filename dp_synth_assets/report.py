@@ -1,7 +1,9 @@
 """Print where a dataset's synthetic table is, its checks' results and its privacy budget.
 
-`python -m dp_synth_assets.report <dataset>` (the last step of `make run`). Reads only public
-artifacts and the ledger, never the source.
+`python -m dp_synth_assets.report <dataset>` (the last step of `make run`). Reads public
+artifacts and the ledger, never the source; with a `report:` block, also the owner-only utility
+report's `report.json` from the private zone, whose headline figures it prints labelled as exact
+and private (this runs in the owner's terminal, never in the Dagster event log).
 """
 
 import json
@@ -36,9 +38,8 @@ def main(dataset: str) -> int:
     docs = warehouse.public_path(dataset, "data_docs/index.html")
     if docs.exists():
         print(f"  GX Data Docs: {docs}")
-    report = warehouse.private_path(dataset, "report.json")
-    if spec.report is not None and report.exists():  # owner-only: where it is, not what it says
-        print(f"Utility report (owner-only, private zone): {report.parent}")
+    if spec.report is not None:
+        print_utility_report(warehouse, dataset)
     s = ledger.summary(dataset)
     left = max(budget.limit_rho - s.spent_rho - s.reserved_rho, 0.0)
     print(f"Privacy budget (limit epsilon {spec.privacy.limit.epsilon} at delta {budget.delta:g}; "
@@ -48,6 +49,25 @@ def main(dataset: str) -> int:
     print(f"  one more run costs epsilon {budget.epsilon(budget.run_rho):.4f} (rho {budget.run_rho:.6g};"
           f" epsilon {spec.privacy.epsilon} at its own delta {spec.privacy.delta:g})")
     return 0 if ok else 1
+
+
+def print_utility_report(warehouse, dataset: str) -> None:
+    """Where the owner-only report is and its headline figures, read from the private zone."""
+    from dp_synth_assets.core.utility import REPORT_FILES
+
+    path = warehouse.private_path(dataset, REPORT_FILES["json"])
+    if not path.exists():
+        print("Utility report: not materialized")
+        return
+    print("Utility report (PRIVATE: exact figures against the source, not DP; do not share):")
+    print(f"  open {path.with_name(REPORT_FILES['html'])}")
+    summary = json.loads(path.read_text()).get("summary", {})
+    shown = {"fidelity": "mean 2-way TVD", "query_error": "3-way query error",
+             "ml_f1_synthetic": "ML F1 synthetic", "ml_f1_real": "ML F1 source"}
+    print(f"  compared with {summary.get('reference')}")
+    for key, label in shown.items():
+        if summary.get(key) is not None:
+            print(f"  {label:18s} {summary[key]:.4f}")
 
 
 if __name__ == "__main__":

@@ -715,3 +715,104 @@ def utility_report(train_real: Table, test_real: Table | None, synthetic: Table,
         histograms_png=histograms_png(reference, synth, domain, labels),
         tvd_heatmap_png=tvd_heatmap_png(pairs, columns),
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Files for the owner
+
+
+REPORT_FILES = {"json": "report.json", "html": "report.html",
+                "histograms": "report_histograms.png", "heatmap": "report_tvd_heatmap.png"}
+
+
+def report_document(report: UtilityReport) -> dict:
+    """The whole report as JSON-safe data (`report.json`)."""
+    import json
+
+    return json.loads(json.dumps({
+        "summary": report.summary(),
+        "pair_tvd": {" x ".join(p): t for p, t in report.pair_tvds.items()},
+        "columns": report.columns,
+        "ml": None if report.ml is None else report.ml.to_dict(orient="records"),
+        "ml_reason": report.ml_reason}, default=str))
+
+
+def report_html(report: UtilityReport, title: str) -> str:
+    """One self-contained page: the summary, the ML-efficiency table and both figures (inline
+    PNGs), so the owner has a single file to open."""
+    import base64
+    import json
+    from html import escape
+
+    def cell(value) -> str:
+        if isinstance(value, float):
+            return f"{value:.4f}" if math.isfinite(value) else ""
+        if isinstance(value, (list, dict)):
+            return escape(json.dumps(value))
+        return escape("" if value is None else str(value))
+
+    def table(header: Sequence[str], rows: Sequence[Sequence]) -> str:
+        head = "".join(f"<th>{escape(h)}</th>" for h in header)
+        body = "".join("<tr>" + "".join(f"<td>{cell(v)}</td>" for v in row) + "</tr>"
+                       for row in rows)
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+    def image(alt: str, png: bytes) -> str:
+        return (f'<img alt="{escape(alt)}" '
+                f'src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+
+    summary = report.summary()
+    if report.ml is not None:
+        columns = ["classifier", "f1_synthetic", "f1_real", "accuracy_synthetic", "accuracy_real",
+                   "note"]
+        ml = table(columns, report.ml[columns].itertuples(index=False, name=None))
+    else:
+        ml = f"<p>not computed: {escape(str(report.ml_reason))}</p>"
+    return "\n".join([
+        "<!DOCTYPE html>",
+        f'<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>',
+        "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+        "td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}img{max-width:100%}"
+        "</style></head><body>",
+        f"<h1>{escape(title)}</h1>",
+        "<p><strong>Owner-only, exact, not differentially private:</strong> computed against "
+        "the source rows. Keep this file in the private zone.</p>",
+        "<h2>Summary</h2>", table(["figure", "value"], list(summary.items())),
+        "<h2>ML efficiency</h2>", ml,
+        "<h2>Per-column histograms, source vs synthetic</h2>",
+        image("per-column histograms", report.histograms_png),
+        "<h2>2-way TVD per pair</h2>", image("2-way TVD per pair", report.tvd_heatmap_png),
+        "</body></html>", ""])
+
+
+def write_owner_only(directory, files: Mapping[str, bytes], root=None) -> dict[str, str]:
+    """Write `files` (name -> content) into `directory` readable by the owner only: every folder
+    from `root` (default: `directory` itself) down to `directory` is made 0700, each file is
+    created 0600 under a temporary name and renamed over the old one (a reader never sees half
+    a file, nor an old file's wider permissions). Returns name -> path."""
+    import os
+    from pathlib import Path
+
+    directory = Path(directory).resolve()
+    root = directory if root is None else Path(root).resolve()
+    if root != directory and root not in directory.parents:
+        raise ValueError(f"{root} does not contain {directory}")
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for folder in [directory, *directory.parents]:
+        os.chmod(folder, 0o700)
+        if folder == root:
+            break
+    out = {}
+    for name, content in files.items():
+        path = directory / name
+        tmp = directory / f".{name}.tmp"
+        try:
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
+                os.fchmod(f.fileno(), 0o600)  # an old temporary file keeps its mode on O_CREAT
+                f.write(content)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        os.replace(tmp, path)
+        out[name] = str(path)
+    return out
