@@ -1,10 +1,13 @@
 """The owner-only `utility_report` asset against an independent computation: the 2-way TVD of
 every pair recomputed with DuckDB GROUP BYs over the encoded held-out rows and the encoded
 synthetic table (not the numpy code of core/utility.py), on the bundled example and, when the
-shared datasets are present, on adult (skipped, saying so, in a fresh clone)."""
+shared datasets are present, on adult (skipped, saying so, in a fresh clone). The report stays in
+the private zone: owner-only files, and only their paths in the (public) event log."""
 
 import itertools
 import json
+import os
+import stat
 
 import dagster as dg
 import duckdb
@@ -55,20 +58,41 @@ def assert_matches(report: dict, independent: dict) -> None:
 def test_example_report_matches_an_independent_duckdb_computation(tmp_path):
     project = make_project(tmp_path, rows=3000)
     defs = project.defs_fn()
-    result = dg.materialize([*defs.assets], resources=defs.resources,
-                            instance=dg.DagsterInstance.ephemeral())
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize([*defs.assets], resources=defs.resources, instance=instance)
     assert result.success
     report = report_of(project.warehouse, "example")
     assert_matches(report, independent_pair_tvds(project.warehouse, project.public, "example"))
     # ML efficiency ran on the held-out rows: three classifiers and their mean
     assert [r["classifier"] for r in report["ml"]][-1] == "mean" and len(report["ml"]) == 4
+    assert_stays_private(project, instance, result)
+
+
+def assert_stays_private(project, instance, result) -> None:
+    """The figures and plots are owner-only files in the private zone; the public event log
+    holds their paths and nothing else."""
+    folder = project.warehouse.parent / "private" / "example"
+    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)  # noqa: E731
+    assert mode(folder) == mode(folder.parent) == 0o700
+    files = {p.name: p for p in folder.iterdir() if p.name.startswith("report")}
+    assert set(files) == {"report.json", "report.html", "report_histograms.png",
+                          "report_tvd_heatmap.png"}
+    assert {n: mode(p) for n, p in files.items()} == dict.fromkeys(files, 0o600)
+    assert files["report_histograms.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = files["report.html"].read_text()
+    assert page.count('src="data:image/png;base64,') == 2 and "ML efficiency" in page
+    assert not list(project.public.rglob("report*")), "the report must stay in the private zone"
     event = [e for e in result.get_asset_materialization_events()
              if e.asset_key == dg.AssetKey(["example", "utility_report"])][0]
     meta = event.materialization.metadata
-    assert meta["tvd_heatmap"].value.startswith("![") and "data:image/png;base64," in meta["tvd_heatmap"].value
-    assert (project.warehouse.parent / "private" / "example" / "report_histograms.png").read_bytes()[:8] \
-        == b"\x89PNG\r\n\x1a\n"
-    assert not list(project.public.rglob("report*")), "the report must stay in the private zone"
+    assert {k: v.value for k, v in meta.items()} == {
+        "report_html": str(files["report.html"]), "report_json": str(files["report.json"]),
+        "histograms_png": str(files["report_histograms.png"]),
+        "tvd_heatmap_png": str(files["report_tvd_heatmap.png"])}
+    assert all(isinstance(v, dg.PathMetadataValue) for v in meta.values())
+    logs = [e.user_message for e in instance.all_logs(result.run_id)
+            if e.step_key == "example__utility_report" and e.dagster_event is None]
+    assert logs and all(str(folder) in m for m in logs)  # where the report is, nothing it says
 
 
 @pytest.mark.skipif(not (ADULT / "adult.csv").exists(),

@@ -363,3 +363,61 @@ def test_report_without_test_table_uses_train_rows(report_tables):
     assert report.reference == "train_real" and report.rows["test_real"] == 0
     assert report.ml is None and "0 row(s)" in report.ml_reason
     assert report.query_error_baseline is None and report.tvd3_baseline is None
+
+
+# --- files for the owner -------------------------------------------------------------------------
+
+
+def test_report_html_is_one_page_with_the_summary_the_ml_table_and_both_figures(report_tables):
+    import base64
+
+    train, test, synthetic = report_tables
+    report = utility_report(train, test, synthetic, REPORT_DOMAIN, target="y", triples_count=5)
+    page = utility.report_html(report, "Utility report of 'x<y>' (owner-only)")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    assert "x&lt;y&gt;" in page and "x<y>" not in page  # the title is escaped
+    for png in (report.histograms_png, report.tvd_heatmap_png):  # inline, no other file needed
+        assert f'src="data:image/png;base64,{base64.b64encode(png).decode()}"' in page
+    assert page.count("<img ") == 2 and page.count('src="') == 2  # self-contained
+    assert "<link" not in page and "<script" not in page
+    for name in (*utility.CLASSIFIERS, "mean"):
+        assert f"<td>{name}</td>" in page
+    mean = report.ml.set_index("classifier").loc["mean"]
+    assert f"<td>{mean['f1_synthetic']:.4f}</td>" in page
+    assert f"<td>fidelity</td><td>{report.summary()['fidelity']:.4f}</td>" in page
+    assert "not differentially private" in page
+    without_ml = utility_report(train, test, synthetic, REPORT_DOMAIN, target=None, triples_count=5)
+    assert "not computed: no target" in utility.report_html(without_ml, "t")
+
+
+def test_report_document_round_trips_through_json(report_tables):
+    train, test, synthetic = report_tables
+    report = utility_report(train, test, synthetic, REPORT_DOMAIN, target="y", triples_count=5)
+    document = utility.report_document(report)
+    assert json.loads(json.dumps(document, allow_nan=False)) == document
+    assert document["summary"]["fidelity"] == report.summary()["fidelity"]
+    assert set(document["pair_tvd"]) == {" x ".join(p) for p in report.pair_tvds}
+    assert [r["classifier"] for r in document["ml"]] == [*utility.CLASSIFIERS, "mean"]
+
+
+def test_owner_only_files_are_0600_in_0700_folders_and_replace_wider_old_files(tmp_path):
+    import os
+    import stat
+
+    os.chmod(tmp_path, 0o755)  # pytest makes it 0700
+    root = tmp_path / "private"
+    folder = root / "example"
+    folder.mkdir(parents=True, mode=0o755)
+    os.chmod(root, 0o755)
+    os.chmod(folder, 0o755)
+    old = folder / "report.json"
+    old.write_text("old")
+    os.chmod(old, 0o644)
+    paths = utility.write_owner_only(folder, {"report.json": b"{}", "a.png": b"\x89PNG"}, root=root)
+    mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)  # noqa: E731
+    assert mode(root) == mode(folder) == 0o700
+    assert mode(tmp_path) == 0o755  # above the root: untouched
+    assert {n: mode(p) for n, p in paths.items()} == {"report.json": 0o600, "a.png": 0o600}
+    assert old.read_bytes() == b"{}" and sorted(os.listdir(folder)) == ["a.png", "report.json"]
+    with pytest.raises(ValueError, match="does not contain"):
+        utility.write_owner_only(folder, {}, root=tmp_path / "elsewhere")
