@@ -4,8 +4,9 @@ A module-scoped `dagster-webserver -f definitions.py` serves a throwaway project
 example, 3000 rows); the example group's whole pipeline and its checks are materialized through
 the webserver's GraphQL API (the instance's DefaultRunCoordinator launches the run from the
 webserver, no daemon needed); then the browser checks what a person would see: the lineage graph
-of group `example` with its edges, the checks of `synthetic` passed, and the utility report's
-plots rendered as images.
+of group `example` with its edges, the checks of `synthetic` passed, the public fidelity figures
+on `synthetic` (numbers Dagster charts over runs), and the owner-only utility report showing only
+where its files are (no figures, no plots: the event log is public).
 
 Needs chromium and chromedriver on PATH (`.ci/install-browser` installs Debian's); without them
 the module is skipped. Screenshots go to tests/artifacts/ (ui.png, and ui-failure-*.png when a
@@ -58,7 +59,10 @@ GROUP = "example"
 LINEAGE = ["source", "preprocessed", "marginals", "selection", "measurements", "model",
            "synthetic"]
 CHECKS = ["schema", "domain", "row_count", "null_fraction", "one_way_tvd"]
-PLOT_KEYS = ["tvd_heatmap", "histograms"]
+REPORT_PATHS = {"report_html": "report.html", "report_json": "report.json",
+                "histograms_png": "report_histograms.png",
+                "tvd_heatmap_png": "report_tvd_heatmap.png"}
+FIDELITY_FLOATS = ["fidelity/one_way_tvd_mean", "fidelity/one_way_tvd_max"]
 # a busy 2-core machine: generous deadlines, every wait polls and returns as soon as it can
 SERVER_TIMEOUT = 180
 RUN_TIMEOUT = 600
@@ -126,7 +130,8 @@ query RunErrors($runId: ID!) {
 LATEST_METADATA = """
 query LatestMetadata($key: AssetKeyInput!) {
   assetOrError(assetKey: $key) { __typename
-    ... on Asset { assetMaterializations(limit: 1) { runId metadataEntries { __typename label } } }
+    ... on Asset { assetMaterializations(limit: 1) { runId metadataEntries { __typename label
+      ... on PathMetadataEntry { path } ... on FloatMetadataEntry { floatValue } } } }
   }
 }"""
 
@@ -408,32 +413,12 @@ def check_rows(names: list[str]):
     return condition
 
 
-def rendered_png(scope) -> list:
-    """<img> elements under `scope` whose src is an inline PNG that the browser decoded."""
-    images = scope.find_elements(By.CSS_SELECTOR, "img[src^='data:image/png']")
-    return [i for i in images if i.get_property("complete") and i.get_property("naturalWidth")]
-
-
-def plot_shown(key: str):
-    """Condition: the metadata entry `key` shows a rendered inline PNG. A long Markdown value sits
-    behind a "[Show Markdown]" link in its row of the metadata table, which opens a dialog (a
-    short one would be rendered in the row itself): click it, then look in the dialog."""
+def row_shows(key: str, text: str):
+    """Condition: the metadata table has a row labelled `key` whose text contains `text`."""
     def condition(driver):
-        row = driver.find_element(By.XPATH, f"//tr[td[1][normalize-space()='{key}']]")
-        if rendered_png(row):
-            return "in the row"
-        dialogs = [d for d in driver.find_elements(By.CSS_SELECTOR, "[role='dialog']")
-                   if key in d.text]
-        if any(rendered_png(d) for d in dialogs):
-            return "in the dialog"
-        images = [i.get_attribute("src")[:40] for d in dialogs
-                  for i in d.find_elements(By.TAG_NAME, "img")]
-        condition.last = {"row": row.text[:300], "dialogs": len(dialogs), "images": images}
-        if not dialogs:
-            link = row.find_element(By.XPATH, ".//a[normalize-space()='[Show Markdown]']")
-            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", link)
-            link.click()
-        return False
+        rows = driver.find_elements(By.XPATH, f"//tr[td[1][normalize-space()='{key}']]")
+        condition.last = [r.text[:300] for r in rows]
+        return any(text in r.text for r in rows)
     condition.last = None
     return condition
 
@@ -466,25 +451,37 @@ def test_lineage_graph_and_checks_of_synthetic(server, materialized, browser):
     screenshot(browser, "ui-checks.png")
 
 
-def test_utility_report_plots_render(server, materialized, browser):
+def latest_entries(server, stage: str, run_id: str) -> dict:
+    latest = server.gql(LATEST_METADATA, {"key": {"path": [GROUP, stage]}})[
+        "assetOrError"].get("assetMaterializations") or []
+    assert latest and latest[0]["runId"] == run_id, \
+        f"[{GROUP}, {stage}] was not materialized by run {run_id}: {latest}"
+    return {e["label"]: e for e in latest[0]["metadataEntries"]}
+
+
+def test_synthetic_publishes_fidelity_figures_to_chart(server, materialized):
+    entries = latest_entries(server, "synthetic", materialized)
+    for key in FIDELITY_FLOATS:
+        assert entries.get(key, {}).get("__typename") == "FloatMetadataEntry", \
+            f"[{GROUP}, synthetic] lacks the float {key} (it has {sorted(entries)})"
+        assert 0.0 <= entries[key]["floatValue"] <= 1.0
+
+
+def test_utility_report_shows_only_where_its_files_are(server, materialized, browser):
     names = {n.path[-1] for n in server.group_nodes()}
     if "utility_report" not in names:
-        pytest.fail(f"no [{GROUP}, utility_report] asset in group {GROUP!r} ({sorted(names)}): "
-                    f"this test needs it, with Markdown metadata {PLOT_KEYS} embedding "
-                    "base64 PNG images")
-    latest = server.gql(LATEST_METADATA, {"key": {"path": [GROUP, "utility_report"]}})[
-        "assetOrError"].get("assetMaterializations") or []
-    assert latest and latest[0]["runId"] == materialized, \
-        f"[{GROUP}, utility_report] was not materialized by run {materialized}: {latest}"
-    kinds = {e["label"]: e["__typename"] for e in latest[0]["metadataEntries"]}
-    missing = [k for k in PLOT_KEYS if kinds.get(k) != "MarkdownMetadataEntry"]
-    if missing:
-        pytest.fail(f"[{GROUP}, utility_report]'s metadata lacks Markdown entries {missing} "
-                    f"(it has {kinds}); each should embed "
-                    "![title](data:image/png;base64,...)")
+        pytest.fail(f"no [{GROUP}, utility_report] asset in group {GROUP!r} ({sorted(names)})")
+    entries = latest_entries(server, "utility_report", materialized)
+    kinds = {label: e["__typename"] for label, e in entries.items()}
+    assert kinds == dict.fromkeys(REPORT_PATHS, "PathMetadataEntry"), \
+        f"[{GROUP}, utility_report]'s metadata should be the paths of its files only: {kinds}"
+    for key, name in REPORT_PATHS.items():
+        assert entries[key]["path"].endswith(f"/private/{GROUP}/{name}"), entries[key]
 
-    for key in PLOT_KEYS:
-        browser.get(f"{server.url}/assets/{GROUP}/utility_report")
-        wait_for(browser, plot_shown(key),
-                 f"a rendered data:image/png <img> for utility_report's {key}")
-        screenshot(browser, f"ui-{key}.png")
+    browser.get(f"{server.url}/assets/{GROUP}/utility_report")
+    for key, name in REPORT_PATHS.items():
+        wait_for(browser, row_shows(key, name),
+                 f"utility_report's metadata row {key} showing the path of {name}")
+    assert not browser.find_elements(By.CSS_SELECTOR, "img[src^='data:image/png']"), \
+        "the utility report's page shows an inline image: its plots must stay in the private zone"
+    screenshot(browser, "ui-utility-report.png")
