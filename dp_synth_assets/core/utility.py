@@ -61,6 +61,10 @@ classifiers run with n_jobs=1 and, while fitting and predicting, one OpenMP/BLAS
 (threadpoolctl, restored afterwards): gradient boosting's OpenMP threads on a loaded machine made
 it 5x slower, not faster.
 
+Files (`write_owner_only`, `report_document`, `report_html`): the report is exact, not DP, so it
+lives only in files the owner alone can read (0600 in 0700 folders): `report.json`, the two PNGs
+and `report.html`, one self-contained page (summary, ML table, both figures inline).
+
 Figures (`histograms_png`, `tvd_heatmap_png`) are drawn on a `matplotlib.figure.Figure` with an Agg
 canvas, never through pyplot, so no global backend or figure registry is touched. Everything is
 deterministic given `seed` (sklearn models run with n_jobs=1).
