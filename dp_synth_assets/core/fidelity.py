@@ -70,6 +70,8 @@ class MarginalCounter:
         return cls(tuple(m.clique for m in measurements), dict(domain))
 
     def add(self, codes: Mapping[str, np.ndarray]) -> None:
+        used = {a for clique in self.cliques for a in clique}
+        codes = {a: np.asarray(codes[a], dtype=np.int64) for a in used}  # cast once per chunk
         for clique in self.cliques:
             self.counts[clique] += count_marginal(codes, clique, self.domain)
 
