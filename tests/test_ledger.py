@@ -347,26 +347,21 @@ def test_tiny_stale_after_lets_a_new_run_reserve(tmp_path):
         ("r1", "reserve"), ("r1", "release"), ("r2", "reserve")]
 
 
-def _insert_reservation(ledger: PrivacyLedger, run_id: str, owner: str) -> None:
-    ledger.summary("adult")  # creates the table
-    conn = sqlite3.connect(ledger.path)
-    with conn:
-        conn.execute(
-            "INSERT INTO privacy_ledger (ts, dataset, run_id, kind, rho, delta_extra, parameters,"
-            " owner) VALUES (?, 'adult', ?, 'reserve', 0.5, 0, '{}', ?)",
-            (datetime.now(timezone.utc).isoformat(), run_id, owner),
-        )
-    conn.close()
+def _insert_reservation(ledger: PrivacyLedger, run_id: str, owner: str, monkeypatch) -> None:
+    """A reservation recorded as written by `owner` (through the ledger, so the chain holds)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(ledger_module, "owner_id", lambda pid=None: owner)
+        ledger.reserve("adult", run_id, 0.5, 1.0)
 
 
-def test_a_reused_pid_is_not_mistaken_for_the_owner(ledger):
-    _insert_reservation(ledger, "old", f"{socket.gethostname()}:{os.getpid()}:1")
+def test_a_reused_pid_is_not_mistaken_for_the_owner(ledger, monkeypatch):
+    _insert_reservation(ledger, "old", f"{socket.gethostname()}:{os.getpid()}:1", monkeypatch)
     assert ledger.release_stale() == ["old"]
     assert ledger.events()[-1]["parameters"]["reason"] == "stale: owner process gone"
 
 
-def test_an_owner_on_another_host_is_only_judged_by_inactivity(ledger):
-    _insert_reservation(ledger, "remote", "some-other-host.example:1:1")
+def test_an_owner_on_another_host_is_only_judged_by_inactivity(ledger, monkeypatch):
+    _insert_reservation(ledger, "remote", "some-other-host.example:1:1", monkeypatch)
     assert ledger.release_stale() == []
     assert ledger.release_stale(now=datetime.now(timezone.utc) + timedelta(hours=7)) == ["remote"]
 
