@@ -59,7 +59,7 @@ DEFAULT_STALE_AFTER_SECONDS = 6 * 3600.0
 
 LEDGER_HEAD_SUFFIX = ".head"
 LEDGER_LOCK_SUFFIX = ".lock"
-_COLUMNS = ("id", "ts", "unit", "dataset", "run_id", "stage", "mechanism", "kind", "rho",
+_COLUMNS = ("id", "ts", "unit", "source", "dataset", "run_id", "stage", "mechanism", "kind", "rho",
             "delta_extra", "parameters", "owner")
 
 _SCHEMA = (
@@ -67,6 +67,7 @@ _SCHEMA = (
         id INTEGER PRIMARY KEY,
         ts TEXT NOT NULL,
         unit TEXT NOT NULL,
+        source TEXT NOT NULL,
         dataset TEXT NOT NULL,
         run_id TEXT NOT NULL,
         stage TEXT,
@@ -91,11 +92,13 @@ _SCHEMA = (
 )
 _INSERT = (
     "INSERT INTO privacy_ledger"
-    " (id, ts, unit, dataset, run_id, stage, mechanism, kind, rho, delta_extra, parameters, owner,"
-    " hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " (id, ts, unit, source, dataset, run_id, stage, mechanism, kind, rho, delta_extra, parameters,"
+    " owner, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _SELECT = f"SELECT {', '.join(_COLUMNS)}, hash FROM privacy_ledger ORDER BY id"
 _COLUMNS_OF = "SELECT name FROM pragma_table_info('privacy_ledger')"
+_LEGACY_SELECT = ("SELECT ts, dataset, run_id, stage, mechanism, kind, rho, delta_extra, parameters,"
+                  " owner FROM privacy_ledger ORDER BY id")
 _GENESIS = "SELECT value FROM ledger_meta WHERE key = 'genesis'"
 _INSERT_GENESIS = "INSERT INTO ledger_meta (key, value) VALUES ('genesis', ?)"
 
@@ -390,7 +393,7 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
 
 def _canonical(row: dict) -> str:
     """A row's content as hashed: its columns in a fixed order, floats as exact reprs."""
-    values = [row["id"], row["ts"], row["unit"], row["dataset"], row["run_id"], row["stage"],
+    values = [row["id"], row["ts"], row["unit"], row["source"], row["dataset"], row["run_id"], row["stage"],
               row["mechanism"], row["kind"], float(row["rho"]), float(row["delta_extra"]),
               row["parameters"], row["owner"]]
     return json.dumps(values, separators=(",", ":"), ensure_ascii=True)
@@ -423,9 +426,10 @@ class _Tx:
 class PrivacyLedger:
     """The append-only privacy ledger in the SQLite file `path` (created on first use).
 
-    `units` maps dataset names to privacy units (dp_synth_assets.core.units.privacy_units); a
-    dataset it does not name is taken to be in the unit its latest row was recorded under, else
-    in a unit of its own name. `head_path` is the mirrored head file (default `<path>.head`).
+    `units` maps dataset names to privacy units (dp_synth_assets.core.units.privacy_units) and
+    `sources` to their source identities (a unit's budget also counts the rows recorded on its
+    sources under another unit); a dataset they do not name is taken to be where its latest row
+    was recorded, else in a unit of its own name. `head_path` is the mirrored head file (default `<path>.head`).
 
     An open reservation is stale, and released by the next `reserve` or by `release_stale`, when the
     process that last wrote for its run (reserve or charge) ran on this host and is gone, or when the
@@ -436,7 +440,7 @@ class PrivacyLedger:
 
     def __init__(self, path: str | Path, stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
                  owner_pid: int | None = None, units: dict[str, str] | None = None,
-                 head_path: str | Path | None = None):
+                 head_path: str | Path | None = None, sources: dict[str, str] | None = None):
         self.path = Path(path)
         self.head_path = (Path(head_path) if head_path
                           else self.path.with_name(self.path.name + LEDGER_HEAD_SUFFIX))
@@ -444,17 +448,37 @@ class PrivacyLedger:
         self.stale_after_seconds = float(stale_after_seconds)
         self.owner_pid = owner_pid
         self.units = dict(units or {})
+        self.sources = dict(sources or {})
         self._ready = False
 
     # -- units
 
-    def unit_of(self, dataset: str, rows: list[dict]) -> str:
-        if dataset in self.units:
-            return self.units[dataset]
+    def _recorded(self, mapping: dict[str, str], column: str, dataset: str,
+                  rows: list[dict]) -> str:
+        if dataset in mapping:
+            return mapping[dataset]
         for row in reversed(rows):
             if row["dataset"] == dataset:
-                return row["unit"]
+                return row[column]
         return dataset
+
+    def unit_of(self, dataset: str, rows: list[dict]) -> str:
+        """The dataset's privacy unit: from `units`, else as its latest row recorded it."""
+        return self._recorded(self.units, "unit", dataset, rows)
+
+    def _scope(self, dataset: str, rows: list[dict]) -> tuple[tuple[str, str], "_Book"]:
+        scope, counted = self._counted(dataset, rows)
+        return scope, _Book(counted)
+
+    def _counted(self, dataset: str, rows: list[dict]) -> tuple[tuple[str, str], list[dict]]:
+        """(unit, source) of the dataset, and the book of every row its budget counts: the rows
+        of its unit and the rows on any source of the unit, whatever unit they were recorded in
+        (so joining or leaving a budget group does not forget what a source has spent)."""
+        unit = self.unit_of(dataset, rows)
+        source = self._recorded(self.sources, "source", dataset, rows)
+        sources = {source} | {self.sources[d] for d, u in self.units.items()
+                              if u == unit and d in self.sources}
+        return (unit, source), [r for r in rows if r["unit"] == unit or r["source"] in sources]
 
     def _members(self, unit: str, dataset: str) -> tuple[str, ...]:
         return tuple(sorted({d for d, u in self.units.items() if u == unit} | {dataset}))
@@ -651,14 +675,16 @@ class PrivacyLedger:
         self._verify(rows, genesis, head)
         return rows
 
-    def _insert(self, tx: _Tx, unit: str, dataset: str, run_id: str, kind: str, rho: float,
-                delta_extra: float = 0.0, stage=None, mechanism=None, parameters=None) -> dict:
+    def _insert(self, tx: _Tx, scope: tuple[str, str], dataset: str, run_id: str, kind: str,
+                rho: float,
+                delta_extra: float = 0.0, stage=None, mechanism=None, parameters=None,
+                ts: str | None = None, owner: str | None = None) -> dict:
         row = {"id": len(tx.rows) + 1,
-               "ts": datetime.now(timezone.utc).isoformat(timespec="microseconds"),
-               "unit": unit, "dataset": dataset, "run_id": run_id, "stage": stage,
+               "ts": ts or datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+               "unit": scope[0], "source": scope[1], "dataset": dataset, "run_id": run_id, "stage": stage,
                "mechanism": mechanism, "kind": kind, "rho": float(rho),
                "delta_extra": float(delta_extra), "parameters": _json(parameters or {}),
-               "owner": owner_id(self.owner_pid)}
+               "owner": owner or owner_id(self.owner_pid)}
         row["hash"] = _chain(tx.last_hash, row)
         tx.conn.execute(_INSERT, (*(row[c] for c in _COLUMNS), row["hash"]))
         tx.rows.append(row)
@@ -667,12 +693,9 @@ class PrivacyLedger:
     def _insert_release(self, tx: _Tx, o: _Open, reason: str) -> None:
         parameters = {"reason": reason, "reserve_id": o.row["id"], "reserved_rho": o.row["rho"],
                       "charged_rho": o.charged_rho, "charged_delta_extra": o.charged_delta_extra}
-        self._insert(tx, o.row["unit"], o.row["dataset"], o.row["run_id"], "release",
+        self._insert(tx, (o.row["unit"], o.row["source"]), o.row["dataset"], o.row["run_id"],
+                     "release",
                      o.remaining_rho, o.remaining_delta_extra, parameters=parameters)
-
-    @staticmethod
-    def _book(rows: list[dict], unit: str) -> "_Book":
-        return _Book([row for row in rows if row["unit"] == unit])
 
     # -- staleness
 
@@ -687,7 +710,7 @@ class PrivacyLedger:
     def _release_stale(self, tx: _Tx, now: datetime) -> list[str]:
         released = []
         for unit in dict.fromkeys(row["unit"] for row in tx.rows):
-            for (_, run_id), o in self._book(tx.rows, unit).open.items():
+            for (_, run_id), o in _Book([r for r in tx.rows if r["unit"] == unit]).open.items():
                 reason = self._stale_reason(o, now)
                 if reason:
                     self._insert_release(tx, o, reason)
@@ -718,8 +741,8 @@ class PrivacyLedger:
         refusal = None
         with self._transaction() as tx:
             self._release_stale(tx, _utc(None))
-            unit = self.unit_of(dataset, tx.rows)
-            book = self._book(tx.rows, unit)
+            scope, book = self._scope(dataset, tx.rows)
+            unit = scope[0]
             if (dataset, run_id) in book.open:
                 return book.open[dataset, run_id].reservation()
             reserved_rho, reserved_delta_extra = book.reserved()
@@ -739,7 +762,7 @@ class PrivacyLedger:
                 parameters = {"limit_rho": limit_rho, "limit_delta_extra": limit_delta_extra,
                               "delta": delta, "spent_rho": book.spent_rho,
                               "reserved_rho": reserved_rho}
-                row = self._insert(tx, unit, dataset, run_id, "reserve", rho, delta_extra,
+                row = self._insert(tx, scope, dataset, run_id, "reserve", rho, delta_extra,
                                    parameters=parameters)
         if refusal is not None:  # raised after the commit, which keeps the stale releases
             raise refusal
@@ -752,8 +775,8 @@ class PrivacyLedger:
         rho = _check_amount("spend.rho", spend.rho)
         delta_extra = _check_amount("spend.delta_extra", spend.delta_extra)
         with self._transaction() as tx:
-            unit = self.unit_of(dataset, tx.rows)
-            o = self._book(tx.rows, unit).open.get((dataset, run_id))
+            scope, book = self._scope(dataset, tx.rows)
+            o = book.open.get((dataset, run_id))
             if o is None:
                 raise LedgerError(
                     f"Run '{run_id}' of dataset '{dataset}' holds no open reservation, so stage "
@@ -772,13 +795,13 @@ class PrivacyLedger:
                 )
             recorded = dict(parameters or {})
             recorded.update(sensitivity=spend.sensitivity, scale=spend.scale)
-            self._insert(tx, unit, dataset, run_id, "charge", rho, delta_extra, stage=stage,
+            self._insert(tx, scope, dataset, run_id, "charge", rho, delta_extra, stage=stage,
                          mechanism=spend.mechanism, parameters=recorded)
 
     def release(self, dataset: str, run_id: str, reason: str = "run finished") -> None:
         """Close the run's reservation, giving back the unspent remainder; no-op if none is open."""
         with self._transaction() as tx:
-            o = self._book(tx.rows, self.unit_of(dataset, tx.rows)).open.get((dataset, run_id))
+            o = self._scope(dataset, tx.rows)[1].open.get((dataset, run_id))
             if o is not None:
                 self._insert_release(tx, o, reason)
 
@@ -787,8 +810,7 @@ class PrivacyLedger:
     def summary(self, dataset: str) -> LedgerSummary:
         """Spent and reserved budget of the dataset's unit, with charges per run and stage."""
         rows = self._read()
-        unit = self.unit_of(dataset, rows)
-        book = self._book(rows, unit)
+        (unit, _), book = self._scope(dataset, rows)
         reserved_rho, reserved_delta_extra = book.reserved()
         return LedgerSummary(dataset, book.spent_rho, reserved_rho, book.spent_delta_extra,
                              book.runs, reserved_delta_extra, unit)
@@ -802,11 +824,10 @@ class PrivacyLedger:
         return by_stage
 
     def events(self, dataset: str | None = None) -> list[dict]:
-        """All rows in order (of the dataset's unit if given), with `parameters` decoded."""
+        """All rows in order (those the dataset's budget counts, if given), `parameters` decoded."""
         rows = self._read()
         if dataset is not None:
-            unit = self.unit_of(dataset, rows)
-            rows = [row for row in rows if row["unit"] == unit]
+            rows = self._counted(dataset, rows)[1]
         for row in rows:
             row["parameters"] = json.loads(row["parameters"])
         return rows
@@ -828,7 +849,7 @@ class PrivacyLedger:
         nothing. Raises LedgerError like `reserve` when the ledger fails its tamper checks."""
         now = _utc(now)
         rows = self._read()
-        book = self._book(rows, self.unit_of(dataset, rows))
+        book = self._scope(dataset, rows)[1]
         live = [o for o in book.open.values() if self._stale_reason(o, now) is None]
         reserved_rho, reserved_delta_extra = book.reserved(live)
         return _fits(book.spent_rho + reserved_rho + rho, limit_rho) and _fits(
@@ -849,6 +870,31 @@ class PrivacyLedger:
         return len(rows), rows[-1]["hash"] if rows else genesis
 
 
+def migrate_legacy(old: str | Path, new: str | Path, units: dict[str, str],
+                   sources: dict[str, str] | None = None) -> int:
+    """Copy the rows of a ledger written before the hash chain (keyed by dataset name), in order
+    and unchanged, into a new chained ledger at `new`; each row's unit is its dataset's unit in
+    `units` (its dataset name for an entry no longer registered). Returns the number of rows.
+    The old file is only read; the new one must not exist."""
+    if Path(new).exists():
+        raise LedgerError(f"{new} exists; migrate into a new file")
+    source = sqlite3.connect(f"file:{Path(old).resolve()}?mode=ro", uri=True)
+    source.row_factory = sqlite3.Row
+    try:
+        rows = [dict(row) for row in source.execute(_LEGACY_SELECT)]
+    finally:
+        source.close()
+    sources = sources or {}
+    ledger = PrivacyLedger(new, units=units, sources=sources)
+    with ledger._transaction() as tx:
+        for r in rows:
+            unit = units.get(r["dataset"], r["dataset"])
+            ledger._insert(tx, (unit, sources.get(r["dataset"], unit)), r["dataset"], r["run_id"],
+                           r["kind"], r["rho"], r["delta_extra"], r["stage"], r["mechanism"],
+                           json.loads(r["parameters"]), ts=r["ts"], owner=r["owner"])
+    return len(rows)
+
+
 # ---- Dagster ----------------------------------------------------------------------------------------
 
 
@@ -861,6 +907,8 @@ class LedgerResource(dagster.ConfigurableResource):
         default=None, description="The mirrored head file (default: the ledger's path + '.head').")
     units: dict[str, str] = Field(
         default_factory=dict, description="Dataset name -> privacy unit (budget owner).")
+    sources: dict[str, str] = Field(
+        default_factory=dict, description="Dataset name -> normalized source identity.")
     stale_after_seconds: float = Field(
         default=DEFAULT_STALE_AFTER_SECONDS,
         description="An open reservation with no ledger activity for this long is released.",
@@ -869,21 +917,39 @@ class LedgerResource(dagster.ConfigurableResource):
     def ledger(self) -> PrivacyLedger:
         """The ledger at `path`."""
         return PrivacyLedger(self.path, self.stale_after_seconds, units=self.units,
-                             head_path=self.head_path)
+                             head_path=self.head_path, sources=self.sources)
 
 
 def main(argv: list[str] | None = None) -> None:
     """`python -m resources.ledger adopt LEDGER`: record the head of a ledger whose head file was
-    lost, after checking its chain."""
+    lost, after checking its chain. `python -m resources.ledger migrate OLD NEW`: copy a ledger
+    from before the hash chain into a new one, with the privacy units of the registry that
+    DP_SYNTH_DATASETS and DP_SYNTH_WAREHOUSE name (defaults as in definitions.py)."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m resources.ledger")
     commands = parser.add_subparsers(dest="command", required=True)
     adopt = commands.add_parser("adopt", help="record the head of a complete ledger")
     adopt.add_argument("ledger")
+    migrate = commands.add_parser("migrate", help="copy a pre-chain ledger into a new one")
+    migrate.add_argument("old")
+    migrate.add_argument("new")
     args = parser.parse_args(argv)
-    rows, head = PrivacyLedger(args.ledger).adopt()
-    print(f"{args.ledger}: {rows} rows, head {head}")
+    if args.command == "adopt":
+        rows, head = PrivacyLedger(args.ledger).adopt()
+        print(f"{args.ledger}: {rows} rows, head {head}")
+        return
+    from dp_synth_assets.core.config import load_registry
+    from dp_synth_assets.core.units import privacy_units, source_identity
+
+    datasets = Path(os.environ.get("DP_SYNTH_DATASETS", "datasets.yaml")).resolve()
+    warehouse = os.environ.get("DP_SYNTH_WAREHOUSE", "data/warehouse.duckdb")
+    registry = load_registry(datasets)
+    units = privacy_units(registry, datasets.parent, warehouse)
+    sources = {name: source_identity(spec, datasets.parent, warehouse)
+               for name, spec in registry.items()}
+    count = migrate_legacy(args.old, args.new, units, sources)
+    print(f"{args.new}: {count} rows migrated from {args.old}")
 
 
 if __name__ == "__main__":
