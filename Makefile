@@ -33,5 +33,7 @@ test: install
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -f definitions.py
 
+# The privacy ledger (.dp_synth/: ledger.sqlite and its mirrored head) is never cleaned: the
+# budget it records was spent on outputs that stay released.
 clean:
 	rm -rf data public $(DAGSTER_HOME)

@@ -47,7 +47,8 @@ def build_job(dataset: str, spec: DatasetSpec | None = None):
 
 
 def budget_skip_reason(ledger: LedgerResource, dataset: str, spec: DatasetSpec) -> str | None:
-    """Why a new run cannot be covered by the ledger, or None when it can."""
+    """Why a new run cannot be covered by the ledger, or None when it can. A ledger that fails
+    its tamper checks raises LedgerError (the schedule or sensor tick fails with its message)."""
     budget = DatasetBudget.of(spec)
     led = ledger.ledger()
     if led.can_cover(dataset, budget.run_rho, budget.limit_rho, budget.run_delta_extra,
@@ -55,9 +56,12 @@ def budget_skip_reason(ledger: LedgerResource, dataset: str, spec: DatasetSpec) 
         return None
     s = led.summary(dataset)
     left = max(budget.limit_rho - s.spent_rho - s.reserved_rho, 0.0)
-    return (f"privacy budget of {dataset!r} cannot cover a run: it needs epsilon "
-            f"{spec.privacy.epsilon} (rho {budget.run_rho:.6g}), "
-            f"rho {left:.6g} is left of the limit; raise privacy.limit.epsilon to continue")
+    group = spec.privacy.budget_group
+    return (f"privacy budget of {dataset!r}"
+            f"{f' (budget group {group!r})' if group else ''} cannot cover a run: it needs "
+            f"epsilon {spec.privacy.epsilon} (rho {budget.run_rho:.6g}), "
+            f"rho {left:.6g} is left of the limit; raise privacy.limit.epsilon"
+            f"{' of every entry of the group' if group else ''} to continue")
 
 
 def build_schedule(dataset: str, spec: DatasetSpec, job) -> dg.ScheduleDefinition:

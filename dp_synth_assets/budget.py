@@ -17,6 +17,7 @@ from .core.config import DatasetSpec
 from .core.preprocess import all_tasks
 from .core.privacy import Spend, epsilon_from_rho, rho_from_epsilon_delta
 from .core.select import METHODS, Budget
+from .core.units import group_name
 
 PRIVATE_STAGES = ("preprocessed", "marginals", "selection", "measurements")
 STAGES = ("source", *PRIVATE_STAGES, "model", "synthetic")
@@ -84,11 +85,20 @@ def stages_in_run(context: dg.AssetExecutionContext, dataset: str) -> set[str]:
 
 
 def ledger_metadata(ledger: PrivacyLedger, dataset: str, budget: DatasetBudget, run_id: str) -> dict:
-    """Public metadata: the dataset's spent / reserved / remaining budget and this run's charges."""
+    """Public metadata: the spent / reserved / remaining budget of the dataset's privacy unit
+    (shared by its budget group), this run's charges, and the ledger's head (row count and hash
+    of the last row), a mirror against which a truncated or swapped ledger can be recognized.
+    The head hash starts from a secret drawn with the ledger, so it cannot be tested against
+    guessed ledger contents."""
     s = ledger.summary(dataset)
     remaining = max(budget.limit_rho - s.spent_rho - s.reserved_rho, 0.0)
     by_stage = ledger.spent_by_run(dataset, run_id)
+    rows, head = ledger.head()
+    group = group_name(s.unit)
     return {
+        **({"privacy/budget_group": dg.MetadataValue.text(group)} if group else {}),
+        "privacy/ledger_rows": dg.MetadataValue.int(rows),
+        "privacy/ledger_head": dg.MetadataValue.text(head),
         "privacy/epsilon_spent": dg.MetadataValue.float(round(budget.epsilon(s.spent_rho), 6)),
         "privacy/epsilon_reserved": dg.MetadataValue.float(round(budget.epsilon(s.reserved_rho), 6)),
         "privacy/epsilon_remaining": dg.MetadataValue.float(round(budget.epsilon(remaining), 6)),

@@ -2,7 +2,9 @@
 
 `build_definitions` is what the repository's `definitions.py` calls (with paths from the
 environment) and what tests call (with temporary paths). The registry is validated first: a
-malformed datasets.yaml fails here, when the definitions load.
+malformed datasets.yaml fails here, when the definitions load, and so do two entries on one source
+without a shared `privacy.budget_group` or a budget group whose entries disagree on the limit
+(dp_synth_assets.core.units).
 """
 
 import logging
@@ -14,7 +16,9 @@ from resources.ledger import LedgerResource
 from resources.warehouse import WarehouseResource
 
 from .automation import build_job, build_schedule, build_source_sensor
-from .core.config import load_registry
+from .budget import DatasetBudget
+from .core.config import RegistryError, load_registry
+from .core.units import group_name, privacy_units, source_identity
 from .core.marginals import source_available, source_path
 from .pipeline import build_checks, build_dataset_assets
 
@@ -22,10 +26,32 @@ from .pipeline import build_checks, build_dataset_assets
 log = logging.getLogger("dp_synth")
 
 
+def _check_shared_limits(registry: dict, units: dict[str, str]) -> None:
+    """Entries of one unit must meet one ledger limit: the same rho and delta_extra limits (a
+    column discovered by thresholding sets half of the limit's delta aside for delta_extra)."""
+    by_unit: dict[str, dict[str, tuple[float, float]]] = {}
+    for name, unit in units.items():
+        budget = DatasetBudget.of(registry[name])
+        by_unit.setdefault(unit, {})[name] = (budget.limit_rho, budget.limit_delta_extra)
+    for unit, limits in by_unit.items():
+        if len(set(limits.values())) > 1:
+            raise RegistryError(
+                f"datasets {' and '.join(map(repr, limits))} share budget group "
+                f"{group_name(unit)!r} but split its delta differently: a column whose categories "
+                f"or bounds are discovered with thresholding sets half of the limit's delta aside "
+                f"for it, so either every entry of the group discovers such a column or none "
+                f"does. Declare the categories of those columns, or put the entries in separate "
+                f"budget groups (only if they read different sources).")
+
+
 def build_definitions(datasets: str | Path, warehouse: str | Path, ledger: str | Path,
-                      public_dir: str | Path) -> dg.Definitions:
+                      public_dir: str | Path, ledger_head: str | Path | None = None
+                      ) -> dg.Definitions:
+    """`ledger_head`: the ledger's mirrored head file (default: the ledger's path + '.head')."""
     datasets = Path(datasets).resolve()
     registry = load_registry(datasets)
+    units = privacy_units(registry, datasets.parent, warehouse)
+    _check_shared_limits(registry, units)
     assets, checks, jobs, schedules, sensors = [], [], [], [], []
     for name, spec in registry.items():
         if spec.optional and not source_available(spec, datasets.parent):
@@ -50,7 +76,11 @@ def build_definitions(datasets: str | Path, warehouse: str | Path, ledger: str |
             "warehouse": WarehouseResource(database=str(Path(warehouse).resolve()),
                                            public_dir=str(Path(public_dir).resolve()),
                                            base_dir=str(datasets.parent)),
-            "ledger": LedgerResource(path=str(Path(ledger).resolve())),
+            "ledger": LedgerResource(
+                path=str(Path(ledger).resolve()), units=units,
+                sources={name: source_identity(spec, datasets.parent, warehouse)
+                         for name, spec in registry.items()},
+                head_path=str(Path(ledger_head).resolve()) if ledger_head else None),
         },
         # one process per run: the stages form a chain and DuckDB allows one writer per file
         executor=dg.in_process_executor,

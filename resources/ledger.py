@@ -11,13 +11,32 @@ Every read-modify-write is one `BEGIN IMMEDIATE` transaction, so concurrent proc
 database's write lock and cannot overspend. Rows are never updated or deleted: this module only
 inserts, and triggers make the database refuse UPDATE and DELETE as well.
 
+Rows are keyed by privacy unit (dp_synth_assets.core.units): the source's identity or a budget
+group; the budget arithmetic (spent, reserved, reserve, can_cover) sums over the unit, whatever
+entry name wrote the rows. The `dataset` column keeps the entry name for display.
+
+Tamper evidence: row i carries hash_i = sha256(hash_{i-1} "\n" canonical(row i)), where hash_0
+derives from a random secret drawn when the file is created (so the public head hash cannot be
+tested against guessed row contents). After each write transaction commits, the head (row count,
+hash of the last row, hash_0) is mirrored, atomically (temporary file + os.replace), to a head
+file beside the ledger (`<ledger>.head`); a lock file (`<ledger>.lock`) serializes the whole
+write, SQLite transaction and head update, across processes. Spending assets also publish the
+head in their metadata. Every reading or writing access recomputes the chain and requires the
+ledger to extend the mirrored head: an edited row, a truncated ledger, an older copy, another
+ledger file, or a missing ledger whose head file records rows, raise LedgerError and nothing is
+spent. A crash between the commit and the head update leaves the ledger ahead of its mirror,
+which is accepted.
+
 `PrivacyLedger` uses only the standard library; `LedgerResource` at the end is its Dagster wrapper.
 (This file must not postpone annotations with a __future__ import: Dagster inspects them.)
 """
 
+import fcntl
+import hashlib
 import json
 import math
 import os
+import secrets
 import socket
 import sqlite3
 import time
@@ -31,16 +50,24 @@ import dagster
 from pydantic import Field
 
 from dp_synth_assets.core.privacy import Spend, epsilon_from_rho
+from dp_synth_assets.core.units import group_name
 
 KINDS = ("reserve", "charge", "release")
 REL_TOL = 1e-12  # relative tolerance of every budget comparison (float sums of rho)
 BUSY_TIMEOUT_MS = 30_000
 DEFAULT_STALE_AFTER_SECONDS = 6 * 3600.0
 
+LEDGER_HEAD_SUFFIX = ".head"
+LEDGER_LOCK_SUFFIX = ".lock"
+_COLUMNS = ("id", "ts", "unit", "source", "dataset", "run_id", "stage", "mechanism", "kind", "rho",
+            "delta_extra", "parameters", "owner")
+
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS privacy_ledger (
         id INTEGER PRIMARY KEY,
         ts TEXT NOT NULL,
+        unit TEXT NOT NULL,
+        source TEXT NOT NULL,
         dataset TEXT NOT NULL,
         run_id TEXT NOT NULL,
         stage TEXT,
@@ -49,27 +76,36 @@ _SCHEMA = (
         rho REAL NOT NULL CHECK (rho >= 0),
         delta_extra REAL NOT NULL DEFAULT 0 CHECK (delta_extra >= 0),
         parameters TEXT NOT NULL DEFAULT '{}',
-        owner TEXT NOT NULL
+        owner TEXT NOT NULL,
+        hash TEXT NOT NULL
     )""",
-    "CREATE INDEX IF NOT EXISTS privacy_ledger_dataset_run ON privacy_ledger (dataset, run_id)",
+    "CREATE INDEX IF NOT EXISTS privacy_ledger_unit_run ON privacy_ledger (unit, run_id)",
     """CREATE TRIGGER IF NOT EXISTS privacy_ledger_append_only_u BEFORE UPDATE ON privacy_ledger
         BEGIN SELECT RAISE(ABORT, 'privacy_ledger is append-only'); END""",
     """CREATE TRIGGER IF NOT EXISTS privacy_ledger_append_only_d BEFORE DELETE ON privacy_ledger
         BEGIN SELECT RAISE(ABORT, 'privacy_ledger is append-only'); END""",
+    "CREATE TABLE IF NOT EXISTS ledger_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TRIGGER IF NOT EXISTS ledger_meta_append_only_u BEFORE UPDATE ON ledger_meta
+        BEGIN SELECT RAISE(ABORT, 'ledger_meta is append-only'); END""",
+    """CREATE TRIGGER IF NOT EXISTS ledger_meta_append_only_d BEFORE DELETE ON ledger_meta
+        BEGIN SELECT RAISE(ABORT, 'ledger_meta is append-only'); END""",
 )
 _INSERT = (
     "INSERT INTO privacy_ledger"
-    " (ts, dataset, run_id, stage, mechanism, kind, rho, delta_extra, parameters, owner)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " (id, ts, unit, source, dataset, run_id, stage, mechanism, kind, rho, delta_extra, parameters,"
+    " owner, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_SELECT = (
-    "SELECT id, ts, dataset, run_id, stage, mechanism, kind, rho, delta_extra, parameters, owner"
-    " FROM privacy_ledger"
-)
+_SELECT = f"SELECT {', '.join(_COLUMNS)}, hash FROM privacy_ledger ORDER BY id"
+_COLUMNS_OF = "SELECT name FROM pragma_table_info('privacy_ledger')"
+_LEGACY_SELECT = ("SELECT ts, dataset, run_id, stage, mechanism, kind, rho, delta_extra, parameters,"
+                  " owner FROM privacy_ledger ORDER BY id")
+_GENESIS = "SELECT value FROM ledger_meta WHERE key = 'genesis'"
+_INSERT_GENESIS = "INSERT INTO ledger_meta (key, value) VALUES ('genesis', ?)"
 
 
 class LedgerError(Exception):
-    """A misuse of the ledger, e.g. a charge by a run that holds no reservation."""
+    """A misuse of the ledger (a charge by a run that holds no reservation), or a ledger that
+    fails its tamper checks (the message says what was detected and how to restore it)."""
 
 
 def budget_message(
@@ -79,8 +115,11 @@ def budget_message(
     reserved_rho: float,
     limit_rho: float,
     delta: float | None,
+    group: str | None = None,
+    members: tuple[str, ...] = (),
 ) -> str:
-    """Why a reservation was refused, in epsilon (at `delta`) and rho, and how to raise the limit."""
+    """Why a reservation was refused, in epsilon (at `delta`) and rho, and how to raise the limit;
+    `group` is the dataset's budget group and `members` the entries sharing it."""
     left_rho = max(0.0, limit_rho - spent_rho - reserved_rho)
 
     def amount(rho: float) -> str:
@@ -88,8 +127,11 @@ def budget_message(
             return f"rho {rho:.6g}"
         return f"epsilon {epsilon_from_rho(rho, delta):.6g} (rho {rho:.6g})"
 
+    others = [m for m in members if m != dataset]
+    shared = (f" (budget group '{group}'" + (f", shared with {', '.join(repr(m) for m in others)}"
+                                             if others else "") + ")") if group else ""
     lines = [
-        f"The privacy budget of dataset '{dataset}' cannot cover this run.",
+        f"The privacy budget of dataset '{dataset}'{shared} cannot cover this run.",
         f"Requested: {amount(requested_rho)}.",
         f"Spent: {amount(spent_rho)}; reserved by runs in progress: {amount(reserved_rho)}.",
         f"Left: {amount(left_rho)} of the limit {amount(limit_rho)}.",
@@ -102,9 +144,12 @@ def budget_message(
         )
     if reserved_rho > 0:
         lines.append("Runs in progress release what they do not spend when they finish.")
+    every = (f" (and of every entry of budget group '{group}': one budget, one limit)"
+             if group else "")
     lines.append(
-        f"To allow this run, raise `privacy.limit.epsilon` of dataset '{dataset}' in datasets.yaml,"
-        f" or lower its `privacy.epsilon` (the per-run budget) so that it fits in what is left."
+        f"To allow this run, raise `privacy.limit.epsilon` of dataset '{dataset}' in datasets.yaml"
+        f"{every}, or lower its `privacy.epsilon` (the per-run budget) so that it fits in what is "
+        f"left."
     )
     return " ".join(lines)
 
@@ -121,8 +166,12 @@ class BudgetExceeded(Exception):
         limit_rho: float,
         delta: float | None = None,
         detail: str = "",
+        group: str | None = None,
+        members: tuple[str, ...] = (),
     ):
         super().__init__(dataset, requested_rho, spent_rho, reserved_rho, limit_rho)
+        self.group = group
+        self.members = members
         self.dataset = dataset
         self.requested_rho = requested_rho
         self.spent_rho = spent_rho
@@ -134,7 +183,7 @@ class BudgetExceeded(Exception):
     def __str__(self) -> str:
         message = budget_message(
             self.dataset, self.requested_rho, self.spent_rho, self.reserved_rho, self.limit_rho,
-            self.delta,
+            self.delta, self.group, self.members,
         )
         return f"{message} {self.detail}".strip()
 
@@ -175,11 +224,13 @@ class Reservation:
     id: int
     ts: str
     owner: str
+    unit: str = ""
 
 
 @dataclass(frozen=True)
 class LedgerSummary:
-    """One dataset's budget: spent (all charges) and reserved (open reservations minus charges)."""
+    """One privacy unit's budget, as seen from one of its datasets: spent (all charges of the
+    unit) and reserved (open reservations minus their charges)."""
 
     dataset: str
     spent_rho: float
@@ -187,6 +238,7 @@ class LedgerSummary:
     spent_delta_extra: float
     runs: dict[str, dict[str, float]] = field(default_factory=dict)  # run_id -> stage -> rho
     reserved_delta_extra: float = 0.0
+    unit: str = ""
 
     def remaining_rho(self, limit_rho: float) -> float:
         """What a new reservation may take under `limit_rho`."""
@@ -260,33 +312,34 @@ class _Open:
     def reservation(self) -> Reservation:
         r = self.row
         return Reservation(r["dataset"], r["run_id"], r["rho"], r["delta_extra"], r["id"], r["ts"],
-                           r["owner"])
+                           r["owner"], r["unit"])
 
 
 class _Book:
-    """The state of one dataset, folded from its rows in id order."""
+    """The state of one privacy unit, folded from its rows in id order. A reservation belongs
+    to a (dataset, run): one Dagster run may materialize two datasets of one unit."""
 
     def __init__(self, rows: list[dict]):
-        self.open: dict[str, _Open] = {}
+        self.open: dict[tuple[str, str], _Open] = {}
         self.spent_rho = 0.0
         self.spent_delta_extra = 0.0
         self.runs: dict[str, dict[str, float]] = {}
         for row in rows:
-            run_id, kind = row["run_id"], row["kind"]
+            key, kind = (row["dataset"], row["run_id"]), row["kind"]
             if kind == "reserve":
-                self.open[run_id] = _Open(row, last_ts=row["ts"], last_owner=row["owner"])
+                self.open[key] = _Open(row, last_ts=row["ts"], last_owner=row["owner"])
             elif kind == "charge":
                 self.spent_rho += row["rho"]
                 self.spent_delta_extra += row["delta_extra"]
-                stages = self.runs.setdefault(run_id, {})
+                stages = self.runs.setdefault(row["run_id"], {})
                 stages[row["stage"]] = stages.get(row["stage"], 0.0) + row["rho"]
-                if run_id in self.open:
-                    o = self.open[run_id]
+                if key in self.open:
+                    o = self.open[key]
                     o.charged_rho += row["rho"]
                     o.charged_delta_extra += row["delta_extra"]
                     o.last_ts, o.last_owner = row["ts"], row["owner"]
             elif kind == "release":
-                self.open.pop(run_id, None)
+                self.open.pop(key, None)
 
     def reserved(self, opens=None) -> tuple[float, float]:
         """(rho, delta_extra) still held by open reservations."""
@@ -335,11 +388,48 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
         time.sleep(0.01)
 
 
+# ---- the hash chain and its mirrored head -----------------------------------------------------------
+
+
+def _canonical(row: dict) -> str:
+    """A row's content as hashed: its columns in a fixed order, floats as exact reprs."""
+    values = [row["id"], row["ts"], row["unit"], row["source"], row["dataset"], row["run_id"], row["stage"],
+              row["mechanism"], row["kind"], float(row["rho"]), float(row["delta_extra"]),
+              row["parameters"], row["owner"]]
+    return json.dumps(values, separators=(",", ":"), ensure_ascii=True)
+
+
+def _chain(previous: str, row: dict) -> str:
+    return hashlib.sha256(f"{previous}\n{_canonical(row)}".encode()).hexdigest()
+
+
+def _genesis_hash(secret: str) -> str:
+    return hashlib.sha256(f"dp-synth privacy ledger\n{secret}".encode()).hexdigest()
+
+
+@dataclass
+class _Tx:
+    """An open write transaction: its connection and the verified rows, grown by each insert."""
+
+    conn: sqlite3.Connection
+    rows: list[dict]
+    genesis: str
+
+    @property
+    def last_hash(self) -> str:
+        return self.rows[-1]["hash"] if self.rows else self.genesis
+
+
 # ---- the ledger -------------------------------------------------------------------------------------
 
 
 class PrivacyLedger:
     """The append-only privacy ledger in the SQLite file `path` (created on first use).
+
+    `units` maps dataset names to privacy units (dp_synth_assets.core.units.privacy_units) and
+    `sources` to their source identities (a unit's budget also counts the rows recorded on its
+    sources under another unit); a dataset they do not name is taken to be where its latest row
+    was recorded, else in a unit of its own name. `head_path` is the mirrored head file (default `<path>.head`).
 
     An open reservation is stale, and released by the next `reserve` or by `release_stale`, when the
     process that last wrote for its run (reserve or charge) ran on this host and is gone, or when the
@@ -349,70 +439,263 @@ class PrivacyLedger:
     """
 
     def __init__(self, path: str | Path, stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
-                 owner_pid: int | None = None):
+                 owner_pid: int | None = None, units: dict[str, str] | None = None,
+                 head_path: str | Path | None = None, sources: dict[str, str] | None = None):
         self.path = Path(path)
+        self.head_path = (Path(head_path) if head_path
+                          else self.path.with_name(self.path.name + LEDGER_HEAD_SUFFIX))
+        self.lock_path = self.path.with_name(self.path.name + LEDGER_LOCK_SUFFIX)
         self.stale_after_seconds = float(stale_after_seconds)
         self.owner_pid = owner_pid
+        self.units = dict(units or {})
+        self.sources = dict(sources or {})
         self._ready = False
+
+    # -- units
+
+    def _recorded(self, mapping: dict[str, str], column: str, dataset: str,
+                  rows: list[dict]) -> str:
+        if dataset in mapping:
+            return mapping[dataset]
+        for row in reversed(rows):
+            if row["dataset"] == dataset:
+                return row[column]
+        return dataset
+
+    def unit_of(self, dataset: str, rows: list[dict]) -> str:
+        """The dataset's privacy unit: from `units`, else as its latest row recorded it."""
+        return self._recorded(self.units, "unit", dataset, rows)
+
+    def _scope(self, dataset: str, rows: list[dict]) -> tuple[tuple[str, str], "_Book"]:
+        scope, counted = self._counted(dataset, rows)
+        return scope, _Book(counted)
+
+    def _counted(self, dataset: str, rows: list[dict]) -> tuple[tuple[str, str], list[dict]]:
+        """(unit, source) of the dataset, and the book of every row its budget counts: the rows
+        of its unit and the rows on any source of the unit, whatever unit they were recorded in
+        (so joining or leaving a budget group does not forget what a source has spent)."""
+        unit = self.unit_of(dataset, rows)
+        source = self._recorded(self.sources, "source", dataset, rows)
+        sources = {source} | {self.sources[d] for d, u in self.units.items()
+                              if u == unit and d in self.sources}
+        return (unit, source), [r for r in rows if r["unit"] == unit or r["source"] in sources]
+
+    def _members(self, unit: str, dataset: str) -> tuple[str, ...]:
+        return tuple(sorted({d for d, u in self.units.items() if u == unit} | {dataset}))
+
+    # -- tamper evidence
+
+    def _restore_hint(self) -> str:
+        return (
+            f"Nothing was spent. Restore the ledger file {self.path} from a backup that contains "
+            f"the mirrored head (take backups with `sqlite3 {self.path} \".backup <file>\"`; the "
+            f"file is in WAL mode), or point DP_SYNTH_LEDGER at the right file. The head is "
+            f"mirrored in {self.head_path} and in the `privacy/ledger_rows` and "
+            f"`privacy/ledger_head` metadata of the latest spending materializations."
+        )
+
+    def _head(self) -> dict | None:
+        """The mirrored head {rows, head, genesis}, or None when there is no head file."""
+        try:
+            text = self.head_path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            head = json.loads(text)
+            head = {"rows": int(head["rows"]), "head": str(head["head"]),
+                    "genesis": str(head["genesis"])}
+        except (ValueError, KeyError, TypeError):
+            raise LedgerError(f"The privacy ledger's head file {self.head_path} is unreadable; "
+                              f"restore it from a backup. {self._restore_hint()}") from None
+        return head
+
+    def _write_head(self, rows: list[dict], genesis: str) -> None:
+        """Mirror the head atomically: a complete temporary file, then os.replace."""
+        head = {"ledger": str(self.path.resolve()), "rows": len(rows),
+                "head": rows[-1]["hash"] if rows else genesis, "genesis": genesis}
+        self.head_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.head_path.with_name(f"{self.head_path.name}.{os.getpid()}.tmp")
+        with open(tmp, "w") as f:
+            json.dump(head, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.head_path)
+
+    def _verify(self, rows: list[dict], genesis: str, head: dict | None) -> None:
+        """Refuse (LedgerError) unless the chain recomputes and the ledger extends the head."""
+        previous = genesis
+        for position, row in enumerate(rows, start=1):
+            if row["id"] != position or _chain(previous, row) != row["hash"]:
+                raise LedgerError(
+                    f"The privacy ledger {self.path} fails its hash chain at row {row['id']}: a "
+                    f"row was edited, removed or inserted. {self._restore_hint()}")
+            previous = row["hash"]
+        if head is None:
+            if rows:
+                raise LedgerError(
+                    f"The privacy ledger {self.path} has {len(rows)} rows but no head file "
+                    f"{self.head_path}, so a truncated or swapped ledger cannot be ruled out. If "
+                    f"you moved the ledger, move its head file with it. If this ledger is complete "
+                    f"(compare with the `privacy/ledger_head` metadata of the latest spending "
+                    f"materialization), record its head with `python -m resources.ledger adopt "
+                    f"{self.path}`.")
+            return
+        if head["genesis"] != genesis:
+            raise LedgerError(
+                f"The privacy ledger {self.path} is not the ledger its head file {self.head_path} "
+                f"mirrors (it is another ledger file, or a new one: the ledger was swapped or "
+                f"deleted). {self._restore_hint()}")
+        if len(rows) < head["rows"]:
+            raise LedgerError(
+                f"The privacy ledger {self.path} has {len(rows)} rows, but its head file "
+                f"{self.head_path} records {head['rows']}: rows were removed (the ledger was "
+                f"truncated, or an older copy was put in its place). {self._restore_hint()}")
+        if head["rows"] and rows[head["rows"] - 1]["hash"] != head["head"]:
+            raise LedgerError(
+                f"Row {head['rows']} of the privacy ledger {self.path} does not carry the head "
+                f"hash its head file {self.head_path} records: the ledger was replaced or "
+                f"rewritten. {self._restore_hint()}")
 
     # -- connections
 
-    def _connect(self) -> sqlite3.Connection:
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        """The cross-process lock around a write: SQLite transaction plus head update."""
+        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise LedgerError(f"the privacy ledger's lock {self.lock_path} is held by "
+                                          f"another process for over {BUSY_TIMEOUT_MS // 1000} s")
+                    time.sleep(0.005)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _connect(self, locked: bool = False) -> sqlite3.Connection:
+        if not self.path.exists():
+            self._ready = False
+            head = self._head()
+            if head is not None and head["rows"] > 0:
+                raise LedgerError(
+                    f"The privacy ledger {self.path} does not exist, but its head file "
+                    f"{self.head_path} records {head['rows']} rows: the ledger was deleted or "
+                    f"moved. {self._restore_hint()}")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if not self._ready:
-            _enable_wal(conn)
-            conn.execute("BEGIN IMMEDIATE")
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            conn.execute("COMMIT")
+            try:
+                if locked:
+                    self._setup(conn)
+                else:
+                    with self._lock():
+                        self._setup(conn)
+            except BaseException:
+                conn.close()
+                raise
             self._ready = True
         return conn
 
+    def _setup(self, conn: sqlite3.Connection) -> None:
+        """Create the tables and the chain's secret on first use; refuse a pre-chain ledger."""
+        _enable_wal(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            columns = {row[0] for row in conn.execute(_COLUMNS_OF)}
+            if columns and "hash" not in columns:
+                raise LedgerError(
+                    f"The privacy ledger {self.path} was written by an earlier dp-synth, without "
+                    f"hash chain and privacy units. Migrate it into a new file: `python -m "
+                    f"resources.ledger migrate {self.path} <new ledger>` (run from the project "
+                    f"folder, with DP_SYNTH_DATASETS and DP_SYNTH_WAREHOUSE set as for Dagster), "
+                    f"then point DP_SYNTH_LEDGER at the new file (or move it to the default "
+                    f".dp_synth/ledger.sqlite, with its .head file).")
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            if conn.execute(_GENESIS).fetchone() is None:
+                conn.execute(_INSERT_GENESIS, (secrets.token_hex(32),))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        if self._head() is None:
+            rows, genesis = self._load(conn)
+            if not rows:
+                self._write_head(rows, genesis)
+
+    def _load(self, conn: sqlite3.Connection) -> tuple[list[dict], str]:
+        """All rows in id order and the chain's starting hash, unverified."""
+        secret = conn.execute(_GENESIS).fetchone()
+        if secret is None:
+            raise LedgerError(f"The privacy ledger {self.path} has lost its chain secret "
+                              f"(table ledger_meta). {self._restore_hint()}")
+        return [dict(row) for row in conn.execute(_SELECT)], _genesis_hash(secret[0])
+
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """One BEGIN IMMEDIATE transaction: committed on success, rolled back on any exception."""
-        conn = self._connect()
-        try:
-            conn.execute("BEGIN IMMEDIATE")
+    def _transaction(self) -> Iterator[_Tx]:
+        """One write under the lock: a BEGIN IMMEDIATE transaction over the verified rows,
+        committed on success (then the head is mirrored), rolled back on any exception."""
+        with self._lock():
+            head = self._head()
+            conn = self._connect(locked=True)
             try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        finally:
-            conn.close()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    rows, genesis = self._load(conn)
+                    self._verify(rows, genesis, head)
+                    tx = _Tx(conn, rows, genesis)
+                    before = len(rows)
+                    yield tx
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+            finally:
+                conn.close()
+            if len(tx.rows) != before:
+                self._write_head(tx.rows, tx.genesis)
 
-    def _rows(self, conn: sqlite3.Connection, dataset: str | None = None) -> list[dict]:
-        if dataset is None:
-            cursor = conn.execute(f"{_SELECT} ORDER BY id")
-        else:
-            cursor = conn.execute(f"{_SELECT} WHERE dataset = ? ORDER BY id", (dataset,))
-        return [dict(row) for row in cursor]
-
-    def _read(self, dataset: str | None = None) -> list[dict]:
+    def _read(self) -> list[dict]:
+        """All rows, verified. The head is read first: it only advances after a commit, so the
+        rows read next extend it unless the ledger was tampered with."""
+        head = self._head()
         conn = self._connect()
         try:
-            return self._rows(conn, dataset)
+            rows, genesis = self._load(conn)
         finally:
             conn.close()
+        self._verify(rows, genesis, head)
+        return rows
 
-    def _insert(self, conn, dataset, run_id, kind, rho, delta_extra=0.0, stage=None, mechanism=None,
-                parameters=None) -> tuple[int, str, str]:
-        ts = datetime.now(timezone.utc).isoformat(timespec="microseconds")
-        owner = owner_id(self.owner_pid)
-        cursor = conn.execute(_INSERT, (ts, dataset, run_id, stage, mechanism, kind, rho, delta_extra,
-                                        _json(parameters or {}), owner))
-        return cursor.lastrowid, ts, owner
+    def _insert(self, tx: _Tx, scope: tuple[str, str], dataset: str, run_id: str, kind: str,
+                rho: float,
+                delta_extra: float = 0.0, stage=None, mechanism=None, parameters=None,
+                ts: str | None = None, owner: str | None = None) -> dict:
+        row = {"id": len(tx.rows) + 1,
+               "ts": ts or datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+               "unit": scope[0], "source": scope[1], "dataset": dataset, "run_id": run_id, "stage": stage,
+               "mechanism": mechanism, "kind": kind, "rho": float(rho),
+               "delta_extra": float(delta_extra), "parameters": _json(parameters or {}),
+               "owner": owner or owner_id(self.owner_pid)}
+        row["hash"] = _chain(tx.last_hash, row)
+        tx.conn.execute(_INSERT, (*(row[c] for c in _COLUMNS), row["hash"]))
+        tx.rows.append(row)
+        return row
 
-    def _insert_release(self, conn, dataset: str, run_id: str, o: _Open, reason: str) -> None:
+    def _insert_release(self, tx: _Tx, o: _Open, reason: str) -> None:
         parameters = {"reason": reason, "reserve_id": o.row["id"], "reserved_rho": o.row["rho"],
                       "charged_rho": o.charged_rho, "charged_delta_extra": o.charged_delta_extra}
-        self._insert(conn, dataset, run_id, "release", o.remaining_rho, o.remaining_delta_extra,
-                     parameters=parameters)
+        self._insert(tx, (o.row["unit"], o.row["source"]), o.row["dataset"], o.row["run_id"],
+                     "release",
+                     o.remaining_rho, o.remaining_delta_extra, parameters=parameters)
 
     # -- staleness
 
@@ -424,23 +707,20 @@ class PrivacyLedger:
             return f"stale: no activity for {idle:.0f} s (stale after {self.stale_after_seconds:g} s)"
         return None
 
-    def _release_stale(self, conn: sqlite3.Connection, now: datetime) -> list[str]:
-        by_dataset: dict[str, list[dict]] = {}
-        for row in self._rows(conn):
-            by_dataset.setdefault(row["dataset"], []).append(row)
+    def _release_stale(self, tx: _Tx, now: datetime) -> list[str]:
         released = []
-        for dataset, rows in by_dataset.items():
-            for run_id, o in _Book(rows).open.items():
+        for unit in dict.fromkeys(row["unit"] for row in tx.rows):
+            for (_, run_id), o in _Book([r for r in tx.rows if r["unit"] == unit]).open.items():
                 reason = self._stale_reason(o, now)
                 if reason:
-                    self._insert_release(conn, dataset, run_id, o, reason)
+                    self._insert_release(tx, o, reason)
                     released.append(run_id)
         return released
 
     def release_stale(self, now: datetime | None = None) -> list[str]:
         """Release every stale open reservation (any dataset); returns the released run ids."""
-        with self._transaction() as conn:
-            return self._release_stale(conn, _utc(now))
+        with self._transaction() as tx:
+            return self._release_stale(tx, _utc(now))
 
     # -- the run's life: reserve, charge, release
 
@@ -449,9 +729,9 @@ class PrivacyLedger:
                 delta: float | None = None) -> Reservation:
         """Reserve a run's whole budget, or raise BudgetExceeded (after releasing stale reservations).
 
-        Fits when spent + reserved + rho <= limit_rho (and likewise for delta_extra). A run that
-        already holds an open reservation gets that one back. `delta` only serves the refusal's
-        message (epsilon figures) and is recorded in the row's parameters.
+        Fits when the unit's spent + reserved + rho <= limit_rho (and likewise for delta_extra).
+        A run that already holds an open reservation for this dataset gets that one back. `delta`
+        only serves the refusal's message (epsilon figures) and is recorded in the row's parameters.
         """
         rho, limit_rho = _check_amount("rho", rho), _check_amount("limit_rho", limit_rho)
         delta_extra = _check_amount("delta_extra", delta_extra)
@@ -459,39 +739,44 @@ class PrivacyLedger:
         if delta is not None and not 0 < delta < 1:
             raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
         refusal = None
-        with self._transaction() as conn:
-            self._release_stale(conn, _utc(None))
-            book = _Book(self._rows(conn, dataset))
-            if run_id in book.open:
-                return book.open[run_id].reservation()
+        with self._transaction() as tx:
+            self._release_stale(tx, _utc(None))
+            scope, book = self._scope(dataset, tx.rows)
+            unit = scope[0]
+            if (dataset, run_id) in book.open:
+                return book.open[dataset, run_id].reservation()
             reserved_rho, reserved_delta_extra = book.reserved()
+            group = dict(group=group_name(unit), members=self._members(unit, dataset))
             if not _fits(book.spent_rho + reserved_rho + rho, limit_rho):
-                refusal = BudgetExceeded(dataset, rho, book.spent_rho, reserved_rho, limit_rho, delta)
+                refusal = BudgetExceeded(dataset, rho, book.spent_rho, reserved_rho, limit_rho, delta,
+                                         **group)
             elif not _fits(book.spent_delta_extra + reserved_delta_extra + delta_extra,
                            limit_delta_extra):
                 refusal = BudgetExceeded(
                     dataset, rho, book.spent_rho, reserved_rho, limit_rho, delta,
                     detail=f"It is delta_extra that does not fit: requested {delta_extra:g}, spent "
                     f"{book.spent_delta_extra:g}, reserved {reserved_delta_extra:g}, limit "
-                    f"{limit_delta_extra:g}.",
+                    f"{limit_delta_extra:g}.", **group,
                 )
             else:
                 parameters = {"limit_rho": limit_rho, "limit_delta_extra": limit_delta_extra,
                               "delta": delta, "spent_rho": book.spent_rho,
                               "reserved_rho": reserved_rho}
-                row_id, ts, owner = self._insert(conn, dataset, run_id, "reserve", rho, delta_extra,
-                                                 parameters=parameters)
+                row = self._insert(tx, scope, dataset, run_id, "reserve", rho, delta_extra,
+                                   parameters=parameters)
         if refusal is not None:  # raised after the commit, which keeps the stale releases
             raise refusal
-        return Reservation(dataset, run_id, rho, delta_extra, row_id, ts, owner)
+        return Reservation(dataset, run_id, rho, delta_extra, row["id"], row["ts"], row["owner"],
+                           unit)
 
     def charge(self, dataset: str, run_id: str, stage: str, spend: Spend,
                parameters: dict | None = None) -> None:
         """Record one mechanism's spend against the run's open reservation, or refuse it."""
         rho = _check_amount("spend.rho", spend.rho)
         delta_extra = _check_amount("spend.delta_extra", spend.delta_extra)
-        with self._transaction() as conn:
-            o = _Book(self._rows(conn, dataset)).open.get(run_id)
+        with self._transaction() as tx:
+            scope, book = self._scope(dataset, tx.rows)
+            o = book.open.get((dataset, run_id))
             if o is None:
                 raise LedgerError(
                     f"Run '{run_id}' of dataset '{dataset}' holds no open reservation, so stage "
@@ -510,55 +795,120 @@ class PrivacyLedger:
                 )
             recorded = dict(parameters or {})
             recorded.update(sensitivity=spend.sensitivity, scale=spend.scale)
-            self._insert(conn, dataset, run_id, "charge", rho, delta_extra, stage=stage,
+            self._insert(tx, scope, dataset, run_id, "charge", rho, delta_extra, stage=stage,
                          mechanism=spend.mechanism, parameters=recorded)
 
     def release(self, dataset: str, run_id: str, reason: str = "run finished") -> None:
         """Close the run's reservation, giving back the unspent remainder; no-op if none is open."""
-        with self._transaction() as conn:
-            o = _Book(self._rows(conn, dataset)).open.get(run_id)
+        with self._transaction() as tx:
+            o = self._scope(dataset, tx.rows)[1].open.get((dataset, run_id))
             if o is not None:
-                self._insert_release(conn, dataset, run_id, o, reason)
+                self._insert_release(tx, o, reason)
 
     # -- reading
 
     def summary(self, dataset: str) -> LedgerSummary:
-        """Spent and reserved budget of a dataset, with charges per run and stage."""
-        book = _Book(self._read(dataset))
+        """Spent and reserved budget of the dataset's unit, with charges per run and stage."""
+        rows = self._read()
+        (unit, _), book = self._scope(dataset, rows)
         reserved_rho, reserved_delta_extra = book.reserved()
         return LedgerSummary(dataset, book.spent_rho, reserved_rho, book.spent_delta_extra,
-                             book.runs, reserved_delta_extra)
+                             book.runs, reserved_delta_extra, unit)
 
     def spent_by_run(self, dataset: str, run_id: str) -> dict[str, float]:
-        """A run's charges by stage (every charge it ever made)."""
-        return dict(_Book(self._read(dataset)).runs.get(run_id, {}))
+        """A run's charges for this dataset by stage (every charge it ever made)."""
+        by_stage: dict[str, float] = {}
+        for row in self._read():
+            if row["kind"] == "charge" and row["dataset"] == dataset and row["run_id"] == run_id:
+                by_stage[row["stage"]] = by_stage.get(row["stage"], 0.0) + row["rho"]
+        return by_stage
 
     def events(self, dataset: str | None = None) -> list[dict]:
-        """All rows in order (of one dataset if given), with `parameters` decoded."""
-        rows = self._read(dataset)
+        """All rows in order (those the dataset's budget counts, if given), `parameters` decoded."""
+        rows = self._read()
+        if dataset is not None:
+            rows = self._counted(dataset, rows)[1]
         for row in rows:
             row["parameters"] = json.loads(row["parameters"])
         return rows
 
+    def head(self) -> tuple[int, str]:
+        """(row count, hash of the last row) of the verified ledger: what the mirrors record."""
+        rows = self._read()
+        if rows:
+            return len(rows), rows[-1]["hash"]
+        conn = self._connect()
+        try:
+            return 0, self._load(conn)[1]
+        finally:
+            conn.close()
+
     def can_cover(self, dataset: str, rho: float, limit_rho: float, delta_extra: float = 0.0,
                   limit_delta_extra: float = 0.0, now: datetime | None = None) -> bool:
-        """Whether `reserve` would succeed now (stale reservations count as released); writes nothing."""
+        """Whether `reserve` would succeed now (stale reservations count as released); writes
+        nothing. Raises LedgerError like `reserve` when the ledger fails its tamper checks."""
         now = _utc(now)
-        book = _Book(self._read(dataset))
+        rows = self._read()
+        book = self._scope(dataset, rows)[1]
         live = [o for o in book.open.values() if self._stale_reason(o, now) is None]
         reserved_rho, reserved_delta_extra = book.reserved(live)
         return _fits(book.spent_rho + reserved_rho + rho, limit_rho) and _fits(
             book.spent_delta_extra + reserved_delta_extra + delta_extra, limit_delta_extra
         )
 
+    def adopt(self) -> tuple[int, str]:
+        """Record the current head of a ledger whose chain recomputes as its mirrored head (after
+        the head file was lost); returns it. The caller vouches that the ledger is complete."""
+        with self._lock():
+            conn = self._connect(locked=True)
+            try:
+                rows, genesis = self._load(conn)
+            finally:
+                conn.close()
+            self._verify(rows, genesis, {"rows": 0, "head": genesis, "genesis": genesis})
+            self._write_head(rows, genesis)
+        return len(rows), rows[-1]["hash"] if rows else genesis
+
+
+def migrate_legacy(old: str | Path, new: str | Path, units: dict[str, str],
+                   sources: dict[str, str] | None = None) -> int:
+    """Copy the rows of a ledger written before the hash chain (keyed by dataset name), in order
+    and unchanged, into a new chained ledger at `new`; each row's unit is its dataset's unit in
+    `units` (its dataset name for an entry no longer registered). Returns the number of rows.
+    The old file is only read; the new one must not exist."""
+    if Path(new).exists():
+        raise LedgerError(f"{new} exists; migrate into a new file")
+    source = sqlite3.connect(f"file:{Path(old).resolve()}?mode=ro", uri=True)
+    source.row_factory = sqlite3.Row
+    try:
+        rows = [dict(row) for row in source.execute(_LEGACY_SELECT)]
+    finally:
+        source.close()
+    sources = sources or {}
+    ledger = PrivacyLedger(new, units=units, sources=sources)
+    with ledger._transaction() as tx:
+        for r in rows:
+            unit = units.get(r["dataset"], r["dataset"])
+            ledger._insert(tx, (unit, sources.get(r["dataset"], unit)), r["dataset"], r["run_id"],
+                           r["kind"], r["rho"], r["delta_extra"], r["stage"], r["mechanism"],
+                           json.loads(r["parameters"]), ts=r["ts"], owner=r["owner"])
+    return len(rows)
+
 
 # ---- Dagster ----------------------------------------------------------------------------------------
 
 
 class LedgerResource(dagster.ConfigurableResource):
-    """The privacy ledger as a Dagster resource: where its SQLite file lives, when runs go stale."""
+    """The privacy ledger as a Dagster resource: where its SQLite file and its mirrored head live,
+    which privacy unit each dataset spends, when runs go stale."""
 
     path: str = Field(description="Path of the ledger's SQLite database file.")
+    head_path: str | None = Field(
+        default=None, description="The mirrored head file (default: the ledger's path + '.head').")
+    units: dict[str, str] = Field(
+        default_factory=dict, description="Dataset name -> privacy unit (budget owner).")
+    sources: dict[str, str] = Field(
+        default_factory=dict, description="Dataset name -> normalized source identity.")
     stale_after_seconds: float = Field(
         default=DEFAULT_STALE_AFTER_SECONDS,
         description="An open reservation with no ledger activity for this long is released.",
@@ -566,4 +916,41 @@ class LedgerResource(dagster.ConfigurableResource):
 
     def ledger(self) -> PrivacyLedger:
         """The ledger at `path`."""
-        return PrivacyLedger(self.path, self.stale_after_seconds)
+        return PrivacyLedger(self.path, self.stale_after_seconds, units=self.units,
+                             head_path=self.head_path, sources=self.sources)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """`python -m resources.ledger adopt LEDGER`: record the head of a ledger whose head file was
+    lost, after checking its chain. `python -m resources.ledger migrate OLD NEW`: copy a ledger
+    from before the hash chain into a new one, with the privacy units of the registry that
+    DP_SYNTH_DATASETS and DP_SYNTH_WAREHOUSE name (defaults as in definitions.py)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m resources.ledger")
+    commands = parser.add_subparsers(dest="command", required=True)
+    adopt = commands.add_parser("adopt", help="record the head of a complete ledger")
+    adopt.add_argument("ledger")
+    migrate = commands.add_parser("migrate", help="copy a pre-chain ledger into a new one")
+    migrate.add_argument("old")
+    migrate.add_argument("new")
+    args = parser.parse_args(argv)
+    if args.command == "adopt":
+        rows, head = PrivacyLedger(args.ledger).adopt()
+        print(f"{args.ledger}: {rows} rows, head {head}")
+        return
+    from dp_synth_assets.core.config import load_registry
+    from dp_synth_assets.core.units import privacy_units, source_identity
+
+    datasets = Path(os.environ.get("DP_SYNTH_DATASETS", "datasets.yaml")).resolve()
+    warehouse = os.environ.get("DP_SYNTH_WAREHOUSE", "data/warehouse.duckdb")
+    registry = load_registry(datasets)
+    units = privacy_units(registry, datasets.parent, warehouse)
+    sources = {name: source_identity(spec, datasets.parent, warehouse)
+               for name, spec in registry.items()}
+    count = migrate_legacy(args.old, args.new, units, sources)
+    print(f"{args.new}: {count} rows migrated from {args.old}")
+
+
+if __name__ == "__main__":
+    main()

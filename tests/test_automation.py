@@ -43,7 +43,7 @@ def budget_of(project) -> DatasetBudget:
 def exhaust_budget(project) -> None:
     """Spend all of the dataset's limit but half a run, through the ledger itself."""
     budget = budget_of(project)
-    ledger = PrivacyLedger(project.ledger)
+    ledger = project.defs_fn().resources["ledger"].ledger()  # keyed by the dataset's unit
     rho = budget.limit_rho - budget.run_rho / 2
     ledger.reserve(DATASET, "earlier-runs", rho, budget.limit_rho, delta=budget.delta)
     ledger.charge(DATASET, "earlier-runs", "measurements", Spend("gaussian", rho))

@@ -1,5 +1,6 @@
 """The privacy ledger (DESIGN.md section 5): arithmetic, refusals, append-only, processes, staleness."""
 
+import json
 import multiprocessing
 import os
 import queue
@@ -347,26 +348,21 @@ def test_tiny_stale_after_lets_a_new_run_reserve(tmp_path):
         ("r1", "reserve"), ("r1", "release"), ("r2", "reserve")]
 
 
-def _insert_reservation(ledger: PrivacyLedger, run_id: str, owner: str) -> None:
-    ledger.summary("adult")  # creates the table
-    conn = sqlite3.connect(ledger.path)
-    with conn:
-        conn.execute(
-            "INSERT INTO privacy_ledger (ts, dataset, run_id, kind, rho, delta_extra, parameters,"
-            " owner) VALUES (?, 'adult', ?, 'reserve', 0.5, 0, '{}', ?)",
-            (datetime.now(timezone.utc).isoformat(), run_id, owner),
-        )
-    conn.close()
+def _insert_reservation(ledger: PrivacyLedger, run_id: str, owner: str, monkeypatch) -> None:
+    """A reservation recorded as written by `owner` (through the ledger, so the chain holds)."""
+    with monkeypatch.context() as patch:
+        patch.setattr(ledger_module, "owner_id", lambda pid=None: owner)
+        ledger.reserve("adult", run_id, 0.5, 1.0)
 
 
-def test_a_reused_pid_is_not_mistaken_for_the_owner(ledger):
-    _insert_reservation(ledger, "old", f"{socket.gethostname()}:{os.getpid()}:1")
+def test_a_reused_pid_is_not_mistaken_for_the_owner(ledger, monkeypatch):
+    _insert_reservation(ledger, "old", f"{socket.gethostname()}:{os.getpid()}:1", monkeypatch)
     assert ledger.release_stale() == ["old"]
     assert ledger.events()[-1]["parameters"]["reason"] == "stale: owner process gone"
 
 
-def test_an_owner_on_another_host_is_only_judged_by_inactivity(ledger):
-    _insert_reservation(ledger, "remote", "some-other-host.example:1:1")
+def test_an_owner_on_another_host_is_only_judged_by_inactivity(ledger, monkeypatch):
+    _insert_reservation(ledger, "remote", "some-other-host.example:1:1", monkeypatch)
     assert ledger.release_stale() == []
     assert ledger.release_stale(now=datetime.now(timezone.utc) + timedelta(hours=7)) == ["remote"]
 
@@ -388,3 +384,210 @@ def test_ledger_resource_works_in_a_dagster_asset(tmp_path):
     assert result.success
     assert PrivacyLedger(path).summary("adult").spent_rho == 0.25
     assert LedgerResource(path=path).ledger().stale_after_seconds == 21600
+
+
+# ---- privacy units -------------------------------------------------------------------------------
+
+
+def test_datasets_of_one_unit_share_one_limit_and_the_refusal_names_the_group(tmp_path):
+    units = {"a": "group:census", "b": "group:census", "c": "duckdb:/w:main.c"}
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", units=units)
+    ledger.reserve("a", "r1", 0.5, 1.0, delta=DELTA)
+    ledger.charge("a", "r1", "measure", spend(0.5))
+    ledger.release("a", "r1")
+    assert ledger.summary("b").spent_rho == 0.5
+    assert ledger.can_cover("b", 0.5, 1.0) and not ledger.can_cover("b", 0.6, 1.0)
+    with pytest.raises(BudgetExceeded) as refusal:
+        ledger.reserve("b", "r2", 0.6, 1.0, delta=DELTA)
+    message = str(refusal.value)
+    assert "dataset 'b' (budget group 'census', shared with 'a')" in message
+    assert "every entry of budget group 'census'" in message
+    ledger.reserve("c", "r3", 1.0, 1.0)  # another unit: its own limit
+
+
+def test_one_run_of_two_datasets_in_one_unit_holds_two_reservations(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", units={"a": "group:g", "b": "group:g"})
+    ledger.reserve("a", "run", 0.25, 1.0)
+    ledger.reserve("b", "run", 0.5, 1.0)
+    assert ledger.summary("a").reserved_rho == 0.75
+    ledger.release("a", "run")
+    assert ledger.summary("b").reserved_rho == 0.5
+
+
+def test_renaming_a_dataset_keeps_its_spend(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    source = {"old": "file:/data/x.parquet"}
+    before = PrivacyLedger(path, units=dict(source), sources=dict(source))
+    before.reserve("old", "r1", 0.75, 1.0)
+    before.charge("old", "r1", "measure", spend(0.75))
+    before.release("old", "r1")
+    renamed = {"new": "file:/data/x.parquet"}
+    after = PrivacyLedger(path, units=renamed, sources=renamed)
+    assert after.summary("new").spent_rho == 0.75
+    with pytest.raises(BudgetExceeded):
+        after.reserve("new", "r2", 0.5, 1.0)
+
+
+def test_joining_a_budget_group_keeps_the_sources_spend(tmp_path):
+    path = tmp_path / "ledger.sqlite"
+    alone = PrivacyLedger(path, units={"a": "file:/x"}, sources={"a": "file:/x"})
+    alone.reserve("a", "r1", 0.75, 1.0)
+    alone.charge("a", "r1", "measure", spend(0.75))
+    alone.release("a", "r1")
+    grouped = PrivacyLedger(path, units={"a": "group:g", "b": "group:g"},
+                            sources={"a": "file:/x", "b": "file:/x"})
+    assert grouped.summary("b").spent_rho == 0.75
+    assert not grouped.can_cover("b", 0.5, 1.0)
+
+
+# ---- tamper evidence -----------------------------------------------------------------------------
+
+
+def spend_once(ledger: PrivacyLedger, run_id: str, rho: float = 0.25) -> None:
+    ledger.reserve("adult", run_id, rho, 1.0)
+    ledger.charge("adult", run_id, "measure", spend(rho))
+    ledger.release("adult", run_id)
+
+
+def raw_rows(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT count(*) FROM privacy_ledger").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def snapshot(path: Path, to: Path) -> None:
+    """A consistent copy of the ledger (WAL content included), as a backup would be."""
+    source, target = sqlite3.connect(path), sqlite3.connect(to)
+    source.backup(target)
+    source.close()
+    target.close()
+
+
+def put_in_place(copy: Path, path: Path) -> None:
+    for suffix in ("-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    path.write_bytes(copy.read_bytes())
+
+
+def assert_refused(ledger: PrivacyLedger, *phrases: str) -> None:
+    for attempt in (lambda: ledger.reserve("adult", "next", 0.25, 1.0),
+                    lambda: ledger.can_cover("adult", 0.25, 1.0)):
+        with pytest.raises(LedgerError) as error:
+            attempt()
+        message = str(error.value)
+        for phrase in (*phrases, "Nothing was spent", "Restore the ledger file",
+                       str(ledger.head_path)):
+            assert phrase in message, (phrase, message)
+
+
+def test_a_new_installation_starts_and_the_head_is_mirrored_beside_the_ledger(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite")
+    assert not ledger.path.exists() and not ledger.head_path.exists()
+    spend_once(ledger, "r1")
+    head = json.loads(ledger.head_path.read_text())
+    assert ledger.head_path == tmp_path / "ledger.sqlite.head"
+    assert (head["rows"], head["head"]) == ledger.head() == (3, ledger.events()[-1]["hash"])
+
+
+def test_an_edited_row_is_refused(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite")
+    spend_once(ledger, "r1", rho=0.75)
+    conn = sqlite3.connect(ledger.path)
+    conn.execute("DROP TRIGGER privacy_ledger_append_only_u")
+    conn.execute("UPDATE privacy_ledger SET rho = 0 WHERE kind = 'charge'")
+    conn.commit()
+    conn.close()
+    assert_refused(ledger, "fails its hash chain at row 2")
+    assert raw_rows(ledger.path) == 3
+
+
+def test_deleted_last_rows_are_refused(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite")
+    spend_once(ledger, "r1", rho=0.75)
+    conn = sqlite3.connect(ledger.path)
+    conn.execute("DROP TRIGGER privacy_ledger_append_only_d")
+    conn.execute("DELETE FROM privacy_ledger WHERE id > 1")
+    conn.commit()
+    conn.close()
+    assert_refused(ledger, "has 1 rows, but its head file", "records 3")
+    assert raw_rows(ledger.path) == 1
+
+
+def test_an_older_copy_of_the_ledger_is_refused(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite")
+    spend_once(ledger, "r1")
+    snapshot(ledger.path, tmp_path / "backup.sqlite")
+    spend_once(ledger, "r2", rho=0.75)
+    put_in_place(tmp_path / "backup.sqlite", ledger.path)
+    assert_refused(ledger, "has 3 rows, but its head file", "records 6")
+    assert raw_rows(ledger.path) == 3
+
+
+def test_another_ledger_file_is_refused(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite")
+    spend_once(ledger, "r1")
+    other = PrivacyLedger(tmp_path / "other" / "ledger.sqlite")
+    for run in ("a", "b"):
+        spend_once(other, run, rho=0.0)
+    snapshot(other.path, tmp_path / "other.sqlite")
+    put_in_place(tmp_path / "other.sqlite", ledger.path)
+    assert_refused(ledger, "is not the ledger its head file")
+
+
+def test_a_deleted_ledger_is_refused_and_not_recreated(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite")
+    spend_once(ledger, "r1")
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{ledger.path}{suffix}").unlink(missing_ok=True)
+    assert_refused(ledger, "does not exist, but its head file", "records 3 rows")
+    assert not ledger.path.exists()
+
+
+def test_restoring_the_backup_lets_runs_continue(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite")
+    spend_once(ledger, "r1")
+    snapshot(ledger.path, tmp_path / "backup.sqlite")
+    ledger.path.unlink()
+    with pytest.raises(LedgerError):
+        ledger.reserve("adult", "r2", 0.25, 1.0)
+    put_in_place(tmp_path / "backup.sqlite", ledger.path)
+    spend_once(ledger, "r2")
+    assert ledger.summary("adult").spent_rho == 0.5
+
+
+def test_a_ledger_without_its_head_file_is_refused_until_adopted(tmp_path):
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite")
+    spend_once(ledger, "r1")
+    ledger.head_path.unlink()
+    with pytest.raises(LedgerError, match="no head file"):
+        ledger.reserve("adult", "r2", 0.25, 1.0)
+    assert ledger_module.main(["adopt", str(ledger.path)]) is None
+    spend_once(ledger, "r2")
+    assert json.loads(ledger.head_path.read_text())["rows"] == 6
+
+
+def test_a_ledger_from_before_the_chain_is_refused_and_migrates(tmp_path):
+    old = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(old)
+    conn.execute("CREATE TABLE privacy_ledger (id INTEGER PRIMARY KEY, ts TEXT NOT NULL, dataset"
+                 " TEXT NOT NULL, run_id TEXT NOT NULL, stage TEXT, mechanism TEXT, kind TEXT NOT"
+                 " NULL, rho REAL NOT NULL, delta_extra REAL NOT NULL DEFAULT 0, parameters TEXT"
+                 " NOT NULL DEFAULT '{}', owner TEXT NOT NULL)")
+    rows = [(None, "reserve", 0.5, "{}"), ("measure", "charge", 0.5, '{"scale": 2}'),
+            (None, "release", 0.0, '{"reason": "run finished"}')]
+    conn.executemany("INSERT INTO privacy_ledger (ts, dataset, run_id, stage, kind, rho, "
+                     "parameters, owner) VALUES ('2024-01-01T00:00:00+00:00', 'adult', 'r1', ?, ?,"
+                     " ?, ?, 'host:1:1')", rows)
+    conn.commit()
+    conn.close()
+    with pytest.raises(LedgerError, match="python -m resources.ledger migrate"):
+        PrivacyLedger(old).summary("adult")
+    units = {"adult_v2": "file:/x", "adult": "file:/x"}
+    assert ledger_module.migrate_legacy(old, tmp_path / "new.sqlite", units, units) == 3
+    new = PrivacyLedger(tmp_path / "new.sqlite", units={"adult_v2": "file:/x"},
+                        sources={"adult_v2": "file:/x"})
+    assert new.summary("adult_v2").spent_rho == 0.5
+    assert [(e["kind"], e["parameters"]) for e in new.events()] == [
+        ("reserve", {}), ("charge", {"scale": 2}), ("release", {"reason": "run finished"})]

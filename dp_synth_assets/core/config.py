@@ -185,11 +185,17 @@ class Limit(_Strict):
 
 
 class Privacy(_Strict):
-    """The budget of one synthesis run and the dataset's lifetime limit, both as (epsilon, delta)."""
+    """The budget of one synthesis run and the lifetime limit, both as (epsilon, delta).
+
+    The limit belongs to the dataset's privacy unit (dp_synth_assets.core.units): its source, or
+    `budget_group`, a name several entries share to spend one budget (required when they read the
+    same source; they must then declare the same limit).
+    """
 
     epsilon: float = Field(gt=0, allow_inf_nan=False)
     delta: float = Field(gt=0, lt=1, allow_inf_nan=False)
     limit: Limit
+    budget_group: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
     @model_validator(mode="after")
     def _run_within_limit(self) -> "Privacy":

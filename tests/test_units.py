@@ -1,0 +1,90 @@
+"""Privacy units (dp_synth_assets.core.units): one budget per source, whatever the spelling."""
+
+import os
+
+import pytest
+
+from dp_synth_assets.core.config import RegistryError, parse_registry
+from dp_synth_assets.core.units import privacy_unit, privacy_units, source_identity
+
+COLUMNS = {"a": {"kind": "boolean"}, "b": {"kind": "boolean"}}
+LIMIT = {"epsilon": 2.0, "delta": 1e-8}
+
+
+def entry(source: dict, group: str | None = None, limit: dict = LIMIT) -> dict:
+    privacy = {"epsilon": 1.0, "delta": 1e-9, "limit": limit}
+    if group is not None:
+        privacy["budget_group"] = group
+    return {"source": source, "columns": COLUMNS, "privacy": privacy}
+
+
+def registry(**entries) -> dict:
+    return parse_registry({"datasets": entries})
+
+
+@pytest.mark.parametrize("spelling", ["main.t", "T", "t", "MAIN.T", "warehouse.main.t"])
+def test_table_spellings_are_one_unit(tmp_path, spelling):
+    warehouse = tmp_path / "warehouse.duckdb"
+    spec = registry(x=entry({"table": spelling}))["x"]
+    assert privacy_unit(spec, tmp_path, warehouse) == f"duckdb:{warehouse.resolve()}:main.t"
+
+
+def test_other_schema_or_other_warehouse_is_another_unit(tmp_path):
+    specs = registry(a=entry({"table": "t"}), b=entry({"table": "other.t"}))
+    assert source_identity(specs["a"], tmp_path, tmp_path / "w.duckdb") != source_identity(
+        specs["b"], tmp_path, tmp_path / "w.duckdb")
+    assert source_identity(specs["a"], tmp_path, tmp_path / "w.duckdb") != source_identity(
+        specs["a"], tmp_path, tmp_path / "v.duckdb")
+
+
+def test_a_relative_file_and_its_absolute_path_are_one_unit(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    specs = registry(rel=entry({"parquet": "./x.parquet"}),
+                     up=entry({"parquet": "sub/../x.parquet"}),
+                     absolute=entry({"parquet": str(tmp_path / "x.parquet")}),
+                     glob=entry({"parquet": "parts/*.parquet"}))
+    units = {n: privacy_unit(s, tmp_path, tmp_path / "w.duckdb") for n, s in specs.items()}
+    assert units["rel"] == units["up"] == units["absolute"] == f"file:{(tmp_path / 'x.parquet').resolve()}"
+    assert units["glob"] == f"file:{tmp_path.resolve()}/parts/*.parquet"
+    monkeypatch.chdir(os.sep)  # the base folder, not the working directory, anchors a path
+    assert privacy_unit(specs["rel"], tmp_path, tmp_path / "w.duckdb") == units["rel"]
+
+
+def test_attaching_the_warehouse_names_the_same_unit_as_its_table(tmp_path):
+    specs = registry(direct=entry({"table": "main.t"}),
+                     attached=entry({"attach": "warehouse.duckdb", "type": "duckdb", "table": "T"}),
+                     pg1=entry({"attach": "host=h dbname=d", "type": "postgres", "table": "t"}),
+                     pg2=entry({"attach": "dbname=d  host=h", "type": "postgres", "table": "public.T"}))
+    warehouse = tmp_path / "warehouse.duckdb"
+    units = {n: privacy_unit(s, tmp_path, warehouse) for n, s in specs.items()}
+    assert units["direct"] == units["attached"]
+    assert units["pg1"] == units["pg2"] == "postgres:dbname=d host=h:public.t"
+
+
+def test_two_entries_on_one_source_without_a_shared_group_are_refused(tmp_path):
+    for second in (entry({"table": "T"}), entry({"table": "T"}, group="g")):
+        specs = registry(first=entry({"table": "main.t"}), second=second)
+        with pytest.raises(RegistryError) as error:
+            privacy_units(specs, tmp_path, tmp_path / "w.duckdb")
+        message = str(error.value)
+        assert "'first'" in message and "'second'" in message and "budget_group" in message
+
+
+def test_entries_sharing_a_group_share_one_unit_and_must_agree_on_the_limit(tmp_path):
+    specs = registry(first=entry({"table": "main.t"}, group="census"),
+                     second=entry({"table": "T"}, group="census"),
+                     other=entry({"table": "u"}))
+    units = privacy_units(specs, tmp_path, tmp_path / "w.duckdb")
+    assert units["first"] == units["second"] == "group:census" != units["other"]
+
+    specs = registry(first=entry({"table": "main.t"}, group="census"),
+                     second=entry({"table": "T"}, group="census",
+                                  limit={"epsilon": 3.0, "delta": 1e-8}))
+    with pytest.raises(RegistryError, match="same `privacy.limit`") as error:
+        privacy_units(specs, tmp_path, tmp_path / "w.duckdb")
+    assert "'first'" in str(error.value) and "'second'" in str(error.value)
+
+
+def test_a_budget_group_name_is_validated():
+    with pytest.raises(RegistryError, match="budget_group"):
+        registry(x=entry({"table": "t"}, group="no spaces"))
