@@ -69,7 +69,7 @@ def _raw_project(tmp_path: Path, name: str):
 
 @needs_shared
 @pytest.mark.parametrize("name", ["adult_raw", "titanic_raw"])
-def test_raw_table_with_only_kinds_declared_synthesizes_with_the_source_schema(tmp_path, name):
+def test_raw_table_with_only_kinds_declared_synthesizes_with_the_declared_schema(tmp_path, name):
     defs = _raw_project(tmp_path, name)
     result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
                             instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)

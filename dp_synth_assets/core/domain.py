@@ -3,8 +3,9 @@
 An `Encoding` is public: it is derived from the column spec (the declared public domain and SQL
 type, `ColumnSpec.sql_type`) and the DP outputs of the preprocessing stage (`Derived`:
 discovered categories, merged-rare members with their noisy counts, DP bounds, PrivTree bin
-edges), never from the data or the source's schema. `EncodingPlan` is the encodings of one dataset; its `domain` is what mbi
-calls a Domain (attribute -> number of codes).
+edges), never from the data or the source's schema. `EncodingPlan` is the encodings of one
+dataset, in the declaration order; its `domain` is what mbi calls a Domain (attribute -> number
+of codes).
 
 Codes, per kind (the order is part of the contract):
 - categorical: one code per kept category, then the rare code (when categories were merged),
