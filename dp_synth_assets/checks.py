@@ -171,7 +171,7 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
         groups = column_groups([c for c in plan.columns if c in present], total, frame_bytes)
         types = pd.DataFrame({
             "column": plan.columns,
-            "expected": [e.source_type for e in plan.encodings],
+            "expected": [e.sql_type for e in plan.encodings],
             "warehouse": _types(con, ident(table), plan.columns),
             "parquet": _types(con, source, plan.columns),
         })

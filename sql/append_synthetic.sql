@@ -1,2 +1,2 @@
--- Append one more chunk of decoded rows, cast to the source's column types.
+-- Append one more chunk of decoded rows, cast to the declared column types.
 INSERT INTO {table} SELECT {casts} FROM {relation}

@@ -12,15 +12,16 @@ from dp_synth_assets.core.synthesize import write_synthetic
 
 COLUMNS = {
     "city": ColumnSpec(kind="categorical", categories=["Oslo", "Lima", "Pune"], nullable=True),
-    "code": ColumnSpec(kind="categorical", categories=[3, 7, 11], other_label="-1"),
+    "code": ColumnSpec(kind="categorical", categories=[3, 7, 11], other_label="-1", type="INTEGER"),
     "age": ColumnSpec(kind="integer", bounds=[17, 90], bins=10),
-    "small": ColumnSpec(kind="integer", bounds=[1, 5], nullable=True),
+    "small": ColumnSpec(kind="integer", bounds=[1, 5], nullable=True, type="smallint"),
     "score": ColumnSpec(kind="float", bounds=[-1.5, 2.5], bins=8, nullable=True),
-    "day": ColumnSpec(kind="datetime", bounds=["2020-01-01", "2020-12-31"], bins=12),
+    "day": ColumnSpec(kind="datetime", bounds=["2020-01-01", "2020-12-31"], bins=12, type="DATE"),
     "stamp": ColumnSpec(kind="datetime", bounds=["2021-01-01T00:00:00", "2021-01-02T00:00:00"],
                         bins=24),
     "flag": ColumnSpec(kind="boolean", nullable=True),
 }
+# the declared types (defaults for age, score, stamp, flag, city; `type:` for the others)
 TYPES = {"city": "VARCHAR", "code": "INTEGER", "age": "BIGINT", "small": "SMALLINT",
          "score": "DOUBLE", "day": "DATE", "stamp": "TIMESTAMP", "flag": "BOOLEAN"}
 
@@ -28,6 +29,62 @@ TYPES = {"city": "VARCHAR", "code": "INTEGER", "age": "BIGINT", "small": "SMALLI
 @pytest.fixture()
 def plan():
     return build_plan(COLUMNS, TYPES)
+
+
+def test_types_and_column_order_come_from_the_spec_not_the_source():
+    # the source's types and order play no part: only its column names are checked
+    source = {"flag": "VARCHAR", "stamp": "VARCHAR", "day": "TIMESTAMP", "score": "DECIMAL(4,1)",
+              "small": "DOUBLE", "age": "DOUBLE", "code": "VARCHAR", "city": "INTEGER"}
+    plan = build_plan(COLUMNS, source)
+    assert plan.columns == list(COLUMNS)
+    assert {e.column: e.sql_type for e in plan.encodings} == TYPES
+    assert plan["day"].integer_bins and not plan["stamp"].integer_bins
+
+
+def test_a_declared_type_must_suit_the_kind_and_fit_the_bounds():
+    from dp_synth_assets.core.config import RegistryError, parse_registry
+    from tests.helpers import example_entry
+
+    for column, problem in [({"kind": "integer", "type": "DATE"}, "not a type for kind integer"),
+                            ({"kind": "float", "type": "VARCHAR"}, "not a type for kind float"),
+                            ({"kind": "integer", "type": "TINYINT", "bounds": [0, 300]},
+                             "do not fit the column's type TINYINT"),
+                            ({"kind": "float", "type": "DECIMAL(4,2)", "bounds": [0, 500]},
+                             "do not fit"),
+                            ({"kind": "categorical", "categories": ["a"], "type": "INTEGER",
+                              "nullable": True}, "must be integers")]:
+        entry = example_entry()
+        entry["columns"] = {**entry["columns"], "age": column}
+        with pytest.raises(RegistryError, match=problem) as info:
+            parse_registry({"datasets": {"example": entry}})
+        assert "dataset 'example', key 'columns.age" in str(info.value)
+    assert ColumnSpec(kind="float", type=" decimal( 10, 2 )").sql_type == "DECIMAL(10,2)"
+    assert ColumnSpec(kind="datetime", type="date").sql_type == "DATE"
+
+
+def test_dp_bounds_are_cut_to_the_declared_type():
+    from dp_synth_assets.core.preprocess import bucket_edges, dp_bounds
+
+    spec = ColumnSpec(kind="integer", type="TINYINT")
+    hist = np.zeros(bucket_edges(spec).size + 1, dtype=np.int64)
+    hist[[1, -2]] = 10 ** 6  # buckets near -2^40 and 2^40, far beyond -128 and 127
+    low, high = dp_bounds(hist, "x", spec, 50.0, lambda *a, **k: None)
+    assert (low, high) == (-128, 127)
+
+
+def test_decimal_and_float_types_survive_the_table_and_its_parquet_copy(tmp_path):
+    columns = {"price": ColumnSpec(kind="float", bounds=[0, 1000], type="DECIMAL(10,2)"),
+               "ratio": ColumnSpec(kind="float", bounds=[0, 1], type="FLOAT"),
+               "n": ColumnSpec(kind="integer", bounds=[0, 200], type="UTINYINT")}
+    plan = build_plan(columns, columns)
+    rng = np.random.default_rng(1)
+    codes = {c: rng.integers(0, k, 500) for c, k in plan.domain.items()}
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    write_synthetic(con, plan, [codes], rng, "synthetic.d", str(tmp_path / "d.parquet"))
+    expected = [("price", "DECIMAL(10,2)"), ("ratio", "FLOAT"), ("n", "UTINYINT")]
+    for relation in ("synthetic.d", f"read_parquet('{tmp_path / 'd.parquet'}')"):
+        assert [r[:2] for r in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()] \
+            == expected
 
 
 def test_domain_sizes_count_kept_values_other_and_null(plan):
@@ -75,9 +132,11 @@ def test_a_declared_column_missing_from_the_source_is_named():
         build_plan(COLUMNS, {k: v for k, v in TYPES.items() if k != "city"})
 
 
-def test_other_label_must_fit_a_numeric_source_type():
-    with pytest.raises(SchemaError, match="other_label"):
-        build_plan({"code": ColumnSpec(kind="categorical", categories=[1, 2])}, {"code": "INTEGER"})
+def test_other_label_must_fit_an_integer_type():
+    with pytest.raises(ValueError, match="other_label"):
+        ColumnSpec(kind="categorical", categories=[1, 2], type="INTEGER")
+    nullable = ColumnSpec(kind="categorical", categories=[1, 2], type="INTEGER", nullable=True)
+    assert build_plan({"code": nullable}, ["code"])["code"].other_label is None  # decodes to NULL
 
 
 def test_rare_codes_and_privtree_edges_round_trip_through_sql(tmp_path):
@@ -85,9 +144,10 @@ def test_rare_codes_and_privtree_edges_round_trip_through_sql(tmp_path):
 
     columns = {
         "city": ColumnSpec(kind="categorical"),
-        "n": ColumnSpec(kind="integer", bounds=[0, 100], binning="privtree"),
+        "n": ColumnSpec(kind="integer", bounds=[0, 100], binning="privtree", type="INTEGER"),
         "x": ColumnSpec(kind="float", bounds=[0.0, 10.0], binning="privtree"),
-        "day": ColumnSpec(kind="datetime", bounds=["2020-01-01", "2020-12-31"], binning="privtree"),
+        "day": ColumnSpec(kind="datetime", bounds=["2020-01-01", "2020-12-31"], binning="privtree",
+                          type="DATE"),
     }
     types = {"city": "VARCHAR", "n": "INTEGER", "x": "DOUBLE", "day": "DATE"}
     derived = {
@@ -117,15 +177,15 @@ def test_rare_codes_and_privtree_edges_round_trip_through_sql(tmp_path):
 def test_exhaustive_categories_have_no_other_code_and_refuse_values_outside(tmp_path):
     from dp_synth_assets.core.marginals import SourceError, validate_source
 
-    spec = {"g": ColumnSpec(kind="categorical", categories=[0, 1, 2], other=False),
+    spec = {"g": ColumnSpec(kind="categorical", categories=[0, 1, 2], other=False, type="INTEGER"),
             "h": ColumnSpec(kind="boolean")}
     plan = build_plan(spec, {"g": "INTEGER", "h": "BOOLEAN"})
     assert plan.domain["g"] == 3 and plan["g"].other_code is None
     con = duckdb.connect()
     con.execute("CREATE TABLE ok AS SELECT (i % 3)::INTEGER AS g, true AS h FROM range(30) t(i)")
-    validate_source(con, "ok", spec, {"g": "INTEGER", "h": "BOOLEAN"}, "t")
+    validate_source(con, "ok", spec, "t")
     con.execute(encode_view_sql(plan, "e", "ok"))
     assert sorted({r[0] for r in con.execute("SELECT g FROM e").fetchall()}) == [0, 1, 2]
     con.execute("CREATE TABLE bad AS SELECT (i % 4)::INTEGER AS g, true AS h FROM range(30) t(i)")
     with pytest.raises(SourceError, match="'g' has values outside its declared categories"):
-        validate_source(con, "bad", spec, {"g": "INTEGER", "h": "BOOLEAN"}, "t")
+        validate_source(con, "bad", spec, "t")

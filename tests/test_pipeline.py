@@ -66,7 +66,9 @@ def test_end_to_end_writes_a_synthetic_twin_with_the_source_schema(run):
     synthetic = con.execute("DESCRIBE synthetic.example").fetchall()
     rows = con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0]
     con.close()
-    assert [(r[0], r[1]) for r in synthetic] == [(r[0], r[1]) for r in source]
+    declared = [(name, c.sql_type) for name, c in spec_of(project).columns.items()]
+    assert [(r[0], r[1]) for r in synthetic] == declared  # the spec's names, order and types
+    assert declared == [(r[0], r[1]) for r in source]  # the example declares its source's types
     warehouse = defs.resources["warehouse"]
     _, n_hat = load_measurements(warehouse, "example")
     assert rows == round(n_hat)  # rows: same is the noisy estimate

@@ -93,3 +93,83 @@ def test_an_attach_source_is_validated_when_the_registry_loads(tmp_path):
     path.write_text(yaml.safe_dump({"datasets": {"example": entry}}))
     with pytest.raises(RegistryError, match="source"):
         load_registry(path)
+
+
+# ------------------------------------------------------------------------------ CSV from the spec
+
+def csv_spec(**source):
+    from dp_synth_assets.core.config import DatasetSpec
+
+    entry = example_entry(source=source)
+    return DatasetSpec.model_validate(entry)
+
+
+def test_a_csv_header_of_numbers_is_the_header_and_every_column_reads_as_text(tmp_path):
+    from dp_synth_assets.core.marginals import source_relation
+
+    path = tmp_path / "numbers.csv"
+    names = [str(i) for i in range(14)]
+    # one row would make a sniffer call the header data (all numbers) and flip types
+    path.write_text(",".join(names) + "\n" + ",".join(str(i * 10) for i in range(14)) + "\n"
+                    + ",".join(["1.5"] + [""] * 13) + "\n")
+    relation = source_relation(csv_spec(csv=str(path)), tmp_path)
+    with duckdb.connect() as con:
+        described = con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()
+        rows = con.execute(f"SELECT * FROM {relation}").fetchall()
+    assert [(r[0], r[1]) for r in described] == [(n, "VARCHAR") for n in names]
+    assert rows[0] == tuple(str(i * 10) for i in range(14))
+    assert rows[1] == ("1.5",) + (None,) * 13  # the empty field is NULL by default
+
+
+def test_csv_dialect_nulls_and_names_are_read_as_declared(tmp_path):
+    from dp_synth_assets.core.marginals import source_relation
+
+    path = tmp_path / "semi.csv"
+    path.write_text("7;'a;b';NA\n8;'it\\'s';\n")  # no header, ; delimiter, ' quote, \ escape
+    spec = csv_spec(csv="semi.csv", header=False, delimiter=";", quote="'", escape="\\",
+                    null=["NA"], columns=["n", "label", "note"])
+    with duckdb.connect() as con:
+        rows = con.execute(f"SELECT * FROM {source_relation(spec, tmp_path)}").fetchall()
+    assert rows == [("7", "a;b", None), ("8", "it's", "")]  # "" is a value: only NA is NULL
+    # `columns` also overrides a header line, which is then skipped
+    path.write_text("x,y,z\n1,2,3\n")
+    spec = csv_spec(csv="semi.csv", columns=["a", "b", "c"])
+    with duckdb.connect() as con:
+        relation = source_relation(spec, tmp_path)
+        assert con.execute(f"SELECT * FROM {relation}").fetchall() == [("1", "2", "3")]
+        assert [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()] \
+            == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("source, problem", [
+    ({"csv": "x.csv", "sniff": True}, "source"),
+    ({"csv": "x.csv", "header": False}, "needs `columns:`"),
+    ({"csv": "x.csv", "delimiter": ";;"}, "source.delimiter"),
+    ({"csv": "x.csv", "delimiter": '"'}, "two different characters"),
+    ({"csv": "x.csv", "null": []}, "source.null"),
+    ({"csv": "x.csv", "columns": ["a", "a"]}, "duplicates"),
+])
+def test_csv_options_are_validated_when_the_registry_loads(tmp_path, source, problem):
+    path = tmp_path / "datasets.yaml"
+    path.write_text(yaml.safe_dump({"datasets": {"example": example_entry(source=source)}}))
+    with pytest.raises(RegistryError, match=problem):
+        load_registry(path)
+
+
+def test_a_headerless_semicolon_csv_synthesizes_with_the_declared_types(tmp_path):
+    project = make_project(tmp_path, rows=ROWS, report=None)
+    with duckdb.connect(str(project.warehouse)) as con:
+        names = [r[0] for r in con.execute("DESCRIBE main.example").fetchall()]
+        con.execute(f"COPY main.example TO '{tmp_path / 'example.csv'}' "
+                    "(FORMAT csv, HEADER false, DELIMITER ';', NULLSTR 'NULL')")
+        con.execute("DROP TABLE main.example")
+    use_source(project, {"csv": "example.csv", "header": False, "delimiter": ";",
+                         "null": ["NULL"], "columns": names})
+    result = run_all(project.defs_fn())
+    assert result.success
+    spec = load_registry(project.datasets)["example"]
+    with duckdb.connect(str(project.warehouse), read_only=True) as con:
+        synthetic = con.execute("DESCRIBE synthetic.example").fetchall()
+    assert [(r[0], r[1]) for r in synthetic] == [(c, s.sql_type) for c, s in spec.columns.items()]
+    checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert checks["schema"] and checks["domain"]

@@ -20,6 +20,53 @@ QUALIFIED_TABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*\.){0,2}[A-Za-z_][A-Za-z0
 # Default number of codes per binned column (nulls add one more); ISSUE 2: at most 32 codes.
 DEFAULT_BINS = 31
 
+# The SQL type of each kind's column in the synthetic table (`type:` overrides it): from the
+# declaration only, never from the source.
+DEFAULT_SQL_TYPE = {"integer": "BIGINT", "float": "DOUBLE", "boolean": "BOOLEAN",
+                    "datetime": "TIMESTAMP", "categorical": "VARCHAR"}
+# The values each integer type holds (clamped to +-2^53, where doubles stop being exact).
+INTEGER_SQL_RANGES = {"TINYINT": (-2 ** 7, 2 ** 7 - 1), "SMALLINT": (-2 ** 15, 2 ** 15 - 1),
+                      "INTEGER": (-2 ** 31, 2 ** 31 - 1), "BIGINT": (-2 ** 53, 2 ** 53),
+                      "UTINYINT": (0, 2 ** 8 - 1), "USMALLINT": (0, 2 ** 16 - 1),
+                      "UINTEGER": (0, 2 ** 32 - 1), "UBIGINT": (0, 2 ** 53)}
+# `type:` values each kind accepts (float also takes DECIMAL(p,s), 1 <= p <= 38, 0 <= s <= p).
+SQL_TYPES = {"integer": tuple(INTEGER_SQL_RANGES), "float": ("DOUBLE", "FLOAT"),
+             "boolean": ("BOOLEAN",), "datetime": ("DATE", "TIMESTAMP"),
+             "categorical": ("VARCHAR", "TINYINT", "SMALLINT", "INTEGER", "BIGINT")}
+DECIMAL = re.compile(r"^DECIMAL\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+INTEGER_TEXT = re.compile(r"^[+-]?\d+$")
+
+
+def sql_type_range(sql_type: str) -> tuple[float, float] | None:
+    """The values a numeric SQL type holds (None: no limit that matters for binning)."""
+    if sql_type in INTEGER_SQL_RANGES:
+        return INTEGER_SQL_RANGES[sql_type]
+    if sql_type == "FLOAT":
+        return -3.4e38, 3.4e38
+    m = DECIMAL.match(sql_type)
+    if m:
+        precision, scale = int(m.group(1)), int(m.group(2))
+        top = 10.0 ** (precision - scale) - 10.0 ** -scale
+        return -top, top
+    return None
+
+
+def _normalized_type(kind: str, declared: str) -> str:
+    """The canonical spelling of a declared `type:` (as DuckDB's DESCRIBE writes it)."""
+    text = " ".join(declared.split()).upper()
+    m = DECIMAL.match(text)
+    if m and kind == "float":
+        precision, scale = int(m.group(1)), int(m.group(2))
+        if not 1 <= precision <= 38 or not 0 <= scale <= precision:
+            raise ValueError(f"`type: {declared}` needs 1 <= precision <= 38 and "
+                             "0 <= scale <= precision")
+        return f"DECIMAL({precision},{scale})"
+    if text not in SQL_TYPES[kind]:
+        allowed = ", ".join(SQL_TYPES[kind]) + (", DECIMAL(p,s)" if kind == "float" else "")
+        raise ValueError(f"`type: {declared}` is not a type for kind {kind} "
+                         f"(one of {allowed})")
+    return text
+
 
 class RegistryError(ValueError):
     """datasets.yaml is malformed; the message names the dataset and the key."""
@@ -46,6 +93,12 @@ class ColumnSpec(_Strict):
     boolean: two codes. `nullable` adds a code for NULL; unset, it is true exactly when the domain
     is discovered (no `categories` / no `bounds`) or `missing` markers are given. `missing` lists
     source values read as NULL (e.g. "?", "").
+    `type` is the column's SQL type in the synthetic table (`sql_type`), from the declaration only:
+    by default BIGINT, DOUBLE, BOOLEAN, TIMESTAMP and VARCHAR for integer, float, boolean,
+    datetime and categorical; `SQL_TYPES` lists what each kind may declare instead. A DATE
+    column bins whole days. Bounds must fit the type; an integer-typed categorical column needs
+    integer categories, and an integer `other_label` unless it is nullable (the other code then
+    decodes to NULL) or has no other code.
     """
 
     kind: Literal["categorical", "integer", "float", "datetime", "boolean"]
@@ -59,6 +112,13 @@ class ColumnSpec(_Strict):
     bins: int | None = Field(default=None, ge=1, le=4096)
     nullable: bool | None = None
     missing: list[str] = []
+    type: str | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, v: str | None, info) -> str | None:
+        kind = info.data.get("kind")
+        return _normalized_type(kind, v) if v is not None and kind is not None else v
 
     @model_validator(mode="after")
     def _domain_matches_kind(self) -> "ColumnSpec":
@@ -91,7 +151,35 @@ class ColumnSpec(_Strict):
                     raise ValueError(f"`bounds` must be finite with low < high, got {list(self.bounds)}")
         if self.nullable is False and self.missing:
             raise ValueError("`missing` markers become NULLs, so the column must be nullable")
+        self._values_fit_type()
         return self
+
+    def _values_fit_type(self) -> None:
+        """Declared bounds and categories are values of the declared SQL type."""
+        span = sql_type_range(self.sql_type)
+        if self.kind == "categorical" and span is not None:
+            def as_int(value):
+                if isinstance(value, bool) or not INTEGER_TEXT.match(str(value)):
+                    return None
+                return int(value)
+            if any(as_int(c) is None or not span[0] <= as_int(c) <= span[1]
+                   for c in self.categories or ()):
+                raise ValueError(f"`categories` of a {self.sql_type} column must be integers "
+                                 f"in [{span[0]}, {span[1]}]")
+            if self.other and not self.is_nullable and as_int(self.other_label) is None:
+                raise ValueError(f"`other_label` of a {self.sql_type} categorical column must be "
+                                 f"an integer (got {self.other_label!r}), or make the column "
+                                 "nullable so the other code decodes to NULL")
+        elif self.bounds is not None and span is not None:
+            low, high = self.numeric_bounds()
+            if low < span[0] or high > span[1]:
+                raise ValueError(f"`bounds` {list(self.bounds)} do not fit the column's type "
+                                 f"{self.sql_type} ([{span[0]:.6g}, {span[1]:.6g}])")
+
+    @property
+    def sql_type(self) -> str:
+        """The column's SQL type: `type`, or its kind's default (never the source's)."""
+        return self.type or DEFAULT_SQL_TYPE[self.kind]
 
     @property
     def discovered(self) -> bool:
@@ -154,7 +242,34 @@ class ParquetSource(_Strict):
 
 
 class CsvSource(_Strict):
+    """A CSV file (or glob) read with the dialect declared here, nothing sniffed from the data:
+    every column is read as text and the declared kinds set the types (through the encodings'
+    TRY_CAST). `header`: the first line holds the column names (read as schema); `columns`:
+    the names in file order, required without a header and overriding it otherwise. `null`: the
+    field values read as NULL (at least one; by default the empty field). `escape`: the character escaping a
+    quote inside a quoted field (default: the quote itself, doubled)."""
+
     csv: str
+    header: bool = True
+    delimiter: str = Field(default=",", min_length=1, max_length=1)
+    quote: str = Field(default='"', min_length=1, max_length=1)
+    escape: str | None = Field(default=None, min_length=1, max_length=1)
+    null: list[str] = Field(default=[""], min_length=1)
+    columns: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _dialect(self) -> "CsvSource":
+        if len({self.delimiter, self.quote}) < 2 or "\n" in self.delimiter + self.quote:
+            raise ValueError("`delimiter` and `quote` must be two different characters, "
+                             "neither a newline")
+        if not self.header and self.columns is None:
+            raise ValueError("a CSV without a header needs `columns:` (the names in file order)")
+        if self.columns is not None:
+            if not self.columns or any(not c.strip() or "\x00" in c for c in self.columns):
+                raise ValueError("`columns` must list non-empty names")
+            if len(set(self.columns)) != len(self.columns):
+                raise ValueError("`columns` has duplicates")
+        return self
 
 
 class AttachSource(_Strict):

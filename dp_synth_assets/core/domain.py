@@ -1,10 +1,11 @@
 """Column encodings: how each declared column maps to integer codes 0..k-1, and back.
 
-An `Encoding` is public: it is derived from the column spec (the declared public domain), the
-source's SQL type, and the DP outputs of the preprocessing stage (`Derived`: discovered
-categories, merged-rare members with their noisy counts, DP bounds, PrivTree bin edges), never
-from the data directly. `EncodingPlan` is the encodings of one dataset; its `domain` is what mbi
-calls a Domain (attribute -> number of codes).
+An `Encoding` is public: it is derived from the column spec (the declared public domain and SQL
+type, `ColumnSpec.sql_type`) and the DP outputs of the preprocessing stage (`Derived`:
+discovered categories, merged-rare members with their noisy counts, DP bounds, PrivTree bin
+edges), never from the data or the source's schema. `EncodingPlan` is the encodings of one
+dataset, in the declaration order; its `domain` is what mbi calls a Domain (attribute -> number
+of codes).
 
 Codes, per kind (the order is part of the contract):
 - categorical: one code per kept category, then the rare code (when categories were merged),
@@ -17,9 +18,17 @@ Codes, per kind (the order is part of the contract):
 - float / timestamps, uniform binning: bins of width (high - low) / bins, decoded uniformly.
 - `edges` (PrivTree): code = number of interior edges <= x; bin k is [edges[k], edges[k+1]),
   decoded uniformly inside (integers: a uniformly drawn integer inside).
-Values outside the bounds are clamped into the first or last bin (public rule); source values
-listed in `missing` read as NULL. The encode side is SQL (sql/encode_*.sql) run by DuckDB; the
-decode side is numpy.
+Every encoding is total (no value makes it fail, so no error message can quote one):
+- a value is read with TRY_CAST to DOUBLE (integer, float; integers rounded half to even) or to
+  the declared DATE / TIMESTAMP (datetimes, then days since 1970 as a DOUBLE);
+- NULL, a `missing` marker, NaN (integer and float columns) and a value that does not cast read
+  as NULL: the null code of a nullable column (validation refuses them in a non-nullable one,
+  whose encoding then gives SQL NULL);
+- values outside the bounds, +inf and -inf (also infinite dates and timestamps) are clamped into
+  the first or last bin, in floating point BEFORE any cast to an integer type, so the cast that
+  follows never overflows;
+- booleans read with TRY_CAST too; categorical values compare as text (always defined).
+The encode side is SQL (sql/encode_*.sql) run by DuckDB; the decode side is numpy.
 """
 
 import json
@@ -57,7 +66,7 @@ class Derived:
 class Encoding:
     column: str
     kind: str                         # categorical | boolean | integer | float | datetime
-    source_type: str                  # the source column's SQL type, restored on decode
+    sql_type: str                     # the declared SQL type (ColumnSpec.sql_type), set on decode
     size: int                         # number of codes
     categories: tuple | None = None   # categorical: code i -> categories[i]
     rare: tuple | None = None         # categorical: ((member, weight), ...) behind the rare code
@@ -112,64 +121,73 @@ class EncodingPlan:
         def tup(v):
             return tuple(tuple(x) if isinstance(x, list) else x for x in v) if v is not None else None
 
-        return cls(tuple(Encoding(**{**r, "categories": tup(r["categories"]), "rare": tup(r["rare"]),
-                                     "edges": tup(r["edges"]), "missing": tuple(r["missing"])})
-                         for r in json.loads(text)))
+        def fields(r: dict) -> dict:
+            if "source_type" in r:  # plans written before the field was named sql_type
+                r = {**{k: v for k, v in r.items() if k != "source_type"},
+                     "sql_type": r["source_type"]}
+            return {**r, "categories": tup(r["categories"]), "rare": tup(r["rare"]),
+                    "edges": tup(r["edges"]), "missing": tuple(r["missing"])}
+
+        return cls(tuple(Encoding(**fields(r)) for r in json.loads(text)))
 
 
 def base_type(sql_type: str) -> str:
     return sql_type.split("(")[0].strip().upper()
 
 
-def check_columns(columns: dict[str, ColumnSpec], source_types: dict[str, str]) -> None:
-    missing = [c for c in columns if c not in source_types]
+def check_columns(columns: dict[str, ColumnSpec], source_columns) -> None:
+    """Every declared column is a column of the source (`source_columns`: its names)."""
+    present = list(source_columns)
+    missing = [c for c in columns if c not in present]
     if missing:
         raise SchemaError(
-            f"declared column(s) {missing} are not in the source (it has {sorted(source_types)}); "
+            f"declared column(s) {missing} are not in the source (it has {sorted(present)}); "
             "fix the column names in datasets.yaml"
         )
 
 
-def build_plan(columns: dict[str, ColumnSpec], source_types: dict[str, str],
+def build_plan(columns: dict[str, ColumnSpec], source_columns,
                derived: dict[str, Derived] | None = None) -> EncodingPlan:
-    """The encoding of every declared column, in the source's column order, from its spec, the
-    source's SQL type and what preprocessing derived with DP."""
-    check_columns(columns, source_types)
+    """The encoding of every declared column, in the declaration order, from its spec (kind,
+    domain, SQL type) and what preprocessing derived with DP; `source_columns` (the source's
+    column names) only checks that every declared column exists. Nothing of the source's schema
+    beyond its names is used, so the synthetic table's schema is the spec's."""
+    check_columns(columns, source_columns)
     derived = derived or {}
-    ordered = [name for name in source_types if name in columns]  # the source's column order
-    return EncodingPlan(tuple(_encoding(name, columns[name], source_types[name],
-                                        derived.get(name, Derived())) for name in ordered))
+    return EncodingPlan(tuple(_encoding(name, spec, derived.get(name, Derived()))
+                              for name, spec in columns.items()))
 
 
-def integer_valued(spec: ColumnSpec, source_type: str) -> bool:
-    """Integers and DATE columns bin in exact integer arithmetic."""
-    return spec.kind == "integer" or (spec.kind == "datetime" and base_type(source_type) == "DATE")
+def integer_valued(spec: ColumnSpec) -> bool:
+    """Integers and DATE-typed datetimes bin in exact integer arithmetic (days for dates)."""
+    return spec.kind == "integer" or (spec.kind == "datetime" and spec.sql_type == "DATE")
 
 
-def _encoding(name: str, spec: ColumnSpec, source_type: str, derived: Derived) -> Encoding:
+def _encoding(name: str, spec: ColumnSpec, derived: Derived) -> Encoding:
+    sql_type = spec.sql_type
     nullable = spec.is_nullable
     extra = 1 if nullable else 0
     missing = tuple(spec.missing)
     if spec.kind == "categorical":
         categories = tuple(spec.categories) if spec.categories is not None else (derived.categories or ())
         rare = derived.rare or None
-        other = _typed_label(name, spec.other_label, source_type, nullable) if spec.other else None
+        other = _typed_label(name, spec.other_label, sql_type, nullable) if spec.other else None
         size = len(categories) + (1 if rare else 0) + (1 if spec.other else 0) + extra
-        return Encoding(name, "categorical", source_type, size, categories=categories, rare=rare,
+        return Encoding(name, "categorical", sql_type, size, categories=categories, rare=rare,
                         other_label=other, nullable=nullable, missing=missing,
                         has_other=spec.other)
     if spec.kind == "boolean":
-        return Encoding(name, "boolean", source_type, 2 + extra, nullable=nullable, missing=missing)
+        return Encoding(name, "boolean", sql_type, 2 + extra, nullable=nullable, missing=missing)
     if spec.bounds is not None:
         low, high = spec.numeric_bounds()
     elif derived.bounds is not None:
         low, high = derived.bounds
     else:
         raise SchemaError(f"column {name!r} has no bounds: declare `bounds: [low, high]`")
-    integer_bins = integer_valued(spec, source_type)
+    integer_bins = integer_valued(spec)
     if derived.edges is not None:
         edges = tuple(float(x) for x in derived.edges)
-        return Encoding(name, spec.kind, source_type, len(edges) - 1 + extra, low=edges[0],
+        return Encoding(name, spec.kind, sql_type, len(edges) - 1 + extra, low=edges[0],
                         high=edges[-1], bins=len(edges) - 1, edges=edges,
                         integer_bins=integer_bins, nullable=nullable, missing=missing)
     if integer_bins:
@@ -179,14 +197,14 @@ def _encoding(name: str, spec: ColumnSpec, source_type: str, derived: Derived) -
         bins = min(spec.bins or DEFAULT_BINS, high - low + 1)
     else:
         bins = spec.bins or DEFAULT_BINS
-    return Encoding(name, spec.kind, source_type, bins + extra, low=float(low), high=float(high),
+    return Encoding(name, spec.kind, sql_type, bins + extra, low=float(low), high=float(high),
                     bins=bins, integer_bins=integer_bins, nullable=nullable, missing=missing)
 
 
-def _typed_label(name: str, label: str, source_type: str, nullable: bool):
-    """`other_label` in the source column's type; for a numeric column whose label is not a
-    number, the other code decodes to NULL when the column is nullable."""
-    t = base_type(source_type)
+def _typed_label(name: str, label: str, sql_type: str, nullable: bool):
+    """`other_label` in the column's declared type; for an integer-typed column whose label is
+    not a number, the other code decodes to NULL (ColumnSpec allows that only when nullable)."""
+    t = base_type(sql_type)
     if t not in INTEGER_TYPES and t not in FLOAT_TYPES:
         return label
     try:
@@ -195,38 +213,47 @@ def _typed_label(name: str, label: str, source_type: str, nullable: bool):
         if nullable:
             return None
         raise SchemaError(
-            f"column {name!r} is {source_type} in the source, so its `other_label` must be a "
+            f"column {name!r} is {sql_type}, so its `other_label` must be a "
             f"number (got {label!r}); set `other_label:` in datasets.yaml"
         ) from None
 
 
 # ----------------------------------------------------------------------------------- encode (SQL)
 
-def is_null_condition(column: str, missing: tuple[str, ...] | list[str]) -> str:
-    """SQL: the column's value reads as NULL (NULL, or one of the `missing` markers)."""
+NUMERIC_KINDS = ("integer", "float")
+
+
+def is_null_condition(column: str, missing: tuple[str, ...] | list[str],
+                      kind: str | None = None) -> str:
+    """SQL: the column's value reads as NULL: NULL, one of the `missing` markers, or (integer and
+    float `kind`) NaN. Total and two-valued: never fails on a value, never NULL."""
     col = ident(column)
-    if not missing:
-        return f"{col} IS NULL"
-    markers = ", ".join(literal(m) for m in missing)
-    return f"({col} IS NULL OR CAST({col} AS VARCHAR) IN ({markers}))"
+    conditions = [f"{col} IS NULL"]
+    if missing:
+        conditions.append(f"CAST({col} AS VARCHAR) IN ({', '.join(literal(m) for m in missing)})")
+    if kind in NUMERIC_KINDS:
+        conditions.append(f"coalesce(isnan(TRY_CAST({col} AS DOUBLE)), false)")
+    return conditions[0] if len(conditions) == 1 else "(" + " OR ".join(conditions) + ")"
 
 
-def value_expression(column: str, kind: str, source_type: str) -> str:
-    """SQL: the column as a number for binning (days since 1970 for datetimes)."""
+def value_expression(column: str, kind: str, sql_type: str) -> str:
+    """SQL: the column as a DOUBLE for binning, NULL where it does not cast: integers rounded
+    half to even (as DuckDB casts), datetimes as days since 1970 in the declared type (DATE or
+    TIMESTAMP; +-infinity as +-inf). May be +-inf or NaN; never fails."""
     col = ident(column)
     if kind == "datetime":
-        if base_type(source_type) == "DATE":
-            return f"date_diff('day', DATE '1970-01-01', TRY_CAST({col} AS DATE))"
-        return f"(epoch(TRY_CAST({col} AS TIMESTAMP)) / 86400.0)"
+        t = "DATE" if base_type(sql_type) == "DATE" else "TIMESTAMP"
+        return sql("encode_days", value=f"TRY_CAST({col} AS {t})", epoch=f"{t} '1970-01-01'")
     if kind == "integer":
-        return f"TRY_CAST({col} AS BIGINT)"
+        return f"round_even(TRY_CAST({col} AS DOUBLE), 0)"
     return f"TRY_CAST({col} AS DOUBLE)"
 
 
 def encode_expression(e: Encoding) -> str:
-    """The SQL expression computing e's code from the source column."""
+    """The SQL expression computing e's code from the source column (total: see the module
+    docstring)."""
     col = ident(e.column)
-    is_null = is_null_condition(e.column, e.missing)
+    is_null = is_null_condition(e.column, e.missing, e.kind)
     null_code = e.null_code if e.nullable else "NULL"  # non-nullable columns are checked NULL-free
     if e.kind == "categorical":
         kept = "[" + ", ".join(literal(sql_text(c)) for c in e.categories) + "]"
@@ -236,18 +263,21 @@ def encode_expression(e: Encoding) -> str:
                    other_code=e.other_code if e.has_other else "NULL")  # checked: none outside
     if e.kind == "boolean":
         return sql("encode_boolean", column=col, is_null=is_null, null_code=null_code)
-    value = value_expression(e.column, e.kind, e.source_type)
+    value = value_expression(e.column, e.kind, e.sql_type)
     if e.edges is not None:
         interior = "[" + ", ".join(repr(float(x)) for x in e.edges[1:-1]) + "]"
         return sql("encode_edges", is_null=is_null, null_code=null_code, value=value,
                    interior=interior if len(e.edges) > 2 else "[]::DOUBLE[]")
     if e.integer_bins:
-        span = int(e.high - e.low + 1)
+        low, high = int(e.low), int(e.high)
+        span = high - low + 1
+        # (x - low) * bins stays below span * bins: BIGINT while that fits in 62 bits
+        wide = "BIGINT" if span * e.bins < 2 ** 62 else "HUGEINT"
         return sql("encode_integer_bins", is_null=is_null, null_code=null_code, value=value,
-                   low=int(e.low), bins=e.bins, span=span, last_bin=e.bins - 1)
+                   low=low, high=high, bins=e.bins, span=span, wide=wide)
     width = (e.high - e.low) / e.bins
     return sql("encode_binned", is_null=is_null, null_code=null_code, value=value,
-               low=repr(e.low), width=repr(width), last_bin=e.bins - 1)
+               low=repr(e.low), high=repr(e.high), width=repr(width), last_bin=e.bins - 1)
 
 
 def sql_text(value: object) -> str:
@@ -267,30 +297,29 @@ def encode_view_sql(plan: EncodingPlan, view: str, source: str) -> str:
     return sql("encode_view", view=ident(view), expressions=encoded_columns(plan), source=source)
 
 
-def cast_type(spec: ColumnSpec, source_type: str) -> str | None:
-    """The SQL type every present (non-NULL, non-marker) value must cast to, or None."""
+def cast_type(spec: ColumnSpec) -> str | None:
+    """The SQL type every present (non-NULL, non-marker, non-NaN) value must cast to, or None:
+    the type the encoding reads it with (`value_expression`)."""
     if spec.kind == "categorical":
         return None
     if spec.kind == "boolean":
         return "BOOLEAN"
-    if spec.kind == "integer":
-        return "BIGINT" if base_type(source_type) not in FLOAT_TYPES else "DOUBLE"
-    if spec.kind == "float":
+    if spec.kind in NUMERIC_KINDS:
         return "DOUBLE"
-    return "DATE" if base_type(source_type) == "DATE" else "TIMESTAMP"
+    return spec.sql_type
 
 
 # ----------------------------------------------------------------------------------- decode (numpy)
 
 def decode(plan: EncodingPlan, codes: dict[str, np.ndarray], rng: np.random.Generator) -> pa.Table:
-    """Codes back to values: an Arrow table with the source's column order (types cast later in SQL
-    to the exact source types, see sql/write_synthetic.sql)."""
+    """Codes back to values: an Arrow table in the plan's column order (cast later in SQL to the
+    declared types, see sql/write_synthetic.sql)."""
     arrays = {e.column: decode_column(e, np.asarray(codes[e.column]), rng) for e in plan.encodings}
     return pa.table(arrays)
 
 
-def _arrow_type(source_type: str) -> pa.DataType:
-    t = base_type(source_type)
+def _arrow_type(sql_type: str) -> pa.DataType:
+    t = base_type(sql_type)
     if t in INTEGER_TYPES:
         return pa.int64()
     if t in FLOAT_TYPES:
@@ -316,7 +345,7 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
         raise ValueError(f"column {e.column!r}: codes outside 0..{e.size - 1}")
     is_null = codes == e.null_code if e.nullable else np.zeros(codes.shape, bool)
     if e.kind == "categorical":  # vectorized: codes index a dictionary of the column's values
-        arrow_type = _arrow_type(e.source_type)
+        arrow_type = _arrow_type(e.sql_type)
         dictionary = [_typed(c, arrow_type) for c in e.categories]
         position = np.zeros(e.size, dtype=np.int32)  # code -> index into `dictionary`
         position[:len(dictionary)] = np.arange(len(dictionary))
@@ -365,7 +394,7 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
 
 def allowed_values(e: Encoding) -> list:
     """Every non-NULL value a categorical column may take after decoding, in the column's type."""
-    arrow_type = _arrow_type(e.source_type)
+    arrow_type = _arrow_type(e.sql_type)
     values = list(e.categories) + [m for m, _ in (e.rare or ())]
     values += [e.other_label] if e.other_label is not None else []
     return [_typed(v, arrow_type) for v in values]

@@ -166,8 +166,9 @@ EXAMPLE_COLUMNS: dict[str, dict] = {
     },
     "hours_per_week": {"kind": "integer", "bounds": [1, 99], "bins": 20},
     "income": {"kind": "float", "bounds": [0.0, 400000.0], "bins": 31, "nullable": True},
-    "household_size": {"kind": "integer", "bounds": [1, 8], "bins": 8},
-    "signup_date": {"kind": "datetime", "bounds": ["2015-01-01", "2024-12-31"], "bins": 20},
+    "household_size": {"kind": "integer", "bounds": [1, 8], "bins": 8, "type": "INTEGER"},
+    "signup_date": {"kind": "datetime", "bounds": ["2015-01-01", "2024-12-31"], "bins": 20,
+                    "type": "DATE"},
     "newsletter": {"kind": "boolean"},
 }
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import duckdb
 import numpy as np
 
-from .config import AttachSource, ColumnSpec, DatasetSpec, ParquetSource, TableSource
+from .config import AttachSource, ColumnSpec, CsvSource, DatasetSpec, ParquetSource, TableSource
 from .domain import (EncodingPlan, SchemaError, build_plan, cast_type, check_columns,
                      encode_view_sql, is_null_condition)
 from .preprocess import preprocess
@@ -37,7 +37,37 @@ def source_relation(spec: DatasetSpec, base_dir: Path) -> str:
         return ident(spec.source.table)
     if isinstance(spec.source, ParquetSource):
         return f"read_parquet({literal(path)})"
-    return f"read_csv({literal(path)}, auto_detect = true)"
+    return csv_relation(spec.source, path)
+
+
+def csv_relation(src: CsvSource, path: Path) -> str:
+    """read_csv with the declared dialect and every column as VARCHAR, nothing sniffed: the
+    names are `src.columns` or the header line (schema, read here with Python's csv module);
+    the declared kinds set the types through the encodings' TRY_CAST."""
+    names = src.columns if src.columns is not None else csv_header(src, path)
+    columns = "{" + ", ".join(f"{literal(n)}: 'VARCHAR'" for n in names) + "}"
+    nulls = "[" + ", ".join(literal(v) for v in src.null) + "]"
+    return sql("read_csv", path=literal(path), header="true" if src.header else "false",
+               delimiter=literal(src.delimiter), quote=literal(src.quote),
+               escape=literal(src.escape if src.escape is not None else src.quote),
+               nulls=nulls, columns=columns)
+
+
+def csv_header(src: CsvSource, path: Path) -> list[str]:
+    """The column names on the first line of a CSV source (of its first file, for a glob)."""
+    import csv
+
+    files = sorted(path.parent.glob(path.name))
+    if not files:
+        raise SourceError(f"the CSV source {path} does not exist; check `source.csv`")
+    escape = src.escape if src.escape not in (None, src.quote) else None
+    with open(files[0], newline="", encoding="utf-8-sig") as f:
+        names = next(csv.reader(f, delimiter=src.delimiter, quotechar=src.quote,
+                                escapechar=escape, doublequote=escape is None), None)
+    if not names or any(not n.strip() for n in names) or len(set(names)) != len(names):
+        raise SourceError(f"the header line of {files[0]} does not name every column once "
+                          f"(it reads {names}); fix it, or declare `source.columns`")
+    return names
 
 
 def attached_catalog(spec: DatasetSpec) -> str:
@@ -140,8 +170,7 @@ def describe_source(con: duckdb.DuckDBPyConnection, relation: str, dataset: str)
 
 
 def validate_source(con: duckdb.DuckDBPyConnection, relation: str,
-                    columns: dict[str, ColumnSpec], source_types: dict[str, str],
-                    dataset: str) -> None:
+                    columns: dict[str, ColumnSpec], dataset: str) -> None:
     """Refuse a source that is empty, has uncastable values or NULLs where none are declared.
 
     Only booleans come back from the database (one per check), so the error says which column
@@ -151,8 +180,8 @@ def validate_source(con: duckdb.DuckDBPyConnection, relation: str,
         raise SourceError(f"dataset {dataset!r}: the source {relation} has no rows; load data first")
     checks, problems = [], []
     for i, (name, spec) in enumerate(columns.items()):
-        col, is_null = ident(name), is_null_condition(name, spec.missing)
-        target = cast_type(spec, source_types[name])
+        col, is_null = ident(name), is_null_condition(name, spec.missing, spec.kind)
+        target = cast_type(spec)
         if target is not None:
             checks.append(sql("check_cast", column=col, is_null=is_null, sql_type=target,
                               alias=f"cast_{i}"))
@@ -194,8 +223,8 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
         check_columns(spec.columns, types)
     except SchemaError as e:
         raise SchemaError(f"dataset {dataset!r}: {e}") from None
-    validate_source(con, relation, spec.columns, types, dataset)
-    derived = preprocess(con, relation, spec.columns, types, rho, delta_extra, charge)
+    validate_source(con, relation, spec.columns, dataset)
+    derived = preprocess(con, relation, spec.columns, rho, delta_extra, charge)
     try:
         plan = build_plan(spec.columns, types, derived)
     except SchemaError as e:

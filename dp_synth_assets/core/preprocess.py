@@ -57,7 +57,7 @@ import duckdb
 import numpy as np
 from .opendp_api import dp
 
-from .config import ColumnSpec
+from .config import ColumnSpec, sql_type_range
 from .domain import Derived, integer_valued, is_null_condition, value_expression
 from .privacy import Spend, gaussian_counts, gaussian_scale
 from .sql import ident, sql
@@ -97,8 +97,7 @@ def all_tasks(columns: dict[str, ColumnSpec]) -> list[Task]:
 
 
 def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str, ColumnSpec],
-               source_types: dict[str, str], rho: float, delta_extra: float,
-               charge) -> dict[str, Derived]:
+               rho: float, delta_extra: float, charge) -> dict[str, Derived]:
     """Run every column's mechanisms; returns what each column's encoding needs (public)."""
     tasks = all_tasks(columns)
     if not tasks:
@@ -111,10 +110,10 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
     out: dict[Task, object] = {}  # what each task's mechanism released
 
     def run(batch: list[Task], spans: dict[str, tuple[float, float]]) -> None:
-        exact = exact_aggregates(con, relation, columns, source_types, batch, spans)
+        exact = exact_aggregates(con, relation, columns, batch, spans)
         for t in batch:
-            out[t] = run_mechanism(t, exact[t], columns[t.column], source_types[t.column],
-                                   spans.get(t.column), rho_each, delta_each, charge)
+            out[t] = run_mechanism(t, exact[t], columns[t.column], spans.get(t.column), rho_each,
+                                   delta_each, charge)
 
     # PrivTree over DP bounds waits for them: its cells span what the first scan releases
     second = [t for t in tasks if t.mechanism == "privtree" and columns[t.column].bounds is None]
@@ -136,8 +135,8 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
     return derived
 
 
-def run_mechanism(task: Task, exact, spec: ColumnSpec, source_type: str, span, rho: float,
-                  delta: float, charge):
+def run_mechanism(task: Task, exact, spec: ColumnSpec, span, rho: float, delta: float,
+                  charge):
     """One task's mechanism on its exact aggregate (`span`: PrivTree's [low, high])."""
     name = task.column
     if task.mechanism == "discover":
@@ -145,30 +144,30 @@ def run_mechanism(task: Task, exact, spec: ColumnSpec, source_type: str, span, r
     if task.mechanism == "rare":
         return measure_declared_categories(exact, name, spec, rho, charge)
     if task.mechanism == "bounds":
-        return dp_bounds(exact, name, spec, source_type, rho, charge)
-    return privtree_edges(exact, name, spec, source_type, *span, rho, charge)
+        return dp_bounds(exact, name, spec, rho, charge)
+    return privtree_edges(exact, name, spec, *span, rho, charge)
 
 
 # ------------------------------------------------------------------------------ exact aggregates
 
-def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec],
-                     source_types: dict[str, str], tasks: list[Task],
+def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: list[Task],
                      spans: dict[str, tuple[float, float]]) -> dict[Task, dict | np.ndarray]:
     """The exact aggregate each task's mechanism needs, all from ONE scan of the source (one
     grouping set per task, sql/preprocess_counts.sql). Private: they feed the mechanisms only.
     `discover` / `rare`: the value counts {CAST(value AS VARCHAR): n}; `bounds`: the histogram
     over bucket_edges(spec) (len + 1 buckets); `privtree`: the histogram of PRIVTREE_CELLS cells
-    over spans[column]. Rows that read as NULL (or a `missing` marker, or do not cast) do not
-    count."""
+    over spans[column]. Rows that read as NULL (a `missing` marker, NaN, a value that does not
+    cast) do not count; +-inf and values beyond the buckets or the span count in the outer ones.
+    The keys are total like the encodings (domain.py): nothing is cast before it is clamped."""
     if not tasks:
         return {}
     values, keys, sizes = [], [], []
     for i, t in enumerate(tasks):
-        spec, source_type, v = columns[t.column], source_types[t.column], f"v{i}"
+        spec, v = columns[t.column], f"v{i}"
         if t.mechanism in ("discover", "rare"):
             value, key, size = f"CAST({ident(t.column)} AS VARCHAR)", v, None
         else:
-            value = value_expression(t.column, spec.kind, source_type)
+            value = value_expression(t.column, spec.kind, spec.sql_type)
             if t.mechanism == "bounds":
                 edges = bucket_edges(spec)
                 key = sql("preprocess_bucket", v=v, comparisons=" + ".join(
@@ -176,11 +175,11 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec],
                 size = edges.size + 1
             else:
                 low, high = spans[t.column]
-                width = privtree_cell_width(low, high, integer_valued(spec, source_type))
+                width = privtree_cell_width(low, high, integer_valued(spec))
                 key = sql("preprocess_cell", v=v, low=repr(float(low)), width=repr(width),
-                          last=PRIVTREE_CELLS - 1)
+                          top=repr(float(low) + PRIVTREE_CELLS * width), last=PRIVTREE_CELLS - 1)
                 size = PRIVTREE_CELLS
-        is_null = is_null_condition(t.column, spec.missing)
+        is_null = is_null_condition(t.column, spec.missing, spec.kind)
         values.append(f"{sql('preprocess_value', is_null=is_null, value=value)} AS {v}")
         keys.append(f"{key} AS k{i}")
         sizes.append(size)
@@ -333,13 +332,14 @@ def occupied_span(noisy: np.ndarray, threshold: float, neighbour: float) -> tupl
     return int(first), int(last)
 
 
-def dp_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, source_type: str, rho: float,
+def dp_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float,
               charge) -> tuple[float, float]:
     """DP bounds from a Gaussian-noised histogram over public buckets (the approach of Google's
     differential-privacy library's ApproxBounds): the bounds are the outer edges of the outermost
     buckets whose noisy count clears `bounds_threshold`. Bucket b holds the values x with
     edges[b-1] <= x < edges[b]; values below the first edge or above the last are clamped into
-    the outer buckets (see `occupied_span` for small tables). `hist` is the exact histogram
+    the outer buckets (see `occupied_span` for small tables), and the bounds are cut to the
+    values of the column's declared SQL type. `hist` is the exact histogram
     (`exact_aggregates`)."""
     edges = bucket_edges(spec)
     noisy, spend = gaussian_counts(hist, rho)
@@ -347,8 +347,13 @@ def dp_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, source_type: str, r
     first, last = occupied_span(noisy, bounds_threshold(spend.scale, hist.size), 3 * spend.scale)
     padded = np.concatenate([[edges[0]], edges, [edges[-1]]])  # outer buckets are clamped
     low, high = float(padded[first]), float(padded[last + 1])
-    if integer_valued(spec, source_type):
+    if integer_valued(spec):
         high = high - 1 if high > low + 1 else high  # [low, high) holds integers up to high - 1
+    span = sql_type_range(spec.sql_type)
+    if span is not None:  # post-processing: values the declared type cannot hold are clamped
+        low, high = min(max(low, span[0]), span[1]), max(min(high, span[1]), span[0])
+        if high <= low:
+            low, high = (span[1] - 1.0, float(span[1])) if low >= span[1] else (low, low + 1.0)
     if high <= low:
         high = low + 1.0
     return low, high
@@ -402,11 +407,11 @@ def privtree_cell_width(low: float, high: float, integer: bool) -> float:
     return (top - low) / PRIVTREE_CELLS
 
 
-def privtree_edges(counts: np.ndarray, name: str, spec: ColumnSpec, source_type: str, low: float,
-                   high: float, rho: float, charge) -> tuple[float, ...]:
+def privtree_edges(counts: np.ndarray, name: str, spec: ColumnSpec, low: float, high: float,
+                   rho: float, charge) -> tuple[float, ...]:
     """Adaptive bin edges [low, ..., high] from PrivTree (see the module docstring) over the
     exact cell histogram `counts` (`exact_aggregates`)."""
-    integer = integer_valued(spec, source_type)
+    integer = integer_valued(spec)
     width = privtree_cell_width(low, high, integer)
     epsilon = math.sqrt(2 * rho)  # rho = epsilon^2 / 2 (pure DP -> zCDP)
     scale = privtree_lambda(epsilon)

@@ -1,14 +1,15 @@
 """Writing the synthetic table: decoded rows into `synthetic.<dataset>` and a Parquet copy.
 
 Rows arrive in chunks of codes (see `generate.sample_chunks`): each chunk is decoded to an Arrow
-table and cast in SQL to the exact SQL types of the source columns (recorded in the encoding
-plan), so the synthetic table has the source's column names, order and types, and memory holds
-one chunk at a time whatever `rows` is. The chunks go into a staging table (`<table>__writing`),
-each chunk committed on its own (one transaction for all of them kept every chunk in DuckDB's
-transaction-local memory: +170 MB per million rows), and a last transaction replaces the table
-with the staging table: a failure drops the staging table and leaves the previous table as it
-was, and readers see either the old table or the new one. The Parquet file is written to a
-temporary name and renamed, so a failure never leaves half a file.
+table and cast in SQL to the declared SQL types (`ColumnSpec.sql_type`, recorded in the encoding
+plan), so the synthetic table has the declared column names, order and types, whatever the
+source's are, and memory holds one chunk at a time whatever `rows` is. The chunks go into a
+staging table (`<table>__writing`), each chunk committed on its own (one transaction for all of
+them kept every chunk in DuckDB's transaction-local memory: +170 MB per million rows), and a
+last transaction replaces the table with the staging table: a failure drops the staging table
+and leaves the previous table as it was, and readers see either the old table or the new one.
+The Parquet file is written to a temporary name and renamed, so a failure never leaves half a
+file.
 """
 
 import os
@@ -25,7 +26,7 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
                     chunks: Iterable[dict[str, np.ndarray]], rng: np.random.Generator, table: str,
                     parquet_path: str) -> int:
     """Write every chunk of codes; returns the number of rows written."""
-    casts = ", ".join(f"CAST({ident(e.column)} AS {e.source_type}) AS {ident(e.column)}"
+    casts = ", ".join(f"CAST({ident(e.column)} AS {e.sql_type}) AS {ident(e.column)}"
                       for e in plan.encodings)
     con.execute(sql("create_schema", schema=ident(table.rsplit(".", 1)[0])))
     staging = table + "__writing"
