@@ -92,8 +92,8 @@ def public_message(error: BaseException, dataset: str, stage: str, log: Path) ->
         reason = problem_kind(error)
     if f"dataset {dataset!r}" not in reason:
         reason = f"dataset {dataset!r}: {reason}"
-    return (f"{reason} (stage {stage!r}). The data owner finds the details (which check "
-            f"failed, the full message and traceback) in the private log {log}")
+    return (f"{reason} (stage {stage!r}). The data owner finds the details (the full message "
+            f"and traceback) in the private log {log}")
 
 
 @contextmanager

@@ -143,7 +143,7 @@ def test_public_outputs_contain_no_exact_statistic_of_the_source(run):
         if event.asset_key.path[1] in ("preprocessed", "marginals"):
             keys = {k for k in event.materialization.metadata if not k.startswith("privacy/")}
             assert keys <= {"encoding_plan", "domain", "view", "plan_path", "table", "marginals",
-                            "cells", "seconds"}, keys
+                            "cells"}, keys
 
 
 def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
