@@ -3,7 +3,9 @@
 Each asset is a few lines: read its inputs (warehouse or public artifacts), call the core, charge
 the ledger through `private_stage`, write its outputs and public metadata. Asset keys are
 `[<dataset>, <stage>]`, grouped per dataset, tagged `privacy=private|public`. Private-zone assets
-publish shapes only (column names, domain sizes, numbers of marginals), never counts.
+publish shapes only (column names, domain sizes, numbers of marginals), never counts. Every
+stage that reads private data runs under `private_step` (private_log.py): its failures are
+generic in public and detailed in the owner-only private log.
 """
 
 import json
