@@ -1,8 +1,9 @@
 """Schedules and resynthesis on source change, both budget-aware (DESIGN.md section 5).
 
 Each dataset gets a job that materializes its pipeline. `schedule:` (cron) yields a schedule;
-`on_source_change: resynthesize` yields a sensor that fingerprints the source and requests a run
-when the fingerprint changes. Both skip, with the reason shown in the UI, when the ledger cannot
+`on_source_change: resynthesize` yields a sensor that observes the source's version (an opaque id
+that changes when the source does; `pipeline.source_version`) and requests a run when it changes.
+Neither the cursor nor a run key holds anything computed from the source's content. Both skip, with the reason shown in the UI, when the ledger cannot
 cover a whole run; the sensor also honours `min_interval` between resyntheses. The run itself
 still reserves its budget in the ledger, so a race between a skip decision and a run can never
 overspend.
@@ -18,7 +19,8 @@ from resources.warehouse import WarehouseResource
 
 from .budget import DatasetBudget
 from .core.config import DatasetSpec
-from .pipeline import fingerprint
+from .pipeline import source_version
+from .private_log import append_private_log, private_log_path
 
 
 def job_name(dataset: str) -> str:
@@ -77,7 +79,8 @@ def build_schedule(dataset: str, spec: DatasetSpec, job) -> dg.ScheduleDefinitio
 
 
 def build_source_sensor(dataset: str, spec: DatasetSpec, job) -> dg.SensorDefinition:
-    """Cursor: {"fingerprint": digest of the source last synthesized, "requested_at": unix time}."""
+    """Cursor: {"version": the opaque version id of the source last synthesized, "requested_at":
+    unix time of that request}. Run key: `<dataset>-<version>-<previous requested_at>`."""
 
     @dg.sensor(name=f"{dataset}_source_change", job=job, minimum_interval_seconds=30,
                description=f"Resynthesize {dataset!r} when its source changes, honouring "
@@ -87,13 +90,19 @@ def build_source_sensor(dataset: str, spec: DatasetSpec, job) -> dg.SensorDefini
         cursor = json.loads(context.cursor) if context.cursor else {}
         try:
             # a run holding the warehouse's write lock makes this tick skip, not time out
-            current = fingerprint(warehouse, spec, lock_timeout_seconds=10, dataset=dataset)
+            current = source_version(warehouse, spec, dataset, lock_timeout_seconds=10)
         except Exception as e:  # noqa: BLE001 - a busy or missing source is a skip, not a crash
-            return dg.SkipReason(f"cannot read the source of {dataset!r}: {str(e).splitlines()[0]}")
-        if "fingerprint" not in cursor:
-            context.update_cursor(json.dumps({"fingerprint": current, "requested_at": 0}))
-            return dg.SkipReason("first evaluation: recorded the source's fingerprint")
-        if current == cursor["fingerprint"]:
+            # the exception's text can quote a value of the source: it goes to the private log
+            log = private_log_path(warehouse, dataset)
+            message = (f"cannot read the source of {dataset!r} (it is missing, busy or does not "
+                       f"match its declared spec); the data owner finds the details in the "
+                       f"private log {log}")
+            append_private_log(log, dataset, "source (sensor)", "-", e, message)
+            return dg.SkipReason(message)
+        if "version" not in cursor:
+            context.update_cursor(json.dumps({"version": current, "requested_at": 0}))
+            return dg.SkipReason("first evaluation: recorded the source's version")
+        if current == cursor["version"]:
             return dg.SkipReason("source unchanged")
         wait = cursor["requested_at"] + spec.min_interval_seconds - time.time()
         if wait > 0:
@@ -102,11 +111,11 @@ def build_source_sensor(dataset: str, spec: DatasetSpec, job) -> dg.SensorDefini
         reason = budget_skip_reason(ledger, dataset, spec)
         if reason:
             return dg.SkipReason(f"source changed, but the {reason}")
-        context.update_cursor(json.dumps({"fingerprint": current, "requested_at": time.time()}))
+        context.update_cursor(json.dumps({"version": current, "requested_at": time.time()}))
         # The run key must be new for every request: Dagster drops a RunRequest whose key an
-        # earlier run of this sensor used, so a key of the fingerprint alone would silently lose
-        # a source that returns to an earlier content (A -> B -> A -> B). The previous request
-        # time keeps the key deterministic for a retried tick (same cursor, same key).
+        # earlier run of this sensor used. The version is new for every change (even back to an
+        # earlier content), and the previous request time keeps the key deterministic for a
+        # retried tick (same cursor, same key).
         return dg.RunRequest(run_key=f"{dataset}-{current}-{cursor['requested_at']:.3f}",
                              tags={"dp_synth/trigger": "source_change"})
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
-from resources.ledger import BudgetExceeded, PrivacyLedger
+from resources.ledger import BudgetExceeded, LedgerError, PrivacyLedger
 
 from .core.config import DatasetSpec
 from .core.preprocess import all_tasks
@@ -139,7 +139,7 @@ def private_stage(context: dg.AssetExecutionContext, ledger: PrivacyLedger, data
         try:
             ledger.reserve(dataset, run_id, request, budget.limit_rho, request_delta,
                            budget.limit_delta_extra, delta=budget.delta)
-        except BudgetExceeded as e:
+        except (BudgetExceeded, LedgerError) as e:  # public: amounts, paths and row counts
             raise dg.Failure(description=str(e), metadata={"dataset": dataset}) from None
     try:
         yield StageBudget(ledger, dataset, run_id, stage, budget)

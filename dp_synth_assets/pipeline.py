@@ -3,10 +3,11 @@
 Each asset is a few lines: read its inputs (warehouse or public artifacts), call the core, charge
 the ledger through `private_stage`, write its outputs and public metadata. Asset keys are
 `[<dataset>, <stage>]`, grouped per dataset, tagged `privacy=private|public`. Private-zone assets
-publish shapes only (column names, domain sizes, numbers of marginals), never counts.
+publish shapes only (column names, domain sizes, numbers of marginals), never counts. Every
+stage that reads private data runs under `private_step` (private_log.py): its failures are
+generic in public and detailed in the owner-only private log.
 """
 
-import hashlib
 import json
 import time
 from contextlib import contextmanager
@@ -19,17 +20,18 @@ from resources.ledger import LedgerResource
 from resources.warehouse import WarehouseResource
 
 from .budget import DatasetBudget, ledger_metadata, private_stage
+from .core import change
 from .core import marginals as margs
 from .core.config import AttachSource, DatasetSpec, TableSource
-from .core.domain import EncodingPlan, SchemaError
+from .core.domain import EncodingPlan
 from .core import generate
 from .core.generate import pgm
-from .core.marginals import SourceError
 from .core.measure import (Measurement, clique_size, make_consistent, measure, optimal_split,
                            total_estimate)
 from .core.select import Selection, required_cliques, select
 from .core.sql import sql
 from .core.synthesize import write_synthetic
+from .private_log import private_dir, private_step
 
 PRIVATE = {"privacy": "private"}
 PUBLIC = {"privacy": "public"}
@@ -76,31 +78,52 @@ def load_measurements(warehouse: WarehouseResource, dataset: str) -> tuple[list[
 def source_connection(warehouse: WarehouseResource, spec: DatasetSpec, dataset: str,
                       read_only: bool = False, lock_timeout_seconds: float | None = None):
     """A warehouse connection that can read the dataset's source and its encoded view: with an
-    `attach:` source, the source database is attached to it first (`marginals.attach_source`)."""
+    `attach:` source, the source database is attached to it first (`marginals.attach_source`,
+    whose `SourceError` the stage's `private_errors` turns into a public failure)."""
     with warehouse.connect(read_only=read_only, lock_timeout_seconds=lock_timeout_seconds) as con:
-        try:
-            margs.attach_source(con, spec, Path(warehouse.base_dir), dataset)
-        except SourceError as e:
-            raise dg.Failure(description=str(e)) from None
+        margs.attach_source(con, spec, Path(warehouse.base_dir), dataset)
         yield con
+
+
+def secret_path(warehouse: WarehouseResource) -> Path:
+    """The installation's change-detection secret: `<folder of database>/private/change_detection.key`."""
+    return private_dir(warehouse) / "change_detection.key"
+
+
+def change_state_path(warehouse: WarehouseResource, dataset: str) -> Path:
+    return private_dir(warehouse, dataset) / "change_state.json"
 
 
 def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec,
                 lock_timeout_seconds: float | None = None, dataset: str = "") -> str:
-    """A digest of the source's content: for a table (local or in an attached database), of an
-    order-independent sum of row hashes (one scan in DuckDB); for files, of their names, sizes
-    and modification times. Only the digest is published (as the data version and the sensor's
-    cursor), never a statistic."""
+    """The private MAC of the source's change signal, HMAC-SHA256 under the installation's
+    secret (`core/change.py`). The signal: for a table (local or in an attached database), its
+    schema and an order-independent sum of row hashes (one scan in DuckDB,
+    sql/content_summary.sql); for Parquet/CSV files, their names, sizes and modification times
+    (no scan). Private: it is kept in the private zone and never published; `source_version`
+    turns it into the public, content-free version id."""
     if isinstance(spec.source, (TableSource, AttachSource)):
         with source_connection(warehouse, spec, dataset, read_only=True,
                                lock_timeout_seconds=lock_timeout_seconds) as con:
             relation = margs.source_relation(spec, Path(warehouse.base_dir))
-            value = con.execute(sql("fingerprint_table", source=relation)).fetchone()[0]
+            schema = margs.describe_source(con, relation, dataset)
+            summary = con.execute(sql("content_summary", source=relation)).fetchone()[0]
+        signal = json.dumps({"schema": schema, "content": summary})
     else:
         path = margs.source_path(spec, Path(warehouse.base_dir))
         files = sorted(path.parent.glob(path.name))
-        value = ";".join(f"{f}:{f.stat().st_mtime_ns}:{f.stat().st_size}" for f in files)
-    return hashlib.sha256(str(value).encode()).hexdigest()[:32]
+        signal = json.dumps([[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files])
+    return change.change_mac(change.load_or_create_secret(secret_path(warehouse)), signal)
+
+
+def source_version(warehouse: WarehouseResource, spec: DatasetSpec, dataset: str,
+                   lock_timeout_seconds: float | None = None) -> str:
+    """The source's public version: an opaque random id, the same while the source's private
+    MAC (`fingerprint`) is unchanged and a new one whenever it changes (`change.observe`,
+    shared by the sensor and the `source` observation). It is the `source` asset's data version
+    and the sensor's cursor; it says only "changed since last time"."""
+    mac = fingerprint(warehouse, spec, lock_timeout_seconds, dataset)
+    return change.observe(change_state_path(warehouse, dataset), mac)
 
 
 def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
@@ -108,23 +131,23 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
     budget = DatasetBudget.of(spec)
 
     @dg.observable_source_asset(key=key("source"), group_name=dataset, tags=PRIVATE,
-                                description=f"The private source table of {dataset!r}.")
-    def source(warehouse: WarehouseResource) -> dg.DataVersion:
-        return dg.DataVersion(fingerprint(warehouse, spec, dataset=dataset))
+                                description=f"The private source table of {dataset!r}; its data "
+                                            "version is an opaque id that changes when it does.")
+    @private_step(dataset, "source")
+    def source(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> dg.DataVersion:
+        return dg.DataVersion(source_version(warehouse, spec, dataset))
 
     @dg.asset(key=key("preprocessed"), deps=[key("source")], group_name=dataset, tags=PRIVATE,
               kinds={"duckdb"}, description="Public encoding plan and the encoded view (private).")
+    @private_step(dataset, "preprocessed")
     def preprocessed(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                      ledger: LedgerResource) -> dg.MaterializeResult:
         led = ledger.ledger()
         with private_stage(context, led, dataset, "preprocessed", budget) as stage:
             with source_connection(warehouse, spec, dataset) as con:
-                try:
-                    plan = margs.prepare_encoded_view(con, spec, dataset, Path(warehouse.base_dir),
-                                                      encoded_view(dataset), budget.preprocess,
-                                                      budget.run_delta_extra, stage.charge)
-                except (SchemaError, SourceError) as e:
-                    raise dg.Failure(description=str(e)) from None
+                plan = margs.prepare_encoded_view(con, spec, dataset, Path(warehouse.base_dir),
+                                                  encoded_view(dataset), budget.preprocess,
+                                                  budget.run_delta_extra, stage.charge)
             path = write_json(warehouse, dataset, "plan.json", json.loads(plan.to_json()))
         context.log.info(f"encoded {len(plan.columns)} columns; domain {plan.domain}")
         return dg.MaterializeResult(metadata={
@@ -137,25 +160,25 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
 
     @dg.asset(key=key("marginals"), deps=[key("preprocessed")], group_name=dataset, tags=PRIVATE,
               kinds={"duckdb"}, description="Exact marginals the method needs, in one scan (private zone).")
+    @private_step(dataset, "marginals")
     def marginals(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
         plan = load_plan(warehouse, dataset)
         cliques = required_cliques(spec.method, plan.domain, spec.selection)
         with private_stage(context, ledger.ledger(), dataset, "marginals", budget):
             with source_connection(warehouse, spec, dataset) as con:
-                started = time.perf_counter()  # the queries, not opening the warehouse file
                 table = margs.compute_marginals(con, encoded_view(dataset), marginal_table(dataset),
                                                 plan.columns, cliques, plan.domain)
-                seconds = time.perf_counter() - started
         cells = sum(clique_size(c, plan.domain) for c in cliques)
-        context.log.info(f"{len(cliques)} marginals ({cells} cells) in one scan, {seconds:.2f}s")
+        # no wall time: the scan's duration depends on the private rows (DESIGN.md section 4)
+        context.log.info(f"{len(cliques)} marginals ({cells} cells) in one scan")
         return dg.MaterializeResult(metadata={
             "table": table.table, "marginals": len(cliques), "cells": cells,
-            "seconds": dg.MetadataValue.float(round(seconds, 3)),
         })
 
     @dg.asset(key=key("selection"), deps=[key("marginals")], group_name=dataset, tags=PUBLIC,
               description=f"Marginal selection ({spec.method}) with its noisy 1-way marginals.")
+    @private_step(dataset, "selection")
     def selection(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
         plan = load_plan(warehouse, dataset)
@@ -184,6 +207,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
 
     @dg.asset(key=key("measurements"), deps=[key("selection")], group_name=dataset, tags=PUBLIC,
               description="Noisy marginals after consistency: the privacy boundary.")
+    @private_step(dataset, "measurements")
     def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                      ledger: LedgerResource) -> dg.MaterializeResult:
         plan = load_plan(warehouse, dataset)
@@ -377,6 +401,7 @@ def build_utility_report(dataset: str, spec: DatasetSpec, key):
               description="Owner-only: fidelity, 3-way query error, ML efficiency and plots of "
                           "the synthetic table against the source, written to files in the "
                           "private zone (not DP; the metadata holds only their paths).")
+    @private_step(dataset, "utility_report")
     def utility_report(context: dg.AssetExecutionContext,
                        warehouse: WarehouseResource) -> dg.MaterializeResult:
         from .core import utility
@@ -430,15 +455,15 @@ def build_utility_report(dataset: str, spec: DatasetSpec, key):
 
 def logged_charge(context, charge, method: str):
     """`charge` that also logs each mechanism call (public: its rho and parameters), so a user
-    watching an adaptive selection sees its rounds go by."""
-    started, calls = time.perf_counter(), [0]
+    watching an adaptive selection sees its rounds go by. No elapsed time: the time between
+    mechanisms is private work (DESIGN.md section 4)."""
+    calls = [0]
 
     def wrapped(spend, **params):
         charge(spend, **params)
         calls[0] += 1
         what = ", ".join(f"{k}={v}" for k, v in params.items())
-        context.log.info(f"{method}: mechanism {calls[0]} ({what}) charged rho {spend.rho:.3g}, "
-                         f"{time.perf_counter() - started:.1f}s")
+        context.log.info(f"{method}: mechanism {calls[0]} ({what}) charged rho {spend.rho:.3g}")
     return wrapped
 
 

@@ -81,7 +81,7 @@ def test_sensor_baseline_unchanged_change_and_min_interval(tmp_path, instance):
     assert first.run_requests == []
     assert "first evaluation" in first.skip_message
     baseline = json.loads(first.cursor)
-    assert baseline["requested_at"] == 0 and len(baseline["fingerprint"]) == 32
+    assert baseline["requested_at"] == 0 and len(baseline["version"]) == 32
 
     same = tick(sensor, instance, defs, first.cursor)
     assert same.run_requests == []
@@ -96,8 +96,8 @@ def test_sensor_baseline_unchanged_change_and_min_interval(tmp_path, instance):
     assert request.job_name in (None, JOB)  # None: the sensor's own job, example_synthesis
     assert request.tags["dp_synth/trigger"] == "source_change"
     written = json.loads(changed.cursor)
-    assert written["fingerprint"] != baseline["fingerprint"]
-    assert request.run_key.startswith(f"{DATASET}-{written['fingerprint']}-")
+    assert written["version"] != baseline["version"]
+    assert request.run_key.startswith(f"{DATASET}-{written['version']}-")
     assert before <= written["requested_at"] <= time.time()
 
     # another change right after: min_interval (1h) holds it back, and the cursor stays put
@@ -111,8 +111,7 @@ def test_sensor_baseline_unchanged_change_and_min_interval(tmp_path, instance):
     old = json.dumps({**written, "requested_at": written["requested_at"] - 3601})
     later = tick(sensor, instance, defs, old)
     [request] = later.run_requests
-    assert json.loads(later.cursor)["fingerprint"] not in (baseline["fingerprint"],
-                                                           written["fingerprint"])
+    assert json.loads(later.cursor)["version"] not in (baseline["version"], written["version"])
 
 
 def sql(project, *statements: str) -> None:
@@ -127,7 +126,8 @@ def sql(project, *statements: str) -> None:
 def test_sensor_requests_a_source_that_returns_to_an_earlier_content_under_a_new_run_key(
         tmp_path, instance):
     """A -> B -> A -> B: the second B needs a run too. Dagster drops a RunRequest whose run key
-    an earlier run of the sensor used, so the keys must differ."""
+    an earlier run of the sensor used, so the keys must differ; and the version, not being a
+    function of the content, is new at every change, even back to an earlier content."""
     project = make_project(tmp_path, rows=500, min_interval="0s")
     defs = project.defs_fn()
     sensor = defs.get_sensor_def(SENSOR)
@@ -138,16 +138,17 @@ def test_sensor_requests_a_source_that_returns_to_an_earlier_content_under_a_new
     sql(project, restore.format("state_a"))
 
     cursors = [tick(sensor, instance, defs).cursor]  # baseline: A
-    keys, fingerprints = [], []
+    keys, versions = [], []
     for state in ("state_b", "state_a", "state_b"):
         sql(project, restore.format(state))
         result = tick(sensor, instance, defs, cursors[-1])
         [request] = result.run_requests
         keys.append(request.run_key)
-        fingerprints.append(json.loads(result.cursor)["fingerprint"])
+        versions.append(json.loads(result.cursor)["version"])
         cursors.append(result.cursor)
         time.sleep(0.01)
-    assert fingerprints[0] == fingerprints[2] != fingerprints[1]
+    baseline = json.loads(cursors[0])["version"]
+    assert len(set(versions) | {baseline}) == 4, versions
     assert len(set(keys)) == 3, keys
     # a retried tick (the cursor before the last request, same source) asks under the same key,
     # so Dagster does not start the run twice
@@ -170,19 +171,26 @@ def test_sensor_skips_a_change_the_budget_cannot_cover(tmp_path, instance):
     message = skipped.skip_message
     assert "source changed" in message and "budget" in message
     assert "privacy.limit.epsilon" in message and "'example'" in message
-    # the change stays pending: the cursor keeps the old fingerprint
+    # the change stays pending: the cursor keeps the old version
     assert json.loads(skipped.cursor) == json.loads(first.cursor)
     # nothing was reserved or charged by the sensor
     summary = PrivacyLedger(project.ledger).summary(DATASET)
     assert summary.reserved_rho == 0 and list(summary.runs) == ["earlier-runs"]
 
 
-def test_sensor_skips_when_the_source_cannot_be_read(tmp_path, instance):
+def test_sensor_skips_when_the_source_cannot_be_read_saying_why_only_in_the_private_log(
+        tmp_path, instance):
     project = make_project(tmp_path, rows=200, source={"table": "main.missing"})
     defs = project.defs_fn()
     result = tick(defs.get_sensor_def(SENSOR), instance, defs)
     assert result.run_requests == []
+    log = tmp_path / "private" / DATASET / "private.log"
     assert "cannot read the source of 'example'" in result.skip_message
+    assert str(log) in result.skip_message
+    # DuckDB's own text (which can quote values) is in the owner-only log, not in the skip
+    assert "Catalog Error" not in result.skip_message
+    assert "Catalog Error" in log.read_text() and "source (sensor)" in log.read_text()
+    assert log.stat().st_mode & 0o777 == 0o600
     assert result.cursor is None
 
 

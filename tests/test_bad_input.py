@@ -1,5 +1,6 @@
 """Bad input gets a clear error naming the dataset and the problem, spends nothing, and leaves
-earlier outputs untouched."""
+earlier outputs untouched. What depends on the data (which validation check failed, DuckDB's own
+text) is told only in the owner-only private log; the public failure points to it."""
 
 import duckdb
 import dagster as dg
@@ -31,7 +32,8 @@ def project(tmp_path_factory):
 
 
 def run_with(project, **overrides):
-    """Materialize the pipeline with a modified example entry; return the failure message."""
+    """Materialize the pipeline with a modified example entry; return the public failure
+    message."""
     project.datasets.write_text(yaml.safe_dump({"datasets": {"example": example_entry(**overrides)}}))
     defs = build_definitions(project.datasets, project.warehouse, project.ledger, project.public)
     result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
@@ -45,19 +47,35 @@ def outputs(project) -> dict:
     return {p: p.read_bytes() for p in (project.public / "example").rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("overrides,expected", [
-    ({"source": {"table": "main.no_such_table"}}, "no_such_table"),
-    ({"source": {"table": "main.renamed_example"}}, "'sex'"),
-    ({"source": {"table": "main.text_example"}}, "'age' has values that cannot be cast"),
-    ({"source": {"table": "main.empty_example"}}, "has no rows"),
-    ({"source": {"parquet": "missing/file.parquet"}}, "missing/file.parquet"),
+MISMATCH = "the source does not match its declared spec"
+
+
+@pytest.mark.parametrize("overrides,public,private", [
+    # schema problems (spec and schema only) are public, in the package's words, not DuckDB's
+    ({"source": {"table": "main.no_such_table"}}, "no_such_table", "Catalog Error"),
+    ({"source": {"table": "main.renamed_example"}}, "'sex'", "'sex'"),
+    ({"source": {"parquet": "missing/file.parquet"}}, "missing/file.parquet", "IO Error"),
+    # facts about the rows are told to the data owner only
+    ({"source": {"table": "main.text_example"}}, MISMATCH, "'age' has values that cannot be cast"),
+    ({"source": {"table": "main.empty_example"}}, MISMATCH, "has no rows"),
 ])
-def test_bad_source_fails_naming_dataset_and_problem_and_spends_nothing(project, overrides, expected):
+def test_bad_source_fails_naming_dataset_and_problem_and_spends_nothing(project, overrides,
+                                                                        public, private):
     before_outputs = outputs(project)
     ledger = PrivacyLedger(project.ledger)
     spent = ledger.summary("example").spent_rho
+    log = project.warehouse.parent / "private" / "example" / "private.log"
+    logged = log.read_text() if log.exists() else ""
     message = run_with(project, **overrides)
-    assert "'example'" in message and expected in message, message
+    assert "'example'" in message and public in message, message
+    assert str(log) in message and "'preprocessed'" in message, message
+    entry = log.read_text()[len(logged):]
+    assert private in entry and "stage 'preprocessed'" in entry, entry
+    if private != public:
+        assert private not in message, message
+    for fact in ("cannot be cast", "no rows", "NULLs", "outside its declared", "Error:"):
+        assert fact not in message, message
+    assert log.stat().st_mode & 0o777 == 0o600
     assert ledger.summary("example").spent_rho == spent
     assert ledger.summary("example").reserved_rho == 0
     assert outputs(project) == before_outputs

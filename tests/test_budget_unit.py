@@ -24,13 +24,12 @@ def materialize(defs, instance):
 
 
 def failure_message(result) -> str:
-    """The step failure's message with its causes (a LedgerError reaches Dagster as the cause)."""
+    """The step failure's message: a ledger refusal is published as the failure itself, with
+    no chained cause."""
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
-    error, messages = failure.event_specific_data.error, []
-    while error is not None:
-        messages.append(error.message)
-        error = error.cause
-    return "\n".join(messages)
+    error = failure.event_specific_data.error
+    assert error.cause is None and error.context is None
+    return error.message
 
 
 def write_entries(project, **entries) -> None:

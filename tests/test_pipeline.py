@@ -155,7 +155,7 @@ def test_public_outputs_contain_no_exact_statistic_of_the_source(run):
         if event.asset_key.path[1] in ("preprocessed", "marginals"):
             keys = {k for k in event.materialization.metadata if not k.startswith("privacy/")}
             assert keys <= {"encoding_plan", "domain", "view", "plan_path", "table", "marginals",
-                            "cells", "seconds"}, keys
+                            "cells"}, keys
         if event.asset_key.path[1] == "utility_report":  # where its files are, nothing else
             assert all(isinstance(v, dg.PathMetadataValue)
                        for v in event.materialization.metadata.values())

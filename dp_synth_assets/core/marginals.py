@@ -24,7 +24,17 @@ Clique = tuple[str, ...]
 
 
 class SourceError(ValueError):
-    """The source table cannot be used (absent, empty, values of the wrong type)."""
+    """The source table cannot be used (absent, empty, values of the wrong type).
+
+    `public` is what may be published: it depends on the spec and the source's schema only.
+    `detail` holds what depends on the data (which validation check failed, DuckDB's own
+    message, which can quote a value): it is part of the full message, `str(error)`, which
+    belongs in the private log only (dp_synth_assets/private_log.py)."""
+
+    def __init__(self, public: str, detail: str = ""):
+        super().__init__(f"{public}: {detail}" if detail else public)
+        self.public = public
+        self.detail = detail
 
 
 def source_relation(spec: DatasetSpec, base_dir: Path) -> str:
@@ -100,17 +110,15 @@ def attach_source(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, base_dir: P
             con.execute(f"LOAD {src.type}")
     except duckdb.Error as e:
         raise SourceError(
-            f"dataset {dataset!r}: DuckDB cannot load its {src.type!r} extension "
-            f"({str(e).splitlines()[0]}). Install it once where DuckDB can download it "
-            f"(`INSTALL {src.type}` in DuckDB), or put it in DuckDB's extension_directory."
-        ) from None
+            f"dataset {dataset!r}: DuckDB cannot load its {src.type!r} extension. Install it "
+            f"once where DuckDB can download it (`INSTALL {src.type}` in DuckDB), or put it in "
+            "DuckDB's extension_directory", detail=str(e)) from None
     try:
         con.execute(f"ATTACH {literal(target)} AS {ident(catalog)} (TYPE {src.type}, READ_ONLY)")
     except duckdb.Error as e:
         raise SourceError(
-            f"dataset {dataset!r}: cannot attach its source database ({src.type}): "
-            f"{str(e).splitlines()[0]}. Check `source.attach` in datasets.yaml."
-        ) from None
+            f"dataset {dataset!r}: cannot attach its source database ({src.type}). Check "
+            "`source.attach` in datasets.yaml", detail=str(e)) from None
 
 
 def training_relation(spec: DatasetSpec, base_dir: Path, dataset: str) -> str:
@@ -163,9 +171,9 @@ def describe_source(con: duckdb.DuckDBPyConnection, relation: str, dataset: str)
         rows = con.execute(sql("describe_source", source=relation)).fetchall()
     except duckdb.Error as e:
         raise SourceError(
-            f"dataset {dataset!r}: cannot read its source {relation}: {str(e).splitlines()[0]}. "
-            "Check `source:` in datasets.yaml (table name, or the Parquet/CSV path)."
-        ) from None
+            f"dataset {dataset!r}: cannot read its source {relation}: no such table or file, or "
+            "it cannot be opened. Check `source:` in datasets.yaml (table name, or the "
+            "Parquet/CSV path)", detail=str(e)) from None
     return {name: sql_type for name, sql_type, *_ in rows}
 
 
@@ -173,11 +181,13 @@ def validate_source(con: duckdb.DuckDBPyConnection, relation: str,
                     columns: dict[str, ColumnSpec], dataset: str) -> None:
     """Refuse a source that is empty, has uncastable values or NULLs where none are declared.
 
-    Only booleans come back from the database (one per check), so the error says which column
-    and which problem, never how many rows.
+    Only booleans come back from the database (one per check). Which check failed depends on
+    the data, so it is the error's private `detail` (column and problem, never how many rows);
+    its public text says only that the source does not match its declared spec.
     """
+    mismatch = f"dataset {dataset!r}: the source does not match its declared spec"
     if not con.execute(sql("check_not_empty", source=relation)).fetchone()[0]:
-        raise SourceError(f"dataset {dataset!r}: the source {relation} has no rows; load data first")
+        raise SourceError(mismatch, detail=f"the source {relation} has no rows; load data first")
     checks, problems = [], []
     for i, (name, spec) in enumerate(columns.items()):
         col, is_null = ident(name), is_null_condition(name, spec.missing, spec.kind)
@@ -206,7 +216,7 @@ def validate_source(con: duckdb.DuckDBPyConnection, relation: str,
     flags = con.execute(sql("check_source", checks=", ".join(checks), source=relation)).fetchone()
     found = [p for p, flag in zip(problems, flags) if flag]
     if found:
-        raise SourceError(f"dataset {dataset!r}: " + "; ".join(found))
+        raise SourceError(mismatch, detail="; ".join(found))
 
 
 def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str,

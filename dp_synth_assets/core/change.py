@@ -1,0 +1,159 @@
+"""Change detection of a private source without publishing anything computed from its content.
+
+Three pieces, all in the private zone except the last:
+
+- the installation's secret: 32 random bytes in one owner-only file (mode 0600), created on first
+  use (`load_or_create_secret`);
+- the change signal's MAC: HMAC-SHA256 under that secret of a summary of the source (its content
+  summary for tables, its files' names, sizes and modification times for Parquet/CSV), kept in a
+  per-dataset state file (`observe`), never published;
+- the public version: an opaque random id (`mint_version`), minted when the MAC differs from the
+  stored one and repeated while it does not (`advance`). It says "changed since last time" and
+  nothing else: it is not a function of the content (two installations holding the same table get
+  unrelated ids, and a table that returns to an earlier content gets a new id), so an adversary who
+  knows every row but one has nothing to test candidates against.
+
+`observe` serializes concurrent observers (the sensor and an observation of the `source` asset)
+with an exclusive lock on a file beside the state, and replaces the state atomically, so they
+agree on one id per change.
+"""
+
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+SECRET_BYTES = 32
+OWNER_ONLY = 0o600
+
+
+class ChangeDetectionError(Exception):
+    """The change-detection secret or state cannot be used (unreadable, wrong size)."""
+
+
+@dataclass(frozen=True)
+class ChangeState:
+    """What one dataset's change detection remembers (private): the MAC of the last signal
+    seen, the public id minted for it and when (UTC, ISO 8601)."""
+
+    mac: str
+    version: str
+    changed_at: str
+
+
+def make_private_dir(path: Path) -> Path:
+    """`path` as a directory, created owner-only (0700) if it does not exist yet."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically (a fresh 0600 file beside it, then `os.replace`): a
+    reader sees the old content or the new one, never a partial file, and never a wider mode."""
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, OWNER_ONLY)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def load_or_create_secret(path: Path) -> bytes:
+    """The installation's secret at `path`, created on first use: 32 bytes from the OS's CSPRNG
+    written to a fresh 0600 file (O_CREAT | O_EXCL) and linked into place, so that two processes
+    creating it at once end up with the same one and nobody ever reads a half-written file. An
+    existing file with group or other permission bits is narrowed to 0600."""
+    path = Path(path)
+    if not path.exists():
+        make_private_dir(path.parent)
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, OWNER_ONLY)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(SECRET_BYTES))
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)  # atomic, and fails if another process got there first
+            except FileExistsError:
+                pass
+        finally:
+            tmp.unlink(missing_ok=True)
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, OWNER_ONLY)
+    secret = path.read_bytes()
+    if len(secret) != SECRET_BYTES:
+        raise ChangeDetectionError(
+            f"the change-detection secret {path} is not {SECRET_BYTES} bytes long; delete it to "
+            "create a new one (the next observation of each source then counts as a change)")
+    return secret
+
+
+def change_mac(secret: bytes, signal: str) -> str:
+    """HMAC-SHA256 of a change signal under the installation's secret (hex)."""
+    return hmac.new(secret, signal.encode(), hashlib.sha256).hexdigest()
+
+
+def mint_version() -> str:
+    """A fresh public version id: 128 random bits, independent of any data."""
+    return secrets.token_hex(16)
+
+
+def advance(state: ChangeState | None, mac: str, mint: Callable[[], str] = mint_version,
+            now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> ChangeState:
+    """The state after seeing a signal whose MAC is `mac`: unchanged (same public id) when the MAC
+    equals the stored one, otherwise a new id minted now. Comparison is constant-time."""
+    if state is not None and hmac.compare_digest(state.mac, mac):
+        return state
+    return ChangeState(mac=mac, version=mint(), changed_at=now().isoformat())
+
+
+@contextmanager
+def _locked(lock_path: Path):
+    """An exclusive advisory lock (flock) held for the block; without fcntl (not POSIX), none."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: a lone observer per dataset is assumed
+        yield
+        return
+    fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT, OWNER_ONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def read_state(state_path: Path) -> ChangeState | None:
+    try:
+        data = json.loads(Path(state_path).read_text())
+        return ChangeState(**data)
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError):
+        return None  # an unreadable state is a change: the next observation mints a new id
+
+
+def observe(state_path: Path, mac: str, mint: Callable[[], str] = mint_version) -> str:
+    """Record a signal's MAC in the private state file at `state_path` and return the public
+    version id: the stored one when the MAC has not changed, a new one otherwise. Concurrent
+    observers serialize on `<state>.lock`; the state is replaced atomically."""
+    state_path = Path(state_path)
+    make_private_dir(state_path.parent)
+    with _locked(state_path.with_name(state_path.name + ".lock")):
+        before = read_state(state_path)
+        after = advance(before, mac, mint)
+        if after != before:
+            write_private(state_path, json.dumps(asdict(after)).encode())
+    return after.version

@@ -1,0 +1,126 @@
+"""Failures of private stages: a generic public message, the details in a private log.
+
+The Dagster event log is public (DESIGN.md section 4), and an exception raised while reading the
+source can quote a value of it (DuckDB's conversion and overflow errors do). `private_errors`
+wraps every stage that reads private data: any exception becomes a `dagster.Failure`, raised
+`from None` so that no chained exception reaches the event log, whose description names the
+dataset, the stage and the kind of problem, never a value, a count or a row, and gives the path
+of the dataset's private log. The full message and traceback are appended to that log,
+`<warehouse dir>/private/<dataset>/private.log` (mode 0600), one entry per failure with the
+time, the run id and the stage.
+
+What the public description may say:
+- a `dagster.Failure` raised by this package (budget refusals, a missing upstream artifact) is
+  public by construction and passes unchanged;
+- a `SourceError` carries its public text in `.public` (spec and schema only: a missing table or
+  file, a declared column the source lacks, "the source does not match its declared spec") and
+  the data-dependent facts only in its full message, which goes to the private log;
+- a `SchemaError` speaks of the spec and the source's schema only, and is published as is;
+- anything else is published as one of three kinds: a value that does not fit the declared spec
+  (DuckDB's conversion, range and input errors), a source or warehouse that cannot be read (I/O),
+  or an unexpected error.
+Whether a run failed, and which of these kinds, stays visible: that is the one fact a failing
+run reveals.
+"""
+
+import functools
+import os
+import traceback
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+
+from resources.warehouse import WarehouseResource
+
+from .core.change import OWNER_ONLY, make_private_dir
+from .core.domain import SchemaError
+from .core.marginals import SourceError
+
+LOG_NAME = "private.log"
+
+VALUE_ERRORS = (duckdb.ConversionException, duckdb.OutOfRangeException,
+                duckdb.InvalidInputException, ArithmeticError, ValueError)
+READ_ERRORS = (duckdb.IOException, duckdb.CatalogException, OSError)
+
+
+def private_dir(warehouse: WarehouseResource, dataset: str | None = None) -> Path:
+    """The private zone beside the warehouse file (`<folder of database>/private`, 0700), or
+    its folder for one dataset."""
+    base = Path(warehouse.database).resolve().parent / "private"
+    return make_private_dir(base / dataset if dataset else base)
+
+
+def private_log_path(warehouse: WarehouseResource, dataset: str) -> Path:
+    return private_dir(warehouse, dataset) / LOG_NAME
+
+
+def append_private_log(path: Path, dataset: str, stage: str, run_id: str,
+                       error: BaseException, public: str) -> None:
+    """Append one entry (time, run, stage, the public message, the full traceback) to the
+    owner-only log at `path`, created 0600; one write per entry (O_APPEND)."""
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    entry = (f"==== {when} dataset {dataset!r} stage {stage!r} run {run_id}\n"
+             f"public message: {public}\n"
+             + "".join(traceback.format_exception(error)) + "\n")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, OWNER_ONLY)
+    try:
+        os.write(fd, entry.encode(errors="replace"))
+    finally:
+        os.close(fd)
+
+
+def problem_kind(error: BaseException) -> str:
+    """The public kind of an unexpected exception: no text of the exception itself."""
+    if isinstance(error, VALUE_ERRORS):
+        return ("a value of the source does not fit its declared spec (kind, bounds, "
+                "categories or `missing:`)")
+    if isinstance(error, READ_ERRORS):
+        return "the source or the warehouse could not be read"
+    return "an unexpected error"
+
+
+def public_message(error: BaseException, dataset: str, stage: str, log: Path) -> str:
+    """The description of the public failure for `error` raised in `stage` (see module doc)."""
+    if isinstance(error, SourceError):
+        reason = error.public
+    elif isinstance(error, SchemaError):
+        reason = str(error)
+    else:
+        reason = problem_kind(error)
+    if f"dataset {dataset!r}" not in reason:
+        reason = f"dataset {dataset!r}: {reason}"
+    return (f"{reason} (stage {stage!r}). The data owner finds the details (the full message "
+            f"and traceback) in the private log {log}")
+
+
+@contextmanager
+def private_errors(warehouse: WarehouseResource, dataset: str, stage: str, run_id: str):
+    """Turn any exception of the block into a generic public `dagster.Failure` and log it
+    privately (module doc). A `dagster.Failure` of the block is logged and passes unchanged."""
+    try:
+        yield
+    except dg.Failure as e:
+        log = private_log_path(warehouse, dataset)
+        append_private_log(log, dataset, stage, run_id, e, e.description or "")
+        raise
+    except Exception as e:  # noqa: BLE001 - every exception of a private stage is private
+        log = private_log_path(warehouse, dataset)
+        message = public_message(e, dataset, stage, log)
+        append_private_log(log, dataset, stage, run_id, e, message)
+        raise dg.Failure(description=message) from None
+
+
+def private_step(dataset: str, stage: str):
+    """Decorate an asset's compute function (called as `fn(context, **resources)`, with a
+    `warehouse` resource) so that its whole body runs under `private_errors`."""
+    def decorate(fn):
+        @functools.wraps(fn)
+        def wrapped(*args, **kwargs):
+            context = kwargs.get("context", args[0] if args else None)
+            with private_errors(kwargs["warehouse"], dataset, stage, context.run_id):
+                return fn(*args, **kwargs)
+        return wrapped
+    return decorate

@@ -1,0 +1,328 @@
+"""The Dagster-layer perimeter (issue 13): change detection publishes no content digest, and a
+private stage's failure publishes nothing about the data.
+
+Both attacks of the issue are replayed: the one-row search against the source's fingerprint
+(an adversary knowing every row but one tries candidates for the last value) and an outlier
+whose value an error message used to quote. "Public" is everything the Dagster instance stores
+(every event of every run, serialized whole: messages, metadata, tags, data versions, error
+info), the sensor's cursor and run keys, and the public folder.
+"""
+
+import hashlib
+import json
+import math
+import os
+import re
+import threading
+from concurrent.futures import ProcessPoolExecutor
+
+import dagster as dg
+import duckdb
+import pytest
+from dagster._core.definitions.observe import observe  # not re-exported by dagster
+from dagster._serdes import serialize_value
+
+from dp_synth_assets.core import change
+from dp_synth_assets.core.config import load_registry
+from dp_synth_assets.pipeline import change_state_path, secret_path, source_version
+from resources.ledger import PrivacyLedger
+from tests.helpers import make_project
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:Starting in dagster 1.11:UserWarning", "ignore::dagster.BetaWarning")
+
+DATASET = "example"
+SENSOR = "example_source_change"
+HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+# ---- the pure parts: secret, MAC, state ---------------------------------------------------------
+
+
+def test_secret_is_created_once_owner_only_and_the_same_for_concurrent_creators(tmp_path):
+    path = tmp_path / "private" / "change_detection.key"
+    secrets, barrier = [], threading.Barrier(8)
+
+    def create():
+        barrier.wait()
+        secrets.append(change.load_or_create_secret(path))
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(secrets)) == 1 and len(secrets[0]) == change.SECRET_BYTES
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "private").stat().st_mode & 0o777 == 0o700
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    assert change.load_or_create_secret(path) == secrets[0]
+    os.chmod(path, 0o644)  # a too-wide mode is narrowed
+    change.load_or_create_secret(path)
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
+def test_mac_is_keyed_by_the_installation_secret():
+    signal = json.dumps({"content": "12345"})
+    a, b = b"a" * 32, b"b" * 32
+    assert change.change_mac(a, signal) == change.change_mac(a, signal)
+    assert change.change_mac(a, signal) != change.change_mac(b, signal)
+    assert change.change_mac(a, signal) != hashlib.sha256(signal.encode()).hexdigest()
+
+
+def test_version_holds_while_the_mac_holds_and_is_new_at_every_change(tmp_path):
+    state = tmp_path / "example" / "change_state.json"
+    seen = [change.observe(state, mac) for mac in ("A", "A", "B", "A", "A", "B")]
+    assert seen[0] == seen[1] and seen[3] == seen[4]
+    assert len({seen[0], seen[2], seen[3], seen[5]}) == 4  # back to A or B: a new id each time
+    assert all(HEX32.match(v) for v in seen)
+    stored = json.loads(state.read_text())
+    assert stored["mac"] == "B" and stored["version"] == seen[5]  # the MAC stays private
+    assert state.stat().st_mode & 0o777 == 0o600
+
+
+def test_advance_is_a_pure_state_transition():
+    ids = iter(["v1", "v2"])
+    first = change.advance(None, "m1", mint=lambda: next(ids))
+    assert first.version == "v1" and first.mac == "m1"
+    assert change.advance(first, "m1", mint=lambda: next(ids)) is first
+    assert change.advance(first, "m2", mint=lambda: next(ids)).version == "v2"
+
+
+def _observe(args):
+    return change.observe(*args)
+
+
+def test_concurrent_observers_agree_on_one_version(tmp_path):
+    state = tmp_path / "example" / "change_state.json"
+    with ProcessPoolExecutor(4) as pool:
+        versions = list(pool.map(_observe, [(state, "same mac")] * 16))
+    assert len(set(versions)) == 1
+    assert json.loads(state.read_text())["version"] == versions[0]
+
+
+# ---- the one-row search, replayed ---------------------------------------------------------------
+
+
+def content_summary(con, relation: str) -> str:
+    from dp_synth_assets.core.sql import sql
+
+    return con.execute(sql("content_summary", source=relation)).fetchone()[0]
+
+
+def old_digests(summary: str) -> set[str]:
+    """What the old fingerprint published for a content summary, and its obvious variants."""
+    full = hashlib.sha256(str(summary).encode()).hexdigest()
+    return {str(summary), full, full[:32]}
+
+
+def published(instance: dg.DagsterInstance, project=None) -> str:
+    """Everything public: every event of every run of the instance (serialized whole), the runs'
+    tags, and the text files of the public folder."""
+    texts = []
+    for run in instance.get_runs():
+        texts.append(json.dumps(run.tags))
+        texts += [serialize_value(entry) for entry in instance.all_logs(run.run_id)]
+    if project is not None and project.public.exists():
+        texts += [p.read_text(errors="replace") for p in project.public.rglob("*")
+                  if p.is_file() and p.suffix in (".json", ".html", ".txt")]
+    return "\n".join(texts)
+
+
+def tick(defs, instance, cursor=None):
+    with dg.build_sensor_context(instance=instance, cursor=cursor,
+                                 resources=defs.resources) as context:
+        return defs.get_sensor_def(SENSOR).evaluate_tick(context)
+
+
+def test_one_row_search_finds_no_digest_to_match(tmp_path):
+    """An adversary knows every row but the income of row 0 and tries candidates. Before, one
+    candidate's digest equalled the published data version. Now nothing public is a function of
+    the content: no candidate's digest (nor the true one) appears anywhere, the version of the
+    same table differs between installations, and a return to an earlier content gets a new
+    version."""
+    project = make_project(tmp_path / "one", rows=400, min_interval="0s")
+    defs = project.defs_fn()
+    source = next(a for a in defs.assets if getattr(a, "key", None) == dg.AssetKey([DATASET, "source"]))
+    true_income = 54321.0
+    with duckdb.connect(str(project.warehouse)) as con:
+        con.execute("UPDATE main.example SET income = ? WHERE rowid = 0", [true_income])
+        con.execute("CREATE TEMP TABLE known AS SELECT * FROM main.example WHERE rowid <> 0")
+        con.execute("CREATE TEMP TABLE target AS SELECT * FROM main.example WHERE rowid = 0")
+        actual = content_summary(con, "main.example")
+        candidates = {}
+        for c in [true_income + 10 * k for k in range(-20, 21)]:
+            con.execute("CREATE OR REPLACE TEMP TABLE guess AS SELECT * FROM known UNION ALL "
+                        f"SELECT * REPLACE (CAST({c} AS DOUBLE) AS income) FROM target")
+            candidates[c] = content_summary(con, "guess")
+    # the search is sound: the true value reproduces the source's summary, and only it
+    assert [c for c, s in candidates.items() if s == actual] == [true_income]
+
+    instance = dg.DagsterInstance.ephemeral()
+    observed = observe([source], resources=defs.resources, instance=instance)
+    assert observed.success
+    first = tick(defs, instance)
+    with duckdb.connect(str(project.warehouse)) as con:
+        con.execute("UPDATE main.example SET income = income + 1 WHERE rowid = 0")
+    changed = tick(defs, instance, first.cursor)
+    [request] = changed.run_requests
+    assert observe([source], resources=defs.resources, instance=instance).success
+
+    public = published(instance) + first.cursor + changed.cursor + request.run_key + json.dumps(
+        request.tags)
+    for summary in candidates.values():
+        for digest in old_digests(summary):
+            assert digest not in public
+    mac = json.loads(change_state_path(defs.resources["warehouse"], DATASET).read_text())["mac"]
+    assert mac not in public  # the keyed MAC is private too
+    secret = secret_path(defs.resources["warehouse"]).read_bytes()
+    assert secret.hex() not in public
+
+    # what is public is an opaque id: the data version equals the sensor's, is 32 hex digits
+    versions = [e.asset_observation_data.asset_observation.data_version
+                for r in instance.get_runs() for e in
+                (x.dagster_event for x in instance.all_logs(r.run_id))
+                if e is not None and e.event_type_value == "ASSET_OBSERVATION"]
+    assert len(versions) == 2 and all(HEX32.match(v) for v in versions)
+    assert set(versions) == {json.loads(first.cursor)["version"],
+                             json.loads(changed.cursor)["version"]}
+
+    # not a function of the table: a second installation with the same table gets another id,
+    # and going back to the earlier content gives a third
+    other = make_project(tmp_path / "two", rows=400)
+    with duckdb.connect(str(other.warehouse)) as con:
+        con.execute("UPDATE main.example SET income = ? WHERE rowid = 0", [true_income])
+    spec = load_registry(other.datasets)[DATASET]
+    again = source_version(other.defs_fn().resources["warehouse"], spec, DATASET)
+    assert again != versions[0] and HEX32.match(again)
+    with duckdb.connect(str(project.warehouse)) as con:
+        con.execute("UPDATE main.example SET income = ? WHERE rowid = 0", [true_income])
+    back = source_version(defs.resources["warehouse"], load_registry(project.datasets)[DATASET],
+                          DATASET)
+    assert back not in versions
+
+
+# ---- private failures ---------------------------------------------------------------------------
+
+
+PLANTED = 123456789012345.67
+BIN_WIDTH = 400000.0 / 31  # the example's income: bounds [0, 400000], 31 bins
+
+
+def numbers_in(text: str) -> list[float]:
+    return [float(t) for t in re.findall(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", text)]
+
+
+def assert_nothing_of(values: list[float], text: str) -> None:
+    """No number in `text` within 0.1% of any of `values`, nor their leading digits."""
+    for value in values:
+        assert not any(math.isclose(n, value, rel_tol=1e-3) for n in numbers_in(text)), value
+        assert f"{abs(value):.0f}"[:9] not in text.replace(",", "").replace("_", ""), value
+
+
+def log_of(project):
+    return project.warehouse.parent / "private" / DATASET / "private.log"
+
+
+def materialize(defs, instance):
+    return dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                          instance=instance, raise_on_error=False)
+
+
+def failure_messages(result) -> list[str]:
+    return [e.event_specific_data.error.message for e in result.all_events
+            if e.event_type_value == "STEP_FAILURE"]
+
+
+def assert_spent_only_what_was_charged(project, run_id: str) -> None:
+    ledger = PrivacyLedger(project.ledger)
+    charged = sum(e["rho"] for e in ledger.events(DATASET)
+                  if e["run_id"] == run_id and e["kind"] == "charge")
+    summary = ledger.summary(DATASET)
+    assert summary.reserved_rho == 0
+    assert summary.spent_rho == pytest.approx(charged, abs=1e-15)
+
+
+@pytest.mark.parametrize("report", [None, "holdout"])
+def test_an_overflowing_outlier_reaches_no_public_event_or_file(tmp_path, report):
+    """The issue's second attack: one income of 1.2e14 used to overflow the bin index's cast
+    and DuckDB quoted it. Whether the run fails (the cast) or succeeds (a total encoding), no
+    public event, tag, data version or file holds the value or its bin index, and no digest of
+    the source. Without a report the outlier is a training row (read by `marginals`); with the
+    example's report, this row falls in the held-out rows, read only by `utility_report`."""
+    project = make_project(tmp_path, rows=1500, **({"report": None} if report is None else {}))
+    with duckdb.connect(str(project.warehouse)) as con:
+        con.execute("UPDATE main.example SET income = ? WHERE rowid = 7", [PLANTED])
+        summary = content_summary(con, "main.example")
+    defs = project.defs_fn()
+    instance = dg.DagsterInstance.ephemeral()
+    source = next(a for a in defs.assets if getattr(a, "key", None) == dg.AssetKey([DATASET, "source"]))
+    assert observe([source], resources=defs.resources, instance=instance).success
+    result = materialize(defs, instance)
+
+    public = published(instance, project)
+    assert_nothing_of([PLANTED, PLANTED / BIN_WIDTH], public)
+    for digest in old_digests(summary):
+        assert digest not in public
+    if not result.success:
+        [message] = failure_messages(result)
+        assert "'example'" in message and str(log_of(project)) in message
+        assert f"run {result.run_id}" in log_of(project).read_text()
+    assert_spent_only_what_was_charged(project, result.run_id)
+
+
+@pytest.mark.parametrize("stage,target", [
+    ("preprocessed", "dp_synth_assets.core.marginals.prepare_encoded_view"),
+    ("selection", "dp_synth_assets.pipeline.select"),
+    ("measurements", "dp_synth_assets.pipeline.measure"),
+])
+def test_a_private_stage_failure_publishes_no_value_of_its_exception(tmp_path, monkeypatch,
+                                                                     stage, target):
+    """A fault inside a private stage whose message quotes a value (as DuckDB's do) fails the
+    run with a generic message naming the dataset, the stage and the private log; the value is
+    only in that owner-only log, with the run id and the stage; nothing is left reserved and
+    nothing is spent beyond what was charged before the fault; the outputs of an earlier run
+    are untouched (there are none here: none is created)."""
+    project = make_project(tmp_path, rows=1200, report=None)
+
+    def fault(*args, **kwargs):
+        raise duckdb.ConversionException(
+            f"Conversion Error: Type DOUBLE with value {PLANTED!r} can't be cast to INT32")
+
+    monkeypatch.setattr(target, fault)
+    instance = dg.DagsterInstance.ephemeral()
+    result = materialize(project.defs_fn(), instance)
+    assert not result.success
+    [message] = failure_messages(result)
+    assert f"stage {stage!r}" in message and "'example'" in message
+    assert "does not fit its declared spec" in message
+    assert str(log_of(project)) in message
+    assert_nothing_of([PLANTED], published(instance, project))
+
+    log = log_of(project).read_text()
+    assert repr(PLANTED) in log and result.run_id in log and f"stage {stage!r}" in log
+    assert "Traceback" in log
+    assert log_of(project).stat().st_mode & 0o777 == 0o600
+    assert_spent_only_what_was_charged(project, result.run_id)
+    failed = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    error = failed[0].event_specific_data.error
+    assert error.cause is None and error.context is None  # no chained exception published
+
+
+def test_a_failing_source_observation_publishes_no_value(tmp_path, monkeypatch):
+    project = make_project(tmp_path, rows=200)
+    defs = project.defs_fn()
+
+    def fault(*args, **kwargs):
+        raise RuntimeError(f"value {PLANTED!r} broke the scan")
+
+    monkeypatch.setattr("dp_synth_assets.core.change.change_mac", fault)
+    source = next(a for a in defs.assets if getattr(a, "key", None) == dg.AssetKey([DATASET, "source"]))
+    instance = dg.DagsterInstance.ephemeral()
+    result = observe([source], resources=defs.resources, instance=instance,
+                        raise_on_error=False)
+    assert not result.success
+    [message] = failure_messages(result)
+    assert "stage 'source'" in message and "an unexpected error" in message
+    assert_nothing_of([PLANTED], published(instance, project))
+    assert repr(PLANTED) in log_of(project).read_text()
