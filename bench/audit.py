@@ -54,7 +54,9 @@ METHOD = "absyn"
 
 
 def table(with_target: bool) -> dict[str, np.ndarray]:
-    rows = [(i % 2, i % 2) for i in range(40)] + ([(TARGET["a"], TARGET["b"])] if with_target else [])
+    rows = [(i % 2, i % 2) for i in range(40)]
+    if with_target:
+        rows.append((TARGET["a"], TARGET["b"]))
     return {a: np.array([r[i] for r in rows], dtype=np.int64) for i, a in enumerate(DOMAIN)}
 
 

@@ -45,4 +45,5 @@ def test_clopper_pearson_bounds_are_exact_beta_quantiles():
     assert upper == 1.0 and math.isclose(lower, 1e-6 ** (1 / 1000), rel_tol=1e-9)
     # ln((p_hi_lower - delta) / p_lo_upper)
     bound = audit.epsilon_lower_bound(1000, 0, 1000, 0.0, 2e-6)
-    assert math.isclose(bound, math.log(1e-6 ** (1 / 1000) / (1 - 1e-6 ** (1 / 1000))), rel_tol=1e-9)
+    edge = 1e-6 ** (1 / 1000)
+    assert math.isclose(bound, math.log(edge / (1 - edge)), rel_tol=1e-9)

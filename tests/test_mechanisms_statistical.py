@@ -23,7 +23,7 @@ from dp_synth_assets.core.privacy import exponential_mechanism
 
 from helpers import ChargeRecorder
 
-# ------------------------------------------------------------------------------ exponential mechanism
+# ------------------------------------------------------------------------- exponential mechanism
 
 EM_ALPHA = 1e-6 / 2  # per configuration below
 EM_DRAWS = 2000

@@ -326,7 +326,8 @@ def test_privtree_biased_counts_change_by_at_most_one_on_one_root_to_leaf_path(s
     clamp = pp.PRIVTREE_THETA - scale * math.log(2)
     assert any(math.isclose(v, clamp) for v in base.values())  # the clamp case is exercised
     block = pp.PRIVTREE_CELLS // 2 ** depth
-    targets = sorted(set(hot.tolist()) | {0, pp.PRIVTREE_CELLS - 1, int(rng.integers(0, pp.PRIVTREE_CELLS))})
+    targets = sorted(set(hot.tolist()) | {0, pp.PRIVTREE_CELLS - 1,
+                                          int(rng.integers(0, pp.PRIVTREE_CELLS))})
     for cell in targets:
         for sign in (+1, -1):
             if sign < 0 and cells[cell] == 0:
@@ -503,7 +504,8 @@ def ppsyn_first_round(table: dict, one_way, monkeypatch) -> dict:
 
     def contribution(scores, rho, sensitivity):
         _, spend = real_scores(scores, rho, sensitivity)
-        captured["contribution"], captured["contr_sensitivity"] = float(scores[0]), spend.sensitivity
+        captured["contribution"] = float(scores[0])
+        captured["contr_sensitivity"] = spend.sensitivity
         return np.array([500.0]), spend
 
     def counts(sums, rho):
