@@ -115,7 +115,7 @@ def privtree_noise():
         cells = np.zeros(pp.PRIVTREE_CELLS, dtype=np.int64)
         pp.privtree_edges(cells, "x", pp.ColumnSpec(kind="float", bounds=[0, 1],
                                                     binning="privtree"),
-                          "DOUBLE", 0.0, 1.0, PRIVTREE_RHO, rec)
+                          0.0, 1.0, PRIVTREE_RHO, rec)
     finally:
         odp_measurements.make_laplace = real
     assert len(built) == 1 and len(rec.calls) == 1

@@ -160,15 +160,8 @@ def test_every_marginal_of_the_encoded_view_moves_by_at_most_l2_one(raw_world):
     assert worst == charged
 
 
-_NOT_TOTAL = pytest.mark.xfail(
-    strict=True, raises=(duckdb.ConversionException, duckdb.OutOfRangeException),
-    reason="issue 13 item 2: the encoding SQL casts (or multiplies in BIGINT) before it clamps; "
-           "remove this mark when the encodings are total")
-
-
 @pytest.mark.parametrize("column, value", [
-    pytest.param(c, v, marks=() if isinstance(v, float) and math.isnan(v) else _NOT_TOTAL)
-    for c, vs in OVERFLOWING.items() for v in vs])
+    (c, v) for c, vs in OVERFLOWING.items() for v in vs])
 def test_an_overflowing_value_is_clamped_into_one_cell_like_any_other(column, value):
     """An outlier far beyond the bounds, an infinity or a NaN still adds exactly one row to one
     cell of each marginal (the encoding must be total: clamp before any cast, issue 13)."""
@@ -221,13 +214,12 @@ def test_preprocessing_aggregates_move_within_what_each_mechanism_is_charged_for
     # income -> PrivTree cells over its declared bounds, grade -> rare (declared)
     con.execute("CREATE OR REPLACE TABLE stacked2 AS SELECT nb, city, city AS grade, age, income "
                 "FROM stacked")
-    types = {"city": "VARCHAR", "grade": "VARCHAR", "age": "BIGINT", "income": "DOUBLE"}
     tasks = _pre_world_tasks()
     spans = {"income": (0.0, 100.0)}
 
     def aggregates(k):
         rel = f"(SELECT city, grade, age, income FROM stacked2 WHERE nb = {k})"
-        return pp.exact_aggregates(con, rel, PRE_COLUMNS, types, tasks, spans)
+        return pp.exact_aggregates(con, rel, PRE_COLUMNS, tasks, spans)
 
     base = aggregates(0)
     charged = _charged_preprocessing_sensitivities(base)
@@ -268,10 +260,10 @@ def _charged_preprocessing_sensitivities(exact) -> dict:
     pp.measure_declared_categories({"a": 3}, "grade", PRE_COLUMNS["grade"], 1.0, rec)
     out["rare"] = rec.calls[-1][0].sensitivity
     task = pp.Task("age", "bounds")
-    pp.dp_bounds(exact[task], "age", PRE_COLUMNS["age"], "BIGINT", 1.0, rec)
+    pp.dp_bounds(exact[task], "age", PRE_COLUMNS["age"], 1.0, rec)
     out["bounds"] = rec.calls[-1][0].sensitivity
     task = pp.Task("income", "privtree")
-    pp.privtree_edges(exact[task], "income", PRE_COLUMNS["income"], "DOUBLE", 0.0, 100.0, 1.0, rec)
+    pp.privtree_edges(exact[task], "income", PRE_COLUMNS["income"], 0.0, 100.0, 1.0, rec)
     out["privtree"] = rec.calls[-1][0].sensitivity
     return out
 
@@ -318,7 +310,7 @@ def test_privtree_biased_counts_change_by_at_most_one_on_one_root_to_leaf_path(s
     cells[hot] = rng.integers(1, 40, hot.size)  # a few dense cells, most nodes at the clamp
     scale = pp.privtree_lambda(math.sqrt(2 * 0.5))
     rec = ChargeRecorder()
-    pp.privtree_edges(cells, "x", PRE_COLUMNS["income"], "DOUBLE", 0.0, 100.0, 0.5, rec)
+    pp.privtree_edges(cells, "x", PRE_COLUMNS["income"], 0.0, 100.0, 0.5, rec)
     charged = rec.calls[-1][0].sensitivity
     assert math.isclose(rec.calls[-1][0].scale, scale)
     depth = 8
