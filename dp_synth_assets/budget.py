@@ -125,6 +125,23 @@ class StageBudget:
             raise dg.Failure(description=str(e)) from None
 
 
+def verify_published_head(context, ledger: PrivacyLedger, dataset: str) -> None:
+    """Refuse a run whose ledger does not extend the ledger head this dataset's latest spending
+    materializations published (`privacy/ledger_rows`, `privacy/ledger_head`): the public
+    outputs prove that spending, so a ledger without it (deleted with its head file, replaced
+    by an older copy or another ledger) must not start afresh."""
+    for stage in reversed(PRIVATE_STAGES):
+        event = context.instance.get_latest_materialization_event(dg.AssetKey([dataset, stage]))
+        if event is None or event.asset_materialization is None:
+            continue
+        metadata = event.asset_materialization.metadata
+        rows, head = metadata.get("privacy/ledger_rows"), metadata.get("privacy/ledger_head")
+        if rows is not None and head is not None:
+            ledger.verify_published(int(rows.value), str(head.value),
+                                    f"the metadata of {dataset}/{stage} (run {event.run_id})")
+            return
+
+
 @contextmanager
 def private_stage(context: dg.AssetExecutionContext, ledger: PrivacyLedger, dataset: str,
                   stage: str, budget: DatasetBudget):
@@ -137,6 +154,7 @@ def private_stage(context: dg.AssetExecutionContext, ledger: PrivacyLedger, data
     run_id = context.run_id
     if request > 0:
         try:
+            verify_published_head(context, ledger, dataset)
             ledger.reserve(dataset, run_id, request, budget.limit_rho, request_delta,
                            budget.limit_delta_extra, delta=budget.delta)
         except (BudgetExceeded, LedgerError) as e:  # public: amounts, paths and row counts

@@ -843,6 +843,26 @@ class PrivacyLedger:
         finally:
             conn.close()
 
+    def verify_published(self, rows: int, head: str, where: str) -> None:
+        """Refuse (LedgerError) unless this ledger extends a head published elsewhere (`rows`
+        rows ending in hash `head`, e.g. the `privacy/ledger_*` metadata of a spending
+        materialization, named by `where`): a ledger deleted together with its head file, or
+        replaced by another or an older one, has fewer rows than the public outputs prove were
+        spent, or another hash at that row. Creates no ledger file."""
+        if rows <= 0:
+            return
+        if not self.path.exists():
+            raise LedgerError(
+                f"The privacy ledger {self.path} does not exist, but {where} records that it had "
+                f"{rows} rows: the ledger was deleted or moved. {self._restore_hint()}")
+        recorded = self._read()
+        if len(recorded) < rows or recorded[rows - 1]["hash"] != head:
+            raise LedgerError(
+                f"The privacy ledger {self.path} does not extend the head that {where} records "
+                f"({rows} rows, head {head[:16]}...): it has "
+                f"{'fewer rows' if len(recorded) < rows else 'another hash at that row'}, so "
+                f"spending recorded there is missing. {self._restore_hint()}")
+
     def can_cover(self, dataset: str, rho: float, limit_rho: float, delta_extra: float = 0.0,
                   limit_delta_extra: float = 0.0, now: datetime | None = None) -> bool:
         """Whether `reserve` would succeed now (stale reservations count as released); writes

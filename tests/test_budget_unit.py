@@ -125,6 +125,38 @@ def test_a_deleted_ledger_refuses_the_next_run_until_restored(spent, tmp_path):
     assert PrivacyLedger(project.ledger).summary("example").spent_rho > 0
 
 
+def test_a_ledger_deleted_with_its_head_file_is_refused_by_the_published_head(spent, tmp_path):
+    """The head file gone too (the whole ledger folder deleted, or another empty ledger put in
+    place): the metadata the dataset's spending assets published still proves the spending, so
+    the next run on the same Dagster instance is refused and writes no ledger."""
+    project, _, instance = spent
+    saved = {}
+    for suffix in ("", "-wal", "-shm", ".head"):
+        path = Path(f"{project.ledger}{suffix}")
+        if path.exists():
+            saved[path] = tmp_path / path.name
+            shutil.copyfile(path, saved[path])
+            path.unlink()
+    try:
+        result = materialize(project.defs_fn(), instance)
+        assert not result.success
+        message = failure_message(result)
+        assert "does not exist" in message and "example/measurements" in message, message
+        assert not project.ledger.exists()
+        # another, empty ledger in its place: fewer rows than the published head
+        PrivacyLedger(project.ledger).events()
+        result = materialize(project.defs_fn(), instance)
+        assert not result.success
+        assert "does not extend the head" in failure_message(result)
+        assert PrivacyLedger(project.ledger).events() == []
+    finally:
+        for suffix in ("", "-wal", "-shm", ".head"):
+            Path(f"{project.ledger}{suffix}").unlink(missing_ok=True)
+        for path, copy in saved.items():
+            shutil.copyfile(copy, path)
+    assert PrivacyLedger(project.ledger).summary("example").spent_rho > 0
+
+
 def test_make_clean_keeps_the_ledger(tmp_path):
     dry_run = subprocess.run(["make", "-n", "clean"], cwd=REPO, capture_output=True, text=True,
                              check=True).stdout
