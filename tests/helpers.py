@@ -69,6 +69,29 @@ def dagster_env(project: SimpleNamespace, home: Path,
     }
 
 
+def run_sql(project: SimpleNamespace, *statements: str) -> None:
+    """Run statements on the project's warehouse file (as an upstream load or a test's fault)."""
+    import duckdb
+
+    con = duckdb.connect(str(project.warehouse))
+    try:
+        for statement in statements:
+            con.execute(statement)
+    finally:
+        con.close()
+
+
+def ledger_rows(path: Path) -> int:
+    """Rows in a ledger file, read with plain sqlite3 (no verification, no creation)."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT count(*) FROM privacy_ledger").fetchone()[0]
+    finally:
+        conn.close()
+
+
 class ChargeRecorder:
     """A fake `charge(spend, **params)` for selection methods: keeps every call, in order."""
 

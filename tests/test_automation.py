@@ -13,7 +13,7 @@ from dp_synth_assets.budget import DatasetBudget
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.privacy import Spend
 from resources.ledger import PrivacyLedger
-from tests.helpers import make_project
+from tests.helpers import make_project, run_sql
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Starting in dagster 1.11:UserWarning",  # get_sensor_def / get_schedule_def
@@ -114,14 +114,6 @@ def test_sensor_baseline_unchanged_change_and_min_interval(tmp_path, instance):
     assert json.loads(later.cursor)["version"] not in (baseline["version"], written["version"])
 
 
-def sql(project, *statements: str) -> None:
-    con = duckdb.connect(str(project.warehouse))
-    try:
-        for statement in statements:
-            con.execute(statement)
-    finally:
-        con.close()
-
 
 def test_sensor_requests_a_source_that_returns_to_an_earlier_content_under_a_new_run_key(
         tmp_path, instance):
@@ -131,16 +123,16 @@ def test_sensor_requests_a_source_that_returns_to_an_earlier_content_under_a_new
     project = make_project(tmp_path, rows=500, min_interval="0s")
     defs = project.defs_fn()
     sensor = defs.get_sensor_def(SENSOR)
-    sql(project, "CREATE TABLE main.state_a AS SELECT * FROM main.example")
+    run_sql(project, "CREATE TABLE main.state_a AS SELECT * FROM main.example")
     change_source(project)
-    sql(project, "CREATE TABLE main.state_b AS SELECT * FROM main.example")
+    run_sql(project, "CREATE TABLE main.state_b AS SELECT * FROM main.example")
     restore = "CREATE OR REPLACE TABLE main.example AS SELECT * FROM main.{}"
-    sql(project, restore.format("state_a"))
+    run_sql(project, restore.format("state_a"))
 
     cursors = [tick(sensor, instance, defs).cursor]  # baseline: A
     keys, versions = [], []
     for state in ("state_b", "state_a", "state_b"):
-        sql(project, restore.format(state))
+        run_sql(project, restore.format(state))
         result = tick(sensor, instance, defs, cursors[-1])
         [request] = result.run_requests
         keys.append(request.run_key)

@@ -12,7 +12,7 @@ import yaml
 
 from dp_synth_assets.core.config import RegistryError
 from resources.ledger import PrivacyLedger
-from tests.helpers import REPO, make_project
+from tests.helpers import REPO, ledger_rows, make_project
 
 # limit 1.1 with a run of 1.0: the first run fits, a second one on the same data cannot
 PRIVACY = {"epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 1.1, "delta": 1e-9}}
@@ -35,13 +35,6 @@ def failure_message(result) -> str:
 def write_entries(project, **entries) -> None:
     project.datasets.write_text(yaml.safe_dump({"datasets": entries}, sort_keys=False))
 
-
-def raw_rows(path: Path) -> int:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute("SELECT count(*) FROM privacy_ledger").fetchone()[0]
-    finally:
-        conn.close()
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +77,7 @@ def test_two_entries_on_one_table_are_refused_when_the_definitions_load(spent):
 def test_a_renamed_entry_or_a_grouped_copy_cannot_spend_the_same_budget_again(spent):
     project, entry, _ = spent
     ledger = PrivacyLedger(project.ledger)
-    spent_rho, rows = ledger.summary("example").spent_rho, raw_rows(project.ledger)
+    spent_rho, rows = ledger.summary("example").spent_rho, ledger_rows(project.ledger)
     grouped = {**entry, "privacy": {**PRIVACY, "budget_group": "census"}}
     try:
         for entries, name in (({"example_renamed": entry}, "example_renamed"),
@@ -99,7 +92,7 @@ def test_a_renamed_entry_or_a_grouped_copy_cannot_spend_the_same_budget_again(sp
             message = failure_message(result)
             assert f"The privacy budget of dataset '{name}'" in message, message
             assert ("budget group 'census'" in message) == (name == "copy"), message
-            assert raw_rows(project.ledger) == rows  # refused before anything was written
+            assert ledger_rows(project.ledger) == rows  # refused before anything was written
     finally:
         write_entries(project, example=entry)
     assert PrivacyLedger(project.ledger).summary("example").spent_rho == spent_rho

@@ -30,7 +30,7 @@ from dagster._core.definitions.observe import observe  # not re-exported by dags
 from dagster._serdes import serialize_value
 
 from dp_synth_assets.core.config import load_registry
-from tests.helpers import example_entry, make_project
+from tests.helpers import example_entry, make_project, run_sql
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Starting in dagster 1.11:UserWarning", "ignore::dagster.BetaWarning")
@@ -43,14 +43,6 @@ SECRET_COUNTRY = "Zyzzogeton-Republic"  # outside the declared categories: encod
 LEFT_OUT_COUNTRY = "Holand-Netherlands"  # in the example's rows, left out of its categories
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
-
-def plant(project, *statements: str) -> None:
-    con = duckdb.connect(str(project.warehouse))
-    try:
-        for statement in statements:
-            con.execute(statement)
-    finally:
-        con.close()
 
 
 PLANTED_ROWS = (
@@ -159,7 +151,7 @@ def planted(tmp_path_factory):
     project = make_project(tmp_path_factory.mktemp("leak"), rows=ROWS,
                            privacy={"epsilon": 1.0, "delta": 1e-9,
                                     "limit": {"epsilon": 3.0, "delta": 1e-8}})
-    plant(project, *PLANTED_ROWS)
+    run_sql(project, *PLANTED_ROWS)
     return project
 
 
@@ -182,7 +174,7 @@ def test_a_successful_run_publishes_nothing_derived_from_the_source(planted):
     texts = []
     with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
         first = sensor.evaluate_tick(context)
-    plant(project, "INSERT INTO main.example SELECT * FROM main.example LIMIT 1")
+    run_sql(project, "INSERT INTO main.example SELECT * FROM main.example LIMIT 1")
     with dg.build_sensor_context(instance=instance, resources=defs.resources,
                                  cursor=first.cursor) as context:
         second = sensor.evaluate_tick(context)
@@ -207,7 +199,7 @@ def test_a_failed_run_publishes_nothing_derived_from_the_source(tmp_path, what, 
         columns["country"]["other"] = False  # the planted countries are outside the list
         overrides["columns"] = columns
     project = make_project(tmp_path, rows=ROWS, **overrides)
-    plant(project, *PLANTED_ROWS, *statements)
+    run_sql(project, *PLANTED_ROWS, *statements)
     spec = load_registry(project.datasets)[DATASET]
     numbers, strings = secrets_of(project, spec) if statements != ("DELETE FROM main.example",) \
         else ({OUTLIER_INCOME}, {SECRET_COUNTRY})
@@ -225,7 +217,7 @@ def test_an_exception_quoting_private_values_is_published_generically(tmp_path, 
     from dp_synth_assets.core import marginals as margs
 
     project = make_project(tmp_path, rows=ROWS)
-    plant(project, *PLANTED_ROWS)
+    run_sql(project, *PLANTED_ROWS)
     spec = load_registry(project.datasets)[DATASET]
     numbers, strings = secrets_of(project, spec)
 

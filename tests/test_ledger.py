@@ -27,6 +27,7 @@ from resources.ledger import (
     owner_alive,
     owner_id,
 )
+from tests.helpers import ledger_rows
 
 DELTA = 1e-6
 
@@ -449,13 +450,6 @@ def spend_once(ledger: PrivacyLedger, run_id: str, rho: float = 0.25) -> None:
     ledger.release("adult", run_id)
 
 
-def raw_rows(path: Path) -> int:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute("SELECT count(*) FROM privacy_ledger").fetchone()[0]
-    finally:
-        conn.close()
-
 
 def snapshot(path: Path, to: Path) -> None:
     """A consistent copy of the ledger (WAL content included), as a backup would be."""
@@ -500,7 +494,7 @@ def test_an_edited_row_is_refused(tmp_path):
     conn.commit()
     conn.close()
     assert_refused(ledger, "fails its hash chain at row 2")
-    assert raw_rows(ledger.path) == 3
+    assert ledger_rows(ledger.path) == 3
 
 
 def test_deleted_last_rows_are_refused(tmp_path):
@@ -512,7 +506,7 @@ def test_deleted_last_rows_are_refused(tmp_path):
     conn.commit()
     conn.close()
     assert_refused(ledger, "has 1 rows, but its head file", "records 3")
-    assert raw_rows(ledger.path) == 1
+    assert ledger_rows(ledger.path) == 1
 
 
 def test_an_older_copy_of_the_ledger_is_refused(tmp_path):
@@ -522,7 +516,7 @@ def test_an_older_copy_of_the_ledger_is_refused(tmp_path):
     spend_once(ledger, "r2", rho=0.75)
     put_in_place(tmp_path / "backup.sqlite", ledger.path)
     assert_refused(ledger, "has 3 rows, but its head file", "records 6")
-    assert raw_rows(ledger.path) == 3
+    assert ledger_rows(ledger.path) == 3
 
 
 def test_another_ledger_file_is_refused(tmp_path):
