@@ -847,7 +847,7 @@ class PrivacyLedger:
         """Refuse (LedgerError) unless this ledger extends a head published elsewhere (`rows`
         rows ending in hash `head`, e.g. the `privacy/ledger_*` metadata of a spending
         materialization, named by `where`): a ledger deleted together with its head file, or
-        replaced by another or an older one, has fewer rows than the public outputs prove were
+        swapped for another or an older one, has fewer rows than the public outputs prove were
         spent, or another hash at that row. Creates no ledger file."""
         if rows <= 0:
             return
