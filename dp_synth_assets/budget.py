@@ -7,73 +7,16 @@ the first one to fail) releases the unspent remainder. A run that executes only 
 """
 
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import dagster as dg
 
 from resources.ledger import BudgetExceeded, LedgerError, PrivacyLedger
 
-from .core.config import DatasetSpec
-from .core.preprocess import all_tasks
-from .core.privacy import Spend, epsilon_from_rho, rho_from_epsilon_delta
-from .core.select import METHODS, Budget
+from .core.budget import DELTA_EXTRA_SHARE, PREPROCESS_SHARE, PRIVATE_STAGES, DatasetBudget  # noqa: F401
+from .core.privacy import Spend
 from .core.units import group_name
 
-PRIVATE_STAGES = ("preprocessed", "marginals", "selection", "measurements")
 STAGES = ("source", *PRIVATE_STAGES, "model", "synthetic")
-
-
-PREPROCESS_SHARE = 0.1  # benchmark paper App. D.2: 10% of the budget when preprocessing needs it
-DELTA_EXTRA_SHARE = 0.5  # of each delta, for thresholding (approximate zCDP) when a column needs it
-
-
-@dataclass(frozen=True)
-class DatasetBudget:
-    """The run budget and the lifetime limit of one dataset, in rho (and extra delta).
-
-    Accounting (DESIGN.md section 3): mechanisms compose as approximate zCDP, (sum rho,
-    sum delta_extra), which implies (epsilon(sum rho, delta'), delta' + sum delta_extra)-DP. When a
-    column's categories are discovered by thresholding, half of each delta (run and limit) is set
-    aside for delta_extra and rho is computed at the other half; otherwise rho uses all of delta.
-    """
-
-    run_rho: float
-    limit_rho: float
-    delta: float              # the delta the limit's rho was computed at (epsilon shown at it)
-    run_delta_extra: float
-    limit_delta_extra: float
-    preprocess: float         # rho of the preprocessing stage
-    split: Budget             # rho of selection and measurement
-    measures_in_selection: bool = False
-
-    @classmethod
-    def of(cls, spec: DatasetSpec) -> "DatasetBudget":
-        tasks = all_tasks(spec.columns)
-        extra = DELTA_EXTRA_SHARE if any(t.mechanism == "discover" for t in tasks) else 0.0
-        run_rho = rho_from_epsilon_delta(spec.privacy.epsilon, spec.privacy.delta * (1 - extra))
-        limit_delta = spec.privacy.limit.delta * (1 - extra)
-        limit_rho = rho_from_epsilon_delta(spec.privacy.limit.epsilon, limit_delta)
-        pre = PREPROCESS_SHARE * run_rho if tasks else 0.0
-        rest = run_rho - pre
-        method = METHODS[spec.method]
-        one_way = (spec.selection.one_way_share or method.one_way_share) * rest
-        score = (spec.selection.score_share or method.score_share) * rest
-        return cls(run_rho, limit_rho, limit_delta, spec.privacy.delta * extra,
-                   spec.privacy.limit.delta * extra, pre,
-                   Budget(one_way, score, rest - one_way - score), method.measures_in_selection)
-
-    def stage_rho(self, stage: str) -> float:
-        """The rho a stage spends: adaptive methods spend the measurement budget in selection."""
-        in_selection = self.measures_in_selection
-        return {"preprocessed": self.preprocess,
-                "selection": self.split.one_way + self.split.score + (self.split.measure if in_selection else 0.0),
-                "measurements": 0.0 if in_selection else self.split.measure}.get(stage, 0.0)
-
-    def stage_delta_extra(self, stage: str) -> float:
-        return self.run_delta_extra if stage == "preprocessed" else 0.0
-
-    def epsilon(self, rho: float) -> float:
-        return epsilon_from_rho(rho, self.delta)
 
 
 def stages_in_run(context: dg.AssetExecutionContext, dataset: str) -> set[str]:

@@ -20,17 +20,17 @@ from resources.ledger import LedgerResource
 from resources.warehouse import WarehouseResource
 
 from .budget import DatasetBudget, ledger_metadata, private_stage
+from .core.budget import measurement_plan
 from .core import change
 from .core import marginals as margs
 from .core.config import AttachSource, DatasetSpec, TableSource
 from .core.domain import EncodingPlan
 from .core import generate
 from .core.generate import pgm
-from .core.measure import (Measurement, clique_size, make_consistent, measure, optimal_split,
-                           total_estimate)
+from .core.measure import Measurement, clique_size, make_consistent, measure, total_estimate
 from .core.select import Selection, required_cliques, select
 from .core.sql import sql
-from .core.synthesize import write_synthetic
+from .core.synthesize import requested_rows, write_synthetic
 from .private_log import private_dir, private_step
 
 PRIVATE = {"privacy": "private"}
@@ -465,25 +465,6 @@ def logged_charge(context, charge, method: str):
         what = ", ".join(f"{k}={v}" for k, v in params.items())
         context.log.info(f"{method}: mechanism {calls[0]} ({what}) charged rho {spend.rho:.3g}")
     return wrapped
-
-
-def measurement_plan(chosen: Selection, domain: dict[str, int], rho: float) -> dict:
-    """The rho of each marginal `measurements` draws: the selection's split scaled to this run's
-    measurement budget; a selection with no marginal to measure (too little data for any pair to
-    beat its noise) spends it on the 1-way marginals instead (c^(2/3) split), which consistency
-    then merges with the selection's by inverse variance."""
-    if rho <= 0:
-        return {}
-    if chosen.cliques and sum(chosen.budgets.values()) > 0:
-        scale = rho / sum(chosen.budgets.values())
-        return {c: chosen.budgets[c] * scale for c in chosen.cliques}
-    singles = [(a,) for a in domain]
-    return dict(zip(singles, optimal_split(rho, [domain[a] for a in domain])))
-
-
-def requested_rows(spec: DatasetSpec, n_hat: float) -> int:
-    """`rows: same` means the noisy row count estimate, never the exact one."""
-    return max(int(round(n_hat)), 1) if spec.rows == "same" else int(spec.rows)
 
 
 def build_checks(dataset: str, spec: DatasetSpec):

@@ -17,7 +17,9 @@ from collections.abc import Iterable
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
+from .config import DatasetSpec
 from .domain import EncodingPlan, decode
 from .sql import ident, literal, sql
 
@@ -26,8 +28,7 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
                     chunks: Iterable[dict[str, np.ndarray]], rng: np.random.Generator, table: str,
                     parquet_path: str) -> int:
     """Write every chunk of codes; returns the number of rows written."""
-    casts = ", ".join(f"CAST({ident(e.column)} AS {e.sql_type}) AS {ident(e.column)}"
-                      for e in plan.encodings)
+    casts = synthetic_casts(plan)
     con.execute(sql("create_schema", schema=ident(table.rsplit(".", 1)[0])))
     staging = table + "__writing"
     rows = 0
@@ -63,3 +64,28 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
         con.execute("RESET preserve_insertion_order")
     os.replace(tmp, parquet_path)
     return rows
+
+
+def requested_rows(spec: DatasetSpec, total: float) -> int:
+    """The rows to synthesize: `rows: same` means the noisy row count estimate `total`, never
+    the exact one."""
+    return max(int(round(total)), 1) if spec.rows == "same" else int(spec.rows)
+
+
+def synthetic_casts(plan: EncodingPlan) -> str:
+    """The select list casting decoded columns to their declared SQL types (`Encoding.sql_type`)."""
+    return ", ".join(f"CAST({ident(e.column)} AS {e.sql_type}) AS {ident(e.column)}"
+                     for e in plan.encodings)
+
+
+def decode_typed(con: duckdb.DuckDBPyConnection, plan: EncodingPlan, codes: dict[str, np.ndarray],
+                 rng: np.random.Generator) -> pa.Table:
+    """One chunk of codes decoded and cast in DuckDB to the declared types: the rows
+    `write_synthetic` writes, as an Arrow table (nothing is stored)."""
+    batch = decode(plan, codes, rng)
+    con.register("synthetic_rows", batch)
+    try:
+        return con.execute(sql("cast_synthetic", casts=synthetic_casts(plan),
+                               relation="synthetic_rows")).fetch_arrow_table()
+    finally:
+        con.unregister("synthetic_rows")

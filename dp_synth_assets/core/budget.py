@@ -1,0 +1,83 @@
+"""The budget of one synthesis run, in zCDP terms (DESIGN.md section 3), with no Dagster in it.
+
+`DatasetBudget.of(spec)` converts a dataset's (epsilon, delta) run budget and lifetime limit into
+rho, and splits the run's rho between the stages; `measurement_plan` splits the measurement
+stage's rho between the marginals to measure. The pipeline (dp_synth_assets/budget.py, with the
+ledger) and the notebook API (dp_synth_assets/api.py) both spend exactly these amounts.
+"""
+
+from dataclasses import dataclass
+
+from .config import DatasetSpec
+from .measure import optimal_split
+from .preprocess import all_tasks
+from .privacy import epsilon_from_rho, rho_from_epsilon_delta
+from .select import METHODS, Budget, Selection
+
+PRIVATE_STAGES = ("preprocessed", "marginals", "selection", "measurements")
+
+PREPROCESS_SHARE = 0.1  # benchmark paper App. D.2: 10% of the budget when preprocessing needs it
+DELTA_EXTRA_SHARE = 0.5  # of each delta, for thresholding (approximate zCDP) when a column needs it
+
+
+@dataclass(frozen=True)
+class DatasetBudget:
+    """The run budget and the lifetime limit of one dataset, in rho (and extra delta).
+
+    Accounting (DESIGN.md section 3): mechanisms compose as approximate zCDP, (sum rho,
+    sum delta_extra), which implies (epsilon(sum rho, delta'), delta' + sum delta_extra)-DP. When a
+    column's categories are discovered by thresholding, half of each delta (run and limit) is set
+    aside for delta_extra and rho is computed at the other half; otherwise rho uses all of delta.
+    """
+
+    run_rho: float
+    limit_rho: float
+    delta: float              # the delta the limit's rho was computed at (epsilon shown at it)
+    run_delta_extra: float
+    limit_delta_extra: float
+    preprocess: float         # rho of the preprocessing stage
+    split: Budget             # rho of selection and measurement
+    measures_in_selection: bool = False
+
+    @classmethod
+    def of(cls, spec: DatasetSpec) -> "DatasetBudget":
+        tasks = all_tasks(spec.columns)
+        extra = DELTA_EXTRA_SHARE if any(t.mechanism == "discover" for t in tasks) else 0.0
+        run_rho = rho_from_epsilon_delta(spec.privacy.epsilon, spec.privacy.delta * (1 - extra))
+        limit_delta = spec.privacy.limit.delta * (1 - extra)
+        limit_rho = rho_from_epsilon_delta(spec.privacy.limit.epsilon, limit_delta)
+        pre = PREPROCESS_SHARE * run_rho if tasks else 0.0
+        rest = run_rho - pre
+        method = METHODS[spec.method]
+        one_way = (spec.selection.one_way_share or method.one_way_share) * rest
+        score = (spec.selection.score_share or method.score_share) * rest
+        return cls(run_rho, limit_rho, limit_delta, spec.privacy.delta * extra,
+                   spec.privacy.limit.delta * extra, pre,
+                   Budget(one_way, score, rest - one_way - score), method.measures_in_selection)
+
+    def stage_rho(self, stage: str) -> float:
+        """The rho a stage spends: adaptive methods spend the measurement budget in selection."""
+        in_selection = self.measures_in_selection
+        return {"preprocessed": self.preprocess,
+                "selection": self.split.one_way + self.split.score + (self.split.measure if in_selection else 0.0),
+                "measurements": 0.0 if in_selection else self.split.measure}.get(stage, 0.0)
+
+    def stage_delta_extra(self, stage: str) -> float:
+        return self.run_delta_extra if stage == "preprocessed" else 0.0
+
+    def epsilon(self, rho: float) -> float:
+        return epsilon_from_rho(rho, self.delta)
+
+
+def measurement_plan(chosen: Selection, domain: dict[str, int], rho: float) -> dict:
+    """The rho of each marginal the measurement stage draws: the selection's split scaled to this
+    run's measurement budget; a selection with no marginal to measure (too little data for any
+    pair to beat its noise) spends it on the 1-way marginals instead (c^(2/3) split, ABSyn
+    Eq. 11), which consistency then merges with the selection's by inverse variance."""
+    if rho <= 0:
+        return {}
+    if chosen.cliques and sum(chosen.budgets.values()) > 0:
+        scale = rho / sum(chosen.budgets.values())
+        return {c: chosen.budgets[c] * scale for c in chosen.cliques}
+    singles = [(a,) for a in domain]
+    return dict(zip(singles, optimal_split(rho, [domain[a] for a in domain])))
