@@ -1,0 +1,480 @@
+"""The notebook API: select-measure-generate on a table in memory or on disk, without Dagster.
+
+    from dp_synth_assets import Synthesizer
+    synth = Synthesizer(columns={...}, epsilon=1.0, delta=1e-9)
+    synth.fit(source)            # pandas / Polars / Arrow table, DuckDB relation or table, file
+    table = synth.sample(10_000)  # a pyarrow Table in the declared names, order and SQL types
+    synth.report                  # the spend, the selection, the noise scales, the generator
+
+The arguments are a datasets.yaml entry's keys (`columns`, `privacy` as `epsilon`, `delta`,
+`limit`, `method`, `generator`, `rows`, `seed`, `selection`, `model`) and are validated by the
+same `DatasetSpec` model, so every rule and message is the registry's; an error names the
+argument. Each stage is the pipeline's own core function (dp_synth_assets/pipeline.py calls the
+same ones): `prepare_encoded_view`, `compute_marginals` / `MarginalStore`, `select`,
+`measurement_plan` + `measure`, `make_consistent`, `total_estimate`, `generate.choose` /
+`fit_units` / `fit_unit` / `assemble`, `sample_chunks`, and the decode + cast of
+`synthesize.decode_typed`.
+
+Guarantees:
+- Rows never enter Python: an in-memory frame is registered into an embedded DuckDB connection
+  (a DuckDB relation is streamed into one as Arrow batches) and read only through the pipeline's
+  aggregate queries; a table name runs those queries on the caller's `connection`, with the
+  working view and the marginals in a schema of DuckDB's temp catalog, dropped after `fit`.
+- One `fit` spends exactly the run budget the pipeline spends for the same entry
+  (`core.budget.DatasetBudget.of`): rho(epsilon, delta) split between preprocessing (when a column
+  needs it), selection and measurement. Every mechanism reports its spend through one
+  `charge(spend, **params)` callback, which refuses a charge beyond the run's rho.
+- With `ledger=` (a `resources.ledger.PrivacyLedger` or the path of one), the pipeline's rules
+  apply: the run's whole rho is reserved before any private read, each charge is recorded as it
+  happens, and the remainder is released at the end or on failure; a refused reservation raises
+  the ledger's `BudgetExceeded` and nothing is read or spent. The ledger keys the spend by
+  `dataset` (its privacy unit, unless the ledger's `units` say otherwise); `limit` is the
+  lifetime limit it enforces (default: one run's epsilon and delta).
+- Sampling and the model fit read only public records (the encoding plan and the consistent
+  measurements), so `sample` may be called any number of times at no cost.
+"""
+
+import math
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import numpy as np
+from pydantic import ValidationError
+
+from .core import generate
+from .core import marginals as margs
+from .core.budget import PRIVATE_STAGES, DatasetBudget, measurement_plan
+from .core.config import CsvSource, DatasetSpec, ParquetSource, RegistryError, TableSource
+from .core.domain import EncodingPlan
+from .core.measure import Measurement, make_consistent, measure, total_estimate
+from .core.privacy import Spend, epsilon_from_rho
+from .core.select import Selection, required_cliques, select
+from .core.sql import ident, sql
+from .core.synthesize import decode_typed, requested_rows
+
+Clique = tuple[str, ...]
+# the name a registered in-memory source gets inside the embedded connection
+SOURCE_VIEW = "dp_synth_source"
+_STREAM = "dp_synth_stream"
+# what the privacy ledger calls the API's spend when no `dataset` is given
+DEFAULT_DATASET = "notebook"
+# datasets.yaml keys that are `Synthesizer` arguments of another name
+_PRIVACY_ARGUMENTS = {"epsilon": "epsilon", "delta": "delta", "limit": "limit"}
+
+
+class SpecError(RegistryError):
+    """A `Synthesizer` argument breaks a datasets.yaml rule; the message names the argument."""
+
+
+class BudgetError(RuntimeError):
+    """A mechanism charged more than the run's rho (a stage called twice in one run)."""
+
+
+def dataset_spec(columns: Mapping, *, epsilon: float, delta: float = 1e-9,
+                 limit: float | Mapping | None = None, method: str = "absyn",
+                 generator: str = "auto", rows: int | str = "same", seed: int | None = None,
+                 selection: Mapping | None = None, model: Mapping | None = None) -> DatasetSpec:
+    """The datasets.yaml entry these arguments spell, validated by `DatasetSpec` (its source is
+    a placeholder: `fit` sets the real one). `limit`: an epsilon (at `delta`), a mapping
+    {epsilon, delta}, or None for one run's (epsilon, delta)."""
+    if limit is None:
+        limit = {"epsilon": epsilon, "delta": delta}
+    elif not isinstance(limit, Mapping):
+        limit = {"epsilon": limit, "delta": delta}
+    entry = {"source": {"table": SOURCE_VIEW}, "columns": columns,
+             "privacy": {"epsilon": epsilon, "delta": delta, "limit": dict(limit)},
+             "method": method, "generator": generator, "rows": rows, "seed": seed,
+             "selection": dict(selection or {}), "model": dict(model or {})}
+    try:
+        return DatasetSpec.model_validate(entry)
+    except ValidationError as e:
+        problems: dict[str, list[str]] = {}
+        for err in e.errors():
+            where = _argument([str(p) for p in err["loc"]])
+            problems.setdefault(where, [])
+            if err["msg"] not in problems[where]:
+                problems[where].append(err["msg"])
+        raise SpecError("Synthesizer arguments are invalid:\n  " + "\n  ".join(
+            f"{where}: {' or '.join(msgs)}" for where, msgs in problems.items())) from None
+
+
+def _argument(loc: list[str]) -> str:
+    """`argument 'columns', key 'age.bounds'` from a pydantic location in the entry (union-member
+    tags such as `literal[...]` are not keys and are dropped)."""
+    keys = [p for p in loc if not p.startswith(("literal[", "constrained-", "function-"))]
+    if not keys:
+        return "arguments"
+    if keys[0] == "privacy":
+        if len(keys) == 1:
+            return "argument 'epsilon' / 'delta' / 'limit'"
+        keys = [_PRIVACY_ARGUMENTS.get(keys[1], keys[1]), *keys[2:]]
+    rest = ".".join(keys[1:])
+    return f"argument {keys[0]!r}" + (f", key {rest!r}" if rest else "")
+
+
+# ------------------------------------------------------------------------------------ the spend
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One mechanism's spend, as its OpenDP privacy map reported it."""
+
+    stage: str
+    mechanism: str
+    rho: float
+    delta_extra: float
+    scale: float
+    parameters: dict = field(default_factory=dict)
+
+
+class Accountant:
+    """The `charge(spend, **params)` callback of one run: keeps every charge, refuses one beyond
+    the run's rho (or delta_extra), and forwards each to the ledger when there is one."""
+
+    def __init__(self, budget: DatasetBudget, ledger=None, dataset: str = DEFAULT_DATASET,
+                 run_id: str = ""):
+        self.budget, self.ledger, self.dataset, self.run_id = budget, ledger, dataset, run_id
+        self.charges: list[Charge] = []
+
+    @property
+    def rho(self) -> float:
+        return math.fsum(c.rho for c in self.charges)
+
+    def stage(self, name: str):
+        """The callback a stage's mechanisms call."""
+        def charge(spend: Spend, **params) -> None:
+            rho = self.rho + spend.rho
+            extra = math.fsum(c.delta_extra for c in self.charges) + spend.delta_extra
+            if (rho > self.budget.run_rho * (1 + 1e-12)
+                    or extra > self.budget.run_delta_extra * (1 + 1e-12)):
+                raise BudgetError(
+                    f"stage {name!r} would spend rho {rho:.6g} in all, above the run's "
+                    f"rho {self.budget.run_rho:.6g}: each stage runs once per fit")
+            if self.ledger is not None:
+                self.ledger.charge(self.dataset, self.run_id, name, spend, params)
+            self.charges.append(Charge(name, spend.mechanism, spend.rho, spend.delta_extra,
+                                       spend.scale, dict(params)))
+        return charge
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a fit spent and produced, all of it public: the budget (epsilon, delta) and its rho,
+    the rho spent (by stage and per mechanism) with the epsilon it implies at the run's delta,
+    the selected cliques, each measurement's noise scale and rho, the noisy row count, and the
+    generator with the reason it was chosen."""
+
+    epsilon: float
+    delta: float
+    rho: float                     # the run's budget
+    rho_spent: float
+    epsilon_spent: float           # at delta - delta_extra_spent (DESIGN.md section 3)
+    delta_extra_spent: float
+    rho_by_stage: dict[str, float]
+    charges: tuple[Charge, ...]
+    method: str
+    selected: tuple[Clique, ...]
+    measurements: tuple[dict, ...]  # {clique, sigma, rho} after consistency
+    total_estimate: float
+    generator: str
+    generator_reason: str
+
+    def to_dict(self) -> dict:
+        return {
+            "epsilon": self.epsilon, "delta": self.delta, "rho": self.rho,
+            "rho_spent": self.rho_spent, "epsilon_spent": self.epsilon_spent,
+            "delta_extra_spent": self.delta_extra_spent, "rho_by_stage": self.rho_by_stage,
+            "charges": [{"stage": c.stage, "mechanism": c.mechanism, "rho": c.rho,
+                         "delta_extra": c.delta_extra, "scale": c.scale, **c.parameters}
+                        for c in self.charges],
+            "method": self.method, "selected": [list(c) for c in self.selected],
+            "measurements": [dict(m, clique=list(m["clique"])) for m in self.measurements],
+            "total_estimate": self.total_estimate, "generator": self.generator,
+            "generator_reason": self.generator_reason,
+        }
+
+    def __str__(self) -> str:
+        stages = ", ".join(f"{s} {r:.4g}" for s, r in self.rho_by_stage.items())
+        return (f"spent rho {self.rho_spent:.6g} of {self.rho:.6g} (epsilon "
+                f"{self.epsilon_spent:.4g} at delta {self.delta:g}; {stages}); {self.method} "
+                f"selected {len(self.selected)} marginals; {len(self.measurements)} measurements; "
+                f"noisy rows {self.total_estimate:.1f}; generator {self.generator} "
+                f"({self.generator_reason})")
+
+
+# ----------------------------------------------------------------------------------- the source
+
+
+@contextmanager
+def open_source(spec: DatasetSpec, source, connection: duckdb.DuckDBPyConnection | None = None,
+                csv: Mapping | None = None) -> Iterator[tuple[duckdb.DuckDBPyConnection, DatasetSpec, Path]]:
+    """A connection that reads `source`, the spec naming it, and the folder relative paths are
+    resolved against. In-memory frames are registered into a new in-memory DuckDB (no copy); a
+    DuckDB relation is streamed into a table of one (Arrow batches, no Python rows); a table
+    name is read on `connection`; a path is a Parquet or CSV source (`csv`: the options of
+    datasets.yaml's `source: {csv: ...}`)."""
+    base_dir = Path.cwd()
+    if isinstance(source, (str, Path)) and connection is not None:
+        yield connection, spec.model_copy(update={"source": TableSource(table=str(source))}), base_dir
+        return
+    con = duckdb.connect(":memory:")
+    try:
+        if isinstance(source, (str, Path)):
+            text = str(source)
+            if csv is not None or text.lower().endswith((".csv", ".tsv", ".csv.gz")):
+                src = _validated(CsvSource, {"csv": text, **dict(csv or {})}, "csv")
+            elif text.lower().endswith(".parquet"):
+                src = ParquetSource(parquet=text)
+            else:
+                raise SpecError(f"argument 'source': {text!r} is neither a .parquet nor a .csv "
+                                "path; a table name needs `connection=` (a DuckDB connection), "
+                                "and a CSV of another extension `csv={}`")
+            yield con, spec.model_copy(update={"source": src}), base_dir
+            return
+        if isinstance(source, duckdb.DuckDBPyRelation):
+            con.register(_STREAM, source.fetch_record_batch())
+            con.execute(sql("write_table", table=ident(SOURCE_VIEW), relation=_STREAM))
+            con.unregister(_STREAM)
+        else:
+            module = type(source).__module__.split(".")[0]
+            if module not in ("pandas", "pyarrow", "polars"):
+                raise SpecError("argument 'source': expected a pandas, Polars or Arrow table, a "
+                                "DuckDB relation, a table name with `connection=`, or a "
+                                f"Parquet/CSV path; got {type(source).__name__}")
+            if module == "polars" and hasattr(source, "collect"):
+                source = source.collect()
+            con.register(SOURCE_VIEW, source)
+        yield con, spec.model_copy(update={"source": TableSource(table=SOURCE_VIEW)}), base_dir
+    finally:
+        con.close()
+
+
+def _validated(model, data: dict, argument: str):
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(f"argument {argument!r}: " + "; ".join(
+            f"{'.'.join(map(str, err['loc'])) or argument}: {err['msg']}"
+            for err in e.errors())) from None
+
+
+# ------------------------------------------------------------------------------ the private run
+
+
+class PrivateRun:
+    """The private stages of one fit over one source, callable one by one; each takes and
+    returns the core's records. Obtained from `Synthesizer.reading(source)`, which reserves the
+    run's budget first and releases it when the `with` block ends."""
+
+    def __init__(self, spec: DatasetSpec, budget: DatasetBudget, con: duckdb.DuckDBPyConnection,
+                 base_dir: Path, accountant: Accountant, dataset: str, schema: str):
+        self.spec, self.budget, self.con, self.base_dir = spec, budget, con, base_dir
+        self.accountant, self.dataset = accountant, dataset
+        self.view, self.table = f"{schema}.encoded", f"{schema}.marginals"
+
+    def preprocess(self) -> EncodingPlan:
+        """Check the source against the columns, learn what they leave undeclared with DP and
+        create the encoded view (`marginals.prepare_encoded_view`)."""
+        return margs.prepare_encoded_view(self.con, self.spec, self.dataset, self.base_dir,
+                                          self.view, self.budget.preprocess,
+                                          self.budget.run_delta_extra,
+                                          self.accountant.stage("preprocessed"))
+
+    def marginals(self, plan: EncodingPlan) -> margs.MarginalStore:
+        """The exact marginals the method needs, counted in one scan, as the oracle the
+        selection and measurement read (private: never return its answers to a user)."""
+        cliques = required_cliques(self.spec.method, plan.domain, self.spec.selection)
+        margs.compute_marginals(self.con, self.view, self.table, plan.columns, cliques,
+                                plan.domain)
+        return margs.MarginalStore(self.con, self.view, self.table, plan.columns, plan.domain)
+
+    def select(self, plan: EncodingPlan, oracle) -> Selection:
+        return select(self.spec.method, plan.domain, oracle, self.budget.split,
+                      self.spec.selection, self.accountant.stage("selection"))
+
+    def measure(self, plan: EncodingPlan, chosen: Selection,
+                oracle) -> tuple[list[Measurement], float]:
+        """The consistent measurements (the selection's and this stage's noisy marginals) and
+        the noisy row count they agree on."""
+        rhos = measurement_plan(chosen, plan.domain, self.budget.stage_rho("measurements"))
+        noisy = measure(oracle(list(rhos)), rhos, self.accountant.stage("measurements")) \
+            if rhos else []
+        consistent = make_consistent(list(chosen.one_way) + list(chosen.measured) + noisy)
+        return consistent, total_estimate(consistent)
+
+
+# ---------------------------------------------------------------------------------- the API
+
+
+class Synthesizer:
+    """A differentially private synthesizer of one table (module docstring).
+
+    Arguments: `columns` (datasets.yaml's `columns:` block: a mapping of column name to its spec,
+    a dict or a `ColumnSpec`), `epsilon` and `delta` (the budget of one `fit`), `limit` (the
+    lifetime limit a ledger enforces: an epsilon or {epsilon, delta}; default: one run),
+    `method` (absyn, privsyn, mst, aim, ppsyn, manual), `generator` (auto, pgm, parallel_pgm,
+    gum), `rows` (`sample()`'s default: same = the noisy row count), `seed` (sampling; selection
+    and noise draws are never seeded), `selection` and `model` (datasets.yaml's blocks of those
+    names), `ledger` (a PrivacyLedger or its path) and `dataset` (the name the ledger records).
+    """
+
+    def __init__(self, columns: Mapping, *, epsilon: float, delta: float = 1e-9,
+                 limit: float | Mapping | None = None, method: str = "absyn",
+                 generator: str = "auto", rows: int | str = "same", seed: int | None = None,
+                 selection: Mapping | None = None, model: Mapping | None = None,
+                 ledger=None, dataset: str = DEFAULT_DATASET):
+        spec = dataset_spec(columns, epsilon=epsilon, delta=delta, limit=limit, method=method,
+                            generator=generator, rows=rows, seed=seed, selection=selection,
+                            model=model)
+        self._init(spec, ledger, dataset)
+
+    @classmethod
+    def from_spec(cls, spec: DatasetSpec, *, ledger=None,
+                  dataset: str = DEFAULT_DATASET) -> "Synthesizer":
+        """A synthesizer with a datasets.yaml entry's settings (`config.load_registry(path)[name]`);
+        its `source` is ignored: `fit` takes the source."""
+        synth = cls.__new__(cls)
+        synth._init(spec, ledger, dataset)
+        return synth
+
+    def _init(self, spec: DatasetSpec, ledger, dataset: str) -> None:
+        if spec.report is not None:
+            spec = spec.model_copy(update={"report": None})  # no holdout: every row trains
+        self.spec = spec
+        self.budget = DatasetBudget.of(spec)
+        self.ledger = _ledger(ledger)
+        self.dataset = dataset
+        self.plan: EncodingPlan | None = None
+        self.selection: Selection | None = None
+        self.measurements: list[Measurement] | None = None
+        self.total_estimate: float | None = None
+        self.model = None
+        self.choice: generate.Choice | None = None
+        self._charges: tuple[Charge, ...] = ()
+
+    # -- the private side
+
+    @contextmanager
+    def reading(self, source, *, connection: duckdb.DuckDBPyConnection | None = None,
+                csv: Mapping | None = None) -> Iterator[PrivateRun]:
+        """The private stages over `source`, one by one. The run's rho is reserved in the
+        ledger (if any) before the source is opened, and released when the block ends."""
+        run_id = f"api-{uuid.uuid4().hex}"
+        accountant = Accountant(self.budget, self.ledger, self.dataset, run_id)
+        if self.ledger is not None:
+            self.ledger.reserve(
+                self.dataset, run_id, sum(self.budget.stage_rho(s) for s in PRIVATE_STAGES),
+                self.budget.limit_rho,
+                sum(self.budget.stage_delta_extra(s) for s in PRIVATE_STAGES),
+                self.budget.limit_delta_extra, delta=self.budget.delta)
+        reason = "failed"
+        try:
+            with open_source(self.spec, source, connection, csv) as (con, spec, base_dir):
+                schema = f"temp.dp_synth_{uuid.uuid4().hex[:12]}"
+                try:
+                    yield PrivateRun(spec, self.budget, con, base_dir, accountant,
+                                     self.dataset, schema)
+                finally:
+                    con.execute(sql("drop_schema", schema=ident(schema)))
+            reason = "run finished"
+        finally:
+            self._charges = tuple(accountant.charges)
+            if self.ledger is not None:
+                self.ledger.release(self.dataset, run_id, reason=reason)
+
+    def fit(self, source, *, connection: duckdb.DuckDBPyConnection | None = None,
+            csv: Mapping | None = None) -> "Synthesizer":
+        """Spend one run's budget on `source` (a pandas, Polars or Arrow table, a DuckDB
+        relation, a table name with `connection=`, or a Parquet/CSV path) and fit the
+        generator on the noisy measurements. Returns the synthesizer."""
+        with self.reading(source, connection=connection, csv=csv) as run:
+            plan = run.preprocess()
+            oracle = run.marginals(plan)
+            chosen = run.select(plan, oracle)
+            found, total = run.measure(plan, chosen, oracle)
+        self.selection = chosen
+        self.fit_model(plan, found, total)
+        return self
+
+    # -- the public side: post-processing of the plan and the measurements
+
+    def fit_model(self, plan: EncodingPlan, measurements: list[Measurement], total: float):
+        """Fit the generator on public records (an encoding plan and consistent measurements,
+        e.g. the pipeline's plan.json and measurements.json): the engine `generate.choose`
+        picks, fitted unit by unit as the pipeline's model graph does. Spends nothing; the
+        synthesizer then samples from it. Returns the fitted model."""
+        rows = requested_rows(self.spec, total)
+        settings = self.spec.model
+        choice = generate.choose(self.spec.generator, plan.domain, measurements, rows, settings)
+        if choice.engine in ("pgm", "parallel_pgm"):
+            from .core.generate import pgm
+
+            pgm.check_model_size(plan.domain, [m.clique for m in measurements],
+                                 settings.max_clique_cells, self.dataset)
+        units = generate.fit_units(choice.engine, plan.domain, measurements, settings)
+        results = [generate.fit_unit(choice.engine, unit, plan.domain, measurements, total,
+                                     settings) for unit in units]
+        model = generate.assemble(choice.engine, plan.domain, measurements, results)
+        self.plan, self.measurements, self.total_estimate = plan, list(measurements), total
+        self.model, self.choice = model, choice
+        return model
+
+    def sample(self, n: int | None = None, seed: int | None = None):
+        """`n` synthetic rows (default: `rows`, i.e. the noisy row count) as a pyarrow Table
+        with the declared column names, order and SQL types, decoded and cast as the pipeline's
+        synthetic table is. `seed` (default: the synthesizer's) makes it reproducible: the same
+        model, n and seed give the same table as the pipeline's `synthetic` stage."""
+        import pyarrow as pa
+
+        if self.model is None:
+            raise RuntimeError("call fit(source) (or fit_model) before sample()")
+        seed = self.spec.seed if seed is None else seed
+        rows = requested_rows(self.spec, self.total_estimate) if n is None else int(n)
+        if rows < 1:
+            raise ValueError(f"argument 'n': sample at least one row, got {n!r}")
+        # decoding draws from its own stream, never the sampler's (as the pipeline does)
+        rng = np.random.default_rng(None if seed is None else [seed, 1])
+        con = duckdb.connect(":memory:")
+        try:
+            chunks = [decode_typed(con, self.plan, codes, rng) for codes in
+                      generate.sample_chunks(self.model, rows, seed, self.spec.model.chunk_rows)]
+        finally:
+            con.close()
+        return pa.concat_tables(chunks)
+
+    @property
+    def report(self) -> Report:
+        """What the last fit spent and selected (module docstring; `Report`)."""
+        if self.measurements is None:
+            raise RuntimeError("nothing to report: call fit(source) first")
+        by_stage: dict[str, float] = {}
+        for c in self._charges:
+            by_stage[c.stage] = by_stage.get(c.stage, 0.0) + c.rho
+        spent = math.fsum(c.rho for c in self._charges)
+        extra = math.fsum(c.delta_extra for c in self._charges)
+        delta = self.spec.privacy.delta
+        chosen = self.selection
+        selected = (tuple(m.clique for m in chosen.measured) + tuple(chosen.cliques)
+                    if chosen is not None else tuple(m.clique for m in self.measurements))
+        return Report(
+            epsilon=self.spec.privacy.epsilon, delta=delta, rho=self.budget.run_rho,
+            rho_spent=spent, epsilon_spent=epsilon_from_rho(spent, delta - self.budget.run_delta_extra),
+            delta_extra_spent=extra, rho_by_stage=by_stage, charges=self._charges,
+            method=self.spec.method, selected=selected,
+            measurements=tuple({"clique": m.clique, "sigma": m.sigma, "rho": m.rho}
+                               for m in self.measurements),
+            total_estimate=self.total_estimate, generator=self.choice.engine,
+            generator_reason=self.choice.reason)
+
+
+def _ledger(ledger):
+    """A PrivacyLedger from a path (resources.ledger imports Dagster, so only when asked)."""
+    if ledger is None or not isinstance(ledger, (str, Path)):
+        return ledger
+    from resources.ledger import PrivacyLedger
+
+    return PrivacyLedger(ledger)
