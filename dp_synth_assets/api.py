@@ -18,8 +18,10 @@ same ones): `prepare_encoded_view`, `compute_marginals` / `MarginalStore`, `sele
 Guarantees:
 - Rows never enter Python: an in-memory frame is registered into an embedded DuckDB connection
   (a DuckDB relation is streamed into one as Arrow batches) and read only through the pipeline's
-  aggregate queries; a table name runs those queries on the caller's `connection`, with the
-  working view and the marginals in a schema of DuckDB's temp catalog, dropped after `fit`.
+  aggregate queries; a table name runs those queries on the caller's `connection`. The encoded
+  view and the marginals live in an in-memory database attached for the run and detached after
+  it (the marginals' one-scan code table is a temporary table of the connection's default
+  database, dropped at once, so that connection must be writable).
 - One `fit` spends exactly the run budget the pipeline spends for the same entry
   (`core.budget.DatasetBudget.of`): rho(epsilon, delta) split between preprocessing (when a column
   needs it), selection and measurement. Every mechanism reports its spend through one
@@ -219,7 +221,8 @@ def open_source(spec: DatasetSpec, source, connection: duckdb.DuckDBPyConnection
     datasets.yaml's `source: {csv: ...}`)."""
     base_dir = Path.cwd()
     if isinstance(source, (str, Path)) and connection is not None:
-        yield connection, spec.model_copy(update={"source": TableSource(table=str(source))}), base_dir
+        src = _validated(TableSource, {"table": str(source)}, "source")
+        yield connection, spec.model_copy(update={"source": src}), base_dir
         return
     con = duckdb.connect(":memory:")
     try:
@@ -236,7 +239,7 @@ def open_source(spec: DatasetSpec, source, connection: duckdb.DuckDBPyConnection
             yield con, spec.model_copy(update={"source": src}), base_dir
             return
         if isinstance(source, duckdb.DuckDBPyRelation):
-            con.register(_STREAM, source.fetch_record_batch())
+            con.register(_STREAM, source.to_arrow_reader())
             con.execute(sql("write_table", table=ident(SOURCE_VIEW), relation=_STREAM))
             con.unregister(_STREAM)
         else:
@@ -374,12 +377,14 @@ class Synthesizer:
         reason = "failed"
         try:
             with open_source(self.spec, source, connection, csv) as (con, spec, base_dir):
-                schema = f"temp.dp_synth_{uuid.uuid4().hex[:12]}"
+                # the encoded view and the marginals live in an in-memory database of their own
+                catalog = f"dp_synth_{uuid.uuid4().hex[:12]}"
+                con.execute(sql("attach_memory", catalog=ident(catalog)))
                 try:
                     yield PrivateRun(spec, self.budget, con, base_dir, accountant,
-                                     self.dataset, schema)
+                                     self.dataset, f"{catalog}.main")
                 finally:
-                    con.execute(sql("drop_schema", schema=ident(schema)))
+                    con.execute(sql("detach_database", catalog=ident(catalog)))
             reason = "run finished"
         finally:
             self._charges = tuple(accountant.charges)
@@ -396,7 +401,9 @@ class Synthesizer:
             oracle = run.marginals(plan)
             chosen = run.select(plan, oracle)
             found, total = run.measure(plan, chosen, oracle)
-        self.selection = chosen
+        # kept before the fit, so a failed fit can be retried (`fit_model`) without spending
+        self.selection, self.plan, self.measurements, self.total_estimate = (
+            chosen, plan, found, total)
         self.fit_model(plan, found, total)
         return self
 
@@ -467,8 +474,9 @@ class Synthesizer:
             method=self.spec.method, selected=selected,
             measurements=tuple({"clique": m.clique, "sigma": m.sigma, "rho": m.rho}
                                for m in self.measurements),
-            total_estimate=self.total_estimate, generator=self.choice.engine,
-            generator_reason=self.choice.reason)
+            total_estimate=self.total_estimate,
+            generator=self.choice.engine if self.choice else "",
+            generator_reason=self.choice.reason if self.choice else "not fitted yet")
 
 
 def _ledger(ledger):

@@ -85,7 +85,7 @@ def decode_typed(con: duckdb.DuckDBPyConnection, plan: EncodingPlan, codes: dict
     batch = decode(plan, codes, rng)
     con.register("synthetic_rows", batch)
     try:
-        return con.execute(sql("cast_synthetic", casts=synthetic_casts(plan),
-                               relation="synthetic_rows")).fetch_arrow_table()
+        return con.sql(sql("cast_synthetic", casts=synthetic_casts(plan),
+                         relation="synthetic_rows")).to_arrow_table()
     finally:
         con.unregister("synthetic_rows")

@@ -1,2 +1,0 @@
--- Drop a working schema and everything in it (the API's encoded view and marginals).
-DROP SCHEMA IF EXISTS {schema} CASCADE
