@@ -76,6 +76,20 @@ def test_the_report_spends_the_pipelines_run_budget(fitted):
     assert report.to_dict()["rho_spent"] == report.rho_spent and "spent rho" in str(report)
 
 
+def test_a_column_to_discover_spends_the_preprocessing_share_and_the_extra_delta():
+    columns = {"sex": {"kind": "categorical"}, "age": {"kind": "integer", "bounds": [17, 90]}}
+    synth = Synthesizer(columns=columns, epsilon=1.0, delta=1e-9, generator="gum", seed=1)
+    report = synth.fit(generate_example(1500, seed=3)).report
+    budget = DatasetBudget.of(synth.spec)
+    assert budget.preprocess > 0 and budget.run_delta_extra > 0
+    assert math.isclose(report.rho_spent, budget.run_rho, rel_tol=1e-9)
+    assert math.isclose(report.rho_by_stage["preprocessed"], budget.preprocess, rel_tol=1e-9)
+    assert 0 < report.delta_extra_spent <= budget.run_delta_extra
+    # (epsilon, delta) with rho computed at the delta left after the thresholding's share
+    assert math.isclose(report.epsilon_spent, 1.0, rel_tol=1e-6)
+    assert set(synth.plan["sex"].categories) == {"Female", "Male"}
+
+
 def test_three_lines_on_a_pandas_frame_read_only_the_declared_columns():
     frame = generate_example(2000, seed=5).to_pandas()
     columns = {name: EXAMPLE_COLUMNS[name] for name in ("age", "sex", "education", "income")}
