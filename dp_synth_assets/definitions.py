@@ -22,7 +22,8 @@ from .budget import DatasetBudget
 from .core.config import RegistryError, load_registry
 from .core.units import group_name, privacy_units, source_identity
 from .core.marginals import source_available, source_path
-from .pipeline import build_checks, build_dataset_assets
+from .checks import build_synthetic_checks
+from .pipeline import build_dataset_assets
 
 
 log = logging.getLogger("dp_synth")
@@ -89,7 +90,7 @@ def build_definitions(datasets: str | Path, warehouse: str | Path, ledger: str |
                         "is absent (it is marked optional in datasets.yaml)")
             continue
         assets += build_dataset_assets(name, spec)
-        checks.append(build_checks(name, spec))
+        checks.append(build_synthetic_checks(name, spec))
         job = build_job(name, spec)
         jobs.append(job)
         if spec.schedule:

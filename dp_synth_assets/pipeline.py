@@ -483,9 +483,3 @@ def measurement_plan(chosen: Selection, domain: dict[str, int], rho: float) -> d
 def requested_rows(spec: DatasetSpec, n_hat: float) -> int:
     """`rows: same` means the noisy row count estimate, never the exact one."""
     return max(int(round(n_hat)), 1) if spec.rows == "same" else int(spec.rows)
-
-
-def build_checks(dataset: str, spec: DatasetSpec):
-    from .checks import build_synthetic_checks
-
-    return build_synthetic_checks(dataset, spec)
