@@ -38,7 +38,7 @@ from .core.config import DatasetSpec
 from .core.domain import EncodingPlan, allowed_values, encoded_columns, value_bounds
 from .core.fidelity import marginal_tvd, noisy_distribution
 from .core.measure import Measurement
-from .core.sql import ident, literal
+from .core.sql import ident, literal, sql
 
 CHECKS = {  # name -> (severity, blocking)
     "schema": (dg.AssetCheckSeverity.ERROR, True),
@@ -166,8 +166,8 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
     source = f"read_parquet({literal(parquet)})"
     docs = data_docs_dir(warehouse, dataset)
     with warehouse.connect(read_only=True) as con:
-        present = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()]
-        total = con.execute(f"SELECT count(*) FROM {source}").fetchone()[0]
+        present = [r[0] for r in con.execute(sql("describe_source", source=source)).fetchall()]
+        total = con.execute(sql("count_rows", source=source)).fetchone()[0]
         groups = column_groups([c for c in plan.columns if c in present], total, frame_bytes)
         types = pd.DataFrame({
             "column": plan.columns,
@@ -237,7 +237,7 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
                              result_format="BASIC")
 
         # the distribution checks read counts of the encoded table, aggregated by DuckDB
-        encoded = f"(SELECT {encoded_columns(plan)} FROM {source})"
+        encoded = sql("encoded_relation", expressions=encoded_columns(plan), source=source)
         cliques = [(c,) for c in one_way if c in present] + [
             m.clique for m in measurements
             if len(m.clique) >= 2 and all(a in present for a in m.clique)]
@@ -305,8 +305,8 @@ def read_frame(con, source: str, columns: list[str], limit: int | None = None) -
 
     if not columns:
         return pd.DataFrame()
-    query = f"SELECT {', '.join(ident(c) for c in columns)} FROM {source}"
-    table = con.sql(query + (f" LIMIT {int(limit)}" if limit is not None else "")).to_arrow_table()
+    table = con.sql(sql("read_columns", columns=", ".join(ident(c) for c in columns), source=source,
+                        limit="ALL" if limit is None else int(limit))).to_arrow_table()
     for i, field in enumerate(table.schema):
         column = table.column(i)
         if pa.types.is_string(field.type) or pa.types.is_large_string(field.type):
@@ -365,7 +365,8 @@ def _grouped_check(name: str, con, source: str, groups: list[list[str]], by_colu
 
 def _types(con, relation: str, columns: list[str]) -> list[str]:
     try:
-        found = {r[0]: r[1] for r in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+        found = {r[0]: r[1]
+                 for r in con.execute(sql("describe_source", source=relation)).fetchall()}
     except Exception:  # noqa: BLE001 - an absent table shows as missing types
         found = {}
     return [found.get(c, "missing") for c in columns]

@@ -1,18 +1,20 @@
 """Assemble Dagster Definitions from a datasets.yaml registry.
 
-`build_definitions` is what the repository's `definitions.py` calls (with paths from the
-environment) and what tests call (with temporary paths). The registry is validated first: a
+`build_definitions` is what the repository's `definitions.py` calls (with the paths of
+`environment_paths`) and what tests call (with temporary paths). The registry is validated first: a
 malformed datasets.yaml fails here, when the definitions load, and so do two entries on one source
 without a shared `privacy.budget_group` or a budget group whose entries disagree on the limit
 (dp_synth_assets.core.units).
 """
 
 import logging
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
 
-from resources.ledger import LedgerResource
+from resources.ledger import LedgerError, LedgerResource
 from resources.warehouse import WarehouseResource
 
 from .automation import build_job, build_schedule, build_source_sensor
@@ -20,10 +22,39 @@ from .budget import DatasetBudget
 from .core.config import RegistryError, load_registry
 from .core.units import group_name, privacy_units, source_identity
 from .core.marginals import source_available, source_path
-from .pipeline import build_checks, build_dataset_assets
+from .checks import build_synthetic_checks
+from .pipeline import build_dataset_assets
 
 
 log = logging.getLogger("dp_synth")
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+
+def environment_paths(environ: Mapping[str, str] | None = None,
+                      project_dir: Path = PROJECT_DIR) -> dict:
+    """`build_definitions`'s paths from the environment, with defaults inside the project folder:
+    DP_SYNTH_DATASETS (datasets.yaml), DP_SYNTH_WAREHOUSE (data/warehouse.duckdb, the private
+    zone), DP_SYNTH_LEDGER (.dp_synth/ledger.sqlite: outside data/, which `make clean` deletes,
+    because the budget outlives the outputs it paid for), DP_SYNTH_LEDGER_HEAD (the ledger's
+    mirrored head file, default: the ledger's path + '.head'), DP_SYNTH_PUBLIC (public/, the
+    public zone). Raises LedgerError rather than default to a fresh ledger beside one from before
+    the hash chain (data/ledger.sqlite), whose budget would be forgotten."""
+    environ = os.environ if environ is None else environ
+    legacy = project_dir / "data" / "ledger.sqlite"
+    default = project_dir / ".dp_synth" / "ledger.sqlite"
+    if "DP_SYNTH_LEDGER" not in environ and legacy.exists() and not default.exists():
+        raise LedgerError(
+            f"The privacy ledger now lives in {default} (outside data/, which `make clean` "
+            f"deletes), and {legacy} is a ledger from before the hash chain. Migrate it: "
+            f"`python -m resources.ledger migrate {legacy} {default}`, or set "
+            f"DP_SYNTH_LEDGER to use another file.")
+    return {
+        "datasets": environ.get("DP_SYNTH_DATASETS", project_dir / "datasets.yaml"),
+        "warehouse": environ.get("DP_SYNTH_WAREHOUSE", project_dir / "data" / "warehouse.duckdb"),
+        "ledger": environ.get("DP_SYNTH_LEDGER", default),
+        "public_dir": environ.get("DP_SYNTH_PUBLIC", project_dir / "public"),
+        "ledger_head": environ.get("DP_SYNTH_LEDGER_HEAD") or None,
+    }
 
 
 def _check_shared_limits(registry: dict, units: dict[str, str]) -> None:
@@ -59,7 +90,7 @@ def build_definitions(datasets: str | Path, warehouse: str | Path, ledger: str |
                         "is absent (it is marked optional in datasets.yaml)")
             continue
         assets += build_dataset_assets(name, spec)
-        checks.append(build_checks(name, spec))
+        checks.append(build_synthetic_checks(name, spec))
         job = build_job(name, spec)
         jobs.append(job)
         if spec.schedule:

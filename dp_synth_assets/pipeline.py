@@ -415,14 +415,13 @@ def build_utility_report(dataset: str, spec: DatasetSpec, key):
         parquet = literal(str(warehouse.public_path(dataset, "synthetic.parquet")))
         with source_connection(warehouse, spec, dataset, read_only=True) as con:
             def rows(relation: str) -> dict:
-                return con.execute(f"SELECT * FROM {relation} USING SAMPLE reservoir({cap} ROWS) "
-                                   f"REPEATABLE ({seed})").fetchnumpy()
+                return con.execute(sql("sample_rows", relation=relation, rows=int(cap),
+                                       seed=int(seed))).fetchnumpy()
             train = rows(ident(encoded_view(dataset)))
             test = rows(ident(encoded_view(dataset) + "_holdout")) if report_spec.holdout > 0 \
                 else {c: np.zeros(0, dtype=np.int64) for c in plan.columns}
-            synth = con.execute(f"SELECT * FROM (SELECT {expressions} FROM read_parquet({parquet}))"
-                                f" USING SAMPLE reservoir({cap} ROWS) REPEATABLE ({seed})"
-                                ).fetchnumpy()
+            synth = rows(sql("encoded_relation", expressions=expressions,
+                             source=f"read_parquet({parquet})"))
         ordinal = {e.column: e.bins for e in plan.encodings
                    if e.kind in ("integer", "float", "datetime") and e.bins}
         report = utility.utility_report(
@@ -465,9 +464,3 @@ def logged_charge(context, charge, method: str):
         what = ", ".join(f"{k}={v}" for k, v in params.items())
         context.log.info(f"{method}: mechanism {calls[0]} ({what}) charged rho {spend.rho:.3g}")
     return wrapped
-
-
-def build_checks(dataset: str, spec: DatasetSpec):
-    from .checks import build_synthetic_checks
-
-    return build_synthetic_checks(dataset, spec)

@@ -1,6 +1,7 @@
 """Print where a dataset's synthetic table is, its checks' results and its privacy budget.
 
-`python -m dp_synth_assets.report <dataset>` (the last step of `make run`). Reads public
+`python -m dp_synth_assets.report <dataset>` (the last step of `make run`), with the paths
+Dagster gets (the DP_SYNTH_* environment variables, dp_synth_assets.definitions). Reads public
 artifacts and the ledger, never the source; with a `report:` block, also the owner-only utility
 report's `report.json` from the private zone, whose headline figures it prints labelled as exact
 and private (this runs in the owner's terminal, never in the Dagster event log).
@@ -9,14 +10,15 @@ and private (this runs in the owner's terminal, never in the Dagster event log).
 import json
 import sys
 
-from definitions import defs
 from dp_synth_assets.budget import DatasetBudget
 from dp_synth_assets.checks import CHECKS
 from dp_synth_assets.core.config import load_registry
+from dp_synth_assets.definitions import build_definitions, environment_paths
 from dp_synth_assets.pipeline import synthetic_table
 
 
 def main(dataset: str) -> int:
+    defs = build_definitions(**environment_paths())
     warehouse = defs.resources["warehouse"]
     ledger = defs.resources["ledger"].ledger()
     spec = load_registry(warehouse.base_dir + "/datasets.yaml")[dataset]

@@ -27,7 +27,8 @@ ledger file, or a missing ledger whose head file records rows, raise LedgerError
 spent. A crash between the commit and the head update leaves the ledger ahead of its mirror,
 which is accepted.
 
-`PrivacyLedger` uses only the standard library; `LedgerResource` at the end is its Dagster wrapper.
+`PrivacyLedger` uses only the standard library and its SQLite statements in sql/ledger_*.sql;
+`LedgerResource` at the end is its Dagster wrapper.
 (This file must not postpone annotations with a __future__ import: Dagster inspects them.)
 """
 
@@ -50,6 +51,7 @@ import dagster
 from pydantic import Field
 
 from dp_synth_assets.core.privacy import Spend, epsilon_from_rho
+from dp_synth_assets.core.sql import sql
 from dp_synth_assets.core.units import group_name
 
 KINDS = ("reserve", "charge", "release")
@@ -62,45 +64,22 @@ LEDGER_LOCK_SUFFIX = ".lock"
 _COLUMNS = ("id", "ts", "unit", "source", "dataset", "run_id", "stage", "mechanism", "kind", "rho",
             "delta_extra", "parameters", "owner")
 
+# The SQLite statements live in sql/ledger_*.sql, like every statement of the project.
 _SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS privacy_ledger (
-        id INTEGER PRIMARY KEY,
-        ts TEXT NOT NULL,
-        unit TEXT NOT NULL,
-        source TEXT NOT NULL,
-        dataset TEXT NOT NULL,
-        run_id TEXT NOT NULL,
-        stage TEXT,
-        mechanism TEXT,
-        kind TEXT NOT NULL CHECK (kind IN ('reserve', 'charge', 'release')),
-        rho REAL NOT NULL CHECK (rho >= 0),
-        delta_extra REAL NOT NULL DEFAULT 0 CHECK (delta_extra >= 0),
-        parameters TEXT NOT NULL DEFAULT '{}',
-        owner TEXT NOT NULL,
-        hash TEXT NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS privacy_ledger_unit_run ON privacy_ledger (unit, run_id)",
-    """CREATE TRIGGER IF NOT EXISTS privacy_ledger_append_only_u BEFORE UPDATE ON privacy_ledger
-        BEGIN SELECT RAISE(ABORT, 'privacy_ledger is append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS privacy_ledger_append_only_d BEFORE DELETE ON privacy_ledger
-        BEGIN SELECT RAISE(ABORT, 'privacy_ledger is append-only'); END""",
-    "CREATE TABLE IF NOT EXISTS ledger_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    """CREATE TRIGGER IF NOT EXISTS ledger_meta_append_only_u BEFORE UPDATE ON ledger_meta
-        BEGIN SELECT RAISE(ABORT, 'ledger_meta is append-only'); END""",
-    """CREATE TRIGGER IF NOT EXISTS ledger_meta_append_only_d BEFORE DELETE ON ledger_meta
-        BEGIN SELECT RAISE(ABORT, 'ledger_meta is append-only'); END""",
+    sql("ledger_create_events"),
+    sql("ledger_create_index"),
+    *(sql("ledger_append_only", table="privacy_ledger", event=event,
+          name=f"privacy_ledger_append_only_{event[0].lower()}") for event in ("UPDATE", "DELETE")),
+    sql("ledger_create_meta"),
+    *(sql("ledger_append_only", table="ledger_meta", event=event,
+          name=f"ledger_meta_append_only_{event[0].lower()}") for event in ("UPDATE", "DELETE")),
 )
-_INSERT = (
-    "INSERT INTO privacy_ledger"
-    " (id, ts, unit, source, dataset, run_id, stage, mechanism, kind, rho, delta_extra, parameters,"
-    " owner, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_SELECT = f"SELECT {', '.join(_COLUMNS)}, hash FROM privacy_ledger ORDER BY id"
-_COLUMNS_OF = "SELECT name FROM pragma_table_info('privacy_ledger')"
-_LEGACY_SELECT = ("SELECT ts, dataset, run_id, stage, mechanism, kind, rho, delta_extra, parameters,"
-                  " owner FROM privacy_ledger ORDER BY id")
-_GENESIS = "SELECT value FROM ledger_meta WHERE key = 'genesis'"
-_INSERT_GENESIS = "INSERT INTO ledger_meta (key, value) VALUES ('genesis', ?)"
+_INSERT = sql("ledger_insert")
+_SELECT = sql("ledger_rows", columns=", ".join(_COLUMNS))
+_COLUMNS_OF = sql("ledger_columns")
+_LEGACY_SELECT = sql("ledger_legacy_rows")
+_GENESIS = sql("ledger_genesis")
+_INSERT_GENESIS = sql("ledger_insert_genesis")
 
 
 class LedgerError(Exception):
@@ -378,7 +357,7 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     while True:
         try:
-            if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() == "wal":
+            if conn.execute(sql("ledger_journal_wal")).fetchone()[0].lower() == "wal":
                 return
         except sqlite3.OperationalError as error:
             if "locked" not in str(error) and "busy" not in str(error):
@@ -590,7 +569,7 @@ class PrivacyLedger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(sql("ledger_busy_timeout", milliseconds=BUSY_TIMEOUT_MS))
         if not self._ready:
             try:
                 if locked:

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from dp_synth_assets.core.config import RegistryError
+from dp_synth_assets.definitions import environment_paths
 from resources.ledger import PrivacyLedger
 from tests.helpers import REPO, ledger_rows, make_project
 
@@ -163,5 +164,5 @@ def test_make_clean_keeps_the_ledger(tmp_path):
     assert not (tmp_path / "data").exists() and not (tmp_path / "public").exists()
     assert (tmp_path / ".dp_synth/ledger.sqlite").exists()
     assert (tmp_path / ".dp_synth/ledger.sqlite.head").exists()
-    definitions = (REPO / "definitions.py").read_text()
-    assert 'HERE / ".dp_synth" / "ledger.sqlite"' in definitions
+    defaults = environment_paths({}, project_dir=tmp_path)  # what definitions.py passes
+    assert Path(defaults["ledger"]) == tmp_path / ".dp_synth" / "ledger.sqlite"

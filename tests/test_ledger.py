@@ -1,5 +1,6 @@
 """The privacy ledger (DESIGN.md section 5): arithmetic, refusals, append-only, processes, staleness."""
 
+import ast
 import json
 import multiprocessing
 import os
@@ -17,6 +18,7 @@ import pytest
 
 import resources.ledger as ledger_module
 from dp_synth_assets.core.privacy import Spend, epsilon_from_rho
+from dp_synth_assets.core.sql import SQL_DIR
 from resources.ledger import (
     BudgetExceeded,
     ChargeExceedsReservation,
@@ -207,10 +209,19 @@ def test_ledger_is_append_only(ledger):
     check()
     assert [e["id"] for e in seen] == sorted(e["id"] for e in seen)
 
+    # no statement of the ledger updates, deletes or replaces: neither its source nor the
+    # sql/ files it loads (every statement it runs; test_architecture keeps SQL out of Python)
     source = Path(ledger_module.__file__).read_text()
-    for statement in (r"UPDATE\s+privacy_ledger", r"DELETE\s+FROM", r"OR\s+REPLACE",
-                      r"REPLACE\s+INTO", r"DROP\s+TABLE"):
-        assert not re.search(statement, source, re.IGNORECASE), statement
+    loads = [node.args[0] for node in ast.walk(ast.parse(source))
+             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "sql"]
+    assert loads and all(isinstance(name, ast.Constant) for name in loads)
+    texts = {"resources/ledger.py": source} | {
+        f"sql/{name.value}.sql": (SQL_DIR / f"{name.value}.sql").read_text() for name in loads}
+    assert "sql/ledger_insert.sql" in texts
+    for where, text in texts.items():
+        for statement in (r"UPDATE\s+privacy_ledger", r"UPDATE\s+\S+\s+SET", r"DELETE\s+FROM",
+                          r"OR\s+REPLACE", r"REPLACE\s+INTO", r"DROP\s+TABLE", r"ON\s+CONFLICT"):
+            assert not re.search(statement, text, re.IGNORECASE), (where, statement)
 
     conn = sqlite3.connect(ledger.path)  # the database itself refuses, too
     with pytest.raises(sqlite3.DatabaseError, match="append-only"):

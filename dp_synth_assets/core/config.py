@@ -15,6 +15,8 @@ from typing import Annotated, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .methods import METHODS
+
 DATASET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 QUALIFIED_TABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*\.){0,2}[A-Za-z_][A-Za-z0-9_]*$")
 # Default number of codes per binned column (nulls add one more); ISSUE 2: at most 32 codes.
@@ -421,8 +423,6 @@ class DatasetSpec(_Strict):
 
     @model_validator(mode="after")
     def _budget_shares(self) -> "DatasetSpec":
-        from .select import METHODS  # select imports this module: resolve at validation time
-
         method = METHODS[self.method]
         if self.report is not None and self.report.target is not None:
             if self.report.target not in self.columns:

@@ -99,22 +99,22 @@ def attach_source(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, base_dir: P
     if not isinstance(src, AttachSource):
         return
     catalog = attached_catalog(spec)
-    if con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name = ?",
-                   [catalog]).fetchone()[0]:
+    if con.execute(sql("database_attached"), [catalog]).fetchone()[0]:
         return
     target = src.attach
     if src.type in ("duckdb", "sqlite") and not Path(target).is_absolute():
         target = str((base_dir / target).resolve())
     try:
         if src.type != "duckdb":
-            con.execute(f"LOAD {src.type}")
+            con.execute(sql("load_extension", extension=src.type))
     except duckdb.Error as e:
         raise SourceError(
             f"dataset {dataset!r}: DuckDB cannot load its {src.type!r} extension. Install it "
             f"once where DuckDB can download it (`INSTALL {src.type}` in DuckDB), or put it in "
             "DuckDB's extension_directory", detail=str(e)) from None
     try:
-        con.execute(f"ATTACH {literal(target)} AS {ident(catalog)} (TYPE {src.type}, READ_ONLY)")
+        con.execute(sql("attach_source", target=literal(target), catalog=ident(catalog),
+                        type=src.type))
     except duckdb.Error as e:
         raise SourceError(
             f"dataset {dataset!r}: cannot attach its source database ({src.type}). Check "

@@ -57,11 +57,11 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
     tmp = parquet_path + ".tmp"
     # rows are exchangeable: without keeping their order, DuckDB's Parquet writer streams them
     # (peak 1.0 GB -> 0.3 GB for ten million rows)
-    con.execute("SET preserve_insertion_order = false")
+    con.execute(sql("set_option", name="preserve_insertion_order", value="false"))
     try:
         con.execute(sql("export_parquet", table=ident(table), path=literal(tmp)))
     finally:
-        con.execute("RESET preserve_insertion_order")
+        con.execute(sql("reset_option", name="preserve_insertion_order"))
     os.replace(tmp, parquet_path)
     return rows
 

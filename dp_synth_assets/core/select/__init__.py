@@ -6,8 +6,9 @@ mechanism invocation in the ledger as it happens. It returns a `Selection`, the 
 the noisy 1-way measurements, the marginals it already measured (adaptive methods measure round
 by round), and the cliques still to measure in the `measurements` stage with the rho of each.
 
-`METHODS` registers each method's module, its default budget shares and whether it spends the
-measurement budget inside selection (then `measurements` only post-processes).
+`METHODS` (dp_synth_assets.core.methods, re-exported here) registers each method's module, its
+default budget shares and whether it spends the measurement budget inside selection (then
+`measurements` only post-processes).
 """
 
 import itertools
@@ -18,28 +19,11 @@ import numpy as np
 
 from ..config import SelectionSettings
 from ..measure import Measurement
+from ..methods import METHODS
 
 Clique = tuple[str, ...]
 MarginalOracle = Callable[[list[Clique]], dict[Clique, np.ndarray]]
 Charge = Callable[..., None]
-
-
-@dataclass(frozen=True)
-class MethodInfo:
-    module: str                  # dp_synth_assets.core.select.<module>.select(...)
-    one_way_share: float         # default share of rho for the noisy 1-way marginals
-    score_share: float           # default share for selection mechanisms
-    measures_in_selection: bool  # spends the rest inside selection too
-
-
-METHODS = {
-    "privsyn": MethodInfo("privsyn", 0.1, 0.1, False),
-    "absyn": MethodInfo("absyn", 0.1, 0.1, False),
-    "mst": MethodInfo("mst", 1 / 3, 1 / 3, False),
-    "aim": MethodInfo("aim", 0.1, 0.1, True),
-    "ppsyn": MethodInfo("ppsyn", 0.1, 0.1, True),
-    "manual": MethodInfo("manual", 0.1, 0.0, False),
-}
 
 
 @dataclass(frozen=True)

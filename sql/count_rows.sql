@@ -1,0 +1,2 @@
+-- The number of rows of a relation (the checks' public synthetic table).
+SELECT count(*) FROM {source}

@@ -1,0 +1,2 @@
+-- Reset a DuckDB option to its default.
+RESET {name}

@@ -1,0 +1,2 @@
+-- Set a DuckDB option for this connection.
+SET {name} = {value}

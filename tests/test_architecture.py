@@ -1,0 +1,370 @@
+"""The rules of the codebase, checked on the source text (ast; nothing is imported or run).
+
+1. `dp_synth_assets/core/` imports no Dagster (`dagster`, `dagster_*`), directly or through any
+   package module it imports, its parent packages' `__init__` included (importing
+   `dp_synth_assets.core.x` runs `dp_synth_assets/__init__.py` first).
+2. Every SQL statement comes from `sql/`: no SQL statement in a Python string literal of the
+   package (plain, f-string or concatenated), docstrings excepted, beyond the transaction
+   controls in `ALLOWED_STATEMENTS`. Expression fragments (`CAST(x AS T)`, `x IS NULL`) are not
+   statements and stay where they are.
+3. The package (`dp_synth_assets/`, `resources/`) never imports `bench/`, `tests/` or a root
+   module such as `definitions.py`.
+4. No import circles among the package's modules.
+
+Every import statement counts, at module level or deferred inside a function (or under
+`TYPE_CHECKING`): a deferred import hides a circle from the interpreter, not from the layering,
+and a deferred `import dagster` still runs when the function does. `importlib.import_module`
+with a constant name counts too; a computed name (the method registry's
+`import_module(f"{__name__}.{module}")`) cannot be followed and is not checked.
+
+Each rule is one function returning its violations as `file:line: what`, tested on the
+repository and on a small module tree with a planted violation (so each test can fail).
+"""
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("dp_synth_assets", "resources")
+CORE = "dp_synth_assets.core"
+DAGSTER = re.compile(r"^dagster(_\w+)?$")
+OUTSIDE_THE_PACKAGE = ("bench", "tests")  # and every root module (definitions.py)
+
+# Transaction control: the same text in DuckDB and SQLite, and no query.
+ALLOWED_STATEMENTS = frozenset({"BEGIN TRANSACTION", "BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"})
+
+_STATEMENT_START = re.compile(
+    r"^[\s(]*(SELECT|WITH|INSERT|UPDATE|DELETE|REPLACE|UPSERT|MERGE|CREATE|DROP|ALTER|TRUNCATE|"
+    r"DESCRIBE|SUMMARIZE|SHOW|EXPLAIN|COPY|EXPORT|IMPORT|ATTACH|DETACH|LOAD|INSTALL|PRAGMA|SET|"
+    r"RESET|USE|CALL|VALUES|FROM)\s+\S"  # a keyword alone ("UPDATE") is a word, not a statement
+    r"|^\s*(BEGIN|COMMIT|ROLLBACK|VACUUM|CHECKPOINT|ANALYZE)\b")
+_STATEMENT_ANYWHERE = [
+    re.compile(r"\bSELECT\b.*\bFROM\b", re.S),  # upper case: prose says "select ... from" too
+    re.compile(r"\b(DESCRIBE|SUMMARIZE|PRAGMA)\s+\S", re.S),
+    re.compile(r"\b(insert|replace)\s+(or\s+\w+\s+)?into\b|\bdelete\s+from\b|\bupdate\s+\S+\s+set\b"
+               r"|\bcreate\s+(or\s+replace\s+)?(temp\w*\s+)?(table|view|schema|index|trigger|macro|"
+               r"sequence|type)\b|\bdrop\s+(table|view|schema|index|trigger|macro)\b"
+               r"|\balter\s+table\b|\busing\s+sample\b|\battach\s+'", re.I),
+]
+
+
+@dataclass(frozen=True)
+class Import:
+    """`source` imports `target` (absolute dotted name) at `path:line`; line 0 marks the implicit
+    import of a module's parent package."""
+
+    source: str
+    target: str
+    path: Path
+    line: int
+
+    def where(self, root: Path) -> str:
+        return f"{self.path.relative_to(root)}:{self.line}"
+
+
+def package_modules(root: Path, packages=PACKAGES) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py file under the packages."""
+    found = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = path.relative_to(root).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def imports(root: Path, packages=PACKAGES) -> list[Import]:
+    """Every import statement of the package's modules, wherever it stands, resolved to the most
+    specific module it names (`from .core import marginals` -> `dp_synth_assets.core.marginals`;
+    `from . import Budget` -> the package itself)."""
+    modules = package_modules(root, packages)
+    found = []
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(_parse(path)):
+            if isinstance(node, ast.Import):
+                found += [Import(name, a.name, path, node.lineno) for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[:len(parts) - node.level + 1])
+                    base = f"{base}.{node.module}" if node.module else base
+                else:
+                    base = node.module
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    found.append(Import(name, full if full in modules else base, path, node.lineno))
+            elif (isinstance(node, ast.Call) and node.args
+                  and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
+                  and (getattr(node.func, "attr", None) or getattr(node.func, "id", None))
+                  in ("import_module", "__import__")):
+                found.append(Import(name, node.args[0].value, path, node.lineno))
+    return found
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def core_dagster_violations(root: Path = ROOT, packages=PACKAGES, core: str = CORE) -> list[str]:
+    """Each Dagster import reached from the core, with the chain of imports that reaches it."""
+    modules = package_modules(root, packages)
+    edges: dict[str, list[Import]] = {}
+    for imp in imports(root, packages):
+        edges.setdefault(imp.source, []).append(imp)
+    for name, path in modules.items():  # importing a module runs its parent packages first
+        edges.setdefault(name, []).extend(Import(name, p, path, 0) for p in _parents(name)
+                                          if p in modules)
+    start = [m for m in modules if m == core or m.startswith(core + ".")]
+    came_from: dict[str, Import | None] = {m: None for m in start}
+    queue, violations = list(start), []
+    while queue:
+        module = queue.pop(0)
+        for imp in edges.get(module, []):
+            if DAGSTER.match(imp.target.split(".")[0]):
+                chain, step = [], came_from[module]
+                while step is not None:
+                    chain.append(step)
+                    step = came_from[step.source]
+                via = "".join(f" (reached: {s.where(root)} imports {s.target})"
+                              if s.line else f" (reached: {s.source} is inside {s.target})"
+                              for s in chain)
+                violations.append(f"{imp.where(root)}: imports {imp.target}{via}")
+                continue
+            internal = next((t for t in [imp.target, *reversed(_parents(imp.target))]
+                             if t in modules), None)
+            if internal is not None and internal not in came_from:
+                came_from[internal] = imp
+                queue.append(internal)
+    return violations
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = node.body[0] if node.body else None
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def _text(node: ast.AST) -> str | None:
+    """The literal text of a string expression, `{}` for each computed part; None if not one."""
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _text(node.left), _text(node.right)
+        if left is None and right is None:
+            return None
+        return (left if left is not None else "{}") + (right if right is not None else "{}")
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        return _text(node.left)
+    return None
+
+
+def is_sql_statement(text: str) -> bool:
+    text = text.strip()
+    if text.rstrip(";").strip().upper() in ALLOWED_STATEMENTS:
+        return False
+    return bool(_STATEMENT_START.match(text)) or any(p.search(text) for p in _STATEMENT_ANYWHERE)
+
+
+def inline_sql_violations(root: Path = ROOT, packages=PACKAGES) -> list[str]:
+    """Each string literal of the package that holds a SQL statement."""
+    violations = []  # (file, line, message)
+    for path in package_modules(root, packages).values():
+        tree = _parse(path)
+        skip = _docstrings(tree)
+        pending = [tree]
+        while pending:
+            node = pending.pop()
+            if id(node) in skip:
+                continue
+            text = _text(node)
+            if text is None:
+                pending.extend(ast.iter_child_nodes(node))
+            elif is_sql_statement(text):
+                shown = " ".join(text.split())
+                violations.append((str(path.relative_to(root)), node.lineno,
+                                   f"SQL in Python: {shown[:80]!r}; move it to sql/<name>.sql"))
+    return [f"{file}:{line}: {what}" for file, line, what in sorted(violations)]
+
+
+def outside_imports(root: Path = ROOT, packages=PACKAGES,
+                    outside=OUTSIDE_THE_PACKAGE) -> list[str]:
+    """Each import of the package that names bench/, tests/ or a root module."""
+    banned = set(outside) | {p.stem for p in root.glob("*.py")}
+    return [f"{imp.where(root)}: imports {imp.target}, which is outside the package"
+            for imp in imports(root, packages) if imp.target.split(".")[0] in banned]
+
+
+def import_circles(root: Path = ROOT, packages=PACKAGES) -> list[str]:
+    """One circle per strongly connected group of the package's modules, as its chain of
+    imports (`a.py:3 -> b; b.py:9 -> a`). Importing `a.b.c` from a module outside `a.b` imports
+    the package `a.b` too (its `__init__` runs first)."""
+    modules = package_modules(root, packages)
+    edges: dict[str, dict[str, Import]] = {m: {} for m in modules}
+    for imp in imports(root, packages):
+        # importing a.b.c from outside a.b runs a.b's __init__ first: an edge to it as well
+        inside = set(_parents(imp.source)) | {imp.source}
+        for target in [imp.target, *(p for p in _parents(imp.target) if p not in inside)]:
+            if target in modules and target != imp.source:
+                edges[imp.source].setdefault(target, Import(imp.source, target, imp.path, imp.line))
+
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def connect(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(modules):
+        if v not in index:
+            connect(v)
+
+    circles = []
+    for group in sorted(groups):
+        first, members = group[0], set(group)
+        paths = {first: []}  # breadth-first, inside the group, back to `first`
+        queue, closing = [first], None
+        while queue and closing is None:
+            v = queue.pop(0)
+            for w, imp in sorted(edges[v].items()):
+                if w == first:
+                    closing = paths[v] + [imp]
+                    break
+                if w in members and w not in paths:
+                    paths[w] = paths[v] + [imp]
+                    queue.append(w)
+        circles.append("import circle: " + "; ".join(
+            f"{imp.where(root)} -> {imp.target}" for imp in closing))
+    return circles
+
+
+# ---- the rules on this repository ----------------------------------------------------------------
+
+
+def test_core_imports_no_dagster():
+    violations = core_dagster_violations()
+    assert not violations, "\n".join(violations)
+
+
+def test_every_sql_statement_comes_from_the_sql_folder():
+    violations = inline_sql_violations()
+    assert not violations, "\n".join(violations)
+
+
+def test_the_package_never_imports_bench_tests_or_root_modules():
+    violations = outside_imports()
+    assert not violations, "\n".join(violations)
+
+
+def test_no_import_circles():
+    circles = import_circles()
+    assert not circles, "\n".join(circles)
+
+
+# ---- each checker catches a planted violation --------------------------------------------------
+
+
+def plant(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+CLEAN = {
+    "pkg/__init__.py": "",
+    "pkg/core/__init__.py": "",
+    "pkg/core/algo.py": "import numpy as np\nfrom .shared import X\n",
+    "pkg/core/shared.py": '"""SELECT x FROM t in a docstring is prose."""\nX = 1\n',
+    "pkg/assets.py": "import dagster as dg\nfrom .core.algo import np\n",
+}
+
+
+def test_dagster_reached_from_the_core_through_a_deferred_import_is_caught(tmp_path):
+    root = plant(tmp_path, {**CLEAN, "pkg/core/shared.py": (
+        "X = 1\n\n\ndef later():\n    from ..assets import dg\n    return dg\n")})
+    assert core_dagster_violations(root, ("pkg",), "pkg.core") == [
+        "pkg/assets.py:1: imports dagster (reached: pkg/core/shared.py:5 imports pkg.assets)"]
+    assert core_dagster_violations(plant(tmp_path / "clean", CLEAN), ("pkg",), "pkg.core") == []
+
+
+def test_dagster_in_a_parent_package_init_is_caught(tmp_path):
+    root = plant(tmp_path, {**CLEAN, "pkg/__init__.py": "from dagster_duckdb import X\n"})
+    assert core_dagster_violations(root, ("pkg",), "pkg.core") == [
+        "pkg/__init__.py:1: imports dagster_duckdb (reached: pkg.core is inside pkg)"]
+
+
+def test_inline_sql_is_caught_and_docstrings_and_transactions_are_not(tmp_path):
+    root = plant(tmp_path, {**CLEAN, "pkg/core/algo.py": (
+        '"""Reads with SELECT * FROM t (a docstring)."""\n'
+        "def f(con, t, n):\n"
+        '    con.execute("COMMIT")\n'
+        '    con.execute(f"CAST({t} AS INTEGER)")\n'
+        '    con.execute(f"SELECT * FROM {t} "\n'
+        '                f"USING SAMPLE {n}")\n'
+        '    return "create table " + t\n')})
+    assert inline_sql_violations(root, ("pkg",)) == [
+        "pkg/core/algo.py:5: SQL in Python: 'SELECT * FROM {} USING SAMPLE {}'; "
+        "move it to sql/<name>.sql",
+        "pkg/core/algo.py:7: SQL in Python: 'create table {}'; move it to sql/<name>.sql"]
+    assert inline_sql_violations(plant(tmp_path / "clean", CLEAN), ("pkg",)) == []
+
+
+def test_an_import_of_tests_or_of_a_root_module_is_caught(tmp_path):
+    root = plant(tmp_path, {**CLEAN, "definitions.py": "defs = None\n", "pkg/report.py": (
+        "def main():\n    from definitions import defs\n    import tests.helpers\n")})
+    assert outside_imports(root, ("pkg",)) == [
+        "pkg/report.py:2: imports definitions, which is outside the package",
+        "pkg/report.py:3: imports tests.helpers, which is outside the package"]
+    assert outside_imports(plant(tmp_path / "clean", CLEAN), ("pkg",)) == []
+
+
+def test_an_import_circle_closed_inside_a_function_is_caught(tmp_path):
+    root = plant(tmp_path, {
+        **CLEAN,
+        "pkg/core/__init__.py": "def run():\n    from .algo import f\n    return f\n",
+        "pkg/core/algo.py": "from . import run\n\n\ndef f():\n    return run\n"})
+    assert import_circles(root, ("pkg",)) == [
+        "import circle: pkg/core/__init__.py:2 -> pkg.core.algo; pkg/core/algo.py:1 -> pkg.core"]
+    assert import_circles(plant(tmp_path / "clean", CLEAN), ("pkg",)) == []
+
+
+def test_an_import_circle_through_a_package_init_is_caught(tmp_path):
+    """config imports select.methods, whose package `select` imports config."""
+    root = plant(tmp_path, {**CLEAN,
+                            "pkg/core/config.py": "from .select.methods import METHODS\n",
+                            "pkg/core/select/__init__.py": "from ..config import METHODS\n",
+                            "pkg/core/select/methods.py": "METHODS = {}\n"})
+    assert import_circles(root, ("pkg",)) == [
+        "import circle: pkg/core/config.py:1 -> pkg.core.select; "
+        "pkg/core/select/__init__.py:1 -> pkg.core.config"]
