@@ -27,8 +27,12 @@ run: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster asset materialize -f definitions.py --select '*$(DATASET)/synthetic+'
 	$(BIN)/python -m dp_synth_assets.report $(DATASET)
 
+# the test files run on TEST_WORKERS processes (pytest-xdist), each file whole in one of them
+# (its module fixtures are shared by its tests); TEST_WORKERS=0 runs them in this process
+TEST_WORKERS ?= 2
+
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -f definitions.py
