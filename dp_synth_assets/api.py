@@ -26,7 +26,7 @@ Guarantees:
   (`core.budget.DatasetBudget.of`): rho(epsilon, delta) split between preprocessing (when a column
   needs it), selection and measurement. Every mechanism reports its spend through one
   `charge(spend, **params)` callback, which refuses a charge beyond the run's rho.
-- With `ledger=` (a `resources.ledger.PrivacyLedger` or the path of one), the pipeline's rules
+- With `ledger=` (a `dp_synth_assets.core.ledger.PrivacyLedger` or the path of one), the pipeline's rules
   apply: the run's whole rho is reserved before any private read, each charge is recorded as it
   happens, and the remainder is released at the end or on failure; a refused reservation raises
   the ledger's `BudgetExceeded` and nothing is read or spent. The ledger keys the spend by
@@ -480,9 +480,9 @@ class Synthesizer:
 
 
 def _ledger(ledger):
-    """A PrivacyLedger from a path (resources.ledger imports Dagster, so only when asked)."""
+    """A PrivacyLedger from a path (the ledger module is loaded only when asked)."""
     if ledger is None or not isinstance(ledger, (str, Path)):
         return ledger
-    from resources.ledger import PrivacyLedger
+    from .core.ledger import PrivacyLedger
 
     return PrivacyLedger(ledger)

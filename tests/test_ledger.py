@@ -16,7 +16,8 @@ from pathlib import Path
 import dagster
 import pytest
 
-import resources.ledger as ledger_module
+import dp_synth_assets.core.ledger as ledger_module
+import resources.ledger as resource_module
 from dp_synth_assets.core.privacy import Spend, epsilon_from_rho
 from dp_synth_assets.core.sql import SQL_DIR
 from resources.ledger import (
@@ -215,7 +216,7 @@ def test_ledger_is_append_only(ledger):
     loads = [node.args[0] for node in ast.walk(ast.parse(source))
              if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "sql"]
     assert loads and all(isinstance(name, ast.Constant) for name in loads)
-    texts = {"resources/ledger.py": source} | {
+    texts = {"dp_synth_assets/core/ledger.py": source} | {
         f"sql/{name.value}.sql": (SQL_DIR / f"{name.value}.sql").read_text() for name in loads}
     assert "sql/ledger_insert.sql" in texts
     for where, text in texts.items():
@@ -568,7 +569,7 @@ def test_a_ledger_without_its_head_file_is_refused_until_adopted(tmp_path):
     ledger.head_path.unlink()
     with pytest.raises(LedgerError, match="no head file"):
         ledger.reserve("adult", "r2", 0.25, 1.0)
-    assert ledger_module.main(["adopt", str(ledger.path)]) is None
+    assert resource_module.main(["adopt", str(ledger.path)]) is None
     spend_once(ledger, "r2")
     assert json.loads(ledger.head_path.read_text())["rows"] == 6
 
