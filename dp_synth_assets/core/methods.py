@@ -3,6 +3,12 @@ it spends the measurement budget inside selection.
 
 A leaf module (it imports nothing of the package): `config` validates a dataset's method and
 shares against it and `select` dispatches through it, without importing each other.
+
+Adding a method is one module plus one line here. The module defines
+`select(domain, oracle, budget, settings, charge) -> Selection` and, optionally,
+`needed_cliques(domain, settings)` (the marginals the `marginals` stage counts up front; default:
+every pair). `MethodInfo.module` names it: a module of `dp_synth_assets.core.select`, or a fully
+qualified module path (a dotted name) for a method that lives elsewhere.
 """
 
 from dataclasses import dataclass
@@ -10,7 +16,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class MethodInfo:
-    module: str                  # dp_synth_assets.core.select.<module>.select(...)
+    module: str                  # <module> of select/, or a dotted path: its select(...)
     one_way_share: float         # default share of rho for the noisy 1-way marginals
     score_share: float           # default share for selection mechanisms
     measures_in_selection: bool  # spends the rest inside selection too

@@ -81,11 +81,7 @@ def required_cliques(method: str, domain: dict[str, int],
     privsyn, mst, aim). ppsyn needs its 3-way workload and manual its declared marginals
     instead of all pairs. A method may still ask its oracle for other cliques: the pipeline's
     oracle (`marginals.MarginalStore`) counts those on demand and keeps them."""
-    import importlib
-
-    if method not in METHODS:
-        raise ValueError(f"unknown selection method {method!r}; choose one of {sorted(METHODS)}")
-    module = importlib.import_module(f"{__name__}.{METHODS[method].module}")
+    module = method_module(method)
     needed = getattr(module, "needed_cliques", None)
     wanted = needed(domain, settings or SelectionSettings()) if needed else [
         tuple(p) for p in itertools.combinations(domain, 2)]
@@ -96,9 +92,15 @@ def select(method: str, domain: dict[str, int], oracle: MarginalOracle, budget: 
            settings: SelectionSettings, charge: Charge) -> Selection:
     """Run `method` (a key of METHODS); its module defines `select(domain, oracle, budget,
     settings, charge) -> Selection`."""
+    return method_module(method).select(domain, oracle, budget, settings, charge)
+
+
+def method_module(method: str):
+    """The module of `method` (a key of METHODS): `MethodInfo.module` under this package, or a
+    fully qualified module path when it is dotted."""
     import importlib
 
     if method not in METHODS:
         raise ValueError(f"unknown selection method {method!r}; choose one of {sorted(METHODS)}")
-    module = importlib.import_module(f"{__name__}.{METHODS[method].module}")
-    return module.select(domain, oracle, budget, settings, charge)
+    name = METHODS[method].module
+    return importlib.import_module(name if "." in name else f"{__name__}.{name}")
