@@ -129,3 +129,21 @@ def test_registry_that_is_not_yaml_or_has_no_datasets_is_refused(tmp_path):
     path.write_text("tables: {}")
     with pytest.raises(RegistryError, match="datasets"):
         load_registry(path)
+
+
+@pytest.mark.parametrize("first_line", [
+    "Zyzzogeton-Republic,123456.78,7",      # read as names, none of them declared
+    "Zyzzogeton-Republic,Zyzzogeton-Republic,123456.78",  # not even usable as names
+])
+def test_a_csv_read_with_a_header_it_lacks_publishes_no_row(project, tmp_path, first_line):
+    """`header: true` (the default) on a file whose first line is data: the line is a row, so
+    neither the source's "column names" nor the line may reach the public failure; the private
+    log has them."""
+    path = tmp_path / "rows.csv"
+    path.write_text(first_line + "\nOther,1.5,8\n")
+    log = project.warehouse.parent / "private" / "example" / "private.log"
+    logged = log.read_text() if log.exists() else ""
+    message = run_with(project, source={"csv": str(path)})
+    assert "'example'" in message and str(log) in message, message
+    assert "Zyzzogeton" not in message and "123456" not in message, message
+    assert "Zyzzogeton-Republic" in log.read_text()[len(logged):]

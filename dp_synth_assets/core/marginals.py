@@ -75,8 +75,10 @@ def csv_header(src: CsvSource, path: Path) -> list[str]:
         names = next(csv.reader(f, delimiter=src.delimiter, quotechar=src.quote,
                                 escapechar=escape, doublequote=escape is None), None)
     if not names or any(not n.strip() for n in names) or len(set(names)) != len(names):
-        raise SourceError(f"the header line of {files[0]} does not name every column once "
-                          f"(it reads {names}); fix it, or declare `source.columns`")
+        # the line itself stays private: when the file has no header, it is a row of data
+        raise SourceError(f"the header line of {files[0]} does not name every column once; fix "
+                          "it, or declare `source.columns` (and `header: false`)",
+                          detail=f"it reads {names}")
     return names
 
 
@@ -232,7 +234,12 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
     try:
         check_columns(spec.columns, types)
     except SchemaError as e:
-        raise SchemaError(f"dataset {dataset!r}: {e}") from None
+        # the declared names are the spec's; the source's names stay private (a CSV read with
+        # `header: true` that has none would make them a row of data)
+        missing = [c for c in spec.columns if c not in types]
+        raise SourceError(f"dataset {dataset!r}: declared column(s) {missing} are not in the "
+                          "source; fix the column names in datasets.yaml (for a CSV, also "
+                          "`header` and `columns`)", detail=str(e)) from None
     validate_source(con, relation, spec.columns, dataset)
     derived = preprocess(con, relation, spec.columns, rho, delta_extra, charge)
     try:
