@@ -23,7 +23,7 @@ $(DAGSTER_HOME)/dagster.yaml:
 	@printf 'telemetry:\n  enabled: false\n' > $@
 
 run: install $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/python -m dp_synth_assets.core.example data/warehouse.duckdb
+	$(BIN)/python -m dp_synth_assets.example data/warehouse.duckdb
 	$(BIN)/dagster asset materialize -f definitions.py --select '*$(DATASET)/synthetic+'
 	$(BIN)/python -m dp_synth_assets.report $(DATASET)
 

@@ -26,7 +26,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dp_synth_assets.core.example import write_example  # noqa: E402
+from dp_synth_assets.example import write_example  # noqa: E402
 from dp_synth_assets.definitions import build_definitions  # noqa: E402
 from dp_synth_assets.core.config import load_registry  # noqa: E402
 from dp_synth_assets.pipeline import fingerprint  # noqa: E402

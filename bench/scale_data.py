@@ -5,7 +5,7 @@
         [--parquet bench/work/scale/scale_10m_15.parquet]
 
 The table is written chunk by chunk (`--chunk-rows`, default 1,000,000): each chunk is drawn by
-`dp_synth_assets.core.example.generate_example` as Arrow arrays and appended with DuckDB's
+`dp_synth_assets.example.generate_example` as Arrow arrays and appended with DuckDB's
 INSERT from the registered Arrow table, so memory stays at one chunk whatever `--rows` is (no
 pandas anywhere). Wider tables repeat the example's 12 columns in independent blocks: block b > 1
 has the same columns suffixed `_b`, drawn with its own seed, and the table keeps the first
@@ -30,7 +30,7 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dp_synth_assets.core.example import (DEFAULT_SEED, EXAMPLE_COLUMNS,  # noqa: E402
+from dp_synth_assets.example import (DEFAULT_SEED, EXAMPLE_COLUMNS,  # noqa: E402
                                           generate_example)
 from dp_synth_assets.core.sql import ident  # noqa: E402
 

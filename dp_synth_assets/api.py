@@ -11,7 +11,7 @@ The arguments are a datasets.yaml entry's keys (`columns`, `privacy` as `epsilon
 same `DatasetSpec` model, so every rule and message is the registry's; an error names the
 argument. Each stage is the pipeline's own core function (dp_synth_assets/pipeline.py calls the
 same ones): `prepare_encoded_view`, `compute_marginals` / `MarginalStore`, `select`,
-`measurement_plan` + `measure`, `make_consistent`, `total_estimate`, `generate.choose` /
+`measurement_plan` + `measure`, `make_consistent`, `noisy_total`, `generate.choose` /
 `fit_units` / `fit_unit` / `assemble`, `sample_chunks`, and the decode + cast of
 `synthesize.decode_typed`.
 
@@ -51,14 +51,14 @@ from .core import generate
 from .core import marginals as margs
 from .core.budget import PRIVATE_STAGES, DatasetBudget, measurement_plan
 from .core.config import CsvSource, DatasetSpec, ParquetSource, RegistryError, TableSource
-from .core.domain import EncodingPlan
-from .core.measure import Measurement, make_consistent, measure, total_estimate
+from .core.domain import Clique, EncodingPlan
+from .core.measure import Measurement, make_consistent, measure, noisy_total
+from .core.preprocess import prepare_encoded_view
 from .core.privacy import Spend, epsilon_from_rho
 from .core.select import Selection, required_cliques, select
 from .core.sql import ident, sql
 from .core.synthesize import decode_typed, requested_rows
 
-Clique = tuple[str, ...]
 # the name a registered in-memory source gets inside the embedded connection
 SOURCE_VIEW = "dp_synth_source"
 _STREAM = "dp_synth_stream"
@@ -181,7 +181,7 @@ class Report:
     method: str
     selected: tuple[Clique, ...]
     measurements: tuple[dict, ...]  # {clique, sigma, rho} after consistency
-    total_estimate: float
+    noisy_total: float
     generator: str
     generator_reason: str
 
@@ -195,7 +195,7 @@ class Report:
                         for c in self.charges],
             "method": self.method, "selected": [list(c) for c in self.selected],
             "measurements": [dict(m, clique=list(m["clique"])) for m in self.measurements],
-            "total_estimate": self.total_estimate, "generator": self.generator,
+            "noisy_total": self.noisy_total, "generator": self.generator,
             "generator_reason": self.generator_reason,
         }
 
@@ -204,7 +204,7 @@ class Report:
         return (f"spent rho {self.rho_spent:.6g} of {self.rho:.6g} (epsilon "
                 f"{self.epsilon_spent:.4g} at delta {self.delta:g}; {stages}); {self.method} "
                 f"selected {len(self.selected)} marginals; {len(self.measurements)} measurements; "
-                f"noisy rows {self.total_estimate:.1f}; generator {self.generator} "
+                f"noisy rows {self.noisy_total:.1f}; generator {self.generator} "
                 f"({self.generator_reason})")
 
 
@@ -281,8 +281,8 @@ class PrivateRun:
 
     def preprocess(self) -> EncodingPlan:
         """Check the source against the columns, learn what they leave undeclared with DP and
-        create the encoded view (`marginals.prepare_encoded_view`)."""
-        return margs.prepare_encoded_view(self.con, self.spec, self.dataset, self.base_dir,
+        create the encoded view (`preprocess.prepare_encoded_view`)."""
+        return prepare_encoded_view(self.con, self.spec, self.dataset, self.base_dir,
                                           self.view, self.budget.preprocess,
                                           self.budget.run_delta_extra,
                                           self.accountant.stage("preprocessed"))
@@ -307,7 +307,7 @@ class PrivateRun:
         noisy = measure(oracle(list(rhos)), rhos, self.accountant.stage("measurements")) \
             if rhos else []
         consistent = make_consistent(list(chosen.one_way) + list(chosen.measured) + noisy)
-        return consistent, total_estimate(consistent)
+        return consistent, noisy_total(consistent)
 
 
 # ---------------------------------------------------------------------------------- the API
@@ -354,7 +354,7 @@ class Synthesizer:
         self.plan: EncodingPlan | None = None
         self.selection: Selection | None = None
         self.measurements: list[Measurement] | None = None
-        self.total_estimate: float | None = None
+        self.noisy_total: float | None = None
         self.model = None
         self.choice: generate.Choice | None = None
         self._charges: tuple[Charge, ...] = ()
@@ -402,7 +402,7 @@ class Synthesizer:
             chosen = run.select(plan, oracle)
             found, total = run.measure(plan, chosen, oracle)
         # kept before the fit, so a failed fit can be retried (`fit_model`) without spending
-        self.selection, self.plan, self.measurements, self.total_estimate = (
+        self.selection, self.plan, self.measurements, self.noisy_total = (
             chosen, plan, found, total)
         self.fit_model(plan, found, total)
         return self
@@ -426,7 +426,7 @@ class Synthesizer:
         results = [generate.fit_unit(choice.engine, unit, plan.domain, measurements, total,
                                      settings) for unit in units]
         model = generate.assemble(choice.engine, plan.domain, measurements, results)
-        self.plan, self.measurements, self.total_estimate = plan, list(measurements), total
+        self.plan, self.measurements, self.noisy_total = plan, list(measurements), total
         self.model, self.choice = model, choice
         return model
 
@@ -440,7 +440,7 @@ class Synthesizer:
         if self.model is None:
             raise RuntimeError("call fit(source) (or fit_model) before sample()")
         seed = self.spec.seed if seed is None else seed
-        rows = requested_rows(self.spec, self.total_estimate) if n is None else int(n)
+        rows = requested_rows(self.spec, self.noisy_total) if n is None else int(n)
         if rows < 1:
             raise ValueError(f"argument 'n': sample at least one row, got {n!r}")
         # decoding draws from its own stream, never the sampler's (as the pipeline does)
@@ -474,7 +474,7 @@ class Synthesizer:
             method=self.spec.method, selected=selected,
             measurements=tuple({"clique": m.clique, "sigma": m.sigma, "rho": m.rho}
                                for m in self.measurements),
-            total_estimate=self.total_estimate,
+            noisy_total=self.noisy_total,
             generator=self.choice.engine if self.choice else "",
             generator_reason=self.choice.reason if self.choice else "not fitted yet")
 

@@ -54,30 +54,30 @@ FIT_SLACK = 0.01  # allowance for the estimator not matching a measurement exact
 FRAME_BYTES = 64 * 2 ** 20  # the most of the synthetic table one GX frame holds
 
 
-def tolerances(m: Measurement, n_hat: float, rows: int) -> tuple[float, np.ndarray]:
+def tolerances(m: Measurement, noisy_total: float, rows: int) -> tuple[float, np.ndarray]:
     """TVD tolerance of a 1-way marginal and per-cell tolerances of its shares.
 
     A synthetic share differs from the noisy measured share by (a) sampling `rows` rows, standard
     deviation sqrt(p(1-p)/rows) per cell, allowed Z of them; (b) the estimator fitting a
-    non-negative distribution to noisy counts: at most about the noise per cell, sigma / n_hat
+    non-negative distribution to noisy counts: at most about the noise per cell, sigma / noisy_total
     (clipped negatives, least-squares compromise between overlapping measurements); (c) FIT_SLACK.
     """
     p = noisy_distribution(m)
-    n = max(n_hat, 1.0)
+    n = max(noisy_total, 1.0)
     per_cell = Z * np.sqrt(p * (1 - p) / rows) + m.sigma / n
     return float(0.5 * per_cell.sum() + FIT_SLACK), per_cell + FIT_SLACK / 2
 
 
-def marginal_tolerance(m: Measurement, n_hat: float, rows: int) -> float:
+def marginal_tolerance(m: Measurement, noisy_total: float, rows: int) -> float:
     """TVD tolerance of a measured marginal (`marginal_tvd`): a bound on the expected TVD plus Z
     standard deviations. Per cell, the synthetic share differs from the noisy share by sampling
-    (sd s_i = sqrt(p_i (1 - p_i) / rows)) plus the measurement's noise (sd sigma / n_hat; the
+    (sd s_i = sqrt(p_i (1 - p_i) / rows)) plus the measurement's noise (sd sigma / noisy_total; the
     model sits between the truth and the noisy counts); each |difference| has expectation at
-    most sqrt(2/pi) (s_i + sigma / n_hat) and variance at most s_i^2 + (sigma / n_hat)^2, and the
+    most sqrt(2/pi) (s_i + sigma / noisy_total) and variance at most s_i^2 + (sigma / noisy_total)^2, and the
     TVD is half their sum over the cells, a sum of many small terms that concentrates around its
     mean. FIT_SLACK covers what the estimator cannot reproduce (conflicting measurements)."""
     p = noisy_distribution(m).ravel()
-    n = max(n_hat, 1.0)
+    n = max(noisy_total, 1.0)
     s = np.sqrt(p * (1 - p) / max(rows, 1))
     noise = m.sigma / n
     mean = 0.5 * np.sqrt(2 / np.pi) * float((s + noise).sum())
@@ -152,7 +152,7 @@ def _suite_result(name: str, outcome, warehouse: WarehouseResource, dataset: str
 
 
 def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
-               measurements: list[Measurement], n_hat: float, rows: int, table: str,
+               measurements: list[Measurement], noisy_total: float, rows: int, table: str,
                parquet: str, model=None, frame_bytes: int = FRAME_BYTES):
     """Yield one AssetCheckResult per check in CHECKS.
 
@@ -221,7 +221,7 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
             if not e.nullable or e.column not in one_way:
                 continue
             m = one_way[e.column]
-            _, per_cell = tolerances(m, n_hat, rows)
+            _, per_cell = tolerances(m, noisy_total, rows)
             p = float(noisy_distribution(m)[e.null_code])
             low = float(max(p - per_cell[e.null_code], 0.0))
             high = float(min(p + per_cell[e.null_code], 1.0))
@@ -254,7 +254,7 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
         m = one_way[e.column]
         tvd = marginal_tvd(counts[(e.column,)], m)
         records.append({"column": e.column, "tvd": round(tvd, 5),
-                        "tolerance": round(tolerances(m, n_hat, rows)[0], 5)})
+                        "tolerance": round(tolerances(m, noisy_total, rows)[0], 5)})
     frame = pd.DataFrame(records, columns=["column", "tvd", "tolerance"])
     yield _check("one_way_tvd", frame, [
         Expectation("ExpectColumnPairValuesAToBeGreaterThanB",
@@ -268,7 +268,7 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
             continue
         tvd = marginal_tvd(counts[m.clique], m)
         records.append({"marginal": " x ".join(m.clique), "tvd": round(tvd, 5),
-                        "tolerance": round(marginal_tolerance(m, n_hat, rows), 5)})
+                        "tolerance": round(marginal_tolerance(m, noisy_total, rows), 5)})
     frame = pd.DataFrame(records, columns=["marginal", "tvd", "tolerance"])
     yield _check("marginal_tvd", frame, [
         Expectation("ExpectColumnPairValuesAToBeGreaterThanB",
@@ -389,14 +389,14 @@ def build_synthetic_checks(dataset: str, spec: DatasetSpec) -> dg.AssetChecksDef
         from .pipeline import load_measurements, load_plan, requested_rows, synthetic_table
 
         plan = load_plan(warehouse, dataset)
-        found, n_hat = load_measurements(warehouse, dataset)
-        rows = requested_rows(spec, n_hat)
+        found, noisy_total = load_measurements(warehouse, dataset)
+        rows = requested_rows(spec, noisy_total)
         parquet = str(warehouse.public_path(dataset, "synthetic.parquet"))
         model_path = warehouse.public_path(dataset, "model.npz")
         from .core import generate
 
         model = generate.load(str(model_path)) if model_path.exists() else None
-        yield from run_checks(warehouse, dataset, plan, found, n_hat, rows,
+        yield from run_checks(warehouse, dataset, plan, found, noisy_total, rows,
                               synthetic_table(dataset), parquet, model)
 
     return synthetic_checks

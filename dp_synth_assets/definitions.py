@@ -21,7 +21,7 @@ from .automation import build_job, build_schedule, build_source_sensor
 from .budget import DatasetBudget
 from .core.config import RegistryError, load_registry
 from .core.units import group_name, privacy_units, source_identity
-from .core.marginals import source_available, source_path
+from .core.source import source_available, source_path
 from .checks import build_synthetic_checks
 from .pipeline import build_dataset_assets
 

@@ -27,8 +27,10 @@ from .core.config import AttachSource, DatasetSpec, TableSource
 from .core.domain import EncodingPlan
 from .core import generate
 from .core.generate import pgm
-from .core.measure import Measurement, clique_size, make_consistent, measure, total_estimate
+from .core.measure import Measurement, clique_size, make_consistent, measure, noisy_total
+from .core.preprocess import prepare_encoded_view
 from .core.select import Selection, required_cliques, select
+from .core.source import attach_source, describe_source, source_path, source_relation
 from .core.sql import sql
 from .core.synthesize import requested_rows, write_synthetic
 from .private_log import private_dir, private_step
@@ -71,17 +73,17 @@ def load_plan(warehouse: WarehouseResource, dataset: str) -> EncodingPlan:
 
 def load_measurements(warehouse: WarehouseResource, dataset: str) -> tuple[list[Measurement], float]:
     data = read_json(warehouse, dataset, "measurements.json")
-    return [Measurement.from_dict(m) for m in data["measurements"]], float(data["total_estimate"])
+    return [Measurement.from_dict(m) for m in data["measurements"]], float(data["noisy_total"])
 
 
 @contextmanager
 def source_connection(warehouse: WarehouseResource, spec: DatasetSpec, dataset: str,
                       read_only: bool = False, lock_timeout_seconds: float | None = None):
     """A warehouse connection that can read the dataset's source and its encoded view: with an
-    `attach:` source, the source database is attached to it first (`marginals.attach_source`,
+    `attach:` source, the source database is attached to it first (`source.attach_source`,
     whose `SourceError` the stage's `private_errors` turns into a public failure)."""
     with warehouse.connect(read_only=read_only, lock_timeout_seconds=lock_timeout_seconds) as con:
-        margs.attach_source(con, spec, Path(warehouse.base_dir), dataset)
+        attach_source(con, spec, Path(warehouse.base_dir), dataset)
         yield con
 
 
@@ -105,12 +107,12 @@ def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec,
     if isinstance(spec.source, (TableSource, AttachSource)):
         with source_connection(warehouse, spec, dataset, read_only=True,
                                lock_timeout_seconds=lock_timeout_seconds) as con:
-            relation = margs.source_relation(spec, Path(warehouse.base_dir))
-            schema = margs.describe_source(con, relation, dataset)
+            relation = source_relation(spec, Path(warehouse.base_dir))
+            schema = describe_source(con, relation, dataset)
             summary = con.execute(sql("content_summary", source=relation)).fetchone()[0]
         signal = json.dumps({"schema": schema, "content": summary})
     else:
-        path = margs.source_path(spec, Path(warehouse.base_dir))
+        path = source_path(spec, Path(warehouse.base_dir))
         files = sorted(path.parent.glob(path.name))
         signal = json.dumps([[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files])
     return change.change_mac(change.load_or_create_secret(secret_path(warehouse)), signal)
@@ -145,7 +147,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         led = ledger.ledger()
         with private_stage(context, led, dataset, "preprocessed", budget) as stage:
             with source_connection(warehouse, spec, dataset) as con:
-                plan = margs.prepare_encoded_view(con, spec, dataset, Path(warehouse.base_dir),
+                plan = prepare_encoded_view(con, spec, dataset, Path(warehouse.base_dir),
                                                   encoded_view(dataset), budget.preprocess,
                                                   budget.run_delta_extra, stage.charge)
             path = write_json(warehouse, dataset, "plan.json", json.loads(plan.to_json()))
@@ -223,14 +225,14 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
                 noisy = measure(exact, rhos, stage.charge)
                 del exact
             consistent = make_consistent(list(chosen.one_way) + list(chosen.measured) + noisy)
-            n_hat = total_estimate(consistent)
+            total = noisy_total(consistent)
             path = write_json(warehouse, dataset, "measurements.json", {
-                "total_estimate": n_hat, "measurements": [m.to_dict() for m in consistent]})
+                "noisy_total": total, "measurements": [m.to_dict() for m in consistent]})
         return dg.MaterializeResult(metadata={
             "measurements": len(consistent),
             "noise": dg.MetadataValue.json([{"clique": list(m.clique), "sigma": round(m.sigma, 4),
                                              "rho": m.rho} for m in consistent]),
-            "noisy_total": dg.MetadataValue.float(round(n_hat, 1)),
+            "noisy_total": dg.MetadataValue.float(round(total, 1)),
             "path": dg.MetadataValue.path(path),
             **ledger_metadata(led, dataset, budget, context.run_id),
         })
@@ -242,8 +244,8 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
               description=f"The synthetic table {synthetic_table(dataset)} and its Parquet copy.")
     def synthetic(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
         plan = load_plan(warehouse, dataset)
-        found, n_hat = load_measurements(warehouse, dataset)
-        rows = requested_rows(spec, n_hat)
+        found, noisy_total = load_measurements(warehouse, dataset)
+        rows = requested_rows(spec, noisy_total)
         fitted = generate.load(str(warehouse.public_path(dataset, "model.npz")))
         from .core.fidelity import MarginalCounter, fidelity_summary
 
@@ -299,13 +301,13 @@ def build_model_asset(dataset: str, spec: DatasetSpec, key):
 
     def load_inputs(warehouse: WarehouseResource):
         plan = load_plan(warehouse, dataset)
-        found, n_hat = load_measurements(warehouse, dataset)
-        return plan, found, n_hat
+        found, noisy_total = load_measurements(warehouse, dataset)
+        return plan, found, noisy_total
 
     @dg.op(name=f"{prefix}_plan_fit", ins={"after": dg.In(dg.Nothing)}, out=dg.DynamicOut())
     def plan_fit(context: dg.OpExecutionContext, warehouse: WarehouseResource):
-        plan, found, n_hat = load_inputs(warehouse)
-        rows = requested_rows(spec, n_hat)
+        plan, found, noisy_total = load_inputs(warehouse)
+        rows = requested_rows(spec, noisy_total)
         choice = generate.choose(spec.generator, plan.domain, found, rows, spec.model)
         context.log.info(f"generator {choice.engine}: {choice.reason}")
         size = None
@@ -335,9 +337,9 @@ def build_model_asset(dataset: str, spec: DatasetSpec, key):
 
     @dg.op(name=f"{prefix}_fit_unit")
     def fit_unit(context: dg.OpExecutionContext, warehouse: WarehouseResource, work: dict) -> dict:
-        plan, found, n_hat = load_inputs(warehouse)
+        plan, found, noisy_total = load_inputs(warehouse)
         started = time.perf_counter()
-        result = generate.fit_unit(work["engine"], work["unit"], plan.domain, found, n_hat,
+        result = generate.fit_unit(work["engine"], work["unit"], plan.domain, found, noisy_total,
                                    spec.model, log=context.log.info)
         seconds = time.perf_counter() - started
         context.log.info(f"{work['engine']} unit {work['unit']} fitted in {seconds:.1f}s")

@@ -37,7 +37,7 @@ from resources.warehouse import WarehouseResource
 
 from .core.change import OWNER_ONLY, make_private_dir
 from .core.domain import SchemaError
-from .core.marginals import SourceError
+from .core.source import SourceError
 
 LOG_NAME = "private.log"
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import yaml
 
-from dp_synth_assets.core.example import write_example
+from dp_synth_assets.example import write_example
 from dp_synth_assets.definitions import build_definitions
 
 REPO = Path(__file__).resolve().parents[1]

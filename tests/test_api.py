@@ -17,7 +17,7 @@ from dp_synth_assets.api import BudgetError, SpecError, Synthesizer
 from dp_synth_assets.core import generate
 from dp_synth_assets.core.budget import DatasetBudget
 from dp_synth_assets.core.config import load_registry
-from dp_synth_assets.core.example import EXAMPLE_COLUMNS, generate_example
+from dp_synth_assets.example import EXAMPLE_COLUMNS, generate_example
 from dp_synth_assets.core.privacy import epsilon_from_rho
 from resources.ledger import BudgetExceeded, PrivacyLedger
 from tests.helpers import REPO, make_project
@@ -52,7 +52,7 @@ def test_three_lines_on_the_bundled_example_give_the_declared_names_order_and_ty
 
 def test_sample_without_n_draws_the_noisy_row_count_and_a_seed_repeats_it(fitted):
     table = fitted.sample()
-    assert table.num_rows == round(fitted.report.total_estimate)
+    assert table.num_rows == round(fitted.report.noisy_total)
     assert fitted.sample(500, seed=9).equals(fitted.sample(500, seed=9))
     assert not fitted.sample(500, seed=9).equals(fitted.sample(500, seed=10))
 

@@ -175,7 +175,7 @@ def test_rare_codes_and_privtree_edges_round_trip_through_sql(tmp_path):
 
 
 def test_exhaustive_categories_have_no_other_code_and_refuse_values_outside(tmp_path):
-    from dp_synth_assets.core.marginals import SourceError, validate_source
+    from dp_synth_assets.core.source import SourceError, validate_source
 
     spec = {"g": ColumnSpec(kind="categorical", categories=[0, 1, 2], other=False, type="INTEGER"),
             "h": ColumnSpec(kind="boolean")}

@@ -16,7 +16,7 @@ import pytest
 
 from dp_synth_assets.core.config import ColumnSpec
 from dp_synth_assets.core.domain import Derived, build_plan, encode_view_sql
-from dp_synth_assets.core.marginals import SourceError, validate_source
+from dp_synth_assets.core.source import SourceError, validate_source
 from dp_synth_assets.core.preprocess import (PRIVTREE_CELLS, Task, bucket_edges, exact_aggregates,
                                              privtree_cell_width)
 from tests.helpers import make_project

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from dp_synth_assets.core.config import DEFAULT_BINS, ColumnSpec, load_registry
-from dp_synth_assets.core.example import (
+from dp_synth_assets.example import (
     DEFAULT_TABLE,
     EXAMPLE_COLUMNS,
     UNDECLARED_CATEGORY,

@@ -13,7 +13,7 @@ from dp_synth_assets.core import generate
 from dp_synth_assets.core.config import ModelSettings
 from dp_synth_assets.core.generate import parallel_pgm, pgm, tree
 from dp_synth_assets.core.generate.tree import CliqueTree, conditional_draw
-from dp_synth_assets.core.measure import Measurement, make_consistent, total_estimate
+from dp_synth_assets.core.measure import Measurement, make_consistent, noisy_total
 from tests.helpers import make_project
 
 
@@ -82,7 +82,7 @@ def test_tree_sampling_reproduces_the_joint_and_the_conditional_independence():
 def test_pgm_clique_tree_matches_the_fitted_model_and_keeps_the_measured_marginals():
     data, domain = table()
     found = make_consistent(exact_measurements(data, domain, [("a", "b"), ("b", "c"), ("c", "d")]))
-    model = pgm.fit(domain, found, total_estimate(found), 1000)
+    model = pgm.fit(domain, found, noisy_total(found), 1000)
     t = pgm.clique_tree(model, domain)
     assert set(t.cliques) >= {("a", "b"), ("b", "c"), ("c", "d")}
     for clique, table_ in zip(t.cliques, t.tables):
@@ -98,7 +98,7 @@ def test_clique_tree_belief_propagation_agrees_with_mbi_on_triangulated_cliques(
     data, domain = table(5000)
     found = make_consistent(exact_measurements(
         data, domain, [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("b", "d")]))
-    model = pgm.fit(domain, found, total_estimate(found), 300)
+    model = pgm.fit(domain, found, noisy_total(found), 300)
     t = pgm.clique_tree(model, domain)
     assert {frozenset(c) for c in t.cliques} >= {frozenset("abc"), frozenset("bcd")}
     for clique, table_ in zip(t.cliques, t.tables):
@@ -135,7 +135,7 @@ def test_parallel_pgm_in_two_units_is_as_accurate_as_pgm_on_a_triangulated_selec
     data, domain = table()
     cliques = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("b", "d")]
     found = make_consistent(exact_measurements(data, domain, cliques))
-    n = total_estimate(found)
+    n = noisy_total(found)
     assert parallel_pgm.separators_measured(domain, found)
     t_par = parallel_pgm.fit(domain, found, n, 1000, workers=2)
     t_pgm = generate.fit("pgm", domain, found, n, ModelSettings(iterations=1000))
@@ -198,12 +198,12 @@ def test_auto_picks_gum_for_all_pairs_where_the_pgm_guard_refuses():
 def test_models_round_trip_through_their_files(tmp_path):
     data, domain = table(2000)
     found = make_consistent(exact_measurements(data, domain, [("a", "b")]))
-    t = generate.fit("pgm", domain, found, total_estimate(found), ModelSettings(iterations=50))
+    t = generate.fit("pgm", domain, found, noisy_total(found), ModelSettings(iterations=50))
     generate.save(t, str(tmp_path / "tree.npz"))
     back = generate.load(str(tmp_path / "tree.npz"))
     assert back.cliques == t.cliques and back.separators == t.separators
     assert all(np.array_equal(x, y) for x, y in zip(back.tables, t.tables))
-    g = generate.fit("gum", domain, found, total_estimate(found), ModelSettings(gum_iterations=7))
+    g = generate.fit("gum", domain, found, noisy_total(found), ModelSettings(gum_iterations=7))
     generate.save(g, str(tmp_path / "gum.npz"))
     back = generate.load(str(tmp_path / "gum.npz"))
     assert back.iterations == 7 and back.domain == domain
@@ -238,7 +238,7 @@ def test_each_engine_synthesizes_the_example_and_its_one_way_marginals_match(tmp
     measurements = json.loads((project.public / "example" / "measurements.json").read_text())
     with duckdb.connect(str(project.warehouse), read_only=True) as con:
         rows = con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0]
-    assert rows == round(measurements["total_estimate"])
+    assert rows == round(measurements["noisy_total"])
     # every check (schema, domain, row count, nulls, 1-way TVD within its noise) passed
     checks = result.get_asset_check_evaluations()
     assert {c.check_name for c in checks} >= {"schema", "domain", "one_way_tvd"}
@@ -278,7 +278,7 @@ def test_chunked_sampling_and_writing_gives_every_row_and_passes_the_checks(tmp_
     measurements = json.loads((project.public / "example" / "measurements.json").read_text())
     with duckdb.connect(str(project.warehouse), read_only=True) as con:
         rows = con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0]
-    assert rows == round(measurements["total_estimate"]) > 2000
+    assert rows == round(measurements["noisy_total"]) > 2000
     checks = result.get_asset_check_evaluations()
     assert all(c.passed for c in checks), [(c.check_name, c.passed) for c in checks]
 

@@ -77,7 +77,7 @@ def secrets_of(project, spec) -> tuple[set[float], set[str]]:
                     f'SELECT DISTINCT "{name}" FROM main.example WHERE "{name}" IS NOT NULL'
                 ).fetchall()}
         if spec.report is not None and spec.report.holdout > 0:  # the split's two sides
-            from dp_synth_assets.core.marginals import holdout_relation, training_relation
+            from dp_synth_assets.core.source import holdout_relation, training_relation
             base = Path(project.datasets).parent
             for relation in (training_relation(spec, base, DATASET),
                              holdout_relation(spec, base, DATASET)):
@@ -183,7 +183,7 @@ def test_a_successful_run_publishes_nothing_derived_from_the_source(planted):
                   repr([(r.run_key, r.tags) for r in tick.run_requests or []])]
     measurements = json.loads((project.public / DATASET / "measurements.json").read_text())
     texts += published_texts(instance, project, [observed.run_id, result.run_id])
-    assert_no_leak(texts, numbers, strings, noisy_total=measurements["total_estimate"])
+    assert_no_leak(texts, numbers, strings, noisy_total=measurements["noisy_total"])
 
 
 @pytest.mark.parametrize("what, statements", [

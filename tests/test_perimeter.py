@@ -272,7 +272,7 @@ def test_an_overflowing_outlier_reaches_no_public_event_or_file(tmp_path, report
 
 
 @pytest.mark.parametrize("stage,target", [
-    ("preprocessed", "dp_synth_assets.core.marginals.prepare_encoded_view"),
+    ("preprocessed", "dp_synth_assets.core.preprocess.prepare_encoded_view"),
     ("selection", "dp_synth_assets.pipeline.select"),
     ("measurements", "dp_synth_assets.pipeline.measure"),
 ])

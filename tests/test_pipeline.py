@@ -70,8 +70,8 @@ def test_end_to_end_writes_a_synthetic_twin_with_the_source_schema(run):
     assert [(r[0], r[1]) for r in synthetic] == declared  # the spec's names, order and types
     assert declared == [(r[0], r[1]) for r in source]  # the example declares its source's types
     warehouse = defs.resources["warehouse"]
-    _, n_hat = load_measurements(warehouse, "example")
-    assert rows == round(n_hat)  # rows: same is the noisy estimate
+    _, noisy_total = load_measurements(warehouse, "example")
+    assert rows == round(noisy_total)  # rows: same is the noisy estimate
     parquet = pd.read_parquet(project.public / "example" / "synthetic.parquet")
     assert len(parquet) == rows and list(parquet.columns) == [r[0] for r in source]
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
@@ -165,7 +165,7 @@ def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
     project, defs, _, _ = run
     warehouse: WarehouseResource = defs.resources["warehouse"]
     plan = load_plan(warehouse, "example")
-    found, n_hat = load_measurements(warehouse, "example")
+    found, noisy_total = load_measurements(warehouse, "example")
     good = pd.read_parquet(project.public / "example" / "synthetic.parquet")
     model = generate.load(str(project.public / "example" / "model.npz"))
 
@@ -176,7 +176,7 @@ def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
         con.execute(f"COPY (SELECT * FROM f) TO '{path}' (FORMAT parquet)")
         con.close()
         return {r.check_name: r.passed for r in
-                run_checks(warehouse, "example", plan, found, n_hat, len(good),
+                run_checks(warehouse, "example", plan, found, noisy_total, len(good),
                            "synthetic.example", str(path), model, **options)}
 
     assert all(verdicts(good).values())
@@ -223,7 +223,7 @@ def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
         path = tmp_path / "decoupled.parquet"
         frame.to_parquet(path)
         return {r.check_name: r.passed for r in run_checks(
-            warehouse, "example", plan, measured, n_hat, len(good), "synthetic.example",
+            warehouse, "example", plan, measured, noisy_total, len(good), "synthetic.example",
             str(path), model)}
 
     assert marginal_verdicts(good)["marginal_tvd"] is True

@@ -9,7 +9,7 @@ import pytest
 from dp_synth_assets.api import SpecError, Synthesizer
 from dp_synth_assets.core import methods
 from dp_synth_assets.core.budget import DatasetBudget
-from dp_synth_assets.core.example import EXAMPLE_COLUMNS, generate_example
+from dp_synth_assets.example import EXAMPLE_COLUMNS, generate_example
 from dp_synth_assets.core.select import required_cliques
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from dp_synth_assets.core.config import ColumnSpec
 from dp_synth_assets.core.domain import build_plan, decode, encode_view_sql
-from dp_synth_assets.core.marginals import SourceError, validate_source
+from dp_synth_assets.core.source import SourceError, validate_source
 from dp_synth_assets.core.preprocess import (PRIVTREE_CELLS, PRIVTREE_THETA, Task, all_tasks,
                                              bounds_threshold, bucket_edges, discovery_threshold,
                                              exact_aggregates, occupied_span, preprocess,
@@ -171,7 +171,7 @@ def test_merge_rule_cut_is_the_larger_of_theta_n_hat_and_3_sigma():
     from dp_synth_assets.core.preprocess import apply_rare_rule
 
     spec = ColumnSpec(kind="categorical", theta=0.05)
-    counts = {"a": 900.0, "b": 60.0, "c": 40.0, "d": 20.0}  # n_hat 1020: theta cut 51
+    counts = {"a": 900.0, "b": 60.0, "c": 40.0, "d": 20.0}  # noisy_total 1020: theta cut 51
     assert {m for m, _ in apply_rare_rule(counts, 1.0, spec).rare} == {"c", "d"}
     assert {m for m, _ in apply_rare_rule(counts, 25.0, spec).rare} == {"b", "c", "d"}  # 75
 

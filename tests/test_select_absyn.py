@@ -26,7 +26,7 @@ def test_cr_score_of_figure_1():
 def test_normalized_r_score_is_equation_6():
     pairs = [("a", "b"), ("a", "c")]
     domain = {"a": 4, "b": 2, "c": 10}
-    r_bar = normalize_scores(np.array([300.0, 5000.0]), pairs, domain, n_hat=1000.0)
+    r_bar = normalize_scores(np.array([300.0, 5000.0]), pairs, domain, noisy_total=1000.0)
     assert r_bar[0] == pytest.approx(0.3 * 2 / (2 * 1))
     assert r_bar[1] == 1.0  # 5.0 * 4 / 6 clipped to 1
 

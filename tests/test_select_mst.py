@@ -152,7 +152,7 @@ def test_exponential_mechanism_scale_matches_rho():
 
 
 def test_independence_errors_use_the_noisy_total():
-    """With (almost) exact 1-way marginals the score is InDif; n_hat, not the row count, scales it."""
+    """With (almost) exact 1-way marginals the score is InDif; noisy_total, not the row count, scales it."""
     domain = {"x": 2, "y": 3}
     table = generate(5000, 2, [], ["x"], 0.0, seed=1)
     noise = np.random.default_rng(2).integers(0, 2, 5000)
@@ -169,9 +169,9 @@ def test_independence_errors_use_the_noisy_total():
                Measurement(("y",), np.append(exact[("y",)][:2] * 1.1, -3.0), 1.0, 0.5))
     p_x = exact[("x",)] / exact[("x",)].sum()
     p_y = np.append(exact[("y",)][:2], 0.0) / exact[("y",)][:2].sum()
-    n_hat = (high[0].noisy.sum() / 2 + high[1].noisy.sum() / 3) / (1 / 2 + 1 / 3)
+    noisy_total = (high[0].noisy.sum() / 2 + high[1].noisy.sum() / 3) / (1 / 2 + 1 / 3)
     got = mst.independence_errors([("x", "y")], exact, high)[0]
-    assert math.isclose(got, np.abs(m - n_hat * np.outer(p_x, p_y)).sum(), rel_tol=1e-9)
+    assert math.isclose(got, np.abs(m - noisy_total * np.outer(p_x, p_y)).sum(), rel_tol=1e-9)
 
 
 # -- edge cases

@@ -431,10 +431,10 @@ class _Captured(Exception):
     pass
 
 
-def fixed_estimates(cliques, n_hat: float = 20.0, seed: int = 3) -> dict:
+def fixed_estimates(cliques, noisy_total: float = 20.0, seed: int = 3) -> dict:
     """A fixed (public) model estimate of each clique."""
     rng = np.random.default_rng(seed)
-    return {c: n_hat * rng.dirichlet(np.ones(math.prod(DOMAIN[a] for a in c)))
+    return {c: noisy_total * rng.dirichlet(np.ones(math.prod(DOMAIN[a] for a in c)))
             .reshape(tuple(DOMAIN[a] for a in c)) for c in cliques}
 
 
@@ -539,7 +539,7 @@ def test_ppsyn_interval_counts_of_any_partition_move_by_at_most_l2_one(seed):
     clique = ("x", "y", "z")
     table = code_table_random(int(rng.integers(1, 60)), seed)
     exact = counting_oracle(table, DOMAIN)([clique])[clique]
-    reference = fixed_estimates([clique], n_hat=1000.0, seed=seed)[clique]
+    reference = fixed_estimates([clique], noisy_total=1000.0, seed=seed)[clique]
     for multi_dim in ("split", "merge"):
         part = ppsyn.partition(reference, contr=float(rng.uniform(500, 2000)), rho=10.0,
                                multi_dim=multi_dim)

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from dp_synth_assets.core.config import RegistryError, load_registry
-from dp_synth_assets.core.example import write_example
+from dp_synth_assets.example import write_example
 from dp_synth_assets.pipeline import fingerprint
 from resources.ledger import PrivacyLedger
 from tests.helpers import example_entry, make_project
@@ -105,7 +105,7 @@ def csv_spec(**source):
 
 
 def test_a_csv_header_of_numbers_is_the_header_and_every_column_reads_as_text(tmp_path):
-    from dp_synth_assets.core.marginals import source_relation
+    from dp_synth_assets.core.source import source_relation
 
     path = tmp_path / "numbers.csv"
     names = [str(i) for i in range(14)]
@@ -122,7 +122,7 @@ def test_a_csv_header_of_numbers_is_the_header_and_every_column_reads_as_text(tm
 
 
 def test_csv_dialect_nulls_and_names_are_read_as_declared(tmp_path):
-    from dp_synth_assets.core.marginals import source_relation
+    from dp_synth_assets.core.source import source_relation
 
     path = tmp_path / "semi.csv"
     path.write_text("7;'a;b';NA\n8;'it\\'s';\n")  # no header, ; delimiter, ' quote, \ escape

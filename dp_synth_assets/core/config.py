@@ -86,7 +86,7 @@ class ColumnSpec(_Strict):
     code; a value outside it is refused when the source is checked). Without `categories`, the kept values are discovered
     with a thresholded Gaussian histogram (DP, approximate zCDP). `rare` merges categories whose
     noisy count is small into one rare code: `merge` (benchmark Algorithm 1, threshold
-    max(theta * n_hat, 3 sigma); the default when categories are discovered), `filter_combine`
+    max(theta * noisy_total, 3 sigma); the default when categories are discovered), `filter_combine`
     (PrivSyn's rule) or `none` (the default for declared categories).
     integer / float / datetime: `bounds` [low, high] (dates as ISO strings); without them, DP
     bounds from noisy quantiles over a public candidate grid. `binning: uniform` cuts the bounds

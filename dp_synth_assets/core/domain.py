@@ -42,6 +42,9 @@ import pyarrow as pa
 from .config import DEFAULT_BINS, ColumnSpec
 from .sql import ident, literal, sql
 
+# a marginal's attributes, in the order of its array's axes
+Clique = tuple[str, ...]
+
 INTEGER_TYPES = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
                  "UINTEGER", "UBIGINT"}
 FLOAT_TYPES = {"FLOAT", "DOUBLE", "REAL", "DECIMAL"}

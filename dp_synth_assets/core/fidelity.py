@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .measure import Clique, Measurement
+from .domain import Clique
+from .measure import Measurement
 
 
 def noisy_distribution(m: Measurement) -> np.ndarray:

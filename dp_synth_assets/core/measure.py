@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .domain import Clique
 from .privacy import gaussian_counts
-
-Clique = tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -78,9 +77,9 @@ def measure(exact: dict[Clique, np.ndarray], rhos: dict[Clique, float],
     return out
 
 
-def total_estimate(measurements: list[Measurement]) -> float:
+def noisy_total(measurements: list[Measurement]) -> float:
     """Inverse-variance weighted mean of the measurements' totals (each total has variance
-    cells * sigma^2): the noisy row count n_hat."""
+    cells * sigma^2): the noisy row count."""
     weights = np.array([1.0 / (m.cells * m.sigma ** 2) for m in measurements])
     totals = np.array([m.noisy.sum() for m in measurements])
     return float((weights * totals).sum() / weights.sum())
@@ -90,7 +89,7 @@ def make_consistent(measurements: list[Measurement]) -> list[Measurement]:
     """ABSyn section VI.A.2.b consistency (see the module docstring)."""
     if not measurements:
         return []
-    total = total_estimate(measurements)
+    total = noisy_total(measurements)
     arrays = [m.noisy + (total - m.noisy.sum()) / m.cells for m in measurements]
     attributes = sorted({a for m in measurements for a in m.clique})
     for attr in attributes:

@@ -11,8 +11,8 @@ mechanisms (`mechanisms`) are:
 - `rare` (categorical with declared `categories` and a `rare` rule): noisy counts of the declared
   categories with the Gaussian mechanism.
   The rare rule then runs on the noisy counts (of `discover` or `rare`; post-processing):
-  `merge` is benchmark Algorithm 1: a category whose noisy count is below max(theta * n_hat,
-  3 sigma), n_hat = sum of the noisy counts, joins the rare code. `filter_combine` is PrivSyn's:
+  `merge` is benchmark Algorithm 1: a category whose noisy count is below max(theta * noisy_total,
+  3 sigma), noisy_total = sum of the noisy counts, joins the rare code. `filter_combine` is PrivSyn's:
   categories below 3 sigma are filtered; if their noisy total reaches 3 sigma they form the rare
   code, otherwise they go to the `other` code. The rare code decodes to a member drawn in
   proportion to the members' noisy counts.
@@ -52,14 +52,18 @@ mechanisms first, then the PrivTree trees of the second scan.
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import numpy as np
 from .opendp_api import dp
 
-from .config import ColumnSpec, sql_type_range
-from .domain import Derived, integer_valued, is_null_condition, value_expression
+from .config import ColumnSpec, DatasetSpec, sql_type_range
+from .domain import (Derived, EncodingPlan, SchemaError, build_plan, check_columns,
+                     encode_view_sql, integer_valued, is_null_condition, value_expression)
 from .privacy import Spend, gaussian_counts, gaussian_scale
+from .source import (SourceError, describe_source, holdout_relation, training_relation,
+                     validate_source)
 from .sql import ident, sql
 
 dp.enable_features("contrib")
@@ -269,8 +273,8 @@ def apply_rare_rule(counts: dict[str, float], sigma: float, spec: ColumnSpec) ->
     rule = spec.rare_rule
     declared = spec.categories is not None
     if rule == "merge":  # benchmark Algorithm 1
-        n_hat = max(sum(counts.values()), 0.0)
-        cut = max(spec.theta * n_hat, 3 * sigma)
+        noisy_total = max(sum(counts.values()), 0.0)
+        cut = max(spec.theta * noisy_total, 3 * sigma)
         rare = {k: v for k, v in counts.items() if v < cut}
     elif rule == "filter_combine":  # PrivSyn section on low-count values
         rare = {k: v for k, v in counts.items() if v < 3 * sigma}
@@ -428,3 +432,37 @@ def privtree_edges(counts: np.ndarray, name: str, spec: ColumnSpec, low: float, 
         edges = sorted({math.ceil(b - 1e-9) for b in bounds})
         return tuple(float(e) for e in edges) + (float(high),)
     return tuple(float(b) for b in bounds) + (float(high),)
+
+
+def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str,
+                         base_dir: Path, view: str, rho: float = 0.0, delta_extra: float = 0.0,
+                         charge=None) -> EncodingPlan:
+    """Check the source against the spec, learn the undeclared parts of the domain with DP
+    (`preprocess`, spending `rho` and `delta_extra` through `charge`), and create the encoded
+    view (a view, not a copy). Every check runs before any budget is spent. With a report
+    holdout, all of it reads the training rows only (`training_relation`) and a second view,
+    `<view>_holdout`, encodes the held-out rows for the owner-only utility report."""
+    relation = training_relation(spec, base_dir, dataset)
+    types = describe_source(con, relation, dataset)
+    try:
+        check_columns(spec.columns, types)
+    except SchemaError as e:
+        # the declared names are the spec's; the source's names stay private (a CSV read with
+        # `header: true` that has none would make them a row of data)
+        missing = [c for c in spec.columns if c not in types]
+        raise SourceError(f"dataset {dataset!r}: declared column(s) {missing} are not in the "
+                          "source; fix the column names in datasets.yaml (for a CSV, also "
+                          "`header` and `columns`)", detail=str(e)) from None
+    validate_source(con, relation, spec.columns, dataset)
+    derived = preprocess(con, relation, spec.columns, rho, delta_extra, charge)
+    try:
+        plan = build_plan(spec.columns, types, derived)
+    except SchemaError as e:
+        raise SchemaError(f"dataset {dataset!r}: {e}") from None
+    schema = view.rsplit(".", 1)[0]
+    con.execute(sql("create_schema", schema=ident(schema)))
+    con.execute(encode_view_sql(plan, view, relation))
+    holdout = holdout_relation(spec, base_dir, dataset)
+    if holdout is not None:
+        con.execute(encode_view_sql(plan, view + "_holdout", holdout))
+    return plan

@@ -20,6 +20,7 @@ junction-tree cell at peak, plus a fixed ~400 MB for JAX; GUM about 2e-8 s per r
 per iteration (measured 1.6e-8 on adult: bench/results/generators.md).
 """
 
+import io
 import json
 import math
 import os
@@ -173,18 +174,18 @@ def fit_units(engine: str, domain: dict[str, int], measurements: list[Measuremen
 
 
 def fit_unit(engine: str, unit: list[int], domain: dict[str, int],
-             measurements: list[Measurement], known_total: float, settings: ModelSettings,
+             measurements: list[Measurement], noisy_total: float, settings: ModelSettings,
              log=None):
     """One unit's result: parallel_pgm's tables of its cliques, or the whole model."""
     if engine == "parallel_pgm":
         from . import parallel_pgm
 
-        return parallel_pgm.fit_unit(domain, unit, measurements, known_total,
+        return parallel_pgm.fit_unit(domain, unit, measurements, noisy_total,
                                      settings.iterations, log)
     if engine == "pgm":
         from . import pgm
 
-        return pgm.clique_tree(pgm.fit(domain, measurements, known_total, settings.iterations,
+        return pgm.clique_tree(pgm.fit(domain, measurements, noisy_total, settings.iterations,
                                        log=log), domain)
     if engine == "gum":
         return GumModel(dict(domain), tuple(measurements), settings.gum_iterations)
@@ -202,16 +203,16 @@ def assemble(engine: str, domain: dict[str, int], measurements: list[Measurement
     return model
 
 
-def fit(engine: str, domain: dict[str, int], measurements: list[Measurement], known_total: float,
+def fit(engine: str, domain: dict[str, int], measurements: list[Measurement], noisy_total: float,
         settings: ModelSettings, log=None):
     """The fitted model of `engine` (see the module docstring), every unit in this process."""
     if engine == "parallel_pgm":
         from . import parallel_pgm
 
-        return parallel_pgm.fit(domain, measurements, known_total, settings.iterations,
+        return parallel_pgm.fit(domain, measurements, noisy_total, settings.iterations,
                                 settings.workers, log)
     return assemble(engine, domain, measurements,
-                    [fit_unit(engine, u, domain, measurements, known_total, settings, log)
+                    [fit_unit(engine, u, domain, measurements, noisy_total, settings, log)
                      for u in fit_units(engine, domain, measurements, settings)])
 
 
@@ -249,27 +250,40 @@ def sample_chunks(model, rows: int, seed: int | None, chunk_rows: int, log=None)
         yield {a: v[start:start + chunk_rows] for a, v in codes.items()}
 
 
-def save(model, path: str) -> None:
-    """One .npz file; written to a temporary name and renamed."""
-    tmp = path + ".tmp.npz"
+def dumps(model) -> bytes:
+    """The fitted model as the bytes of one .npz file (a clique tree's tables, or GUM's
+    consistent measurements and settings), for the artifact store to write."""
     if isinstance(model, CliqueTree):
-        model.save(tmp)
-    else:
-        meta = {"engine": "gum", "domain": model.domain, "iterations": model.iterations,
-                "measurements": [{k: v for k, v in m.to_dict().items() if k != "noisy"}
-                                 for m in model.measurements]}
-        with open(tmp, "wb") as f:
-            np.savez_compressed(f, meta=np.array(json.dumps(meta)),
-                                **{f"noisy_{i}": m.noisy for i, m in enumerate(model.measurements)})
+        return model.to_bytes()
+    meta = {"engine": "gum", "domain": model.domain, "iterations": model.iterations,
+            "measurements": [{k: v for k, v in m.to_dict().items() if k != "noisy"}
+                             for m in model.measurements]}
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, meta=np.array(json.dumps(meta)),
+                        **{f"noisy_{i}": m.noisy for i, m in enumerate(model.measurements)})
+    return buffer.getvalue()
+
+
+def loads(data: bytes):
+    """The model `dumps` wrote."""
+    with np.load(io.BytesIO(data)) as arrays:
+        meta = json.loads(str(arrays["meta"]))
+        if meta.get("engine") != "gum":
+            return CliqueTree.from_bytes(data)
+        measurements = tuple(Measurement(tuple(m["clique"]), arrays[f"noisy_{i}"], m["sigma"],
+                                         m["rho"]) for i, m in enumerate(meta["measurements"]))
+    return GumModel({a: int(k) for a, k in meta["domain"].items()}, measurements,
+                    int(meta["iterations"]))
+
+
+def save(model, path: str) -> None:
+    """`dumps` to a temporary name, then renamed."""
+    tmp = path + ".tmp.npz"
+    with open(tmp, "wb") as f:
+        f.write(dumps(model))
     os.replace(tmp, path)
 
 
 def load(path: str):
-    with np.load(path) as data:
-        meta = json.loads(str(data["meta"]))
-        if meta.get("engine") != "gum":
-            return CliqueTree.load(path)
-        measurements = tuple(Measurement(tuple(m["clique"]), data[f"noisy_{i}"], m["sigma"], m["rho"])
-                             for i, m in enumerate(meta["measurements"]))
-    return GumModel({a: int(k) for a, k in meta["domain"].items()}, measurements,
-                    int(meta["iterations"]))
+    with open(path, "rb") as f:
+        return loads(f.read())

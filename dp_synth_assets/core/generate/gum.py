@@ -92,9 +92,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..domain import Clique
 from ..measure import Measurement, make_consistent
 
-Clique = tuple[str, ...]
 EXACT_SIGMA = 1e-6  # stands for sigma = 0 (an exact count) in the consistency weights
 
 

@@ -30,10 +30,10 @@ import os
 
 import numpy as np
 
+from ..domain import Clique
 from ..measure import Measurement
 from .tree import CliqueTree, junction_tree
 
-Clique = tuple[str, ...]
 
 
 def separators_measured(domain: dict[str, int], measurements: list[Measurement]) -> bool:
@@ -65,14 +65,14 @@ def assign(cliques: list[Clique], domain: dict[str, int], workers: int) -> list[
 
 
 def fit_clique(domain: dict[str, int], clique: Clique, measurements: list[Measurement],
-               known_total: float, iterations: int) -> np.ndarray:
+               noisy_total: float, iterations: int) -> np.ndarray:
     """The maximum-entropy distribution over `clique` given the measurements inside it
     (probabilities, axes in clique order)."""
     from . import pgm
 
     sub = {a: domain[a] for a in clique}
     inside = [m for m in measurements if set(m.clique) <= set(clique)]
-    model = pgm.fit(sub, inside, known_total, iterations)
+    model = pgm.fit(sub, inside, noisy_total, iterations)
     joint = pgm.model_marginals(model, [tuple(clique)])[tuple(clique)]
     return np.clip(joint, 0.0, None) / joint.clip(0.0).sum()
 
@@ -87,12 +87,12 @@ def units(domain: dict[str, int], measurements: list[Measurement],
 
 
 def fit_unit(domain: dict[str, int], unit: list[int], measurements: list[Measurement],
-             known_total: float, iterations: int, log=None) -> dict[int, np.ndarray]:
+             noisy_total: float, iterations: int, log=None) -> dict[int, np.ndarray]:
     """The tables of one unit's cliques (Alg. 4 lines 4-6), by clique index."""
     order, _, _ = junction_tree(domain, [m.clique for m in measurements])
     tables = {}
     for i in unit:
-        tables[i] = fit_clique(domain, order[i], measurements, known_total, iterations)
+        tables[i] = fit_clique(domain, order[i], measurements, noisy_total, iterations)
         if log:
             log(f"parallel_pgm: clique {list(order[i])} fitted")
     return tables
@@ -109,7 +109,7 @@ def combine(domain: dict[str, int], measurements: list[Measurement],
                       tuple(np.asarray(tables[i], dtype=np.float64) for i in range(len(order))))
 
 
-def fit(domain: dict[str, int], measurements: list[Measurement], known_total: float,
+def fit(domain: dict[str, int], measurements: list[Measurement], noisy_total: float,
         iterations: int, workers: int | None = None, log=None) -> CliqueTree:
     """Algorithm 4 in this process, unit after unit. The pipeline runs the units as separate
     steps instead (`generate.fit_units`), so they run in parallel under Dagster's executor."""
@@ -122,5 +122,5 @@ def fit(domain: dict[str, int], measurements: list[Measurement], known_total: fl
             f"{[sum(sizes[i] for i in p) for p in plan]}")
     tables: dict[int, np.ndarray] = {}
     for unit in plan:
-        tables.update(fit_unit(domain, unit, measurements, known_total, iterations, log))
+        tables.update(fit_unit(domain, unit, measurements, noisy_total, iterations, log))
     return combine(domain, measurements, tables)

@@ -3,7 +3,7 @@
 `check_model_size` is the guard: it builds the junction tree of the measured cliques (cheap: graph
 work only) and refuses, before any potential is allocated, a model whose largest clique has more
 cells than the configured limit. `fit` runs mbi's MirrorDescent with every measurement as a
-`LinearMeasurement` (stddev = its Gaussian sigma) and the noisy total as `known_total`.
+`LinearMeasurement` (stddev = its Gaussian sigma) and the noisy total as mbi's `known_total`.
 `sample` draws rows with mbi's default 'round' sampler (which shuffles within parent groups).
 """
 
@@ -60,7 +60,7 @@ def check_model_size(domain: dict[str, int], cliques: list[tuple[str, ...]], max
     return size
 
 
-def fit(domain: dict[str, int], measurements: list[Measurement], known_total: float,
+def fit(domain: dict[str, int], measurements: list[Measurement], noisy_total: float,
         iterations: int, warm_start=None, log=None):
     """A mbi MarkovRandomField fitted to the measurements (optionally warm-started from an
     earlier model, as adaptive selection methods do between rounds). `log`, if given, gets a
@@ -85,7 +85,7 @@ def fit(domain: dict[str, int], measurements: list[Measurement], known_total: fl
                 log(f"pgm: iteration {min(done[0] * CALLBACK_EVERY, iterations)}/{iterations}, "
                     f"{time.perf_counter() - started:.1f}s")
         callback = progress
-    return MirrorDescent().estimate(mbi_domain, linear, known_total=max(known_total, 1.0),
+    return MirrorDescent().estimate(mbi_domain, linear, known_total=max(noisy_total, 1.0),
                                     iters=iterations, warm_start=warm_start, callback_fn=callback)
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-Clique = tuple[str, ...]
+from ..domain import Clique
 
 
 @dataclass(frozen=True)
@@ -35,22 +35,26 @@ class CliqueTree:
     separators: tuple[Clique, ...]  # shared with the parent (empty: a root)
     tables: tuple[np.ndarray, ...]  # probabilities over each clique (axes in clique order)
 
-    def save(self, path: str) -> None:
+    def to_bytes(self) -> bytes:
+        """The model as one compressed .npz (its tables and a JSON header)."""
+        import io
+        import json
+
         arrays = {f"table_{i}": t for i, t in enumerate(self.tables)}
         meta = {"domain": self.domain, "cliques": [list(c) for c in self.cliques],
                 "separators": [list(s) for s in self.separators]}
-        import json
-
-        with open(path, "wb") as f:
-            np.savez_compressed(f, meta=np.array(json.dumps(meta)), **arrays)
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, meta=np.array(json.dumps(meta)), **arrays)
+        return buffer.getvalue()
 
     @classmethod
-    def load(cls, path: str) -> "CliqueTree":
+    def from_bytes(cls, data: bytes) -> "CliqueTree":
+        import io
         import json
 
-        with np.load(path) as data:
-            meta = json.loads(str(data["meta"]))
-            tables = tuple(data[f"table_{i}"] for i in range(len(meta["cliques"])))
+        with np.load(io.BytesIO(data)) as arrays:
+            meta = json.loads(str(arrays["meta"]))
+            tables = tuple(arrays[f"table_{i}"] for i in range(len(meta["cliques"])))
         return cls({a: int(k) for a, k in meta["domain"].items()},
                    tuple(tuple(c) for c in meta["cliques"]),
                    tuple(tuple(s) for s in meta["separators"]), tables)

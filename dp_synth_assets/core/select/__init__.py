@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..domain import Clique
 from ..config import SelectionSettings
 from ..measure import Measurement
 from ..methods import METHODS
 
-Clique = tuple[str, ...]
 MarginalOracle = Callable[[list[Clique]], dict[Clique, np.ndarray]]
 Charge = Callable[..., None]
 

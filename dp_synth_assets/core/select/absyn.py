@@ -6,7 +6,7 @@ corrected by SEED-NOTES.md. Steps:
 1. 1-way marginals with rho_1 split evenly over the d attributes (section VI.B).
 2. R-scores: R(a, b) = || M_ab - M_a x M_b / n ||_1 on exact counts (sensitivity 4, as InDif),
    published for all m pairs at once with Gaussian noise of variance 8m / rho_s (Alg. 3 line 5 as
-   SEED-NOTES corrects it), then divided by the noisy total n_hat (never the exact count),
+   SEED-NOTES corrects it), then divided by the noisy total (never the exact count),
    normalized by Eq. 6, R_bar = R min(d_a, d_b) / (2 (min(d_a, d_b) - 1)), and clipped to [0, 1].
 3. CR-score (Alg. 1, Eq. 7-8): R_tilde(i, j) is the maximum over paths from i to j in the graph
    of selected marginals of the product of R_bar along the path; CR = R_bar - R_tilde. We compute
@@ -18,7 +18,7 @@ corrected by SEED-NOTES.md. Steps:
    fill-in edges become selected marginals, so every separator of the junction tree is measured),
    skip it if a maximal clique has tau cells or more, and score
        E = E_cor + E_eta,
-       E_cor = sum over unselected pairs of n_hat * max(CR, 0) * 2 (min d - 1) / min d
+       E_cor = sum over unselected pairs of noisy_total * max(CR, 0) * 2 (min d - 1) / min d
                (the CR back on the count scale of E_0, SEED-NOTES),
        E_eta = sum over selected pairs of c_i sqrt(1 / (pi rho_i)) with rho_i by Eq. 11.
    Keep the best candidate while it lowers E; stop otherwise.
@@ -34,7 +34,7 @@ import numpy as np
 from scipy.sparse.csgraph import shortest_path
 
 from ..config import SelectionSettings
-from ..measure import clique_size, expected_noise_error, optimal_split, total_estimate
+from ..measure import clique_size, expected_noise_error, optimal_split, noisy_total
 from . import Budget, Charge, Clique, MarginalOracle, Selection
 from .privsyn import measure_one_way, noisy_indif
 
@@ -42,9 +42,9 @@ TAU_CELLS = 100_000  # default clique-size threshold tau (cells)
 
 
 def normalize_scores(noisy: np.ndarray, pairs: list[Clique], domain: dict[str, int],
-                     n_hat: float) -> np.ndarray:
-    """Count-scale noisy R-scores -> R_bar in [0, 1] (divide by n_hat, Eq. 6, clip)."""
-    r = noisy / max(n_hat, 1.0)
+                     noisy_total: float) -> np.ndarray:
+    """Count-scale noisy R-scores -> R_bar in [0, 1] (divide by noisy_total, Eq. 6, clip)."""
+    r = noisy / max(noisy_total, 1.0)
     factor = np.array([min(domain[a], domain[b]) / (2 * (min(domain[a], domain[b]) - 1))
                        if min(domain[a], domain[b]) > 1 else 0.0 for a, b in pairs])
     return np.clip(r * factor, 0.0, 1.0)
@@ -78,12 +78,12 @@ def triangulate(nodes: list[str], edges: set[Clique]) -> tuple[set[Clique], list
 
 
 def greedy(pairs: list[Clique], count_scores: np.ndarray, r_bar: np.ndarray,
-           domain: dict[str, int], n_hat: float, rho_measure: float,
+           domain: dict[str, int], noisy_total: float, rho_measure: float,
            tau: int) -> tuple[list[Clique], list[dict]]:
     """Alg. 3 lines 9-37; returns the selected pairs (triangulated) and a public trace."""
     nodes = list(domain)
     index = {a: i for i, a in enumerate(nodes)}
-    to_count = np.array([n_hat * 2 * (min(domain[a], domain[b]) - 1) / min(domain[a], domain[b])
+    to_count = np.array([noisy_total * 2 * (min(domain[a], domain[b]) - 1) / min(domain[a], domain[b])
                          if min(domain[a], domain[b]) > 1 else 0.0 for a, b in pairs])
     selected: set[Clique] = set()
     best_error = float(np.sum(count_scores))  # E_0
@@ -114,11 +114,11 @@ def greedy(pairs: list[Clique], count_scores: np.ndarray, r_bar: np.ndarray,
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge) -> Selection:
     one_way = measure_one_way(domain, oracle, budget.one_way, charge)
-    n_hat = total_estimate(list(one_way))
+    total = noisy_total(list(one_way))
     pairs = list(itertools.combinations(list(domain), 2))
     noisy = noisy_indif(pairs, oracle, budget.score, charge, "R-scores")
-    r_bar = normalize_scores(noisy, pairs, domain, n_hat)
-    selected, trace = greedy(pairs, noisy, r_bar, domain, n_hat, budget.measure, TAU_CELLS)
+    r_bar = normalize_scores(noisy, pairs, domain, total)
+    selected, trace = greedy(pairs, noisy, r_bar, domain, total, budget.measure, TAU_CELLS)
     rhos = optimal_split(budget.measure, [clique_size(p, domain) for p in selected]) if selected else []
     return Selection(
         method="absyn",

@@ -27,7 +27,7 @@ AIM spends the whole run budget inside selection (`METHODS["aim"].measures_in_se
       i.e. the exponential mechanism) in zCDP at rho 0.1 rho_t, charged right after the draw.
    c. The chosen marginal is measured with the discrete Gaussian at rho 0.9 rho_t, charged.
    d. The model is refitted, warm-started from the previous one, on every measurement so far with
-      the noisy total `total_estimate` (never the exact row count). Repeated measurements of one
+      the noisy total (`measure.noisy_total`, never the exact row count). Repeated measurements of one
       clique are pooled by inverse variance for the fit (the same least-squares objective up to a
       constant), so a repeat does not change the program mbi compiles.
    e. Annealing (AIM): if the model's estimate of the chosen marginal moved by at most
@@ -66,7 +66,7 @@ import math
 import numpy as np
 
 from ..config import SelectionSettings
-from ..measure import Measurement, clique_size, total_estimate
+from ..measure import Measurement, clique_size, noisy_total
 from ..generate.pgm import model_marginals
 from ..privacy import Spend, exponential_mechanism, gaussian_counts
 from . import Budget, Charge, Clique, MarginalOracle, Selection
@@ -121,7 +121,7 @@ def _fit(domain, one_way, measured, iterations, warm_start):
     from ..generate import pgm
 
     everything = list(one_way) + list(measured)
-    return pgm.fit(domain, pooled(everything), total_estimate(everything), iterations,
+    return pgm.fit(domain, pooled(everything), noisy_total(everything), iterations,
                    warm_start=warm_start)
 
 

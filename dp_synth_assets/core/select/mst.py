@@ -11,9 +11,9 @@ Steps, adapted to our `select(...)` interface:
 1. Measure every 1-way marginal with `budget.one_way`, split evenly over the d attributes
    (`privsyn.measure_one_way`, discrete Gaussian, charged one by one), as MST does.
 2. Score every pair (a, b) by how badly the 1-way marginals explain it:
-       w_ab = || M_ab - n_hat * p_a (x) p_b ||_1,
+       w_ab = || M_ab - noisy_total * p_a (x) p_b ||_1,
    where p_a is the noisy 1-way marginal of a clipped at 0 and normalized (uniform if nothing is
-   left), and n_hat is the inverse-variance weighted noisy total (`measure.total_estimate`); the
+   left), and noisy_total is the inverse-variance weighted noisy total (`measure.noisy_total`); the
    exact row count is never used. The paper's code estimates the pair from a graphical model fitted
    to the 1-way measurements only, i.e. the same product of 1-way marginals at a common total.
    Sensitivity: the estimate is a function of already-published noisy outputs only, so under
@@ -46,7 +46,7 @@ import itertools
 import numpy as np
 
 from ..config import SelectionSettings
-from ..measure import Measurement, total_estimate
+from ..measure import Measurement, noisy_total
 from ..privacy import exponential_mechanism
 from . import Budget, Charge, Clique, MarginalOracle, Selection
 from .privsyn import measure_one_way
@@ -67,12 +67,12 @@ def one_way_probabilities(one_way: tuple[Measurement, ...]) -> dict[str, np.ndar
 
 def independence_errors(pairs: list[Clique], exact: dict[Clique, np.ndarray],
                         one_way: tuple[Measurement, ...]) -> np.ndarray:
-    """w_ab = || M_ab - n_hat p_a (x) p_b ||_1 for each pair (private: exact counts go in)."""
+    """w_ab = || M_ab - noisy_total p_a (x) p_b ||_1 for each pair (private: exact counts go in)."""
     p = one_way_probabilities(one_way)
-    n_hat = max(total_estimate(list(one_way)), 0.0)
+    total = max(noisy_total(list(one_way)), 0.0)
     scores = np.empty(len(pairs), dtype=np.float64)
     for i, (a, b) in enumerate(pairs):
-        estimate = n_hat * np.outer(p[a], p[b])
+        estimate = total * np.outer(p[a], p[b])
         scores[i] = np.abs(np.asarray(exact[(a, b)], dtype=np.float64) - estimate).sum()
     return scores
 

@@ -20,7 +20,7 @@ What this module does instead (each change against the paper's lines)
    attributes (`measure.optimal_split`, as Alg. 1 line 1 says), one discrete-Gaussian draw per
    attribute, each charged at once. Unchanged.
 2. Initial model (Alg. 1 line 3): mbi fitted to the 1-way measurements (`pgm.fit`), known total
-   n_hat = the inverse-variance weighted noisy total (`measure.total_estimate`), never |D|.
+   noisy_total = the inverse-variance weighted noisy total (`measure.noisy_total`), never |D|.
 3. Workload W (L411): random 3-way marginals, each at most `WORKLOAD_MAX_CELLS` = 1e5 cells,
    `WORKLOAD_SIZE` = 64 of them (all of them when fewer qualify), drawn with the fixed seed
    `WORKLOAD_SEED` = 0 independent of every setting, so the workload depends only on the public
@@ -121,7 +121,7 @@ import numpy as np
 from ..opendp_api import dp
 
 from ..config import SelectionSettings
-from ..measure import Measurement, clique_size, optimal_split, total_estimate
+from ..measure import Measurement, clique_size, optimal_split, noisy_total
 from ..generate.pgm import model_marginals
 from ..privacy import Spend, exponential_mechanism, gaussian_counts, gaussian_scores
 from . import Budget, Charge, Clique, MarginalOracle, Selection
@@ -471,8 +471,8 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     attrs = list(domain)
     T = rounds or default_rounds(len(attrs))
     one_way, exact_one = measure_one_way(domain, oracle, budget.one_way, charge)
-    n_hat = total_estimate(list(one_way))
-    model = pgm.fit(domain, list(one_way), n_hat, ROUND_ITERATIONS)  # Alg. 1 line 3
+    total = noisy_total(list(one_way))
+    model = pgm.fit(domain, list(one_way), total, ROUND_ITERATIONS)  # Alg. 1 line 3
 
     work, exact, order, fallback = _exact_workload(domain, oracle)
     exact.update(exact_one)
@@ -528,7 +528,7 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
         measured.append(measurement)
         scores[tuple(chosen)] = contr_noisy
         if remaining > 1e-12 * pool:                 # Alg. 1 line 9 (not after the last round)
-            model = pgm.fit(domain, list(one_way) + measured, n_hat, ROUND_ITERATIONS,
+            model = pgm.fit(domain, list(one_way) + measured, total, ROUND_ITERATIONS,
                             warm_start=model)
         trace.append({
             "round": r, "clique": list(chosen), "candidates": len(candidates),

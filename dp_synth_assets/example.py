@@ -4,7 +4,7 @@
 rows) from a small hand-written Bayesian network, so that the selection stage has real dependencies
 to find and a few columns with nothing to find. `EXAMPLE_COLUMNS` is the `columns:` block of the
 `example` entry in datasets.yaml, written as a dict literal. `write_example` puts the table into a
-DuckDB file once; `python -m dp_synth_assets.core.example [database]` does that from the shell.
+DuckDB file once; `python -m dp_synth_assets.example [database]` does that from the shell.
 
 The network, each line a node and the parents it is drawn from:
 
@@ -36,8 +36,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from dp_synth_assets.core.config import QUALIFIED_TABLE
-from dp_synth_assets.core.sql import ident, sql
+from .core.config import QUALIFIED_TABLE
+from .core.sql import ident, sql
 
 DEFAULT_ROWS = 50_000
 DEFAULT_SEED = 20261122
@@ -313,7 +313,7 @@ def write_example(
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) > 1:
-        print("usage: python -m dp_synth_assets.core.example [database]", file=sys.stderr)
+        print("usage: python -m dp_synth_assets.example [database]", file=sys.stderr)
         return 2
     database = args[0] if args else DEFAULT_DATABASE
     if write_example(database):

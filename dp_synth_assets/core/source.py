@@ -1,0 +1,210 @@
+"""The source: reading a dataset's rows where they live, checking them against the spec, and
+the holdout split. Everything here runs inside DuckDB and returns the schema or booleans, never
+rows or counts; a failure's public text depends on the spec and the schema only (`SourceError`).
+"""
+
+from pathlib import Path
+
+import duckdb
+
+from .config import AttachSource, ColumnSpec, CsvSource, DatasetSpec, ParquetSource, TableSource
+from .domain import cast_type, is_null_condition
+from .sql import ident, literal, sql
+
+
+class SourceError(ValueError):
+    """The source table cannot be used (absent, empty, values of the wrong type).
+
+    `public` is what may be published: it depends on the spec and the source's schema only.
+    `detail` holds what depends on the data (which validation check failed, DuckDB's own
+    message, which can quote a value): it is part of the full message, `str(error)`, which
+    belongs in the private log only (dp_synth_assets/private_log.py)."""
+
+    def __init__(self, public: str, detail: str = ""):
+        super().__init__(f"{public}: {detail}" if detail else public)
+        self.public = public
+        self.detail = detail
+
+
+def source_relation(spec: DatasetSpec, base_dir: Path) -> str:
+    """The SQL relation reading a dataset's source (a table, a Parquet glob, a CSV file, or a
+    table of an attached database: see `attach_source`)."""
+    if isinstance(spec.source, AttachSource):
+        return ident(attached_catalog(spec)) + "." + ident(spec.source.table)
+    path = source_path(spec, base_dir)
+    if path is None:
+        return ident(spec.source.table)
+    if isinstance(spec.source, ParquetSource):
+        return f"read_parquet({literal(path)})"
+    return csv_relation(spec.source, path)
+
+
+def csv_relation(src: CsvSource, path: Path) -> str:
+    """read_csv with the declared dialect and every column as VARCHAR, nothing sniffed: the
+    names are `src.columns` or the header line (schema, read here with Python's csv module);
+    the declared kinds set the types through the encodings' TRY_CAST."""
+    names = src.columns if src.columns is not None else csv_header(src, path)
+    columns = "{" + ", ".join(f"{literal(n)}: 'VARCHAR'" for n in names) + "}"
+    nulls = "[" + ", ".join(literal(v) for v in src.null) + "]"
+    return sql("read_csv", path=literal(path), header="true" if src.header else "false",
+               delimiter=literal(src.delimiter), quote=literal(src.quote),
+               escape=literal(src.escape if src.escape is not None else src.quote),
+               nulls=nulls, columns=columns)
+
+
+def csv_header(src: CsvSource, path: Path) -> list[str]:
+    """The column names on the first line of a CSV source (of its first file, for a glob)."""
+    import csv
+
+    files = sorted(path.parent.glob(path.name))
+    if not files:
+        raise SourceError(f"the CSV source {path} does not exist; check `source.csv`")
+    escape = src.escape if src.escape not in (None, src.quote) else None
+    with open(files[0], newline="", encoding="utf-8-sig") as f:
+        names = next(csv.reader(f, delimiter=src.delimiter, quotechar=src.quote,
+                                escapechar=escape, doublequote=escape is None), None)
+    if not names or any(not n.strip() for n in names) or len(set(names)) != len(names):
+        # the line itself stays private: when the file has no header, it is a row of data
+        raise SourceError(f"the header line of {files[0]} does not name every column once; fix "
+                          "it, or declare `source.columns` (and `header: false`)",
+                          detail=f"it reads {names}")
+    return names
+
+
+def attached_catalog(spec: DatasetSpec) -> str:
+    """The name an attached source database gets in DuckDB: derived from its connection string,
+    so two datasets on one database share it."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{spec.source.type}:{spec.source.attach}".encode()).hexdigest()[:12]
+    return f"dp_source_{digest}"
+
+
+def attach_source(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, base_dir: Path,
+                  dataset: str) -> None:
+    """Attach the source database of an `attach:` source to this connection (READ_ONLY; once
+    per connection), loading DuckDB's extension for its type first. Other sources need nothing.
+    The aggregate queries then run in DuckDB over the attached tables; the postgres and mysql
+    extensions push projections and filters down to the database and stream the rows."""
+    src = spec.source
+    if not isinstance(src, AttachSource):
+        return
+    catalog = attached_catalog(spec)
+    if con.execute(sql("database_attached"), [catalog]).fetchone()[0]:
+        return
+    target = src.attach
+    if src.type in ("duckdb", "sqlite") and not Path(target).is_absolute():
+        target = str((base_dir / target).resolve())
+    try:
+        if src.type != "duckdb":
+            con.execute(sql("load_extension", extension=src.type))
+    except duckdb.Error as e:
+        raise SourceError(
+            f"dataset {dataset!r}: DuckDB cannot load its {src.type!r} extension. Install it "
+            f"once where DuckDB can download it (`INSTALL {src.type}` in DuckDB), or put it in "
+            "DuckDB's extension_directory", detail=str(e)) from None
+    try:
+        con.execute(sql("attach_source", target=literal(target), catalog=ident(catalog),
+                        type=src.type))
+    except duckdb.Error as e:
+        raise SourceError(
+            f"dataset {dataset!r}: cannot attach its source database ({src.type}). Check "
+            "`source.attach` in datasets.yaml", detail=str(e)) from None
+
+
+def training_relation(spec: DatasetSpec, base_dir: Path, dataset: str) -> str:
+    """The rows the synthesizer may see: the whole source, or, with `report.holdout` > 0, the
+    source without its held-out rows (`holdout_relation`). Every private read of the pipeline
+    (validation, preprocessing, the encoded view, hence the marginals) goes through it, so the
+    utility report's ML test rows were never seen by any mechanism. A row's side depends only on
+    its own content, so adding or removing one row changes the training set by at most that row:
+    the DP guarantee of the synthesis holds for the training rows, and the held-out rows are
+    never released."""
+    relation = source_relation(spec, base_dir)
+    if spec.report is None or spec.report.holdout <= 0:
+        return relation
+    return _split(relation, spec, dataset, keep="NOT")
+
+
+def holdout_relation(spec: DatasetSpec, base_dir: Path, dataset: str) -> str | None:
+    """The held-out rows (owner-only utility report), or None without a holdout."""
+    if spec.report is None or spec.report.holdout <= 0:
+        return None
+    return _split(source_relation(spec, base_dir), spec, dataset, keep="")
+
+
+def _split(relation: str, spec: DatasetSpec, dataset: str, keep: str) -> str:
+    return sql("holdout_split", source=relation, keep=keep, salt=literal(dataset),
+               threshold=str(int(round(spec.report.holdout * 1_000_000))))
+
+
+def source_path(spec: DatasetSpec, base_dir: Path) -> Path | None:
+    """The file (or glob) of a Parquet/CSV source or of an attached DuckDB/SQLite database,
+    resolved against `base_dir`; None for tables and database servers."""
+    src = spec.source
+    if isinstance(src, TableSource) or (isinstance(src, AttachSource)
+                                        and src.type not in ("duckdb", "sqlite")):
+        return None
+    path = Path(src.attach if isinstance(src, AttachSource) else
+                src.parquet if isinstance(src, ParquetSource) else src.csv)
+    return path if path.is_absolute() else (base_dir / path).resolve()
+
+
+def source_available(spec: DatasetSpec, base_dir: Path) -> bool:
+    """Whether a file source exists (tables are checked when a run reads them)."""
+    path = source_path(spec, base_dir)
+    return path is None or any(path.parent.glob(path.name))
+
+
+def describe_source(con: duckdb.DuckDBPyConnection, relation: str, dataset: str) -> dict[str, str]:
+    """Column name -> SQL type of the source, reading no rows."""
+    try:
+        rows = con.execute(sql("describe_source", source=relation)).fetchall()
+    except duckdb.Error as e:
+        raise SourceError(
+            f"dataset {dataset!r}: cannot read its source {relation}: no such table or file, or "
+            "it cannot be opened. Check `source:` in datasets.yaml (table name, or the "
+            "Parquet/CSV path)", detail=str(e)) from None
+    return {name: sql_type for name, sql_type, *_ in rows}
+
+
+def validate_source(con: duckdb.DuckDBPyConnection, relation: str,
+                    columns: dict[str, ColumnSpec], dataset: str) -> None:
+    """Refuse a source that is empty, has uncastable values or NULLs where none are declared.
+
+    Only booleans come back from the database (one per check). Which check failed depends on
+    the data, so it is the error's private `detail` (column and problem, never how many rows);
+    its public text says only that the source does not match its declared spec.
+    """
+    mismatch = f"dataset {dataset!r}: the source does not match its declared spec"
+    if not con.execute(sql("check_not_empty", source=relation)).fetchone()[0]:
+        raise SourceError(mismatch, detail=f"the source {relation} has no rows; load data first")
+    checks, problems = [], []
+    for i, (name, spec) in enumerate(columns.items()):
+        col, is_null = ident(name), is_null_condition(name, spec.missing, spec.kind)
+        target = cast_type(spec)
+        if target is not None:
+            checks.append(sql("check_cast", column=col, is_null=is_null, sql_type=target,
+                              alias=f"cast_{i}"))
+            problems.append(f"column {name!r} has values that cannot be cast to {target} "
+                            f"(declared kind {spec.kind}); fix the data, the declared kind, or "
+                            "list the placeholder values under `missing:`")
+        if spec.kind == "categorical" and not spec.other:
+            from .domain import sql_text
+
+            listed = "[" + ", ".join(literal(sql_text(c)) for c in spec.categories) + "]"
+            checks.append(sql("check_outside", column=col, is_null=is_null, categories=listed,
+                              alias=f"outside_{i}"))
+            problems.append(f"column {name!r} has values outside its declared categories, which "
+                            "are declared exhaustive (`other: false`); list them or drop "
+                            "`other: false`")
+        if not spec.is_nullable:
+            checks.append(sql("check_null", is_null=is_null, alias=f"null_{i}"))
+            problems.append(f"column {name!r} has NULLs but is not declared nullable; "
+                            "add `nullable: true` to its spec")
+    if not checks:
+        return
+    flags = con.execute(sql("check_source", checks=", ".join(checks), source=relation)).fetchone()
+    found = [p for p, flag in zip(problems, flags) if flag]
+    if found:
+        raise SourceError(mismatch, detail="; ".join(found))
