@@ -29,6 +29,7 @@ import pytest
 from dp_synth_assets.core.config import ColumnSpec
 from dp_synth_assets.core.domain import build_plan, encode_view_sql, encoded_columns
 from dp_synth_assets.core.marginals import count_marginals
+from dp_synth_assets.core import measure as measure_module
 from dp_synth_assets.core.measure import Measurement
 from dp_synth_assets.core import preprocess as pp
 from dp_synth_assets.core import privacy
@@ -507,7 +508,7 @@ def ppsyn_first_round(table: dict, one_way, monkeypatch) -> dict:
 
     monkeypatch.setattr(ppsyn, "exponential_mechanism", em)
     monkeypatch.setattr(ppsyn, "gaussian_scores", contribution)
-    monkeypatch.setattr(ppsyn, "gaussian_counts", counts)
+    monkeypatch.setattr(measure_module, "gaussian_counts", counts)  # measure_marginal draws
     with pytest.raises(_Captured):
         ppsyn.select(DOMAIN, oracle, Budget(0.1, 0.1, 0.8), SelectionSettings(), ChargeRecorder(),
                      rounds=2)

@@ -6,7 +6,8 @@ everything downstream of them is post-processing.
 
 - `optimal_split` is ABSyn Eq. 10-11 (PrivSyn section 4.2): minimizing the expected l1 noise error
   sum_i c_i sqrt(1 / (pi rho_i)) subject to sum_i rho_i = rho gives rho_i = rho c_i^(2/3) / sum c^(2/3).
-- `measure` draws the noisy marginals with `privacy.gaussian_counts` and charges each one.
+- `measure_marginal` is the one mechanism site of a noisy marginal: every selection method and
+  the `measurements` stage draw through it (`measure` is it over a plan of cliques).
 - `make_consistent` is ABSyn section VI.A.2.b: first a common total (inverse-variance weighted mean
   of every measurement's total), then, per attribute, the inverse-variance weighted combination of
   every measurement's projection onto it, pushed back into each measurement by spreading the
@@ -65,16 +66,29 @@ def expected_noise_error(rho: float, sizes: list[int]) -> float:
     return s ** 1.5 / math.sqrt(math.pi * rho)
 
 
+def measure_marginal(exact: np.ndarray, clique: Clique, rho: float, charge,
+                     **params) -> Measurement:
+    """One noisy marginal: the discrete Gaussian mechanism at `rho` (`privacy.gaussian_counts`,
+    an OpenDP measurement at L2 sensitivity 1: under add/remove-one-row neighbours a count array
+    changes by 1 in one cell, DESIGN.md section 3), then `charge(spend, clique=[...], **params)`
+    with the rho its privacy map reports, before anything is returned, then the `Measurement`.
+
+    Guarantee: the returned measurement is rho-zCDP (sigma = 1 / sqrt(2 rho)) in `exact` and its
+    `rho` is exactly what was charged. `exact` may be any integer count array over the clique's
+    cells whose every row counts in one cell (ppsyn passes its partition-cell sums); its shape is
+    kept. Every mechanism site that publishes a `Measurement` calls this; the preprocessing
+    stage's category counts and DP-bounds histogram, which are not marginals of the encoded
+    domain, call `gaussian_counts` directly (tests/test_measure_marginal.py checks both)."""
+    noisy, spend = gaussian_counts(exact, rho)
+    charge(spend, clique=list(clique), **params)
+    return Measurement(tuple(clique), noisy, spend.scale, spend.rho)
+
+
 def measure(exact: dict[Clique, np.ndarray], rhos: dict[Clique, float],
             charge) -> list[Measurement]:
-    """Noisy marginals with the discrete Gaussian mechanism; `charge(spend, clique=...)` is
-    called right after each draw so the ledger records it before anything is published."""
-    out = []
-    for clique, rho in rhos.items():
-        noisy, spend = gaussian_counts(exact[clique], rho)
-        charge(spend, clique=list(clique))
-        out.append(Measurement(tuple(clique), noisy, spend.scale, spend.rho))
-    return out
+    """The noisy marginal of each clique of `rhos` at its rho (`measure_marginal`), charged in
+    the plan's order, each right after its draw."""
+    return [measure_marginal(exact[clique], clique, rho, charge) for clique, rho in rhos.items()]
 
 
 def noisy_total(measurements: list[Measurement]) -> float:

@@ -66,9 +66,9 @@ import math
 import numpy as np
 
 from ..config import SelectionSettings
-from ..measure import Measurement, clique_size, noisy_total
+from ..measure import Measurement, clique_size, measure_marginal, noisy_total
 from ..generate.pgm import model_marginals
-from ..privacy import Spend, exponential_mechanism, gaussian_counts
+from ..privacy import Spend, exponential_mechanism
 from . import Budget, Charge, Clique, MarginalOracle, Selection
 from .privsyn import measure_one_way
 
@@ -185,23 +185,23 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
 
         # c. the Gaussian measurement (the last round takes exactly what is left)
         rho_m = budget.total - spent if last else MEASURE_SHARE * rho_t
-        noisy, spend = gaussian_counts(exact[chosen], rho_m)
-        pay(spend, clique=list(chosen), purpose="AIM measurement", round=t)
-        measured.append(Measurement(chosen, noisy, spend.scale, spend.rho))
+        measurement = measure_marginal(exact[chosen], chosen, rho_m, pay,
+                                       purpose="AIM measurement", round=t)
+        measured.append(measurement)
 
         # d. refit, warm-started
         before = estimates[chosen]
         model = _fit(domain, one_way, measured, fit_iterations, model)
         after = model_marginals(model, [chosen])[chosen]
         moved = float(np.abs(after - before).sum())
-        trace.append({"round": t, "clique": list(chosen), "rho": em_spend.rho + spend.rho,
-                      "sigma": spend.scale, "epsilon_em": math.sqrt(8.0 * em_spend.rho),
+        trace.append({"round": t, "clique": list(chosen), "rho": em_spend.rho + measurement.rho,
+                      "sigma": measurement.sigma, "epsilon_em": math.sqrt(8.0 * em_spend.rho),
                       "candidates": len(allowed), "model_mb_limit": float(limit),
                       "moved_l1": round(moved, 3)})
         if last:
             break
         # e. annealing: a measurement that barely changed the model asks for less noise
-        if moved <= math.sqrt(2.0 / math.pi) * spend.scale * clique_size(chosen, domain):
+        if moved <= math.sqrt(2.0 / math.pi) * measurement.sigma * clique_size(chosen, domain):
             rho_t *= 4.0
             trace[-1]["annealed"] = True
     del exact

@@ -121,9 +121,9 @@ import numpy as np
 from ..opendp_api import dp
 
 from ..config import SelectionSettings
-from ..measure import Measurement, clique_size, optimal_split, noisy_total
+from ..measure import Measurement, clique_size, measure_marginal, optimal_split, noisy_total
 from ..generate.pgm import model_marginals
-from ..privacy import Spend, exponential_mechanism, gaussian_counts, gaussian_scores
+from ..privacy import exponential_mechanism, gaussian_scores
 from . import Budget, Charge, Clique, MarginalOracle, Selection
 
 dp.enable_features("contrib")
@@ -392,20 +392,17 @@ def measure_one_way(domain: dict[str, int], oracle: MarginalOracle, rho: float,
     attrs = list(domain)
     exact = oracle([(a,) for a in attrs])
     rhos = optimal_split(rho, [domain[a] for a in attrs])
-    out = []
-    for a, rho_a in zip(attrs, rhos):
-        noisy, spend = gaussian_counts(exact[(a,)], rho_a)
-        charge(spend, clique=[a], purpose="one-way marginal")
-        out.append(Measurement((a,), noisy, spend.scale, spend.rho))
-    return tuple(out), exact
+    return tuple(measure_marginal(exact[(a,)], (a,), rho_a, charge, purpose="one-way marginal")
+                 for a, rho_a in zip(attrs, rhos)), exact
 
 
-def partition_measurement(clique: Clique, part: Partition, noisy: np.ndarray,
-                          spend: Spend) -> Measurement:
-    """Uniform reconstruction of noisy interval counts as a dense measurement (step 9)."""
-    dense = uniform_reconstruction(noisy, part.labels)
-    sigma = spend.scale / math.sqrt(int(part.cell_counts().min()))
-    return Measurement(tuple(clique), dense, sigma, spend.rho)
+def partition_measurement(part: Partition, cells: Measurement) -> Measurement:
+    """The noisy partition-cell counts `cells` (one value per cell of `part`) as a dense
+    measurement of their clique: uniform reconstruction, sigma / sqrt(min |I|) (module
+    docstring, measurement)."""
+    dense = uniform_reconstruction(cells.noisy, part.labels)
+    sigma = cells.sigma / math.sqrt(int(part.cell_counts().min()))
+    return Measurement(tuple(cells.clique), dense, sigma, cells.rho)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,11 +517,11 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
         if rho_m != rho_required:  # re-choose the partition for the rho actually spent
             part = partition(reference, max(contr_hat, 0.0), eta, rho=rho_m)
         sums = interval_counts(exact[chosen], part.labels, part.size).round().astype(np.int64)
-        noisy, spend = gaussian_counts(sums, rho_m)  # Alg. 1 line 7
-        charge(spend, purpose="ppsyn partition measurement", clique=list(chosen), round=r,
-               partition_cells=part.size)
-        remaining -= used + spend.rho                # Alg. 1 line 10
-        measurement = partition_measurement(chosen, part, noisy, spend)  # Alg. 1 line 8
+        cells = measure_marginal(sums, chosen, rho_m, charge,  # Alg. 1 line 7
+                                 purpose="ppsyn partition measurement", round=r,
+                                 partition_cells=part.size)
+        remaining -= used + cells.rho                # Alg. 1 line 10
+        measurement = partition_measurement(part, cells)  # Alg. 1 line 8
         measured.append(measurement)
         scores[tuple(chosen)] = contr_noisy
         if remaining > 1e-12 * pool:                 # Alg. 1 line 9 (not after the last round)
@@ -536,8 +533,8 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
             "algorithm": part.algorithm, "partition_cells": part.size,
             "marginal_cells": int(reference.size), "min_interval": int(part.cell_counts().min()),
             "re_model": round(part.re, 3), "rho_required": _public(rho_required),
-            "rho_measure": spend.rho, "rho_rule": rule, "rho_selection": used,
-            "sigma": spend.scale, "sigma_dense": measurement.sigma,
+            "rho_measure": cells.rho, "rho_rule": rule, "rho_selection": used,
+            "sigma": cells.sigma, "sigma_dense": measurement.sigma,
         })  # no wall time: a round's duration is private work (DESIGN.md section 4)
         partitions.append({"clique": list(chosen), **part.describe()})
 

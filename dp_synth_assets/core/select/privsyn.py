@@ -23,8 +23,9 @@ import itertools
 import numpy as np
 
 from ..config import SelectionSettings
-from ..measure import Measurement, clique_size, expected_noise_error, optimal_split
-from ..privacy import gaussian_counts, gaussian_scores
+from ..measure import (Measurement, clique_size, expected_noise_error, measure_marginal,
+                       optimal_split)
+from ..privacy import gaussian_scores
 from . import Budget, Charge, Clique, MarginalOracle, Selection
 
 INDIF_SENSITIVITY = 4.0  # PrivSyn Lemma 4
@@ -55,12 +56,8 @@ def measure_one_way(domain: dict[str, int], oracle: MarginalOracle, rho: float,
     """1-way marginals, rho split evenly across attributes (ABSyn section VI.B)."""
     attrs = list(domain)
     exact = oracle([(a,) for a in attrs])
-    out = []
-    for a in attrs:
-        noisy, spend = gaussian_counts(exact[(a,)], rho / len(attrs))
-        charge(spend, clique=[a], purpose="one-way marginal")
-        out.append(Measurement((a,), noisy, spend.scale, spend.rho))
-    return tuple(out)
+    return tuple(measure_marginal(exact[(a,)], (a,), rho / len(attrs), charge,
+                                  purpose="one-way marginal") for a in attrs)
 
 
 def greedy_dense_marg(pairs: list[Clique], dependency: np.ndarray, domain: dict[str, int],
