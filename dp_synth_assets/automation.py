@@ -17,7 +17,7 @@ import dagster as dg
 from resources.ledger import LedgerResource
 from resources.warehouse import WarehouseResource
 
-from .budget import DatasetBudget
+from .budget import BudgetStatus, DatasetBudget
 from .core.config import DatasetSpec
 from .pipeline import source_version
 from .private_log import append_private_log, private_log_path
@@ -56,8 +56,7 @@ def budget_skip_reason(ledger: LedgerResource, dataset: str, spec: DatasetSpec) 
     if led.can_cover(dataset, budget.run_rho, budget.limit_rho, budget.run_delta_extra,
                      budget.limit_delta_extra):
         return None
-    s = led.summary(dataset)
-    left = max(budget.limit_rho - s.spent_rho - s.reserved_rho, 0.0)
+    left = BudgetStatus.of(led.summary(dataset), budget).remaining_rho
     group = spec.privacy.budget_group
     return (f"privacy budget of {dataset!r}"
             f"{f' (budget group {group!r})' if group else ''} cannot cover a run: it needs "

@@ -12,7 +12,7 @@ import dagster as dg
 
 from resources.ledger import BudgetExceeded, LedgerError, PrivacyLedger
 
-from .core.budget import DELTA_EXTRA_SHARE, PREPROCESS_SHARE, PRIVATE_STAGES, DatasetBudget  # noqa: F401
+from .core.budget import DELTA_EXTRA_SHARE, PREPROCESS_SHARE, PRIVATE_STAGES, BudgetStatus, DatasetBudget  # noqa: F401
 from .core.privacy import Spend
 from .core.units import group_name
 
@@ -34,7 +34,8 @@ def ledger_metadata(ledger: PrivacyLedger, dataset: str, budget: DatasetBudget, 
     The head hash starts from a secret drawn with the ledger, so it cannot be tested against
     guessed ledger contents."""
     s = ledger.summary(dataset)
-    remaining = max(budget.limit_rho - s.spent_rho - s.reserved_rho, 0.0)
+    status = BudgetStatus.of(s, budget)
+    remaining = status.remaining_rho
     by_stage = ledger.spent_by_run(dataset, run_id)
     rows, head = ledger.head()
     group = group_name(s.unit)
@@ -44,7 +45,7 @@ def ledger_metadata(ledger: PrivacyLedger, dataset: str, budget: DatasetBudget, 
         "privacy/ledger_head": dg.MetadataValue.text(head),
         "privacy/epsilon_spent": dg.MetadataValue.float(round(budget.epsilon(s.spent_rho), 6)),
         "privacy/epsilon_reserved": dg.MetadataValue.float(round(budget.epsilon(s.reserved_rho), 6)),
-        "privacy/epsilon_remaining": dg.MetadataValue.float(round(budget.epsilon(remaining), 6)),
+        "privacy/epsilon_remaining": dg.MetadataValue.float(round(status.remaining_epsilon, 6)),
         "privacy/epsilon_limit": dg.MetadataValue.float(budget.epsilon(budget.limit_rho)),
         "privacy/rho_spent": dg.MetadataValue.float(s.spent_rho),
         "privacy/rho_remaining": dg.MetadataValue.float(remaining),

@@ -18,6 +18,7 @@ import pytest
 
 import dp_synth_assets.core.ledger as ledger_module
 import resources.ledger as resource_module
+from dp_synth_assets.core.budget import BudgetStatus
 from dp_synth_assets.core.privacy import Spend, epsilon_from_rho
 from dp_synth_assets.core.sql import SQL_DIR
 from resources.ledger import (
@@ -115,6 +116,42 @@ def test_invalid_amounts_are_rejected(ledger):
     with pytest.raises(ValueError):
         ledger.charge("adult", "r1", "measure", spend(float("nan")))
     assert row_count(ledger) == 1
+
+
+@pytest.mark.parametrize("run_rho,limit_rho,spent_runs", [
+    (0.1, 0.3, 0), (0.1, 0.3, 1), (0.25, 1.0, 1), (0.3, 1.0, 2), (0.4, 0.39, 0), (1 / 3, 1.0, 0)])
+def test_runs_left_is_how_many_more_runs_the_ledger_accepts(ledger, run_rho, limit_rho, spent_runs):
+    """`BudgetStatus.runs_left` against the ledger itself: reserve whole runs until refused
+    (0.1 + 0.1 + 0.1 > 0.3 in floats: the ledger's tolerance must agree)."""
+    for i in range(spent_runs):
+        ledger.reserve("adult", f"spent{i}", run_rho, limit_rho)
+        ledger.charge("adult", f"spent{i}", "select", spend(run_rho), {})
+        ledger.release("adult", f"spent{i}")
+    status = BudgetStatus(limit_rho, ledger.summary("adult").spent_rho,
+                          ledger.summary("adult").reserved_rho, run_rho, DELTA)
+    predicted = status.runs_left
+    accepted = 0
+    while True:
+        try:
+            ledger.reserve("adult", f"new{accepted}", run_rho, limit_rho)
+        except BudgetExceeded:
+            break
+        accepted += 1
+    assert predicted == accepted
+
+
+def test_budget_status_remaining_is_the_limit_minus_spent_and_reserved_in_rho_and_epsilon(ledger):
+    ledger.reserve("adult", "r1", 0.5, 2.0)
+    ledger.charge("adult", "r1", "select", spend(0.125), {})
+    ledger.reserve("adult", "r2", 0.25, 2.0)
+    status = BudgetStatus(2.0, *(lambda s: (s.spent_rho, s.reserved_rho))(ledger.summary("adult")),
+                          run_rho=0.5, delta=DELTA)
+    assert (status.spent_rho, status.reserved_rho, status.remaining_rho) == (0.125, 0.625, 1.25)
+    assert status.remaining_rho == ledger.summary("adult").remaining_rho(2.0)
+    assert status.remaining_epsilon == epsilon_from_rho(1.25, DELTA)
+    assert status.runs_left == 2
+    assert BudgetStatus(0.1, 0.2, 0.0, 0.05).remaining_rho == 0.0  # never negative
+    assert BudgetStatus(1.0, 0.0, 0.0, run_rho=0.0).runs_left is None
 
 
 # ---- refusals ------------------------------------------------------------------------------------

@@ -4,8 +4,15 @@
 rho, and splits the run's rho between the stages; `measurement_plan` splits the measurement
 stage's rho between the marginals to measure. The pipeline (dp_synth_assets/budget.py, with the
 ledger) and the notebook API (dp_synth_assets/api.py) both spend exactly these amounts.
+
+`BudgetStatus` is the one place where what is left of a limit is computed: remaining rho =
+max(0, limit - spent - reserved) (zCDP composes by adding rho, Bun-Steinke 2016 Lemma 2.3), its
+epsilon at the limit's delta, and how many more runs of the dataset's run rho fit, with the
+same relative tolerance `REL_TOL` the ledger compares every sum with. The ledger's refusal
+messages, the published ledger metadata and the schedules' skip reasons all read it.
 """
 
+import math
 from dataclasses import dataclass
 
 from .config import DatasetSpec
@@ -15,6 +22,8 @@ from .privacy import epsilon_from_rho, rho_from_epsilon_delta
 from .select import METHODS, Budget, Selection
 
 PRIVATE_STAGES = ("preprocessed", "marginals", "selection", "measurements")
+
+REL_TOL = 1e-12  # relative tolerance of every budget comparison (float sums of rho)
 
 PREPROCESS_SHARE = 0.1  # benchmark paper App. D.2: 10% of the budget when preprocessing needs it
 DELTA_EXTRA_SHARE = 0.5  # of each delta, for thresholding (approximate zCDP) when a column needs it
@@ -81,3 +90,60 @@ def measurement_plan(chosen: Selection, domain: dict[str, int], rho: float) -> d
         return {c: chosen.budgets[c] * scale for c in chosen.cliques}
     singles = [(a,) for a in domain]
     return dict(zip(singles, optimal_split(rho, [domain[a] for a in domain])))
+
+
+def fits(total: float, limit: float) -> bool:
+    """`total` rho (or delta_extra) stays within `limit`, up to the float error of sums of rho."""
+    return total <= limit + REL_TOL * abs(limit)
+
+
+def remaining_rho(limit_rho: float, spent_rho: float, reserved_rho: float = 0.0) -> float:
+    """What a new reservation may take under `limit_rho`: max(0, limit - spent - reserved)."""
+    return max(0.0, limit_rho - spent_rho - reserved_rho)
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    """Where a privacy unit stands against its lifetime limit: spent (every charge) and reserved
+    (open reservations minus their charges), as the ledger sums them over the unit, with the
+    dataset's run rho and the delta its epsilons are shown at (None: rho only)."""
+
+    limit_rho: float
+    spent_rho: float
+    reserved_rho: float
+    run_rho: float = 0.0
+    delta: float | None = None
+
+    @classmethod
+    def of(cls, summary, budget: DatasetBudget) -> "BudgetStatus":
+        """From a `ledger.LedgerSummary` and the dataset's `DatasetBudget`."""
+        return cls(budget.limit_rho, summary.spent_rho, summary.reserved_rho, budget.run_rho,
+                   budget.delta)
+
+    @property
+    def remaining_rho(self) -> float:
+        return remaining_rho(self.limit_rho, self.spent_rho, self.reserved_rho)
+
+    def epsilon(self, rho: float) -> float:
+        """The epsilon of `rho` alone at `delta` (epsilons do not add up; rho does)."""
+        if self.delta is None:
+            raise ValueError("no delta: only rho can be shown")
+        return epsilon_from_rho(rho, self.delta)
+
+    @property
+    def remaining_epsilon(self) -> float:
+        return self.epsilon(self.remaining_rho)
+
+    @property
+    def runs_left(self) -> int | None:
+        """The largest k >= 0 such that k more runs of `run_rho` fit beside what is spent and
+        reserved (the ledger's `can_cover` test applied k times); None when a run spends no rho."""
+        if not self.run_rho > 0:
+            return None
+        used = self.spent_rho + self.reserved_rho
+        k = max(0, math.floor(self.remaining_rho / self.run_rho))
+        while k > 0 and not fits(used + k * self.run_rho, self.limit_rho):
+            k -= 1
+        while fits(used + (k + 1) * self.run_rho, self.limit_rho):
+            k += 1
+        return k

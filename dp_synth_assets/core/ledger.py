@@ -47,12 +47,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .budget import REL_TOL, remaining_rho  # noqa: F401 - REL_TOL: re-exported
+from .budget import fits as _fits
 from .privacy import Spend, epsilon_from_rho
 from .sql import sql
 from .units import group_name
 
 KINDS = ("reserve", "charge", "release")
-REL_TOL = 1e-12  # relative tolerance of every budget comparison (float sums of rho)
 BUSY_TIMEOUT_MS = 30_000
 DEFAULT_STALE_AFTER_SECONDS = 6 * 3600.0
 
@@ -96,7 +97,7 @@ def budget_message(
 ) -> str:
     """Why a reservation was refused, in epsilon (at `delta`) and rho, and how to raise the limit;
     `group` is the dataset's budget group and `members` the entries sharing it."""
-    left_rho = max(0.0, limit_rho - spent_rho - reserved_rho)
+    left_rho = remaining_rho(limit_rho, spent_rho, reserved_rho)
 
     def amount(rho: float) -> str:
         if delta is None:
@@ -179,7 +180,7 @@ class ChargeExceedsReservation(BudgetExceeded):
         self.stage = stage
 
     def __str__(self) -> str:
-        left = max(0.0, self.limit_rho - self.spent_rho)
+        left = remaining_rho(self.limit_rho, self.spent_rho)
         return (
             f"Run '{self.run_id}' of dataset '{self.dataset}': the charge of rho "
             f"{self.requested_rho:.6g} at stage '{self.stage}' exceeds the run's reservation "
@@ -217,8 +218,8 @@ class LedgerSummary:
     unit: str = ""
 
     def remaining_rho(self, limit_rho: float) -> float:
-        """What a new reservation may take under `limit_rho`."""
-        return max(0.0, limit_rho - self.spent_rho - self.reserved_rho)
+        """What a new reservation may take under `limit_rho` (`budget.remaining_rho`)."""
+        return remaining_rho(limit_rho, self.spent_rho, self.reserved_rho)
 
 
 # ---- owners: which process wrote a row, and is it still alive --------------------------------------
@@ -321,10 +322,6 @@ class _Book:
         """(rho, delta_extra) still held by open reservations."""
         opens = self.open.values() if opens is None else opens
         return (sum(o.remaining_rho for o in opens), sum(o.remaining_delta_extra for o in opens))
-
-
-def _fits(total: float, limit: float) -> bool:
-    return total <= limit + REL_TOL * abs(limit)
 
 
 def _check_amount(name: str, value: float) -> float:
