@@ -4,6 +4,11 @@ it spends the measurement budget inside selection.
 A leaf module (it imports nothing of the package): `config` validates a dataset's method and
 shares against it and `select` dispatches through it, without importing each other.
 
+The registry line is each method's declaration (name, module, budget shares; the settings model
+is the shared `config.SelectionSettings`), not its module: validating a datasets.yaml must not
+import every method module (they pull in mbi, JAX, networkx and scipy) nor form the circle
+config -> select -> config, so the shares a validator needs live here, beside the module's name.
+
 Adding a method is one module plus one line here. The module defines
 `select(domain, oracle, budget, settings, charge) -> Selection` and, optionally,
 `needed_cliques(domain, settings)` (the marginals the `marginals` stage counts up front; default:

@@ -19,10 +19,8 @@ mechanisms (`mechanisms`) are:
 - `bounds` (numeric / datetime without `bounds`): a Gaussian-noised histogram over public
   buckets (0 and +-2^k for numbers, calendar years for dates); the bounds are the outer edges
   of the outermost buckets whose noisy count clears a threshold that an empty bucket passes
-  with probability below 1e-6 in total (like Google's ApproxBounds). We first
-  tried two exponential-mechanism quantiles over a fine grid: at the 1e-4 rho a column gets at
-  epsilon 1, the many far-away candidates (scores only alpha n below the best) won, and the
-  bounds were off by orders of magnitude.
+  with probability below 1e-6 in total (like Google's ApproxBounds). Why not
+  exponential-mechanism quantiles: bench/results/method_notes.md.
 - `privtree` (`binning: privtree`): PrivTree (Zhang, Xiao, Xie 2016; benchmark Algorithm 2)
   with fanout 2 over [low, high]: a node's biased count b = max(c - depth * delta, theta - delta)
   gets Laplace(lambda) noise (OpenDP); it splits when the noisy value exceeds theta. With
@@ -37,9 +35,8 @@ computes in ONE scan of the source (`exact_aggregates`): each task gets a key ex
 value as text, its bucket or its PrivTree cell; NULL where the row does not count for the task:
 NULL, a `missing` marker, not castable), computed once into a temporary table
 (sql/preprocess_keys.sql), and one query groups it by GROUPING SETS, one set per key, dropping
-each set's NULL-key group (sql/preprocess_counts.sql). On 2M rows with 10 undeclared columns
-this takes 4.6 s against 16.1 s for the former one query per column; a bucket is found by a sum
-of comparisons with the edges (50x faster than DuckDB's list_filter with a lambda). The result has one row per
+each set's NULL-key group (sql/preprocess_counts.sql); a bucket is found by a sum of comparisons
+with the edges (timings: bench/results/method_notes.md). The result has one row per
 value / bucket / cell, so its size is bounded by the domains, not by the rows. A `privtree`
 column without declared bounds needs a second scan, since its cells span the DP bounds that the
 first scan's bucket histogram releases: all such columns share it.
@@ -47,7 +44,10 @@ first scan's bucket histogram releases: all such columns share it.
 Budget: the preprocessing rho is split evenly across all mechanism invocations of the run;
 `discover` invocations share the run's extra delta evenly. Every invocation calls `charge` with
 the spend its privacy map reports, right after drawing the noise: in column order, first-scan
-mechanisms first, then the PrivTree trees of the second scan.
+mechanisms first, then the PrivTree trees of the second scan. The category counts (`rare`) and
+the bounds histogram call `privacy.gaussian_counts` directly: they are not marginals of the
+encoded domain and publish no `Measurement` (every marginal goes through
+`measure.measure_marginal`).
 """
 
 import math

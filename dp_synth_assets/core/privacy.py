@@ -100,6 +100,8 @@ def gaussian_counts(counts: np.ndarray, rho: float) -> tuple[np.ndarray, Spend]:
 
     Under add/remove-one-row neighbours a marginal changes by 1 in one cell (DESIGN.md section 3).
     Returns the noisy counts (float64, same shape) and the spend from OpenDP's privacy map.
+    A marginal is drawn through `measure.measure_marginal`, which charges this spend; only the
+    preprocessing stage calls this directly.
     """
     counts = np.asarray(counts)
     scale = gaussian_scale(rho)

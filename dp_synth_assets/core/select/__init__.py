@@ -6,6 +6,13 @@ mechanism invocation in the ledger as it happens. It returns a `Selection`, the 
 the noisy 1-way measurements, the marginals it already measured (adaptive methods measure round
 by round), and the cliques still to measure in the `measurements` stage with the rho of each.
 
+Contract of a method: it reads the data only through mechanisms of `core.privacy` and
+`measure.measure_marginal` (every noisy marginal), charging each with its privacy map's answer
+right after the draw and before anything is returned; it spends at most `budget.total` (methods
+that do not measure in selection spend at most `one_way + score`); everything it returns is
+computed from noisy values and public configuration. The `measurements` stage scales
+`budgets` to its rho (`budget.measurement_plan`), so only their ratios matter.
+
 `METHODS` (dp_synth_assets.core.methods, re-exported here) registers each method's module, its
 default budget shares and whether it spends the measurement budget inside selection (then
 `measurements` only post-processes).

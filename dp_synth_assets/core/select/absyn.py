@@ -1,29 +1,38 @@
 """ABSyn's marginal selection: noisy R-scores, the CR-score, and the greedy triangulated selection.
 
 References: absyn.txt section V (Eq. 6-8, Algorithm 1) and section VI (Algorithms 2-3, Eq. 9-11),
-corrected by SEED-NOTES.md. Steps:
+corrected by SEED-NOTES.md.
+
+Guarantee: the data is read by the 1-way marginals (`budget.one_way`) and one Gaussian release of
+all R-scores (`budget.score`), each charged with its OpenDP map's answer right after its draw;
+the greedy is post-processing of those. `budget.measure` is split over the selected marginals
+(`budgets`) and spent by the `measurements` stage. Steps:
 
 1. 1-way marginals with rho_1 split evenly over the d attributes (section VI.B).
 2. R-scores: R(a, b) = || M_ab - M_a x M_b / n ||_1 on exact counts (sensitivity 4, as InDif),
    published for all m pairs at once with Gaussian noise of variance 8m / rho_s (Alg. 3 line 5 as
-   SEED-NOTES corrects it), then divided by the noisy total (never the exact count),
+   SEED-NOTES corrects it), then divided by the noisy total (never the exact count; at least 1),
    normalized by Eq. 6, R_bar = R min(d_a, d_b) / (2 (min(d_a, d_b) - 1)), and clipped to [0, 1].
 3. CR-score (Alg. 1, Eq. 7-8): R_tilde(i, j) is the maximum over paths from i to j in the graph
    of selected marginals of the product of R_bar along the path; CR = R_bar - R_tilde. We compute
    all pairs at once as shortest paths on -log R_bar (scipy's Dijkstra), which is Alg. 1's
    max-product search. A negative CR (a path explains more than the pair's own score) counts as
    no missing information: max(CR, 0).
-4. Greedy (Alg. 3): start from E_0 = sum of the noisy count-scale R-scores. Each round, for every
-   unselected pair, add it to the selected graph, triangulate (networkx's chordal completion; the
-   fill-in edges become selected marginals, so every separator of the junction tree is measured),
-   skip it if a maximal clique has tau cells or more, and score
+4. Greedy (Alg. 3): start from E_0 = sum of the noisy count-scale R-scores as drawn (not
+   normalized or clipped, so noise can make it smaller than the error of any selection and then
+   nothing is selected). Each round, for every unselected pair, add it to the selected graph,
+   triangulate (networkx's chordal completion; the fill-in edges become selected marginals, so
+   every separator of the junction tree is measured), skip it if a maximal clique has tau cells
+   or more, and score
        E = E_cor + E_eta,
        E_cor = sum over unselected pairs of noisy_total * max(CR, 0) * 2 (min d - 1) / min d
                (the CR back on the count scale of E_0, SEED-NOTES),
        E_eta = sum over selected pairs of c_i sqrt(1 / (pi rho_i)) with rho_i by Eq. 11.
    Keep the best candidate while it lowers E; stop otherwise.
-   tau has no default in the paper: ours is 10^5 cells (SEED-NOTES), `settings.max_clique_cells`
-   when set. The result is measured by `measurements` with the c^(2/3) split of rho_2.
+   tau has no default in the paper: ours is `TAU_CELLS` = 10^5 cells (SEED-NOTES), fixed: no
+   setting changes it and `settings.max_model_mb` does not apply to absyn. The selected pairs
+   (fill-ins included) are measured by `measurements` with the c^(2/3) split of rho_2 (Eq. 11).
+   An empty selection leaves rho_2 to the 1-way marginals (`budget.measurement_plan`).
 """
 
 import itertools

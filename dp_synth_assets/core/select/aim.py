@@ -1,63 +1,51 @@
 """AIM: adaptive and iterative selection and measurement of marginals (McKenna, Mullins, Sheldon,
 Miklau 2022; benchmark-dp-tabular-synthesis.txt section 6.1 "adaptive feature selection" and the
 scale-penalty analysis of section 6.2; hyperparameters of its Table 7), adapted to our interface
-and to mbi 2.0's cost model (DESIGN.md section 9). Written from the paper and from reading
-private-pgm's mechanisms/aim.py (older mbi API); no code of it is reused.
+and to mbi 2.0 (DESIGN.md section 9). Written from the paper and from reading private-pgm's
+mechanisms/aim.py (older mbi API); no code of it is reused.
 
-AIM spends the whole run budget inside selection (`METHODS["aim"].measures_in_selection`):
+Guarantee: the data is read only by the 1-way marginals and, per round, one exponential
+mechanism and one discrete Gaussian measurement, each charged with its OpenDP map's answer right
+after its draw. Together they spend `budget.total` exactly (the last round takes the remainder).
+AIM spends the whole run budget inside selection (`METHODS["aim"].measures_in_selection`).
 
-1. Workload W: every 2-way marginal, weight 1. (A 3-way workload needs 3-way exact marginals,
-   which the `marginals` stage does not compute, and a selection setting that does not exist yet.)
-   Candidates are W's downward closure (the 1-way and 2-way marginals), each weighted by AIM's
-   rule w_r = sum_{s in W} |r & s|: 2(d-1) for a pair, d-1 for a single attribute. We divide every
-   weight by the largest, 2(d-1): a pair weighs 1, a single attribute 1/2. The exponential
-   mechanism is invariant to that common factor, and the score's sensitivity becomes 1.
+1. Workload W: every 2-way marginal, weight 1 (our choice; the paper also runs 3-way
+   workloads). Candidates are W's downward closure (the 1-way and 2-way marginals), weighted by
+   AIM's rule w_r = sum_{s in W} |r & s|: 2(d-1) for a pair, d-1 for a single attribute. We divide
+   every weight by the largest, 2(d-1): a pair weighs 1 and a single attribute 1/2. The
+   exponential mechanism is invariant to that common factor, and the score's sensitivity becomes 1.
 2. Initialization: all 1-way marginals with `budget.one_way`, split evenly (`measure_one_way`),
-   and a first mbi model fitted to them. (AIM measures them at the first round's sigma, about
-   5.6% of rho with T = 16 d; our registered share is 10%.)
-3. Rounds spend the rest, rho_R = budget.total - (1-way spend), starting from rho_t = rho_R / T.
-   Per round (AIM's split, alpha = 0.9): sigma_t = sqrt(1 / (2 * 0.9 rho_t)) for the measurement
-   and epsilon_t = sqrt(8 * 0.1 rho_t) for the exponential mechanism (epsilon^2 / 8 in rho).
-   a. Size filter: candidate r is kept when the junction tree of the measured cliques plus r stays
-      within max_model_mb * (rho spent after this round) / budget.total (AIM's growing limit; at
-      the end it is `settings.max_model_mb`), or when r lies inside an already measured clique.
-   b. Quality: q_r = w_r (||M_r - model_r||_1 - sqrt(2/pi) sigma_t n_r), n_r the cells of r: the
-      l1 error of the current model on r minus the expected l1 error of measuring it. L_inf
-      sensitivity 1 under add/remove-one-row; chosen with OpenDP's `make_noisy_max` (Gumbel noise,
-      i.e. the exponential mechanism) in zCDP at rho 0.1 rho_t, charged right after the draw.
-   c. The chosen marginal is measured with the discrete Gaussian at rho 0.9 rho_t, charged.
-   d. The model is refitted, warm-started from the previous one, on every measurement so far with
-      the noisy total (`measure.noisy_total`, never the exact row count). Repeated measurements of one
-      clique are pooled by inverse variance for the fit (the same least-squares objective up to a
-      constant), so a repeat does not change the program mbi compiles.
-   e. Annealing (AIM): if the model's estimate of the chosen marginal moved by at most
+   and a first mbi model fitted to them. AIM measures them at the first round's sigma (about
+   5.6% of rho with T = 16 d); our registered share is 10%.
+3. Rounds: T = min(16 d, max_rounds), where max_rounds is `settings.max_rounds` or
+   `DEFAULT_MAX_ROUNDS` = 8. AIM's T = 16 d needs a model refit per round (each compiles mbi's
+   estimator anew), so T is capped. The rest of the budget, rho_R = budget.total - (1-way spend),
+   starts at rho_t = rho_R / T. Per round, with AIM's alpha = `MEASURE_SHARE` = 0.9:
+   sigma_t = sqrt(1 / (2 * 0.9 rho_t)), and the exponential mechanism gets 0.1 rho_t
+   (epsilon_t = sqrt(8 * 0.1 rho_t)).
+   a. Size filter: candidate r is kept when r lies inside a measured clique, or when the junction
+      tree of the measured cliques plus r stays within max_model_mb * min(1, (spent + rho_t) /
+      budget.total). This is AIM's growing limit; at the end it is `settings.max_model_mb`.
+   b. Quality: q_r = w_r (||M_r - model_r||_1 - sqrt(2/pi) sigma_t n_r), where n_r is the cells
+      of r: the model's l1 error on r minus the expected l1 error of measuring it. L_inf
+      sensitivity 1 under add/remove-one-row, non-monotonic. The choice is OpenDP's
+      `make_noisy_max` (Gumbel noise, i.e. the exponential mechanism) in zCDP.
+   c. The chosen marginal is measured by `measure_marginal` at 0.9 rho_t. The last round
+      instead gets what is left after its exponential mechanism's charge.
+   d. The model is refitted for `FIT_ITERATIONS` = 200 iterations, warm-started from the
+      previous one, on every measurement so far, with the noisy total (`measure.noisy_total`,
+      never the exact count). This happens after the last round too; that refit only feeds the
+      trace. Repeats of one clique are pooled by inverse variance (`pooled`: the same
+      least-squares objective up to a constant), so a repeat does not change the program mbi
+      compiles. The final model is fitted by the `model` stage with `model.iterations`.
+   e. Annealing (AIM): if the refit moved the model's estimate of the chosen marginal by at most
       sqrt(2/pi) sigma_t n_r in l1, sigma_t is halved and epsilon_t doubled, which multiplies
-      rho_t by 4 (not 2).
-   f. When less than 2 rho_t remains, the last round spends exactly what remains (its measurement
-      gets the remainder after the exponential mechanism's actual charge), then the loop stops.
-   Because rho_t never shrinks, the number of rounds is at most T.
-
-Rounds and what they cost (our choice, documented): AIM uses T = 16 d. With mbi 2.0, each round
-refits the model on a new set of measurements, and a new set recompiles the estimator (DESIGN.md
-section 9: 11-17 s on adult). Measured here on the bundled example (12 attributes, 2 shared
-cores): 3-6 s per round, almost all of it JAX compilation (the scoring below takes milliseconds).
-T = 16 d = 192 rounds would take 10-20 minutes there and about an hour on adult. We use
-T = min(16 d, max_rounds) with max_rounds = `DEFAULT_MAX_ROUNDS` = 8 unless overridden (the
-`max_rounds` keyword of `run`, or a `selection.max_rounds` setting if one is added to
-SelectionSettings). The initial per-round budget is rho_R / T, so the whole budget is still spent
-in at most T rounds (fewer when annealing quadruples rho_t). With this default the example end to
-end (2000 rows, `model.iterations` 200, GX checks included) takes 27-48 s here, 21-35 s of it in
-selection; expect 8 x (11-17 s), about 2 minutes, of selection on adult.
-Between rounds the model is refitted for `FIT_ITERATIONS` = 200 iterations, warm-started (the
-final model in the `model` stage uses `model.iterations`). Measured on a strongly dependent 8x8
-pair just measured: after 50 iterations the model's l1 error on it is still 1166 (about where it
-started), after 100 it is 187, after 200 63 (converged: 500 and 1000 give 64). The iterations cost far less than the
-compilation, so we take the converged value.
-
-The model's marginals of all candidates are needed every round. mbi's `project` compiles a
-variable-elimination program per clique (20-40 s per round for 66 pairs on the example), so
-`generate.pgm.model_marginals` computes them in numpy (variable elimination by einsum over the
-potentials), shared with ppsyn.
+      rho_t by 4.
+   f. A round is the last when less than 2 rho_t remains (then rho_t = the remainder) or when it
+      is round T. rho_t never shrinks, so at most T rounds run and the budget is spent exactly.
+The model's marginals of all candidates come from `generate.pgm.model_marginals` (numpy
+variable elimination on the potentials), not mbi's `project`, which compiles per clique.
+Cost measurements behind T's cap and the 200 iterations: bench/results/method_notes.md.
 """
 
 import itertools

@@ -3,9 +3,11 @@
 For owners who know which relationships matter (a reporting workload, the pairs a downstream model
 uses) or who want every pair (`selection.marginals: all_pairs`), as the NIST-challenge entries
 measured hand-picked marginals (PrivSyn section 6.1). Budget: `one_way_share` (default 0.1) for
-the noisy 1-way marginals split evenly (ABSyn section VI.B), nothing for scores (there are none),
-and the rest for the declared marginals, split by ABSyn Eq. 11 (rho_i proportional to c_i^(2/3)),
-measured in the `measurements` stage. The declared list is public configuration; only the noisy
+the noisy 1-way marginals split evenly (ABSyn section VI.B), nothing for scores (there are none:
+config refuses `selection.score_share`, so `budget.score` is 0), and the rest for the declared
+marginals, split by ABSyn Eq. 11 (rho_i proportional to c_i^(2/3)), measured in the
+`measurements` stage. Guarantee: only the 1-way marginals are drawn here (charged as drawn); no
+declared marginal: the measurement budget goes to the 1-way marginals (`budget.measurement_plan`). The declared list is public configuration; only the noisy
 marginals depend on the data. A declared marginal of one column is already a 1-way measurement
 and is not measured twice.
 """

@@ -35,8 +35,9 @@ Deviations and edge cases:
   stage already builds each column's domain under DP.
 - `settings.max_model_mb` does not apply: the junction tree of a tree's edges has the edges as its
   cliques, so the model stays as small as the largest pair.
-- d = 1: there are no pairs, no selection round runs and no cliques are returned, so neither
-  `budget.score` nor `budget.measure` is spent (the run releases the remainder).
+- d = 1: there are no pairs, no selection round runs and no cliques are returned: `budget.score`
+  is not spent (the run releases it) and the `measurements` stage spends `budget.measure` on the
+  1-way marginal instead (`budget.measurement_plan`).
 - `scores` stays empty: the exact scores w_ab are private and only the picked pairs are published;
   `details["rounds"]` records each round's pick and number of candidates (public).
 """

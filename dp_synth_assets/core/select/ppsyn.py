@@ -1,115 +1,72 @@
 """PPSyn (partition-based private data synthesis), made differentially private.
 
 Reference: ppsyn-partition-based.txt (Zhang, Deng, Yin), Algorithms 1-4 and Theorems 2-5, as
-corrected by SEED-NOTES.md ("PPSyn -- not DP as published"). Line numbers "L<n>" below are the
-lines of that text file; "Alg. k line j" is the pseudo-code line inside Algorithm k.
+SEED-NOTES.md ("PPSyn -- not DP as published") corrects it: the paper builds each round's
+partition, its reconstruction error RE and its budget rho_w = |P|^2 / (pi (eta Contr - RE)^2)
+from the exact marginal and releases them uncharged, and its score Contr / rho_w has unbounded
+sensitivity. "L<n>" are lines of that text file.
 
-What the paper does, and why it is not DP
------------------------------------------
-Every round (Alg. 1 lines 5-11) scores each workload marginal w by Contr_w = ||M_w(D) - M_w(p_hat)||_1
-(Alg. 2 line 2), builds a partition P_w of the *exact* marginal M_w(D) (Alg. 3 line 1 sorts its
-exact counts; Alg. 3 line 8 and Alg. 4 lines 4, 12, 14 compute the reconstruction error RE from
-it), derives rho_w = |P|^2 / (pi (eta Contr - RE)^2) from both (Alg. 3 lines 4, 9; Alg. 4 lines 6,
-16), and picks w by the exponential mechanism on score = Contr_w / rho_w (Alg. 2 lines 4, 6).
-The partition, its sort order, RE and rho_w are released without charge and Contr / rho_w has
-unbounded sensitivity (it grows like Contr^3).
+Guarantee: the data is read only by OpenDP mechanisms, each charged with its privacy map's answer
+right after its draw: the 1-way marginals, then per round an exponential mechanism, a Gaussian
+release of one contribution and a discrete Gaussian measurement. Together they spend
+budget.one_way + budget.score + budget.measure (the last round takes what is left). Everything
+else (partitions, rho_w, the trace) is computed from published values.
 
-What this module does instead (each change against the paper's lines)
-----------------------------------------------------------------------
-1. 1-way marginals (Alg. 1 lines 1-2, L150): `budget.one_way` split by c^(2/3) over the d
-   attributes (`measure.optimal_split`, as Alg. 1 line 1 says), one discrete-Gaussian draw per
-   attribute, each charged at once. Unchanged.
-2. Initial model (Alg. 1 line 3): mbi fitted to the 1-way measurements (`pgm.fit`), known total
-   noisy_total = the inverse-variance weighted noisy total (`measure.noisy_total`), never |D|.
-3. Workload W (L411): random 3-way marginals, each at most `WORKLOAD_MAX_CELLS` = 1e5 cells,
-   `WORKLOAD_SIZE` = 64 of them (all of them when fewer qualify), drawn with the fixed seed
-   `WORKLOAD_SEED` = 0 independent of every setting, so the workload depends only on the public
-   domain (the paper: "generated using a fixed random seed"; it gives no size or cap, we choose
-   these). Fallback: the shared `marginals` stage stores only 1- and 2-way marginals today, so when
-   the oracle cannot serve the 3-way workload the workload is all pairs under the same cap, and
-   `details["workload_order"]` says 2 (reported to the project with a proposed fix). Measured on
-   the example table (50,000 rows, numpy oracle): the pair workload scored better than the
-   3-way one (2-way TVD 0.020 vs 0.026 at epsilon 1, 0.045 vs 0.073 at epsilon 0.2; 3-way TVD
-   0.052 vs 0.062, 0.086 vs 0.130) but took longer (about 3 min vs 30 s at epsilon 1: more
-   rounds, and the chained pairs grow a larger junction tree).
-4. Rounds (Alg. 1 lines 4-11): T = 2d by default (`default_rounds`; the paper gives no default,
-   SEED-NOTES fixes 2d). The selection budget is spent as rho_sel = budget.score / T per round
-   (Alg. 1 line 4's rho_exp); score and measurement budget form one pool and the loop runs while
-   it lasts (Alg. 1 line 5: `while rho_used < rho`). Two public rules keep it bounded and make it
-   end exactly on the budget: a round's measurement never gets less than rho_floor =
-   budget.measure / T (so at most T rounds run, each spending >= (score + measure) / T), and a
-   round whose leftover could not pay for another round of rho_sel + rho_floor takes the whole
-   leftover ("cap the last round at what is left"; SEED-NOTES). A larger rho than the paper's
-   rho_w only lowers the noise, so the eta bound of step 8 still holds.
-5. Quality (Alg. 2 lines 2, 4): q_w = ||M_w(D) - p_hat_w||_1, with p_hat_w the current model's
-   marginal (public, post-processing). Under add/remove-one-row neighbours M_w changes by 1 in one
-   cell and p_hat_w not at all, so every q_w moves by at most 1, up or down (sensitivity 1,
-   non-monotonic). The paper's score Contr / rho_w is replaced by Contr itself: the
-   per-unit-budget idea enters through rho_w (step 7), which decides how much of the pool the
-   chosen marginal gets, not which one is chosen.
-6. Selection (Alg. 2 line 6): OpenDP's `make_noisy_max` (exponential mechanism, Gumbel noise,
-   zCDP map, non-monotonic L-inf d_in = 1) with rho_exp = `EM_SHARE` (1/2) of rho_sel. Candidates
-   whose addition would grow the junction tree beyond `settings.max_model_mb` are left out (a
-   public rule on the domain and the cliques measured so far; AIM does the same; the paper does
-   not bound the model). If none fits, the 1-way marginals are the candidates.
-7. rho_w from noisy values only (Alg. 2 line 3, Alg. 3 lines 4/9, Alg. 4 lines 6/16): the chosen
-   marginal's Contr is released once more with the Gaussian mechanism (sensitivity 1) at the other
-   half of rho_sel, and rho_w uses the one-sigma lower bound C_hat = noisy Contr - sigma_C (so that
-   the bound of step 8 holds against the true Contr about 84% of the time rather than 50%). If
-   C_hat <= 0 the marginal gets rho_floor (or the last round's leftover). The noisy Contr and
-   C_hat are published in `details["rounds"]`; the exact Contr never is.
-8. Partitions from p_hat (Alg. 3 lines 1, 8; Alg. 4 lines 4, 12, 14): every count in Algorithms
-   3 and 4 is read from p_hat_w, not from M_w(D): the sort order, the merge errors, the split
-   points and RE = ||p_hat_w - U_P(p_hat_w)||_1 (U_P: uniform reconstruction within each
-   partition cell, Def. 9). The partition is therefore public and free. By construction the
-   returned partition satisfies RE + |P| / sqrt(pi rho_w) <= eta C_hat (Theorems 4-5 as
-   SEED-NOTES states them: the expected noise, not the realized one), with RE measured on p_hat;
-   the RE of the true marginal is private and not bounded by this rule. eta = 0.7 (L474).
-   - Algorithm 3 (one-dimensional marginals; `merge_partition`): cells sorted by p_hat, adjacent
-     intervals merged greedily by least merge error, as published. Instead of stopping at the
-     first increase of rho (Alg. 3 lines 10-11) we run the merges to one interval and take the
-     global minimum of rho_t over the sequence (the "skill to improve efficiency", L346, computes
-     that sequence anyway); it is never larger than the first local minimum.
-   - Algorithm 4 (multi-dimensional marginals; `split_partition`, the default
-     `MULTI_DIM_PARTITION`): start from the whole domain,
-     split the box of largest RE (L305) in dimension t mod d (Alg. 4 line 11; the next dimension
-     if the box is one cell wide there) at the point of largest RE reduction (line 12). Instead of
-     breaking at the first increase (lines 17-18) we continue while a better rho is still
-     possible (rho_t >= |P_t|^2 / (pi (eta C)^2) grows with |P_t|, so we stop once that lower
-     bound reaches the best rho seen) and take the global minimum. Algorithm 3 on the flattened
-     cells (`MULTI_DIM_PARTITION = "merge"`) needs far less rho for the same bound, but its
-     groups of cells that p_hat already deems alike tell the model little: 2-way TVD 0.050 instead
-     of 0.027 on the example table (50,000 rows, epsilon 1), so boxes stay the default.
-   When the round's rho_m differs from rho_w (step 4's floor or cap, or C_hat <= 0), the
-   partition is re-chosen from the same sequence to minimize the expected error
-   RE + |P| / sqrt(pi rho_m) at the rho actually spent (at rho_m = rho_w this is the same
-   partition: see `choose`).
-9. Measurement (Alg. 1 lines 7-8): the partition-cell (interval) counts sum_{i in I} M_w(D)[i]
-   get discrete Gaussian noise at rho_m; each row lies in exactly one cell, so the L2 sensitivity
-   is 1. Est(m, P~) is the paper's uniform reconstruction (Def. 9): each cell of interval I gets
-   noisy(I) / |I|, giving a dense `Measurement` that `pgm.fit` and the `measurements` stage take
-   as is. This is an approximation of the aggregated linear query: mbi's loss on the dense array
-   splits, per interval, into (s_I - noisy_I)^2 / (|I| sigma_m^2) (the information the mechanism
-   released) plus a penalty on non-uniformity inside I (the paper's uniformity assumption, not
-   data). The measurement's sigma is sigma_m = sigma / sqrt(min_I |I|) with sigma = 1/sqrt(2
-   rho_m) the mechanism's scale: the largest per-interval scale at which the dense array carries
-   exactly the interval sums' information, so no interval is over-trusted and intervals larger
-   than the smallest are under-weighted by min|I| / |I|. `Measurement.rho` is the mechanism's
-   rho_m; a measurement without merged cells (min |I| = 1) has sigma_m = sigma.
-   (An exact alternative, an mbi `LinearMeasurement` with a query that sums the cells of each
-   interval, needs a new measurement type in `measure.py` / `pgm.fit`.)
-10. Refit (Alg. 1 line 9): `pgm.fit(..., warm_start=previous model)` with `ROUND_ITERATIONS` =
-   1000 mirror-descent iterations per round (the paper refits to convergence and gives no number;
-   the final model is fitted in the `model` stage with `model.iterations`). Measured on the
-   example table (50,000 rows, epsilon 1, 3-way workload): with 100 iterations the model does not
-   absorb a measurement before the next round, the same marginal wins 11 rounds in a row and
-   2-way TVD is 0.037; with 1000 it is 0.026-0.028 in 9-11 rounds and less time (30-50 s),
-   since each round's cost is mostly mbi's JAX compile for the new clique set, not iterations.
-   p_hat_w of every candidate comes from `model_marginals` (numpy variable elimination on the
-   model's potentials) rather than mbi's `project`, which compiles anew for every clique.
-11. Output: every marginal is measured here (`measures_in_selection`), so `cliques` / `budgets`
-   are empty and `measured` holds the reconstructed measurements; `details` has the workload, the
-   per-round public trace and each measured partition (boxes or groups of cell indices).
+1. 1-way marginals (Alg. 1 lines 1-2): `budget.one_way` split by c^(2/3) (`optimal_split`), each
+   drawn by `measure_marginal`; the initial model is `pgm.fit` on them with the noisy total
+   (`measure.noisy_total`, never |D|) and `ROUND_ITERATIONS` iterations.
+2. Workload (L411; size and cap are our choice, the paper gives neither): `WORKLOAD_SIZE` = 64
+   random 3-way marginals of at most `WORKLOAD_MAX_CELLS` = 1e5 cells (all when fewer qualify),
+   seed `WORKLOAD_SEED` = 0: a function of the public domain. `needed_cliques` lists them for the
+   `marginals` stage. Without a qualifying triple, or with an oracle that serves no 3-way
+   marginal (KeyError), the workload is the pairs under the same cap
+   (`details["workload_order"]` 2, `details["workload_fallback"]` says why).
+3. Rounds (Alg. 1 lines 4-11): T = 2d (SEED-NOTES; `rounds` overrides). Each round spends
+   rho_sel = budget.score / T on selection, `EM_SHARE` (1/2) of it on the exponential mechanism
+   and the rest on the contribution. budget.score + budget.measure are one pool, spent while it
+   lasts (Alg. 1 line 5). The measurement gets rho_m = max(rho_w, rho_floor), rho_floor =
+   budget.measure / T. A round that would leave less than rho_sel + rho_floor takes the whole
+   leftover and is the last. This includes every round whose rho_w is infinite (C_hat <= 0, or
+   RE >= eta C_hat for every partition) or exceeds what is left. So each round spends at least
+   pool / T and at most T rounds run.
+4. Quality (Alg. 2 line 2): q_w = ||M_w(D) - p_hat_w||_1, p_hat_w the current model's marginal
+   (`model_marginals`). Sensitivity 1, non-monotonic. The paper's Contr / rho_w is replaced by
+   Contr: rho_w decides how much the chosen marginal gets, not which one is chosen. The choice is
+   OpenDP's `make_noisy_max` in zCDP (the exponential mechanism). It chooses among workload
+   marginals whose addition keeps the junction tree within `settings.max_model_mb` (the 1-way
+   marginals when none fits). The paper bounds no model size.
+5. rho_w from noisy values (Alg. 2 line 3; Alg. 3 lines 4, 9; Alg. 4 lines 6, 16): the chosen
+   q_w is released again by the Gaussian mechanism (sensitivity 1). C_hat = noisy q_w - sigma
+   (one-sigma lower bound), rho_w = min over the partition sequence of
+   |P|^2 / (pi (eta C_hat - RE)^2), eta = `ETA` = 0.7 (L474). The exact q_w is never published.
+6. Partitions (Alg. 3 and 4) are computed from p_hat_w, never from M_w(D), so they are public:
+   - Alg. 3 (1-D marginals, `merge_partition`): cells sorted by p_hat, adjacent intervals merged
+     by least merge error. The merges run down to one interval, and we take the global minimum
+     of rho_t, never worse than the paper's first local minimum (L346).
+   - Alg. 4 (multi-D, `split_partition`, `MULTI_DIM_PARTITION` = "split"): split the box of
+     largest RE (L305) in dimension t mod d (the next dimension wide enough) at the point of
+     largest RE reduction, and take the global minimum (the scan stops once |P|^2 / (pi (eta
+     C_hat)^2) reaches the best). "merge" is Alg. 3 on the flattened cells.
+   When rho_m != rho_w the partition is re-chosen from the same sequence by least
+   RE + |P| / sqrt(pi rho_m) (`choose`; the same partition at rho_m = rho_w). At rho_m >= rho_w it
+   satisfies RE + |P| / sqrt(pi rho_m) <= eta C_hat (Theorems 4-5 as SEED-NOTES states them:
+   expected noise, RE on p_hat). When the pool caps rho_m below rho_w the bound does not hold.
+   The RE of the true marginal is private and not bounded.
+7. Measurement (Alg. 1 lines 7-8): the partition-cell sums of M_w(D) have L2 sensitivity 1 and
+   are drawn by `measure_marginal` at rho_m. They are reconstructed uniformly (Def. 9: each cell
+   gets noisy(I) / |I|) into a dense `Measurement` with sigma_m = sigma / sqrt(min_I |I|) and
+   rho = rho_m. sigma_m is the largest per-cell scale at which the dense array carries no more
+   than the sums' information: no interval is over-trusted, and larger ones are under-weighted
+   by min|I| / |I|. (Exact alternative: an mbi linear measurement summing each interval.)
+8. Refit (Alg. 1 line 9): after every round but the last, `pgm.fit` warm-started from the
+   previous model, `ROUND_ITERATIONS` = 1000 iterations. The paper refits to convergence and
+   gives no number.
+9. Output: everything is measured here (`measures_in_selection`): `cliques` and `budgets` are
+   empty and `measured` holds the dense measurements. `scores` has each chosen marginal's noisy
+   contribution. `details` has the workload, the per-round trace (no wall time: a round's
+   duration is private work) and each partition.
+Why these defaults (workload order, 1000 iterations, boxes rather than merges): see
+bench/results/method_notes.md.
 """
 
 import heapq

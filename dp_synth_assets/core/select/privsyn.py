@@ -2,7 +2,12 @@
 
 References: privsyn-selection-excerpt.txt section 4 (Lemma 4, Theorems 5-6), corrected by
 SEED-NOTES.md (InDif variance 8m/rho', marginal variance 1/(2 rho); the greedy loop of PrivSyn
-section 4.2 as described there). Steps:
+section 4.2 as described there).
+
+Guarantee: the data is read by the 1-way marginals (`budget.one_way`) and one Gaussian release of
+all InDif scores (`budget.score`), each charged with its OpenDP map's answer right after its
+draw; the greedy is post-processing. `budget.measure` is split over the selected pairs and spent
+by the `measurements` stage (on the 1-way marginals when nothing is selected). Steps:
 
 1. 1-way marginals with rho_1 split evenly over the d attributes (ABSyn section VI.B), charged one
    by one. They are the selection's noisy 1-way measurements, reused by `measurements`.
@@ -10,10 +15,13 @@ section 4.2 as described there). Steps:
    all m = d(d-1)/2 pairs at once with Gaussian noise of variance 8m/rho_s (Theorem 5).
 3. Greedy (DenseMarg): total error = sum of noisy InDif over unselected pairs (dependency error)
    + the expected l1 noise error of the selected pairs under the optimal c^(2/3) split of rho_2
-   (Eq. 10-11). Each round adds the pair that lowers the total error most; stop when no pair lowers
-   it. Our addition (documented choice, DESIGN.md section 8): a pair is refused when the junction
-   tree of the selected cliques would exceed `max_model_mb`, which keeps the model cheap to fit.
-   Ties break by column order, so the result is deterministic given the noisy scores.
+   (Eq. 10-11), starting from the sum of the noisy InDif as drawn. Each round adds the pair that
+   lowers the total error most among those that fit; stop when no pair lowers it. Our addition
+   (documented choice, DESIGN.md section 8): a pair whose junction tree with the selected cliques
+   and the 1-way marginals would exceed `settings.max_model_mb` is refused and dropped for the
+   rest of the loop (the tree only grows), which keeps the model cheap to fit. Ties break by
+   column order, so the result is deterministic given the noisy scores. The selected pairs are
+   measured with the c^(2/3) split of `budget.measure` (Eq. 11).
 Marginal combining (merging selected pairs that form a clique) is left to the generator: mbi's
 junction tree already models the triangulated cliques.
 """
