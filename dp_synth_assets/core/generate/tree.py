@@ -148,6 +148,30 @@ def sample(tree: CliqueTree, rows: int, rng: np.random.Generator) -> dict[str, n
     return {a: codes[a] for a in tree.domain}
 
 
+def sample_chunks(tree: CliqueTree, rows: int, seed: int | None, chunk_rows: int, log=None):
+    """`rows` rows in chunks of at most `chunk_rows` (at least one chunk), one chunk in memory
+    at a time: each chunk is drawn from the same seeded generator in turn, so a seed fixes the
+    rows (systematic counts per chunk)."""
+    rng = np.random.default_rng(seed)
+    done = 0
+    while True:
+        n = min(chunk_rows, rows - done)
+        yield sample(tree, n, rng)
+        done += n
+        if log and rows > chunk_rows:
+            log(f"sampled {done:,} of {rows:,} rows")
+        if done >= rows:
+            return
+
+
+def dumps(tree: CliqueTree) -> bytes:
+    return tree.to_bytes()
+
+
+def loads(data: bytes) -> CliqueTree:
+    return CliqueTree.from_bytes(data)
+
+
 def collision_probability(tree: CliqueTree) -> float:
     """q = sum_x P(x)^2 of the tree's distribution P(x) = T_root(x) prod_child T_c(x_c) /
     T_c(x_sep): the chance that two independent rows are equal. Computed by passing the squared
