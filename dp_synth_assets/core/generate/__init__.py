@@ -46,7 +46,7 @@ import io
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -90,8 +90,10 @@ def engine_of(model) -> str:
 
 def estimate(engine: str, domain: dict[str, int], measurements: list[Measurement], rows: int,
              settings: ModelSettings, cores: int | None = None) -> Estimate:
-    """Peak memory and fitting time of `engine` on this selection, before anything is built."""
-    return engine_module(engine).estimate(domain, measurements, rows, settings, cores)
+    """Peak memory and fitting time of `engine` on this selection, before anything is built
+    (under the engine's registered name)."""
+    est = engine_module(engine).estimate(domain, measurements, rows, settings, cores)
+    return replace(est, engine=engine)
 
 
 def multiprocess(requested: str, settings: ModelSettings) -> bool:
