@@ -11,9 +11,10 @@
    domain size: largest first, each to the unit with the fewest cells so far. Each unit fits its
    cliques in turn and returns one probability table per clique. In the pipeline every unit is a
    step of the `model` asset's graph (a Dagster dynamic output), so Dagster's executor runs the
-   units: in parallel processes with the multiprocess executor (the dataset's job uses it when
-   `model.workers` > 1), in pods with the Kubernetes or Celery executors; there is no process
-   pool of our own. `fit` runs the units one after the other in this process.
+   units: in parallel processes with the multiprocess executor (under `model.executor: auto`
+   the dataset's job uses it for `generator: parallel_pgm` or `model.workers` > 1), in pods
+   with the Kubernetes or Celery executors; there is no process pool of our own. `fit` runs
+   the units one after the other in this process.
 4. Combination (line 7): the tables form a `CliqueTree` in junction-tree order and sampling draws
    each clique's new attributes conditioned on its separator's values drawn earlier (tree.py).
    Why the separators agree: the measurements were made consistent before (every measurement

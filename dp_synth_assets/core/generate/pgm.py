@@ -143,10 +143,10 @@ def clique_tree(model, domain: dict[str, int]) -> CliqueTree:
     maximal clique's exact marginal from belief propagation (Shafer-Shenoy, in log space, numpy)
     over that junction tree, one pass up and one down, so sampling the tree draws from the
     model's joint distribution (see tree.py). Each potential of the model goes to the first
-    maximal clique that holds it. (mbi's JAX message passing gives the same tables, test_generate
-    checks it, but compiles for 7-16 s and 200 MB on the scale benchmark's model; a per-clique
-    np.einsum over all potentials can build huge intermediates: 20+ minutes on adult at
-    epsilon 5.)"""
+    maximal clique that holds it. Choice: numpy rather than mbi's JAX message passing (the
+    same tables, test_generate checks it, without a JAX compile per model), and messages along
+    the tree rather than one np.einsum over all potentials per clique (whose intermediates can
+    grow with the whole domain)."""
     potentials = model.potentials
     order, separators, parents = junction_tree(domain, [tuple(c) for c in model.cliques])
     psi = [np.zeros([domain[a] for a in c]) for c in order]
@@ -201,7 +201,7 @@ def model_marginals(model, cliques: list[tuple[str, ...]]) -> dict[tuple[str, ..
     """p_hat_w for each clique: the model's marginals, computed in numpy by contracting its
     potentials (np.einsum with a greedy contraction order is variable elimination) and scaling to
     the model's total. Same numbers as `model.project` (float32 rounding aside) without the JAX
-    compile that mbi pays for each new clique (about 0.3 s each)."""
+    compile that mbi pays for each new clique."""
     potentials = model.potentials
     index = {a: i for i, a in enumerate(potentials.domain)}
     operands: list = []

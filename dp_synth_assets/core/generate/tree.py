@@ -3,8 +3,10 @@
 Both PGM engines end in the same object: a `CliqueTree`, the maximal cliques of a triangulated
 graph in sampling order, each with its separator (the attributes it shares with its parent in the
 junction tree, empty for a root) and a probability table over the clique. `pgm` fills the tables
-with the fitted model's exact clique marginals (belief propagation in mbi), `parallel_pgm` with
-each clique's separately fitted maximum-entropy distribution (ABSyn section VII).
+with the fitted model's exact clique marginals (belief propagation over the junction tree,
+`pgm.clique_tree`), `parallel_pgm` with each clique's separately fitted maximum-entropy
+distribution (ABSyn section VII). `sample_chunks`, `dumps` and `loads` serve both engines'
+contract (see `generate`).
 
 `sample` draws rows clique by clique in that order: a root clique from its table, every other
 clique's new attributes from its table conditioned on the separator values already drawn. For a
