@@ -69,12 +69,12 @@ def separators_measured(domain: dict[str, int], measurements: list[Measurement])
 def assign(cliques: list[Clique], domain: dict[str, int], workers: int) -> list[list[int]]:
     """ABSyn section VII: largest domain first, each to the least loaded worker (by cells)."""
     sizes = [int(np.prod([domain[a] for a in c])) for c in cliques]
-    loads = [0] * workers
+    cells = [0] * workers
     plan: list[list[int]] = [[] for _ in range(workers)]
     for i in sorted(range(len(cliques)), key=lambda i: -sizes[i]):
-        w = int(np.argmin(loads))
+        w = int(np.argmin(cells))
         plan[w].append(i)
-        loads[w] += sizes[i]
+        cells[w] += sizes[i]
     return [p for p in plan if p]
 
 
