@@ -417,11 +417,7 @@ class Synthesizer:
         rows = requested_rows(self.spec, total)
         settings = self.spec.model
         choice = generate.choose(self.spec.generator, plan.domain, measurements, rows, settings)
-        if choice.engine in ("pgm", "parallel_pgm"):
-            from .core.generate import pgm
-
-            pgm.check_model_size(plan.domain, [m.clique for m in measurements],
-                                 settings.max_clique_cells, self.dataset)
+        generate.check(choice.engine, plan.domain, measurements, settings, self.dataset)
         units = generate.fit_units(choice.engine, plan.domain, measurements, settings)
         results = [generate.fit_unit(choice.engine, unit, plan.domain, measurements, total,
                                      settings) for unit in units]

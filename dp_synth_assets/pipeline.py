@@ -26,7 +26,6 @@ from .core import marginals as margs
 from .core.config import AttachSource, DatasetSpec, TableSource
 from .core.domain import EncodingPlan
 from .core import generate
-from .core.generate import pgm
 from .core.measure import Measurement, clique_size, make_consistent, measure, noisy_total
 from .core.preprocess import prepare_encoded_view
 from .core.select import Selection, required_cliques, select
@@ -310,16 +309,12 @@ def build_model_asset(dataset: str, spec: DatasetSpec, key):
         rows = requested_rows(spec, noisy_total)
         choice = generate.choose(spec.generator, plan.domain, found, rows, spec.model)
         context.log.info(f"generator {choice.engine}: {choice.reason}")
-        size = None
-        if choice.engine in ("pgm", "parallel_pgm"):
-            try:
-                size = pgm.check_model_size(plan.domain, [m.clique for m in found],
-                                            spec.model.max_clique_cells, dataset)
-            except pgm.ModelTooLarge as e:
-                raise dg.Failure(description=f"{e} (or set generator: auto or gum)") from None
-            context.log.info(f"fitting {choice.engine}: {len(found)} measurements, largest clique "
-                             f"{list(size.largest_clique)} ({size.largest_clique_cells} cells), "
-                             f"{spec.model.iterations} iterations")
+        try:
+            size = generate.check(choice.engine, plan.domain, found, spec.model, dataset)
+        except generate.ModelTooLarge as e:
+            raise dg.Failure(description=f"{e} (or set generator: auto or gum)") from None
+        if size:
+            context.log.info(f"fitting {choice.engine}: {len(found)} measurements, {size}")
         units = generate.fit_units(choice.engine, plan.domain, found, spec.model)
         context.log.info(f"{len(units)} unit(s) of work")
         metadata = {
@@ -327,9 +322,7 @@ def build_model_asset(dataset: str, spec: DatasetSpec, key):
             "choice_reason": dg.MetadataValue.text(choice.reason),
             "estimates": dg.MetadataValue.json([e.to_dict() for e in choice.estimates]),
             "units": len(units),
-            **({"largest_clique": dg.MetadataValue.json(list(size.largest_clique)),
-                "largest_clique_cells": size.largest_clique_cells,
-                "model_mb": dg.MetadataValue.float(round(size.megabytes, 4))} if size else {}),
+            **(size or {}),
         }
         for k, unit in enumerate(units):
             yield dg.DynamicOutput({"engine": choice.engine, "unit": unit, "metadata": metadata},

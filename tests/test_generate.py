@@ -1,6 +1,8 @@
-"""Generation engines: the clique-tree sampler, pgm, parallel_pgm, the `auto` choice, and each
-engine end to end in Dagster (GUM's own tests are in test_gum.py)."""
+"""Generation engines: the clique-tree sampler, pgm, parallel_pgm, the `auto` choice, the facade's
+pre-fit check and model bytes, and each engine end to end in Dagster (GUM's own tests are in
+test_gum.py, an engine registered from tests/ in test_engine_plugins.py)."""
 
+import io
 import itertools
 import json
 
@@ -11,7 +13,7 @@ import pytest
 
 from dp_synth_assets.core import generate
 from dp_synth_assets.core.config import ModelSettings
-from dp_synth_assets.core.generate import parallel_pgm, pgm, tree
+from dp_synth_assets.core.generate import gum, parallel_pgm, pgm, tree
 from dp_synth_assets.core.generate.tree import CliqueTree, conditional_draw
 from dp_synth_assets.core.measure import Measurement, make_consistent, noisy_total
 from tests.helpers import make_project
@@ -187,28 +189,49 @@ def test_auto_picks_parallel_pgm_when_only_the_parallel_fit_meets_the_time_budge
 def test_auto_picks_gum_for_all_pairs_where_the_pgm_guard_refuses():
     domain = {f"x{i}": 20 for i in range(8)}
     found = fake(domain, list(itertools.combinations(domain, 2)))
-    with pytest.raises(pgm.ModelTooLarge, match="max_clique_cells"):
-        pgm.check_model_size(domain, [m.clique for m in found], 2_000_000, "dense")
+    with pytest.raises(generate.ModelTooLarge, match="max_clique_cells"):
+        generate.check("pgm", domain, found, ModelSettings(), "dense")
     choice = generate.choose("auto", domain, found, 50_000, ModelSettings())
     assert choice.engine == "gum"
     assert "pgm refused" in choice.reason and "parallel_pgm refused" in choice.reason
     assert [e.engine for e in choice.estimates] == ["pgm", "parallel_pgm", "gum"]
 
 
-def test_models_round_trip_through_their_files(tmp_path):
+def test_models_round_trip_through_their_bytes_which_name_the_engine():
     data, domain = table(2000)
     found = make_consistent(exact_measurements(data, domain, [("a", "b")]))
     t = generate.fit("pgm", domain, found, noisy_total(found), ModelSettings(iterations=50))
-    generate.save(t, str(tmp_path / "tree.npz"))
-    back = generate.load(str(tmp_path / "tree.npz"))
+    back = generate.loads(generate.dumps(t))
     assert back.cliques == t.cliques and back.separators == t.separators
     assert all(np.array_equal(x, y) for x, y in zip(back.tables, t.tables))
     g = generate.fit("gum", domain, found, noisy_total(found), ModelSettings(gum_iterations=7))
-    generate.save(g, str(tmp_path / "gum.npz"))
-    back = generate.load(str(tmp_path / "gum.npz"))
+    data_g = generate.dumps(g)
+    with np.load(io.BytesIO(data_g)) as arrays:
+        assert str(arrays["engine"]) == "gum"
+    back = generate.loads(data_g)
     assert back.iterations == 7 and back.domain == domain
     assert [m.clique for m in back.measurements] == [m.clique for m in found]
     assert all(np.array_equal(x.noisy, y.noisy) for x, y in zip(back.measurements, found))
+    # a bare engine file, without the engine's name, is read by the engine its header names
+    assert generate.loads(gum.dumps(g)).measurements[0].clique == found[0].clique
+    assert generate.loads(tree.dumps(t)).cliques == t.cliques
+
+
+def test_the_pre_fit_check_publishes_the_pgm_size_and_refuses_a_large_clique():
+    domain = {"a": 10, "b": 10, "c": 10}
+    found = fake(domain, [("a", "b"), ("b", "c")])
+    facts = generate.check("pgm", domain, found, ModelSettings(), "small")
+    assert facts["largest_clique_cells"] == 100 and len(facts["largest_clique"]) == 2
+    assert facts["model_mb"] == round(200 * 8 / 2**20, 4)
+    assert generate.check("parallel_pgm", domain, found, ModelSettings(), "small") == facts
+    assert generate.check("gum", domain, found, ModelSettings(max_clique_cells=1), "small") is None
+    with pytest.raises(generate.ModelTooLarge, match="dataset 'small'.*max_clique_cells = 99"):
+        generate.check("pgm", domain, found, ModelSettings(max_clique_cells=99), "small")
+
+
+def test_a_generator_that_is_not_registered_is_refused_naming_the_choices():
+    with pytest.raises(ValueError, match=r"unknown generator 'nope'.*'gum'.*or auto"):
+        generate.fit_units("nope", {"a": 2}, [], ModelSettings())
 
 
 # ---- each engine in Dagster --------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Annotated, Literal, Union
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .engines import ENGINES
 from .methods import METHODS
 
 DATASET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -390,7 +391,7 @@ class DatasetSpec(_Strict):
     privacy: Privacy
     # default: the best accuracy at epsilon 1 on adult (bench/compare_methods.py, README)
     method: str = "absyn"  # a key of core.methods.METHODS (checked below)
-    generator: Literal["pgm", "parallel_pgm", "gum", "auto"] = "auto"
+    generator: str = "auto"  # a key of core.engines.ENGINES or auto (checked below)
     rows: Literal["same"] | Annotated[int, Field(ge=1, le=1_000_000_000)] = "same"
     seed: int | None = None
     schedule: str | None = None
@@ -419,6 +420,13 @@ class DatasetSpec(_Strict):
     def _registered_method(cls, v: str) -> str:
         if v not in METHODS:
             raise ValueError(f"unknown selection method {v!r}; choose one of {sorted(METHODS)}")
+        return v
+
+    @field_validator("generator")
+    @classmethod
+    def _registered_generator(cls, v: str) -> str:
+        if v != "auto" and v not in ENGINES:
+            raise ValueError(f"unknown generator {v!r}; choose one of {sorted(ENGINES)} or auto")
         return v
 
     @field_validator("schedule")

@@ -1,89 +1,64 @@
-"""The `gum` engine: PrivSyn's Gradually Update Method (PrivSyn section 5.2-5.3, read in
-papers/privsyn-gum-excerpt.txt with SEED-NOTES.md).
+"""The `gum` engine: PrivSyn's Gradually Update Method (Zhang et al., "PrivSyn: Differentially
+Private Data Synthesis", USENIX Security 2021, sections 5.2-5.3; papers/privsyn-gum-excerpt.txt).
 
 `generate(domain, measurements, rows, seed, settings, log)` returns `rows` records as integer
 code arrays (one per attribute, in domain order, the smallest signed dtype that holds the largest
-code: int8 for domains up to 128 values). It is pure numpy; every random choice comes from one
-`np.random.Generator(seed)`, so a seed fixes the output. The steps, and the choices the paper
-leaves open (each measured on adult, see the numbers at the end):
+code: int8 for domains up to 128 values). It is pure numpy and reads only the measurements; every
+random choice comes from one `np.random.Generator(seed)`, so a seed fixes the output. The steps,
+and the choices where the paper leaves room (the measurements behind each choice are in
+bench/results/engines.md, "GUM: the choices"):
 
 1. Targets. Measurements of the same clique (in any attribute order) are combined with
    inverse-variance weights 1/sigma^2 (`combine`). Negative cells are then removed by Euclidean
    projection onto {x >= 0, sum x = the measured total}: subtract one constant from every cell
-   and clip at 0 (PrivSyn's norm_sub). Clipping alone (`nonnegative="clip"`) adds the positive
-   half of the noise of every empty cell: on a 100 x 85 marginal at sigma 20 that is more mass
-   than the table has, and on adult it costs 0.001-0.017 TVD. Because non-negativity undoes the
-   consistency made upstream, `consistency_rounds` (10) rounds of `measure.make_consistent`
-   followed by non-negativity are run again (PrivSyn Alg. 3 line 6 iterates the two; the
-   benchmark runs 501 rounds, Table 6; the gain here levels off by 10). This matters when a noisy
-   large marginal meets a precise 1-way one (a spanning tree with age x fnlwgt: 0.089 -> 0.060
-   TVD), is neutral on the project's own selections (+-0.0001) and costs 0.0004-0.0015 on the
-   synthetic 20- and 91-pair selections. Each target is then scaled to `rows` records.
-2. Initialization (section 5.3, first paragraph): every attribute independently from its 1-way
-   target, with the integer counts closest to rows * p (largest remainder, ties broken at random),
-   randomly permuted. An attribute without a 1-way measurement uses a measured clique's
-   projection, else the uniform distribution.
+   and clip at 0 (PrivSyn's norm_sub); plain clipping (`nonnegative="clip"`) would add the
+   positive half of the noise of every empty cell. Because non-negativity undoes the consistency
+   made upstream, `consistency_rounds` (10) rounds of `measure.make_consistent` followed by
+   non-negativity are run again (PrivSyn Alg. 3 line 6 iterates the two). Each target is then
+   scaled to `rows` records.
+2. Initialization (section 5.3): every attribute independently from its 1-way target, with the
+   integer counts closest to rows * p (largest remainder, ties broken at random), randomly
+   permuted. An attribute without a 1-way measurement uses a measured clique's projection, else
+   the uniform distribution.
 3. Attribute appending (section 5.3): in the graph of the multi-way marginals, an attribute in
    exactly one marginal, a 2-way one, is left out of the updates; afterwards it is filled from
    its partner: for each partner value y held by m_y rows, the counts m_y * p(x | y) of that
-   2-way target, rounded per y by largest remainder, spread over those rows in random order
-   (vectorized: rows sorted by y, values repeated by the count matrix). If both ends of a pair
-   have degree 1, the first in domain order is drawn from its 1-way target and the other
-   appended. Only this first layer is peeled, as in the paper. Attributes in no multi-way
-   marginal are drawn from their 1-way target (rounded counts, shuffled).
+   2-way target, rounded per y by largest remainder, spread over those rows in random order. If
+   both ends of a pair have degree 1, the first in domain order is drawn from its 1-way target
+   and the other appended. Only this first layer is peeled, as in the paper. Attributes in no
+   multi-way marginal are drawn from their 1-way target (rounded counts, shuffled).
 4. Separate and join (section 5.3): the connected components of the remaining marginals are
-   updated independently, each in its own rows x attributes block (row-major, so Duplicate
-   copies a row in one memory access); the blocks are joined by position, that is independently,
-   since every block starts from its own permutation.
-5. One update for one marginal (section 5.2, Fig. 3, footnotes 1-2). ns = current counts
-   (np.bincount of the packed cell index), nt = target. An under-counted cell gains
-   min(nt - ns, alpha ns) records; the paper's rule cannot fill an empty cell (ns = 0), so an
-   empty cell gains alpha nt. Over-counted cells lose min(ns - nt, beta ns), with beta solved
-   exactly (the sum is piecewise linear in beta; its breakpoints are the cells' (ns - nt) / ns)
-   so that the losses equal the gains and the row total stays fixed. The float amounts become
-   integers by systematic rounding (one uniform offset along the cumulative sum): every count
-   is the floor or the ceiling of its amount, its expectation is the amount (so small gains, as
-   alpha nt for a rarely filled cell, are not always rounded away as largest remainder would),
-   and the sum is exact. The removed rows are drawn uniformly without replacement within each
-   over-counted cell and their places reused. Of a cell's additions, Binomial(added, share) are
-   Duplicates: a uniformly drawn existing row of that cell (distinct rows; alpha <= 1 keeps the
-   number at most ns) is copied whole, all attributes of the component; the rest are Replaces:
-   the removed row keeps its other attributes and takes the cell's values on the marginal's
-   attributes. An empty cell can only be Replaced.
-6. Schedules. Step decay (section 5.3) alpha = alpha0 k^floor(t / s) with t = 0..iterations-1:
-   alpha0 = 0.3, k = 0.8, s = 10, so alpha goes 0.30, 0.24, 0.19, 0.15, 0.12 over the five blocks
-   of the benchmark's 50 iterations (Table 6). Footnote 1 keeps alpha < 1 (we require <= 1). On
-   adult a small rate still near 0.1 at the end does best on dense selections (91 pairs: 0.035
-   TVD, against 0.047 with alpha0 = 0.5, k = 0.5, s = 5, whose alpha is 0.001 by iteration 45)
-   and is within 0.001 of the best grid point on sparse ones (grid: alpha0 0.3-1, k 0.5-0.9,
-   s 5-20). The Duplicate share rises linearly from 0 at the first iteration to 0.6 at the last:
-   Replace early, when records must be created, more Duplicate near convergence, as section 5.2
-   advises. Without Duplicates TVD rises by 0.023 on 91 pairs and 0.005 on 20 pairs and the
-   privsyn selection (unchanged, +-0.001, on the tree and the absyn selection); ending the ramp at
-   0.9 or 1.0 instead of 0.6 costs 0.001-0.004. Each iteration updates the marginals in
-   decreasing order of their current L1 error, as PrivSyn's reference code does (91 pairs: 0.035
-   against 0.037 in random order; equal on sparse selections).
+   updated independently, each in its own rows x attributes block; the blocks are joined by
+   position, that is independently, since every block starts from its own permutation.
+5. One update for one marginal (section 5.2, Fig. 3, footnotes 1-2). ns = current counts,
+   nt = target. An under-counted cell gains min(nt - ns, alpha ns) records; the paper's rule
+   cannot fill an empty cell (ns = 0), so an empty cell gains alpha nt. Over-counted cells lose
+   min(ns - nt, beta ns), with beta solved exactly (the sum is piecewise linear in beta; its
+   breakpoints are the cells' (ns - nt) / ns) so that the losses equal the gains and the row
+   total stays fixed. The float amounts become integers by systematic rounding (one uniform
+   offset along the cumulative sum): every count is the floor or the ceiling of its amount, its
+   expectation is the amount, and the sum is exact. The removed rows are drawn uniformly without
+   replacement within each over-counted cell and their places reused. Of a cell's additions,
+   Binomial(added, share) are Duplicates: a uniformly drawn existing row of that cell (distinct
+   rows; alpha <= 1 keeps the number at most ns) is copied whole, all attributes of the
+   component; the rest are Replaces: the removed row keeps its other attributes and takes the
+   cell's values on the marginal's attributes. An empty cell can only be Replaced.
+6. Schedules. Step decay (section 5.3) alpha = alpha0 k^floor(t / s), t = 0..iterations-1, with
+   alpha0 = 0.3, k = 0.8, s = 10 (footnote 1 keeps alpha < 1; we require <= 1). The Duplicate
+   share rises linearly from 0 at the first iteration to 0.6 at the last: Replace early, when
+   records must be created, more Duplicate near convergence, as section 5.2 advises. Each
+   iteration updates the marginals in decreasing order of their current L1 error, as PrivSyn's
+   reference code does.
 
 Complexity. An update costs O(rows x |clique|) for the cell index and the counts plus
 O(moved rows) for the moves: rows are drawn per cell through a Bernoulli pre-selection and a sort
 of the few rows kept (`_pick`), never a shuffle of the whole table. Memory: the code blocks (rows
-x attributes, int8 on adult), a few rows-long int64/float32 temporaries, and the marginals' cells.
+x attributes), a few rows-long int64/float32 temporaries, and the marginals' cells.
 
-Measured on adult (48,842 rows, 14 attributes; average 2-way TVD over all 91 pairs against the
-real table; independent columns 0.076; mean of GUM seeds 0-2, spread <= 0.0006; a shared 2-core
-machine under load ~3.5). Noisy measurements are Gaussian (sigma 40 on 1-way, 20 on 2-way cells)
-passed through make_consistent, or the project's own epsilon = 1 selection and measurements;
-PGM (pgm.fit, 1500 iterations, then pgm.sample) on the very same measurements for comparison:
-
-    measurements                          marginals  GUM TVD  GUM time   PGM TVD  PGM time
-    20 pairs of largest InDif, sigma 20       20      0.041     0.7 s     0.047     110 s
-    privsyn selection, epsilon 1              31      0.045     1.0 s     0.047      61 s
-    absyn selection, epsilon 1                27      0.041     0.7 s     0.040      32 s
-    maximum spanning tree (by MI), sigma 20   13      0.060     0.4 s     0.056      25 s
-    all 91 pairs, sigma 20                    91      0.035     3.4 s
-    20 pairs / all 91 pairs, noise-free     20 / 91   0.029 / 0.021   0.9 / 5.2 s
-
-1,000,000 rows with the privsyn selection: 25 s, peak 30 MB of numpy memory (13 MB of output).
+Engine contract (see `generate`): fitting is storing; the model is a `GumModel` (the consistent
+measurements and `model.gum_iterations`) and `sample` runs `generate`. `estimate`: time =
+SECONDS_PER_ROW_MARGINAL_ITERATION x rows x multi-way marginals x iterations; memory = rows x
+(attributes + 64) bytes plus the marginals' cells, so its cost never grows with the joint domain.
 """
 
 import math
@@ -94,8 +69,10 @@ import numpy as np
 
 from ..domain import Clique
 from ..measure import Measurement, make_consistent
+from .base import Estimate, budget_text, within_budget
 
 EXACT_SIGMA = 1e-6  # stands for sigma = 0 (an exact count) in the consistency weights
+SECONDS_PER_ROW_MARGINAL_ITERATION = 2e-8  # one row, one marginal, one iteration, under load
 
 
 @dataclass(frozen=True)
@@ -536,3 +513,67 @@ def generate(domain: dict[str, int], measurements: list[Measurement], rows: int,
         joint = probs[c] if c[0] == partner else probs[c].T
         out[a] = _fill_conditionally(out[partner], joint, one_way[a], rng, dtype)
     return {a: out[a] for a in domain}
+
+
+# ---- the engine contract (see `generate`)
+
+
+@dataclass(frozen=True)
+class GumModel:
+    """What `sample` needs: the domain, the consistent noisy measurements and the iterations."""
+    domain: dict[str, int]
+    measurements: tuple[Measurement, ...]
+    iterations: int
+
+
+MODEL = GumModel
+
+
+def estimate(domain: dict[str, int], measurements: list[Measurement], rows: int, settings,
+             cores: int | None = None) -> Estimate:
+    """See the module docstring: rows x marginals x iterations, never the joint domain."""
+    multi = [m for m in measurements if len(m.clique) > 1]
+    seconds = (SECONDS_PER_ROW_MARGINAL_ITERATION * rows * max(len(multi), 1)
+               * settings.gum_iterations)
+    # a byte per row and attribute plus temporaries (bench/results/engines.md)
+    memory = (rows * (len(domain) + 64) + sum(m.cells for m in measurements) * 8 * 3) / 2**20
+    return Estimate("gum", within_budget(seconds, memory, settings), seconds, memory,
+                    f"{rows:,} rows x {len(multi)} marginals x {settings.gum_iterations} "
+                    f"iterations {budget_text(settings)}")
+
+
+def fit_unit(unit: list[int], domain: dict[str, int], measurements: list[Measurement],
+             noisy_total: float, settings, log=None) -> GumModel:
+    return GumModel(dict(domain), tuple(measurements), settings.gum_iterations)
+
+
+def sample(model: GumModel, rows: int, seed: int | None, log=None) -> dict[str, np.ndarray]:
+    return generate(model.domain, list(model.measurements), rows, seed,
+                    GumSettings(iterations=model.iterations), log=log)
+
+
+def dumps(model: GumModel) -> bytes:
+    """One .npz: a JSON header (engine, domain, iterations, each measurement's clique, sigma and
+    rho) and each measurement's noisy counts."""
+    import io
+    import json
+
+    meta = {"engine": "gum", "domain": model.domain, "iterations": model.iterations,
+            "measurements": [{k: v for k, v in m.to_dict().items() if k != "noisy"}
+                             for m in model.measurements]}
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, meta=np.array(json.dumps(meta)),
+                        **{f"noisy_{i}": m.noisy for i, m in enumerate(model.measurements)})
+    return buffer.getvalue()
+
+
+def loads(data: bytes) -> GumModel:
+    import io
+    import json
+
+    with np.load(io.BytesIO(data)) as arrays:
+        meta = json.loads(str(arrays["meta"]))
+        measurements = tuple(Measurement(tuple(m["clique"]), arrays[f"noisy_{i}"], m["sigma"],
+                                         m["rho"]) for i, m in enumerate(meta["measurements"]))
+    return GumModel({a: int(k) for a, k in meta["domain"].items()}, measurements,
+                    int(meta["iterations"]))

@@ -11,9 +11,10 @@
    domain size: largest first, each to the unit with the fewest cells so far. Each unit fits its
    cliques in turn and returns one probability table per clique. In the pipeline every unit is a
    step of the `model` asset's graph (a Dagster dynamic output), so Dagster's executor runs the
-   units: in parallel processes with the multiprocess executor (the dataset's job uses it when
-   `model.workers` > 1), in pods with the Kubernetes or Celery executors; there is no process
-   pool of our own. `fit` runs the units one after the other in this process.
+   units: in parallel processes with the multiprocess executor (under `model.executor: auto`
+   the dataset's job uses it for `generator: parallel_pgm` or `model.workers` > 1), in pods
+   with the Kubernetes or Celery executors; there is no process pool of our own. `fit` runs
+   the units one after the other in this process.
 4. Combination (line 7): the tables form a `CliqueTree` in junction-tree order and sampling draws
    each clique's new attributes conditioned on its separator's values drawn earlier (tree.py).
    Why the separators agree: the measurements were made consistent before (every measurement
@@ -23,7 +24,14 @@
    reproduce the same noisy S-marginal up to their fitting error; and the sampler uses the
    child's table only through P_child(new | S), which rescales the child to the parent's
    S-marginal, so the rows agree exactly whatever small disagreement the two fits leave.
-   `generate.choose` (auto) picks this engine only when `separators_measured` holds.
+   `estimate` calls the selection infeasible unless `separators_measured` holds, so `auto` picks
+   this engine only then.
+
+Engine contract (see `generate`): the model is pgm's `CliqueTree`, sampled, written and read by
+the same functions, and guarded by the same `check`. `estimate` schedules the units' fits
+(FIT_OVERHEAD_SECONDS per clique plus pgm's per-cell cost) on the steps that run at once, longest
+first, plus WORKER_START_SECONDS when several processes start; memory is one JAX process per
+running step holding the largest clique.
 """
 
 import os
@@ -32,8 +40,14 @@ import numpy as np
 
 from ..domain import Clique
 from ..measure import Measurement
+from .base import Estimate, budget_text, steps_at_once, within_budget
+from .pgm import (BYTES_PER_CELL, FIT_OVERHEAD_SECONDS, JAX_BASE_MB,  # noqa: F401 (contract)
+                  MODEL, SECONDS_PER_CELL_ITERATION, check, dumps, junction_cells, loads,
+                  sample_chunks)
 from .tree import CliqueTree, junction_tree
 
+PARALLEL_UNITS = True
+WORKER_START_SECONDS = 8.0  # a step process imports Dagster, JAX and mbi
 
 
 def separators_measured(domain: dict[str, int], measurements: list[Measurement]) -> bool:
@@ -55,12 +69,12 @@ def separators_measured(domain: dict[str, int], measurements: list[Measurement])
 def assign(cliques: list[Clique], domain: dict[str, int], workers: int) -> list[list[int]]:
     """ABSyn section VII: largest domain first, each to the least loaded worker (by cells)."""
     sizes = [int(np.prod([domain[a] for a in c])) for c in cliques]
-    loads = [0] * workers
+    cells = [0] * workers
     plan: list[list[int]] = [[] for _ in range(workers)]
     for i in sorted(range(len(cliques)), key=lambda i: -sizes[i]):
-        w = int(np.argmin(loads))
+        w = int(np.argmin(cells))
         plan[w].append(i)
-        loads[w] += sizes[i]
+        cells[w] += sizes[i]
     return [p for p in plan if p]
 
 
@@ -86,8 +100,8 @@ def units(domain: dict[str, int], measurements: list[Measurement],
     return assign(order, domain, max(1, min(workers or os.cpu_count() or 1, len(order))))
 
 
-def fit_unit(domain: dict[str, int], unit: list[int], measurements: list[Measurement],
-             noisy_total: float, iterations: int, log=None) -> dict[int, np.ndarray]:
+def fit_cliques(domain: dict[str, int], unit: list[int], measurements: list[Measurement],
+                noisy_total: float, iterations: int, log=None) -> dict[int, np.ndarray]:
     """The tables of one unit's cliques (Alg. 4 lines 4-6), by clique index."""
     order, _, _ = junction_tree(domain, [m.clique for m in measurements])
     tables = {}
@@ -122,5 +136,53 @@ def fit(domain: dict[str, int], measurements: list[Measurement], noisy_total: fl
             f"{[sum(sizes[i] for i in p) for p in plan]}")
     tables: dict[int, np.ndarray] = {}
     for unit in plan:
-        tables.update(fit_unit(domain, unit, measurements, noisy_total, iterations, log))
+        tables.update(fit_cliques(domain, unit, measurements, noisy_total, iterations, log))
     return combine(domain, measurements, tables)
+
+
+# ---- the engine contract (see `generate`)
+
+
+def estimate(domain: dict[str, int], measurements: list[Measurement], rows: int, settings,
+             cores: int | None = None) -> Estimate:
+    """The units' fits scheduled on the steps that run at once (see the module docstring);
+    infeasible as well above `model.max_clique_cells` or when a separator is not measured."""
+    order, _, _ = junction_tree(domain, [m.clique for m in measurements])
+    sizes = junction_cells(domain, measurements)
+    largest = max(sizes)
+    workers = max(1, min(settings.workers or cores or os.cpu_count() or 1, len(order)))
+    plan = assign(order, domain, workers)
+    # the job's executor is set from the requested generator, `auto` when auto chose this engine
+    at_once = steps_at_once(False, settings, cores)
+    unit_seconds = sorted((FIT_OVERHEAD_SECONDS * len(p) + sum(sizes[i] for i in p)
+                           * settings.iterations * SECONDS_PER_CELL_ITERATION) for p in plan)
+    lanes = [0.0] * min(at_once, len(plan))
+    for t in reversed(unit_seconds):  # units start as earlier ones finish
+        lanes[lanes.index(min(lanes))] += t
+    seconds = max(lanes) + (WORKER_START_SECONDS if len(lanes) > 1 else 0.0)
+    memory = len(lanes) * (JAX_BASE_MB + largest * BYTES_PER_CELL / 2**20)
+    why = (f"{len(order)} maximal cliques in {len(plan)} unit(s), {len(lanes)} at a time, "
+           f"largest clique {largest:,} {budget_text(settings)}")
+    ok = largest <= settings.max_clique_cells
+    if not ok:
+        why += f"; largest clique above model.max_clique_cells {settings.max_clique_cells:,}"
+    if not separators_measured(domain, measurements):
+        ok = False
+        why += "; a separator is not measured, so independent fits could disagree on it"
+    return Estimate("parallel_pgm", ok and within_budget(seconds, memory, settings), seconds,
+                    memory, why)
+
+
+def fit_units(domain: dict[str, int], measurements: list[Measurement],
+              settings) -> list[list[int]]:
+    return units(domain, measurements, settings.workers)
+
+
+def fit_unit(unit: list[int], domain: dict[str, int], measurements: list[Measurement],
+             noisy_total: float, settings, log=None) -> dict[int, np.ndarray]:
+    return fit_cliques(domain, unit, measurements, noisy_total, settings.iterations, log)
+
+
+def assemble(domain: dict[str, int], measurements: list[Measurement],
+             results: list[dict[int, np.ndarray]]) -> CliqueTree:
+    return combine(domain, measurements, {i: t for tables in results for i, t in tables.items()})

@@ -1,10 +1,19 @@
-"""The `pgm` engine: private-pgm (mbi 2.0) maximum-entropy estimation from the measurements.
+"""The `pgm` engine: private-pgm (mbi 2.0) maximum-entropy estimation from the measurements
+(McKenna et al., "Graphical-model based estimation and inference for differential privacy",
+ICML 2019): the distribution of maximum entropy whose marginals on the measured cliques best fit
+the noisy measurements, in the graphical model of the junction tree of those cliques.
 
-`check_model_size` is the guard: it builds the junction tree of the measured cliques (cheap: graph
-work only) and refuses, before any potential is allocated, a model whose largest clique has more
-cells than the configured limit. `fit` runs mbi's MirrorDescent with every measurement as a
-`LinearMeasurement` (stddev = its Gaussian sigma) and the noisy total as mbi's `known_total`.
-`sample` draws rows with mbi's default 'round' sampler (which shuffles within parent groups).
+- `check` is the guard: it builds the junction tree of the measured cliques (graph work only) and
+  raises `ModelTooLarge`, before any potential is allocated, when its largest clique has more
+  cells than `model.max_clique_cells`.
+- `fit` runs mbi's MirrorDescent for `model.iterations` steps with every measurement as a
+  `LinearMeasurement` (stddev = its Gaussian sigma) and the noisy total as mbi's `known_total`.
+- The engine's model is a `CliqueTree` (tree.py) of the fitted model's exact maximal-clique
+  marginals (`clique_tree`), sampled by forward sampling of the junction tree.
+- `estimate`: time = FIT_OVERHEAD_SECONDS + cells x iterations x SECONDS_PER_CELL_ITERATION,
+  memory = JAX_BASE_MB + cells x BYTES_PER_CELL, over the junction tree's cells; the constants
+  were measured with mbi 2.0 (float32) on the 2-core reference machine
+  (bench/results/engines.md).
 """
 
 import math
@@ -14,13 +23,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..measure import Measurement
-from .tree import CliqueTree, junction_tree
+from .base import Estimate, ModelTooLarge, budget_text, within_budget
+from .tree import CliqueTree, dumps, junction_tree, loads, sample_chunks  # noqa: F401 (engine contract)
 
 os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
 
-
-class ModelTooLarge(ValueError):
-    """The junction tree of the selection has a clique beyond the configured size."""
+MODEL = CliqueTree
+SECONDS_PER_CELL_ITERATION = 5e-8  # one clique cell, one mirror-descent iteration, under load
+BYTES_PER_CELL = 64                # junction-tree cell at the fit's peak
+JAX_BASE_MB = 400.0                # JAX and mbi in the fitting process
+FIT_OVERHEAD_SECONDS = 10.0        # JAX compilation of one fit
 
 
 @dataclass(frozen=True)
@@ -60,6 +72,43 @@ def check_model_size(domain: dict[str, int], cliques: list[tuple[str, ...]], max
     return size
 
 
+def junction_cells(domain: dict[str, int], measurements: list[Measurement]) -> list[int]:
+    """Cells of each maximal clique of the measurements' junction tree (tree.junction_tree)."""
+    order, _, _ = junction_tree(domain, [m.clique for m in measurements])
+    return [math.prod(domain[a] for a in c) for c in order]
+
+
+def estimate(domain: dict[str, int], measurements: list[Measurement], rows: int, settings,
+             cores: int | None = None) -> Estimate:
+    """One fit over the whole junction tree (see the module docstring); infeasible as well when
+    the largest clique is above `model.max_clique_cells` (the guard would refuse it)."""
+    sizes = junction_cells(domain, measurements)
+    seconds = FIT_OVERHEAD_SECONDS + sum(sizes) * settings.iterations * SECONDS_PER_CELL_ITERATION
+    memory = JAX_BASE_MB + sum(sizes) * BYTES_PER_CELL / 2**20
+    why = f"junction tree {sum(sizes):,} cells, largest clique {max(sizes):,} {budget_text(settings)}"
+    ok = max(sizes) <= settings.max_clique_cells
+    if not ok:
+        why += f"; largest clique above model.max_clique_cells {settings.max_clique_cells:,}"
+    return Estimate("pgm", ok and within_budget(seconds, memory, settings), seconds, memory, why)
+
+
+def check(domain: dict[str, int], measurements: list[Measurement], settings,
+          dataset: str) -> dict:
+    """`check_model_size` on the measured cliques; the size facts the `model` asset publishes."""
+    size = check_model_size(domain, [m.clique for m in measurements], settings.max_clique_cells,
+                            dataset)
+    return {"largest_clique": list(size.largest_clique),
+            "largest_clique_cells": size.largest_clique_cells,
+            "model_mb": round(size.megabytes, 4)}
+
+
+def fit_unit(unit: list[int], domain: dict[str, int], measurements: list[Measurement],
+             noisy_total: float, settings, log=None) -> CliqueTree:
+    """The whole fit (pgm has one unit): `fit`, then its clique tree."""
+    return clique_tree(fit(domain, measurements, noisy_total, settings.iterations, log=log),
+                       domain)
+
+
 def fit(domain: dict[str, int], measurements: list[Measurement], noisy_total: float,
         iterations: int, warm_start=None, log=None):
     """A mbi MarkovRandomField fitted to the measurements (optionally warm-started from an
@@ -94,10 +143,10 @@ def clique_tree(model, domain: dict[str, int]) -> CliqueTree:
     maximal clique's exact marginal from belief propagation (Shafer-Shenoy, in log space, numpy)
     over that junction tree, one pass up and one down, so sampling the tree draws from the
     model's joint distribution (see tree.py). Each potential of the model goes to the first
-    maximal clique that holds it. (mbi's JAX message passing gives the same tables, test_generate
-    checks it, but compiles for 7-16 s and 200 MB on the scale benchmark's model; a per-clique
-    np.einsum over all potentials can build huge intermediates: 20+ minutes on adult at
-    epsilon 5.)"""
+    maximal clique that holds it. Choice: numpy rather than mbi's JAX message passing (the
+    same tables, test_generate checks it, without a JAX compile per model), and messages along
+    the tree rather than one np.einsum over all potentials per clique (whose intermediates can
+    grow with the whole domain)."""
     potentials = model.potentials
     order, separators, parents = junction_tree(domain, [tuple(c) for c in model.cliques])
     psi = [np.zeros([domain[a] for a in c]) for c in order]
@@ -148,25 +197,11 @@ def _log_marginal(values: np.ndarray, attrs: tuple, keep: tuple) -> np.ndarray:
     return np.transpose(squeezed, [rest.index(a) for a in keep])
 
 
-def sample(model, rows: int, seed: int | None) -> dict[str, np.ndarray]:
-    """`rows` synthetic rows as code arrays per attribute. mbi samples with numpy's global
-    generator: with a seed, that generator is seeded for the call and restored afterwards."""
-    state = np.random.get_state()
-    if seed is not None:
-        np.random.seed(seed)
-    try:
-        data = model.synthetic_data(rows)
-    finally:
-        if seed is not None:
-            np.random.set_state(state)
-    return {a: np.asarray(v) for a, v in data.to_dict().items()}
-
-
 def model_marginals(model, cliques: list[tuple[str, ...]]) -> dict[tuple[str, ...], np.ndarray]:
     """p_hat_w for each clique: the model's marginals, computed in numpy by contracting its
     potentials (np.einsum with a greedy contraction order is variable elimination) and scaling to
     the model's total. Same numbers as `model.project` (float32 rounding aside) without the JAX
-    compile that mbi pays for each new clique (about 0.3 s each)."""
+    compile that mbi pays for each new clique."""
     potentials = model.potentials
     index = {a: i for i, a in enumerate(potentials.domain)}
     operands: list = []
@@ -188,14 +223,3 @@ def model_marginals(model, cliques: list[tuple[str, ...]]) -> dict[tuple[str, ..
         out[tuple(clique)] = values * (total / mass)
     return out
 
-
-def save(model, path: str) -> None:
-    import mbi
-
-    mbi.save(model, path)
-
-
-def load(path: str):
-    import mbi
-
-    return mbi.load(path)

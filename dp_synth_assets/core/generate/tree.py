@@ -3,8 +3,10 @@
 Both PGM engines end in the same object: a `CliqueTree`, the maximal cliques of a triangulated
 graph in sampling order, each with its separator (the attributes it shares with its parent in the
 junction tree, empty for a root) and a probability table over the clique. `pgm` fills the tables
-with the fitted model's exact clique marginals (belief propagation in mbi), `parallel_pgm` with
-each clique's separately fitted maximum-entropy distribution (ABSyn section VII).
+with the fitted model's exact clique marginals (belief propagation over the junction tree,
+`pgm.clique_tree`), `parallel_pgm` with each clique's separately fitted maximum-entropy
+distribution (ABSyn section VII). `sample_chunks`, `dumps` and `loads` serve both engines'
+contract (see `generate`).
 
 `sample` draws rows clique by clique in that order: a root clique from its table, every other
 clique's new attributes from its table conditioned on the separator values already drawn. For a
@@ -146,6 +148,30 @@ def sample(tree: CliqueTree, rows: int, rng: np.random.Generator) -> dict[str, n
         for a, values in zip(new, np.unravel_index(drawn, new_shape)):
             codes[a] = values.astype(np.min_scalar_type(tree.domain[a]))
     return {a: codes[a] for a in tree.domain}
+
+
+def sample_chunks(tree: CliqueTree, rows: int, seed: int | None, chunk_rows: int, log=None):
+    """`rows` rows in chunks of at most `chunk_rows` (at least one chunk), one chunk in memory
+    at a time: each chunk is drawn from the same seeded generator in turn, so a seed fixes the
+    rows (systematic counts per chunk)."""
+    rng = np.random.default_rng(seed)
+    done = 0
+    while True:
+        n = min(chunk_rows, rows - done)
+        yield sample(tree, n, rng)
+        done += n
+        if log and rows > chunk_rows:
+            log(f"sampled {done:,} of {rows:,} rows")
+        if done >= rows:
+            return
+
+
+def dumps(tree: CliqueTree) -> bytes:
+    return tree.to_bytes()
+
+
+def loads(data: bytes) -> CliqueTree:
+    return CliqueTree.from_bytes(data)
 
 
 def collision_probability(tree: CliqueTree) -> float:

@@ -1,0 +1,29 @@
+"""The generation engines: each one's module and its place in `generator: auto`'s preference order.
+
+A leaf module (it imports nothing of the package): `config` validates a dataset's `generator`
+against it and `generate` dispatches through it, without importing each other.
+
+Adding an engine is one module plus one line here. The module follows the contract in
+`dp_synth_assets.core.generate`'s docstring (estimate, fit_unit, sample or sample_chunks, dumps,
+loads, MODEL, and optional steps). `EngineInfo.module` names it: a module of
+`dp_synth_assets.core.generate`, or a fully qualified module path (a dotted name) for an engine
+that lives elsewhere. `auto` tries the engines with a place in increasing order and takes the
+first whose estimate fits the budget; if none does, it takes the last one, which should be the
+engine whose cost does not grow with the joint domain. An engine without a place (None) runs
+only when a dataset names it.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    module: str        # <module> of generate/, or a dotted path
+    auto: int | None   # place in auto's preference order (lowest first); None: never by auto
+
+
+ENGINES = {
+    "pgm": EngineInfo("pgm", 1),
+    "parallel_pgm": EngineInfo("parallel_pgm", 2),
+    "gum": EngineInfo("gum", 3),
+}
