@@ -36,7 +36,7 @@ from resources.warehouse import WarehouseResource
 from .core import marginals as margs
 from .core.config import DatasetSpec
 from .core.domain import EncodingPlan, allowed_values, encoded_columns, value_bounds
-from .core.fidelity import marginal_tvd, noisy_distribution
+from .evaluation.fidelity import marginal_tvd, noisy_distribution
 from .core.measure import Measurement
 from .core.sql import ident, literal, sql
 
