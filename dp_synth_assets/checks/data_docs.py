@@ -37,7 +37,8 @@ _VIEWS_PID: int | None = None
 
 
 def check_docs_name(suite: str) -> None:
-    # GX turns a suite name into a path: dots become directories, "/" is forbidden
+    """Raise ValueError unless `suite` can name a page: GX turns a suite name into a path (dots
+    become directories, "/" is forbidden), so only letters, digits, "_" and "-"."""
     if not isinstance(suite, str) or not _DOCS_NAME.fullmatch(suite):
         raise ValueError(
             f"suite name {suite!r} cannot name a Data Docs page: use only letters, digits, '_', '-'"
@@ -131,7 +132,7 @@ def _directory_lock(path: Path):
 
 def _reuse_views(site: Any) -> None:
     """Give the site builder's sections the process's cached Jinja views. GX builds a fresh Jinja
-    Environment per view, so every build would recompile all templates (~0.15 s); a view holds
+    Environment per view, so every build would recompile all templates; a view holds
     no per-page state, so the cached ones render the same HTML."""
     global _VIEWS, _VIEWS_PID
     if _VIEWS_PID != os.getpid():
