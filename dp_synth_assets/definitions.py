@@ -24,6 +24,7 @@ from .core.units import group_name, privacy_units, source_identity
 from .core.source import source_available, source_path
 from .checks import build_synthetic_checks
 from .pipeline import build_dataset_assets
+from .utility_report import build_utility_report
 
 
 log = logging.getLogger("dp_synth")
@@ -90,6 +91,8 @@ def build_definitions(datasets: str | Path, warehouse: str | Path, ledger: str |
                         "is absent (it is marked optional in datasets.yaml)")
             continue
         assets += build_dataset_assets(name, spec)
+        if spec.report is not None:
+            assets.append(build_utility_report(name, spec))
         checks.append(build_synthetic_checks(name, spec))
         job = build_job(name, spec)
         jobs.append(job)

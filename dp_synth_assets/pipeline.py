@@ -246,7 +246,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         found, noisy_total = load_measurements(warehouse, dataset)
         rows = requested_rows(spec, noisy_total)
         fitted = generate.load(str(warehouse.public_path(dataset, "model.npz")))
-        from .core.fidelity import MarginalCounter, fidelity_summary
+        from .evaluation.fidelity import MarginalCounter, fidelity_summary
 
         started = time.perf_counter()
         # the measured marginals of the synthetic rows, counted from the codes as they are
@@ -282,10 +282,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
             "fidelity/tvd": dg.MetadataValue.json(fidelity.to_dict()),
         })
 
-    assets = [source, preprocessed, marginals, selection, measurements, model, synthetic]
-    if spec.report is not None:
-        assets.append(build_utility_report(dataset, spec, key))
-    return assets
+    return [source, preprocessed, marginals, selection, measurements, model, synthetic]
 
 
 def build_model_asset(dataset: str, spec: DatasetSpec, key):
@@ -364,87 +361,6 @@ def build_model_asset(dataset: str, spec: DatasetSpec, key):
         return save_model(plan_fit(measurements).map(fit_unit).collect())
 
     return model
-
-
-def code_labels(plan: EncodingPlan) -> dict[str, list[str]]:
-    """A readable label per code for the report's plots (public: from the plan)."""
-    labels = {}
-    for e in plan.encodings:
-        names = [str(c) for c in e.categories] if e.categories is not None else (
-            ["False", "True"] if e.kind == "boolean" else [f"bin {i}" for i in range(e.bins or 0)])
-        names = names[:e.size]
-        for code, name in ((e.rare_code, "rare"), (e.other_code, "other"), (e.null_code, "NULL")):
-            if code is not None and code < e.size and len(names) <= code:
-                names += [f"code {i}" for i in range(len(names), code)] + [name]
-        labels[e.column] = names + [f"code {i}" for i in range(len(names), e.size)]
-    return labels
-
-
-def build_utility_report(dataset: str, spec: DatasetSpec, key):
-    """The owner-only utility report (issue 6): the synthetic table against the source, in the
-    private zone. Reads at most `report.max_rows` encoded rows of the training rows, the held-out
-    rows and the synthetic table; writes `report.json`, `report.html` (summary, ML table and both
-    figures in one page) and the two PNGs under the private folder
-    (`WarehouseResource.private_path`), readable by the owner only (files 0600, folders 0700).
-    Nothing here is DP, so nothing computed here reaches the Dagster event log, which is public:
-    the asset's metadata holds the paths of those files and its log lines say only where they
-    are. The asset exists only when the dataset has a `report:` block."""
-    report_spec = spec.report
-
-    @dg.asset(key=key("utility_report"), deps=[key("synthetic")], group_name=dataset,
-              tags=PRIVATE, kinds={"python"},
-              description="Owner-only: fidelity, 3-way query error, ML efficiency and plots of "
-                          "the synthetic table against the source, written to files in the "
-                          "private zone (not DP; the metadata holds only their paths).")
-    @private_step(dataset, "utility_report")
-    def utility_report(context: dg.AssetExecutionContext,
-                       warehouse: WarehouseResource) -> dg.MaterializeResult:
-        from .core import utility
-        from .core.domain import encoded_columns
-        from .core.sql import ident, literal
-
-        plan = load_plan(warehouse, dataset)
-        cap = report_spec.max_rows
-        seed = spec.seed if spec.seed is not None else 0
-        expressions = encoded_columns(plan)
-        parquet = literal(str(warehouse.public_path(dataset, "synthetic.parquet")))
-        with source_connection(warehouse, spec, dataset, read_only=True) as con:
-            def rows(relation: str) -> dict:
-                return con.execute(sql("sample_rows", relation=relation, rows=int(cap),
-                                       seed=int(seed))).fetchnumpy()
-            train = rows(ident(encoded_view(dataset)))
-            test = rows(ident(encoded_view(dataset) + "_holdout")) if report_spec.holdout > 0 \
-                else {c: np.zeros(0, dtype=np.int64) for c in plan.columns}
-            synth = rows(sql("encoded_relation", expressions=expressions,
-                             source=f"read_parquet({parquet})"))
-        ordinal = {e.column: e.bins for e in plan.encodings
-                   if e.kind in ("integer", "float", "datetime") and e.bins}
-        report = utility.utility_report(
-            {c: np.asarray(v, dtype=np.int64) for c, v in train.items()},
-            {c: np.asarray(v, dtype=np.int64) for c, v in test.items()},
-            {c: np.asarray(v, dtype=np.int64) for c, v in synth.items()},
-            plan.domain, target=report_spec.target, ordinal=ordinal, seed=seed,
-            triples_count=report_spec.triples, labels=code_labels(plan))
-        del train, test, synth
-        names = utility.REPORT_FILES
-        folder = warehouse.private_path(dataset, names["json"]).parent
-        paths = utility.write_owner_only(folder, {
-            names["json"]: json.dumps(utility.report_document(report)).encode(),
-            names["html"]: utility.report_html(
-                report, f"Utility report of {dataset!r} (owner-only)").encode(),
-            names["histograms"]: report.histograms_png,
-            names["heatmap"]: report.tvd_heatmap_png,
-        }, root=folder.parent)
-        context.log.info(f"utility report written to {paths[names['html']]} (private zone, "
-                         "owner-only; not shown here)")
-        return dg.MaterializeResult(metadata={
-            "report_html": dg.MetadataValue.path(paths[names["html"]]),
-            "report_json": dg.MetadataValue.path(paths[names["json"]]),
-            "histograms_png": dg.MetadataValue.path(paths[names["histograms"]]),
-            "tvd_heatmap_png": dg.MetadataValue.path(paths[names["heatmap"]]),
-        })
-
-    return utility_report
 
 
 def logged_charge(context, charge, method: str):

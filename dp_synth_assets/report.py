@@ -55,7 +55,7 @@ def main(dataset: str) -> int:
 
 def print_utility_report(warehouse, dataset: str) -> None:
     """Where the owner-only report is and its headline figures, read from the private zone."""
-    from dp_synth_assets.core.utility import REPORT_FILES
+    from dp_synth_assets.evaluation.report import REPORT_FILES
 
     path = warehouse.private_path(dataset, REPORT_FILES["json"])
     if not path.exists():

@@ -368,3 +368,89 @@ def test_an_import_circle_through_a_package_init_is_caught(tmp_path):
     assert import_circles(root, ("pkg",)) == [
         "import circle: pkg/core/config.py:1 -> pkg.core.select; "
         "pkg/core/select/__init__.py:1 -> pkg.core.config"]
+
+
+# ---- checks and evaluation: Dagster only in the checks' wrapper ---------------------------------
+
+EVALUATION = "dp_synth_assets.evaluation"
+CHECKS = "dp_synth_assets.checks"
+CHECKS_DAGSTER = "dp_synth_assets.checks.asset_checks"  # the checks' one Dagster module
+
+
+def wrapper_only_dagster_violations(root: Path = ROOT, packages=PACKAGES,
+                                    evaluation: str = EVALUATION, checks: str = CHECKS,
+                                    wrapper: str = CHECKS_DAGSTER) -> list[str]:
+    """Each Dagster import reached from `evaluation` or from a module of `checks` other than
+    `wrapper`, directly or through any package module (parent `__init__`s included), with the
+    chain that reaches it. The one way into `wrapper` allowed is the `checks` package's own
+    `__init__`, which exports its names on first use; any other import of it counts as reaching
+    Dagster."""
+    modules = package_modules(root, packages)
+    edges: dict[str, list[Import]] = {}
+    for imp in imports(root, packages):
+        edges.setdefault(imp.source, []).append(imp)
+    for name, path in modules.items():
+        edges.setdefault(name, []).extend(Import(name, p, path, 0) for p in _parents(name)
+                                          if p in modules)
+    inside = lambda m, pkg: m == pkg or m.startswith(pkg + ".")  # noqa: E731
+    start = [m for m in modules if inside(m, evaluation) or (inside(m, checks) and m != wrapper)]
+    came_from: dict[str, Import | None] = {m: None for m in start}
+    queue, violations = list(start), []
+    while queue:
+        module = queue.pop(0)
+        for imp in edges.get(module, []):
+            internal = next((t for t in [imp.target, *reversed(_parents(imp.target))]
+                             if t in modules), None)
+            dagster = DAGSTER.match(imp.target.split(".")[0])
+            if internal == wrapper and module == checks:
+                continue  # the package's lazy export of the wrapper's names
+            if dagster or internal == wrapper:
+                chain, step = [], came_from[module]
+                while step is not None:
+                    chain.append(step)
+                    step = came_from[step.source]
+                via = "".join(f" (reached: {s.where(root)} imports {s.target})"
+                              if s.line else f" (reached: {s.source} is inside {s.target})"
+                              for s in chain)
+                violations.append(f"{imp.where(root)}: imports {imp.target}{via}")
+                continue
+            if internal is not None and internal not in came_from:
+                came_from[internal] = imp
+                queue.append(internal)
+    return violations
+
+
+def test_evaluation_imports_no_dagster_and_checks_only_in_their_wrapper():
+    violations = wrapper_only_dagster_violations()
+    assert not violations, "\n".join(violations)
+
+
+LAYERS = {
+    "pkg/__init__.py": "",
+    "pkg/pipeline.py": "import dagster as dg\n",
+    "pkg/evaluation/__init__.py": "",
+    "pkg/evaluation/fidelity.py": "import numpy as np\n",
+    "pkg/checks/__init__.py": ("from .suites import CHECKS\n\n\ndef __getattr__(name):\n"
+                               "    from . import asset_checks\n    return asset_checks\n"),
+    "pkg/checks/suites.py": "from ..evaluation.fidelity import np\nCHECKS = {}\n",
+    "pkg/checks/asset_checks.py": "import dagster as dg\nfrom .suites import CHECKS\n",
+}
+
+
+def _layers(root: Path, files: dict[str, str]) -> list[str]:
+    return wrapper_only_dagster_violations(plant(root, files), ("pkg",), "pkg.evaluation",
+                                           "pkg.checks", "pkg.checks.asset_checks")
+
+
+def test_dagster_reached_from_evaluation_or_checks_outside_their_wrapper_is_caught(tmp_path):
+    assert _layers(tmp_path / "clean", LAYERS) == []
+    assert _layers(tmp_path / "evaluation", {**LAYERS, "pkg/evaluation/fidelity.py": (
+        "def later():\n    from ..pipeline import dg\n    return dg\n")}) == [
+        "pkg/pipeline.py:1: imports dagster "
+        "(reached: pkg/evaluation/fidelity.py:2 imports pkg.pipeline)"]
+    assert _layers(tmp_path / "checks", {**LAYERS, "pkg/checks/suites.py": (
+        "import dagster_shell\nCHECKS = {}\n")}) == [
+        "pkg/checks/suites.py:1: imports dagster_shell"]
+    assert _layers(tmp_path / "wrapper", {**LAYERS, "pkg/checks/gx.py": (
+        "from .asset_checks import dg\n")}) == [
+        "pkg/checks/gx.py:1: imports pkg.checks.asset_checks"]

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from dp_synth_assets.core.domain import EncodingPlan, encoded_columns
-from dp_synth_assets.core.fidelity import (MarginalCounter, count_marginal, fidelity_summary,
-                                           marginal_tvd, noisy_distribution)
+from dp_synth_assets.evaluation.fidelity import (MarginalCounter, count_marginal,
+                                                 fidelity_summary, marginal_tvd,
+                                                 noisy_distribution)
 from dp_synth_assets.core.measure import Measurement
 from dp_synth_assets.core.sql import literal
 from tests.helpers import make_project

@@ -260,11 +260,13 @@ def test_refuses_a_run_beyond_the_limit_spends_nothing_and_keeps_earlier_outputs
 
 
 def test_a_check_with_nothing_to_check_passes_and_says_so(run):
-    from dp_synth_assets.checks import _check
+    from dp_synth_assets.checks.asset_checks import asset_check_result
+    from dp_synth_assets.checks.suites import expectations_result
 
     project, defs, _, _ = run
-    result = _check("null_fraction", pd.DataFrame({"a": [1]}), [], defs.resources["warehouse"],
-                    "example", dg.AssetKey(["example", "synthetic"]), {})
+    result = asset_check_result(
+        expectations_result("null_fraction", pd.DataFrame({"a": [1]}), [], "example", {}),
+        defs.resources["warehouse"], "example")
     assert result.passed
     stored = json.loads((project.public / "example" / "checks" / "null_fraction.json").read_text())
     assert stored["success"] is True and stored["note"] == "nothing to check"

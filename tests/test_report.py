@@ -1,6 +1,6 @@
 """The owner-only `utility_report` asset against an independent computation: the 2-way TVD of
 every pair recomputed with DuckDB GROUP BYs over the encoded held-out rows and the encoded
-synthetic table (not the numpy code of core/utility.py), on the bundled example and, when the
+synthetic table (not the numpy code of evaluation/), on the bundled example and, when the
 shared datasets are present, on adult (skipped, saying so, in a fresh clone). The report stays in
 the private zone: owner-only files, and only their paths in the (public) event log."""
 

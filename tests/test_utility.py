@@ -17,11 +17,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dp_synth_assets.core import utility
-from dp_synth_assets.core.utility import (DPI, box_queries, column_comparison, fidelity,
-                                          heatmap_figsize, histogram_figsize, histograms_png,
-                                          ml_efficiency, pair_tvd, query_error, triples,
-                                          tvd_heatmap_png, utility_report)
+from dp_synth_assets.evaluation import ml, queries
+from dp_synth_assets.evaluation import tables as encoded_tables
+from dp_synth_assets.evaluation.fidelity import column_comparison, fidelity, pair_tvd
+from dp_synth_assets.evaluation.ml import ml_efficiency
+from dp_synth_assets.evaluation.plots import (DPI, heatmap_figsize, histogram_figsize,
+                                              histograms_png, tvd_heatmap_png)
+from dp_synth_assets.evaluation.queries import box_queries, query_error, triples
+from dp_synth_assets.evaluation.report import (report_document, report_html, utility_report,
+                                               write_owner_only)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DOMAIN = {"a": 3, "b": 5, "c": 2, "d": 7, "e": 4}  # d has codes no row uses
@@ -99,7 +103,7 @@ def test_sparse_counting_of_large_marginals_agrees_with_dense(tables, monkeypatc
     dense = pair_tvd(real, synthetic, DOMAIN)
     chosen = triples(DOMAIN)
     dense_q = query_error(real, synthetic, DOMAIN, chosen, 40, seed=1, ordinal={"d"})
-    monkeypatch.setattr(utility, "MAX_DENSE_CELLS", 0)  # every marginal takes the sparse path
+    monkeypatch.setattr(encoded_tables, "MAX_DENSE_CELLS", 0)  # every marginal takes the sparse path
     sparse = pair_tvd(real, synthetic, DOMAIN)
     sparse_q = query_error(real, synthetic, DOMAIN, chosen, 40, seed=1, ordinal={"d"})
     assert all(sparse[p] == pytest.approx(dense[p], abs=1e-12) for p in dense)
@@ -188,7 +192,7 @@ def test_box_answers_equal_row_filters(tables):
         for j, column in enumerate(q.attrs):
             x = real[column].to_numpy()
             mask &= (x >= q.lo[:, [j]]) & (x <= q.hi[:, [j]])
-        assert utility.answer_queries(real, DOMAIN, q) == pytest.approx(mask.mean(axis=1), abs=1e-12)
+        assert queries.answer_queries(real, DOMAIN, q) == pytest.approx(mask.mean(axis=1), abs=1e-12)
 
 
 # --- ML efficiency -------------------------------------------------------------------------------
@@ -212,7 +216,7 @@ def ml_tables() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 def test_classifiers_learn_a_deterministic_target_from_real_like_synthetic(ml_tables):
     train, test, synthetic = ml_tables
     frame = ml_efficiency(train, test, synthetic, "y", ML_DOMAIN, seed=0, ordinal={"level"})
-    assert list(frame["classifier"]) == [*utility.CLASSIFIERS, "mean"]
+    assert list(frame["classifier"]) == [*ml.CLASSIFIERS, "mean"]
     # the target is a function of x: every model should be (near) perfect; 0.99 leaves room
     # for nothing but a pathological fit
     assert (frame[["f1_synthetic", "f1_real", "accuracy_synthetic", "accuracy_real"]] >= 0.99).all().all()
@@ -234,7 +238,7 @@ def test_a_class_absent_from_synthetic_scores_zero_for_that_class(ml_tables):
     no_two = synthetic[synthetic["y"] != 2]
     frame = ml_efficiency(train, test, no_two, "y", ML_DOMAIN, seed=0).set_index("classifier")
     share_two = float((test["y"] == 2).mean())
-    for name in utility.CLASSIFIERS:
+    for name in ml.CLASSIFIERS:
         # perfect on classes 0 and 1 at best, never right on class 2
         assert frame.loc[name, "accuracy_synthetic"] <= 1 - share_two + 1e-12
         assert frame.loc[name, "f1_synthetic"] <= 2 / 3 + 1e-12
@@ -255,10 +259,10 @@ def test_single_class_and_constant_columns_and_tiny_tables_do_not_fail(ml_tables
 
 def test_training_rows_are_capped_with_a_seeded_sample(ml_tables, monkeypatch):
     train, test, synthetic = ml_tables
-    monkeypatch.setattr(utility, "MAX_TRAIN_ROWS", 500)
+    monkeypatch.setattr(ml, "MAX_TRAIN_ROWS", 500)
     built = []
-    tree_features = utility._tree_features
-    monkeypatch.setattr(utility, "_tree_features",
+    tree_features = ml._tree_features
+    monkeypatch.setattr(ml, "_tree_features",
                         lambda codes, features: built.append(len(codes["y"]))
                         or tree_features(codes, features))
     first = ml_efficiency(train, test, synthetic, "y", ML_DOMAIN, seed=9)
@@ -319,7 +323,7 @@ def test_report_compares_with_test_rows_and_gives_the_train_baseline(report_tabl
     assert report.fidelity == pytest.approx(fidelity(test, synthetic, REPORT_DOMAIN), abs=1e-12)
     assert report.fidelity_train == pytest.approx(fidelity(train, synthetic, REPORT_DOMAIN), abs=1e-12)
     assert report.fidelity_baseline == pytest.approx(fidelity(train, test, REPORT_DOMAIN), abs=1e-12)
-    assert len(report.triples) == 15 and report.queries == 15 * utility.DEFAULT_QUERIES_PER_TRIPLE
+    assert len(report.triples) == 15 and report.queries == 15 * queries.DEFAULT_QUERIES_PER_TRIPLE
     expected = query_error(test, synthetic, REPORT_DOMAIN, list(report.triples),
                            seed=0, ordinal={"level", "d"})
     assert report.query_error == pytest.approx(expected.query_error, abs=1e-12)
@@ -352,7 +356,7 @@ def test_report_without_target_or_with_too_few_test_rows_has_no_ml(report_tables
                             triples_count=5)
     assert report.ml is None and reason in report.ml_reason
     assert report.summary()["ml_reason"] == report.ml_reason
-    if test_rows < utility.MIN_TEST_ROWS:  # too few held-out rows: compare with train_real
+    if test_rows < ml.MIN_TEST_ROWS:  # too few held-out rows: compare with train_real
         assert report.reference == "train_real" and report.fidelity_baseline is None
         assert report.fidelity == pytest.approx(fidelity(train, synthetic, REPORT_DOMAIN), abs=1e-12)
 
@@ -373,31 +377,31 @@ def test_report_html_is_one_page_with_the_summary_the_ml_table_and_both_figures(
 
     train, test, synthetic = report_tables
     report = utility_report(train, test, synthetic, REPORT_DOMAIN, target="y", triples_count=5)
-    page = utility.report_html(report, "Utility report of 'x<y>' (owner-only)")
+    page = report_html(report, "Utility report of 'x<y>' (owner-only)")
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     assert "x&lt;y&gt;" in page and "x<y>" not in page  # the title is escaped
     for png in (report.histograms_png, report.tvd_heatmap_png):  # inline, no other file needed
         assert f'src="data:image/png;base64,{base64.b64encode(png).decode()}"' in page
     assert page.count("<img ") == 2 and page.count('src="') == 2  # self-contained
     assert "<link" not in page and "<script" not in page
-    for name in (*utility.CLASSIFIERS, "mean"):
+    for name in (*ml.CLASSIFIERS, "mean"):
         assert f"<td>{name}</td>" in page
     mean = report.ml.set_index("classifier").loc["mean"]
     assert f"<td>{mean['f1_synthetic']:.4f}</td>" in page
     assert f"<td>fidelity</td><td>{report.summary()['fidelity']:.4f}</td>" in page
     assert "not differentially private" in page
     without_ml = utility_report(train, test, synthetic, REPORT_DOMAIN, target=None, triples_count=5)
-    assert "not computed: no target" in utility.report_html(without_ml, "t")
+    assert "not computed: no target" in report_html(without_ml, "t")
 
 
 def test_report_document_round_trips_through_json(report_tables):
     train, test, synthetic = report_tables
     report = utility_report(train, test, synthetic, REPORT_DOMAIN, target="y", triples_count=5)
-    document = utility.report_document(report)
+    document = report_document(report)
     assert json.loads(json.dumps(document, allow_nan=False)) == document
     assert document["summary"]["fidelity"] == report.summary()["fidelity"]
     assert set(document["pair_tvd"]) == {" x ".join(p) for p in report.pair_tvds}
-    assert [r["classifier"] for r in document["ml"]] == [*utility.CLASSIFIERS, "mean"]
+    assert [r["classifier"] for r in document["ml"]] == [*ml.CLASSIFIERS, "mean"]
 
 
 def test_owner_only_files_are_0600_in_0700_folders_and_replace_wider_old_files(tmp_path):
@@ -413,11 +417,11 @@ def test_owner_only_files_are_0600_in_0700_folders_and_replace_wider_old_files(t
     old = folder / "report.json"
     old.write_text("old")
     os.chmod(old, 0o644)
-    paths = utility.write_owner_only(folder, {"report.json": b"{}", "a.png": b"\x89PNG"}, root=root)
+    paths = write_owner_only(folder, {"report.json": b"{}", "a.png": b"\x89PNG"}, root=root)
     mode = lambda p: stat.S_IMODE(os.stat(p).st_mode)  # noqa: E731
     assert mode(root) == mode(folder) == 0o700
     assert mode(tmp_path) == 0o755  # above the root: untouched
     assert {n: mode(p) for n, p in paths.items()} == {"report.json": 0o600, "a.png": 0o600}
     assert old.read_bytes() == b"{}" and sorted(os.listdir(folder)) == ["a.png", "report.json"]
     with pytest.raises(ValueError, match="does not contain"):
-        utility.write_owner_only(folder, {}, root=tmp_path / "elsewhere")
+        write_owner_only(folder, {}, root=tmp_path / "elsewhere")

@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dp_synth_assets.core import validation
-from dp_synth_assets.core.validation import (
+from dp_synth_assets.checks import gx_context
+from dp_synth_assets.checks.gx import (
     Expectation,
     ExpectationOutcome,
     SuiteOutcome,
@@ -75,7 +75,7 @@ def test_frame_has_the_dtypes_the_findings_are_about():
 
 def test_importing_the_module_does_not_import_great_expectations():
     code = (
-        "import sys, dp_synth_assets.core.validation as v; "
+        "import sys, dp_synth_assets.checks.gx as v; "
         "assert 'great_expectations' not in sys.modules, 'GX imported eagerly'"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
@@ -328,8 +328,8 @@ def test_calls_are_independent_and_leave_the_cached_context_empty():
         outs += list(pool.map(lambda _: run_suite(good_frame(), "same-name", suite), range(4)))
     assert all(o.success for o in outs)
     assert len({o.raw["suite_name"] for o in outs}) == len(outs)
-    ctx = validation._CONTEXT
-    assert ctx is validation._context()
+    ctx = gx_context._CONTEXT
+    assert ctx is gx_context.context()
     assert list(ctx.data_sources.all()) == []
     assert ctx.suites.all() == [] and ctx.validation_definitions.all() == []
     assert ctx.validation_results_store.list_keys() == []

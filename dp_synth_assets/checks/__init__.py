@@ -1,0 +1,37 @@
+"""The checks of the synthetic table (public zone), Great Expectations 1.x suites.
+
+Built from the dataset's plan and noisy measurements only, they read the synthetic table and
+never the source. `suites.CHECKS` lists them (one function each):
+
+- `schema` (ERROR, blocking): the source's columns, in order, with the source's SQL types, in the
+  warehouse table and in the Parquet copy.
+- `domain` (ERROR, blocking): categorical values among the plan's categories, rare members or the
+  `other` label; numbers and dates inside the plan's bounds.
+- `row_count` (ERROR): the requested number of rows.
+- `null_fraction` (WARN): each nullable column's NULL share within a tolerance of the noisy
+  estimate from the measured 1-way marginal (`tolerances.tolerances`).
+- `one_way_tvd` (WARN): each column's 1-way distribution within a TVD tolerance of its noisy
+  measurement (`tolerances.tolerances`).
+- `marginal_tvd` (WARN): every measured marginal of two or more columns within a TVD tolerance
+  from that measurement's own noise scale (`tolerances.marginal_tolerance`).
+- `duplicates` (WARN): the share of rows repeating an earlier row (on the encoded codes) below
+  the bound the model implies (`tolerances.duplicate_bound`).
+
+Modules: `gx` runs a suite (`outcomes` are its results, `gx_context` the process's GX context),
+`data_docs` renders GX's Data Docs site, `tolerances` holds the bounds, `frames` reads the table
+in bounded memory, `suites` the checks; `asset_checks`, the only module importing Dagster, wraps
+them as Dagster asset checks. Its names are imported from here on first use, so importing the
+package loads neither Dagster nor Great Expectations.
+"""
+
+from .suites import CHECKS
+
+__all__ = ["CHECKS", "build_synthetic_checks", "run_checks"]
+
+
+def __getattr__(name: str):
+    if name in ("build_synthetic_checks", "run_checks"):
+        from . import asset_checks
+
+        return getattr(asset_checks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

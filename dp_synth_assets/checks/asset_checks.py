@@ -1,0 +1,83 @@
+"""The checks of `synthetic` as Dagster asset checks (public zone): the package's only Dagster
+module.
+
+One multi-asset check per dataset runs every check of `suites.CHECKS` against
+`[<dataset>, synthetic]`, with that check's severity, blocking flag and description; each result
+is stored under `<public_dir>/<dataset>/checks/<name>.json`, rendered into the Data Docs site
+`<public_dir>/<dataset>/data_docs/` and reported as an `AssetCheckResult` whose metadata links
+both.
+"""
+
+from pathlib import Path
+
+import dagster as dg
+
+from resources.warehouse import WarehouseResource
+
+from ..core.config import DatasetSpec
+from ..core.domain import EncodingPlan
+from ..core.measure import Measurement
+from .frames import FRAME_BYTES, CheckInputs
+from .suites import CHECKS, CheckResult, publish, run_all
+
+
+def data_docs_dir(warehouse: WarehouseResource, dataset: str) -> Path:
+    """GX Data Docs of the checks (a static site: open index.html): public/<dataset>/data_docs."""
+    return warehouse.public_path(dataset, "data_docs/index.html").parent
+
+
+def asset_check_result(result: CheckResult, warehouse: WarehouseResource,
+                       dataset: str) -> dg.AssetCheckResult:
+    """Publish `result` (`suites.publish`) and report it with its check's severity."""
+    metadata = publish(result, warehouse.public_path(dataset, "checks"),
+                       data_docs_dir(warehouse, dataset))
+    return dg.AssetCheckResult(
+        asset_key=dg.AssetKey([dataset, "synthetic"]), check_name=result.name,
+        passed=result.passed, severity=dg.AssetCheckSeverity[CHECKS[result.name].severity],
+        metadata={k: _metadata_value(v) for k, v in metadata.items()})
+
+
+def _metadata_value(value):
+    if isinstance(value, Path):
+        return dg.MetadataValue.path(str(value))
+    if isinstance(value, (list, dict)):
+        return dg.MetadataValue.json(value)
+    if isinstance(value, float):
+        return dg.MetadataValue.float(value)
+    return value
+
+
+def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
+               measurements: list[Measurement], noisy_total: float, rows: int, table: str,
+               parquet: str, model=None, frame_bytes: int = FRAME_BYTES):
+    """Yield one AssetCheckResult per check of `CHECKS`, in order, as each finishes."""
+    inputs = CheckInputs(dataset, plan, measurements, noisy_total, rows, table, parquet,
+                         data_docs_dir(warehouse, dataset), model, frame_bytes)
+    for result in run_all(lambda: warehouse.connect(read_only=True), inputs):
+        yield asset_check_result(result, warehouse, dataset)
+
+
+def build_synthetic_checks(dataset: str, spec: DatasetSpec) -> dg.AssetChecksDefinition:
+    """The dataset's multi-asset check on `[<dataset>, synthetic]` (see the module docstring)."""
+    asset_key = dg.AssetKey([dataset, "synthetic"])
+    specs = [dg.AssetCheckSpec(name, asset=asset_key, blocking=check.blocking,
+                               description=check.description)
+             for name, check in CHECKS.items()]
+
+    @dg.multi_asset_check(specs=specs, name=f"{dataset}_synthetic_checks",
+                          description="Great Expectations suites on the synthetic table.")
+    def synthetic_checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
+        from ..pipeline import load_measurements, load_plan, requested_rows, synthetic_table
+
+        plan = load_plan(warehouse, dataset)
+        found, noisy_total = load_measurements(warehouse, dataset)
+        rows = requested_rows(spec, noisy_total)
+        parquet = str(warehouse.public_path(dataset, "synthetic.parquet"))
+        model_path = warehouse.public_path(dataset, "model.npz")
+        from ..core import generate
+
+        model = generate.load(str(model_path)) if model_path.exists() else None
+        yield from run_checks(warehouse, dataset, plan, found, noisy_total, rows,
+                              synthetic_table(dataset), parquet, model)
+
+    return synthetic_checks

@@ -1,0 +1,287 @@
+"""The checks of the synthetic table: one function per check, each running its GX suite(s).
+
+Each check takes the `SyntheticTable` and returns a `CheckResult`: GX's verdict (`SuiteOutcome`)
+and the metadata to publish (plain values; lists and dicts are shown as JSON). The suites are
+built from the dataset's plan and noisy measurements only: they read the synthetic table, never
+the source, so every verdict and figure is public. `CHECKS` lists them with their severity
+(ERROR or WARN) and whether a failure blocks the downstream assets; a check's description is the
+first line of its function's docstring. `publish` stores a result where the public can read it.
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from ..core.domain import allowed_values, value_bounds
+from ..core.sql import ident
+from ..evaluation import fidelity
+from .data_docs import write_data_docs
+from .frames import CheckInputs, SyntheticTable, release_memory
+from .gx import Expectation, SuiteOutcome, run_suite, write_outcome
+from .tolerances import duplicate_bound, marginal_tolerance, tolerances
+
+NO_BOUND = "ExpectColumnPairValuesAToBeGreaterThanB"  # tolerance >= observed, row by row
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check's verdict: `outcome` is GX's, `metadata` what to publish beside it; `rendered`
+    says its Data Docs pages are written already."""
+
+    name: str
+    outcome: SuiteOutcome
+    metadata: dict
+    rendered: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.outcome.success)
+
+
+def expectations_result(name: str, frame: pd.DataFrame, expectations: list, dataset: str,
+                        metadata: dict) -> CheckResult:
+    """Run one suite on `frame`; a suite with nothing to check (no nullable column, no measured
+    marginal) passes vacuously, and its stored result says so."""
+    if expectations:
+        outcome = run_suite(frame, f"{dataset}_{name}", expectations)
+    else:
+        outcome = SuiteOutcome(f"{dataset}_{name}", True, [],
+                               {"success": True, "note": "nothing to check"})
+    return CheckResult(name, outcome, metadata)
+
+
+def grouped_result(name: str, table: SyntheticTable, by_column: dict, metadata: dict,
+                   result_format: str = "SUMMARY") -> CheckResult:
+    """One check whose expectations are per column, run group by group (`column_groups`): one GX
+    suite per group, `<dataset>_<name>` when one group holds them all, else `_part<k>`; each suite
+    has its Data Docs page, and the check passes when every suite does."""
+    dataset, docs = table.inputs.dataset, table.inputs.docs_dir
+
+    def flat(column):
+        found = by_column.get(column, [])
+        return found if isinstance(found, list) else [found]
+
+    parts = [g for g in table.groups if any(flat(c) for c in g)]
+    if not parts:
+        return expectations_result(name, pd.DataFrame(), [], dataset, metadata)
+    outcomes = []
+    for k, group in enumerate(parts, start=1):
+        frame = table.frame([c for c in group if flat(c)])
+        suite = f"{dataset}_{name}" if len(parts) == 1 else f"{dataset}_{name}_part{k}"
+        outcomes.append(run_suite(frame, suite, [x for c in group for x in flat(c)],
+                                  result_format=result_format, docs_dir=docs))
+        del frame
+        release_memory()
+    if len(outcomes) == 1:
+        merged = outcomes[0]
+    else:
+        success = all(o.success for o in outcomes)
+        merged = SuiteOutcome(f"{dataset}_{name}", success,
+                              [r for o in outcomes for r in o.results],
+                              {"success": success, "parts": [o.raw for o in outcomes]})
+    return CheckResult(name, merged, {**metadata, "suites": len(outcomes)}, rendered=True)
+
+
+# ---- the checks ----------------------------------------------------------------------------------
+
+
+def schema(table: SyntheticTable) -> CheckResult:
+    """The source's columns, in order, with its SQL types, in the warehouse table and the Parquet.
+
+    Two suites: the expected, warehouse and Parquet types side by side (a frame of one row per
+    column), and the column list of the Parquet copy's first rows."""
+    inputs = table.inputs
+    plan, dataset, docs = inputs.plan, inputs.dataset, inputs.docs_dir
+    types = pd.DataFrame({
+        "column": plan.columns,
+        "expected": [e.sql_type for e in plan.encodings],
+        "warehouse": table.column_types(ident(inputs.table)),
+        "parquet": table.column_types(table.source),
+    })
+    outcome = run_suite(types, f"{dataset}_schema", [
+        Expectation("ExpectColumnPairValuesToBeEqual", {"column_A": "expected", "column_B": "warehouse"}),
+        Expectation("ExpectColumnPairValuesToBeEqual", {"column_A": "expected", "column_B": "parquet"}),
+    ], docs_dir=docs)
+    head = table.frame(table.present, limit=1000)
+    columns_outcome = run_suite(head, f"{dataset}_columns", [
+        Expectation("ExpectTableColumnsToMatchOrderedList", {"column_list": plan.columns})],
+        docs_dir=docs)
+    success = outcome.success and columns_outcome.success
+    merged = type(outcome)(outcome.suite, success, outcome.results + columns_outcome.results,
+                           {"success": success, "types": outcome.raw, "columns": columns_outcome.raw})
+    return CheckResult("schema", merged, {"types": types.to_dict(orient="records")}, rendered=True)
+
+
+def domain(table: SyntheticTable) -> CheckResult:
+    """Categories among the plan's (rare members, `other`); numbers and dates inside its bounds."""
+    by_column = {}
+    for e in table.inputs.plan.encodings:
+        if e.kind == "categorical":
+            by_column[e.column] = Expectation("ExpectColumnValuesToBeInSet", {
+                "column": e.column, "value_set": allowed_values(e)})
+        elif e.kind == "boolean":
+            by_column[e.column] = Expectation("ExpectColumnValuesToBeInSet", {
+                "column": e.column, "value_set": [False, True]})
+        else:
+            low, high = value_bounds(e)
+            by_column[e.column] = Expectation("ExpectColumnValuesToBeBetween", {
+                "column": e.column, "min_value": _bound(low), "max_value": _bound(high)})
+    return grouped_result("domain", table, by_column, {})
+
+
+def row_count(table: SyntheticTable) -> CheckResult:
+    """The requested number of rows (counted by GX on a frame of one column)."""
+    rows = table.inputs.rows
+    narrow = table.frame(table.present[:1])
+    return expectations_result("row_count", narrow,
+                               [Expectation("ExpectTableRowCountToEqual", {"value": rows})],
+                               table.inputs.dataset, {"requested_rows": rows})
+
+
+def null_fraction(table: SyntheticTable) -> CheckResult:
+    """Each nullable column's NULL share near the noisy estimate of its measured 1-way marginal.
+
+    The allowed interval is the measured NULL share plus or minus that cell's tolerance
+    (`tolerances`); GX checks it as ExpectColumnValuesToBeNull(mostly=low) together with
+    ExpectColumnValuesToNotBeNull(mostly=1-high), which both hold iff low <= share <= high."""
+    inputs = table.inputs
+    one_way = {m.clique[0]: m for m in inputs.measurements if len(m.clique) == 1}
+    by_column, shown = {}, {}
+    for e in inputs.plan.encodings:
+        if not e.nullable or e.column not in one_way:
+            continue
+        m = one_way[e.column]
+        _, per_cell = tolerances(m, inputs.noisy_total, inputs.rows)
+        p = float(fidelity.noisy_distribution(m)[e.null_code])
+        low = float(max(p - per_cell[e.null_code], 0.0))
+        high = float(min(p + per_cell[e.null_code], 1.0))
+        shown[e.column] = {"expected": round(p, 4), "low": round(low, 4), "high": round(high, 4)}
+        by_column[e.column] = [
+            Expectation("ExpectColumnValuesToBeNull", {"column": e.column, "mostly": low}),
+            Expectation("ExpectColumnValuesToNotBeNull",
+                        {"column": e.column, "mostly": round(1.0 - high, 12)})]
+    # BASIC: the NULL share without GX's value counts of the "unexpected" (non-NULL) values
+    return grouped_result("null_fraction", table, by_column, {"bounds": shown},
+                          result_format="BASIC")
+
+
+def one_way_tvd(table: SyntheticTable) -> CheckResult:
+    """Each column's distribution within a TVD tolerance of its noisy 1-way measurement."""
+    inputs = table.inputs
+    one_way = {m.clique[0]: m for m in inputs.measurements if len(m.clique) == 1}
+    records = []
+    for e in inputs.plan.encodings:
+        if (e.column,) not in table.counts:
+            continue
+        m = one_way[e.column]
+        tvd = fidelity.marginal_tvd(table.counts[(e.column,)], m)
+        records.append({"column": e.column, "tvd": round(tvd, 5),
+                        "tolerance": round(tolerances(m, inputs.noisy_total, inputs.rows)[0], 5)})
+    frame = pd.DataFrame(records, columns=["column", "tvd", "tolerance"])
+    return expectations_result("one_way_tvd", frame, [
+        Expectation(NO_BOUND, {"column_A": "tolerance", "column_B": "tvd", "or_equal": True})],
+        inputs.dataset, {"tvd": records})
+
+
+def marginal_tvd(table: SyntheticTable) -> CheckResult:
+    """Every measured marginal of 2+ columns within a TVD tolerance of its noisy measurement.
+
+    Counted on the synthetic table's encoded codes; each tolerance comes from that measurement's
+    own noise scale (`marginal_tolerance`)."""
+    inputs = table.inputs
+    records = []
+    for m in inputs.measurements:
+        if len(m.clique) < 2 or m.clique not in table.counts:
+            continue
+        tvd = fidelity.marginal_tvd(table.counts[m.clique], m)
+        records.append({"marginal": " x ".join(m.clique), "tvd": round(tvd, 5),
+                        "tolerance": round(marginal_tolerance(m, inputs.noisy_total, inputs.rows), 5)})
+    frame = pd.DataFrame(records, columns=["marginal", "tvd", "tolerance"])
+    return expectations_result("marginal_tvd", frame, [
+        Expectation(NO_BOUND, {"column_A": "tolerance", "column_B": "tvd", "or_equal": True})]
+        if records else [], inputs.dataset, {"tvd": records})
+
+
+def duplicates(table: SyntheticTable) -> CheckResult:
+    """The share of rows repeating an earlier row below the bound the model implies.
+
+    Rows are compared on their encoded codes; the bound (`duplicate_bound`) catches a generator
+    that copies rows wholesale."""
+    inputs = table.inputs
+    share = table.repeated / table.total if table.total else 0.0
+    allowed, q, source = duplicate_bound(inputs.model, inputs.measurements, inputs.rows)
+    frame = pd.DataFrame({"duplicate_share": [share], "allowed": [allowed]})
+    return expectations_result("duplicates", frame, [
+        Expectation(NO_BOUND, {"column_A": "allowed", "column_B": "duplicate_share",
+                               "or_equal": True})],
+        inputs.dataset, {"duplicate_share": round(share, 5), "allowed": round(allowed, 5),
+                         "collision_probability": q, "bound_from": source})
+
+
+def _bound(value):
+    """Bounds as GX compares them with the frame's values: dates as pandas Timestamps."""
+    return pd.Timestamp(value) if hasattr(value, "isoformat") else value
+
+
+# ---- the registry --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Check:
+    """A check: its function, severity ("ERROR" or "WARN") and whether a failure blocks the
+    assets downstream of `synthetic`."""
+
+    name: str
+    run: Callable[[SyntheticTable], CheckResult]
+    severity: str
+    blocking: bool
+
+    @property
+    def description(self) -> str:
+        """The first line of the check function's docstring."""
+        return (self.run.__doc__ or "").strip().splitlines()[0]
+
+
+CHECKS = {c.name: c for c in (
+    Check("schema", schema, "ERROR", True),
+    Check("domain", domain, "ERROR", True),
+    Check("row_count", row_count, "ERROR", False),
+    Check("null_fraction", null_fraction, "WARN", False),
+    Check("one_way_tvd", one_way_tvd, "WARN", False),
+    Check("marginal_tvd", marginal_tvd, "WARN", False),
+    Check("duplicates", duplicates, "WARN", False),
+)}
+ROW_CHECKS = ("schema", "domain", "row_count", "null_fraction")  # read frames of the table
+
+
+def run_all(connect, inputs: CheckInputs) -> Iterator[CheckResult]:
+    """Every check of `CHECKS`, in order, as each finishes. `connect()` opens a read-only DuckDB
+    connection (a context manager); the checks that read frames run while it is open, the
+    others on the counts afterwards."""
+    with connect() as con:
+        table = SyntheticTable.read(con, inputs)
+        for name in ROW_CHECKS:
+            yield CHECKS[name].run(table)
+    for name, check in CHECKS.items():
+        if name not in ROW_CHECKS:
+            yield check.run(table)
+
+
+def publish(result: CheckResult, checks_dir: Path, docs_dir: Path) -> dict:
+    """Store GX's result as `<checks_dir>/<name>.json`, render it into the Data Docs site in
+    `docs_dir` unless its pages are written already, and return the check's metadata with the
+    failed expectations and both paths. A rendering failure does not change the verdict: it is
+    reported in the metadata (`data_docs_error`)."""
+    path = write_outcome(result.outcome, Path(checks_dir) / f"{result.name}.json")
+    metadata = dict(result.metadata)
+    if not result.rendered:
+        try:
+            write_data_docs(result.outcome, docs_dir)
+        except Exception as e:  # noqa: BLE001 - docs are a view of the verdict, not the verdict
+            metadata["data_docs_error"] = f"{type(e).__name__}: {e}"
+    failures = [f"{r.name}({r.kwargs.get('column', '')})"
+                for r in result.outcome.results if not r.success]
+    return {**metadata, "data_docs": Path(docs_dir) / "index.html",
+            "failed_expectations": failures, "gx_result": path}

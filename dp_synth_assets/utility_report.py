@@ -1,0 +1,85 @@
+"""The owner-only `utility_report` asset (private zone): the synthetic table against the source.
+
+A thin Dagster wrapper over `dp_synth_assets.evaluation.report`: it reads at most
+`report.max_rows` encoded rows of the training rows, of the held-out rows and of the synthetic
+table, computes the report, and writes `report.json`, `report.html` (summary, ML table and both
+figures in one page) and the two PNGs under the private folder (`WarehouseResource.private_path`),
+readable by the owner only (files 0600, folders 0700). Nothing in the report is DP, so nothing
+computed here reaches the Dagster event log, which is public: the asset's metadata holds the paths
+of those files and its log lines say only where they are. The asset exists only when the dataset
+has a `report:` block.
+"""
+
+import json
+
+import dagster as dg
+import numpy as np
+
+from resources.warehouse import WarehouseResource
+
+from .core.config import DatasetSpec
+from .core.sql import sql
+from .pipeline import PRIVATE, encoded_view, load_plan, source_connection
+from .private_log import private_step
+
+
+def build_utility_report(dataset: str, spec: DatasetSpec) -> dg.AssetsDefinition:
+    """The `[<dataset>, utility_report]` asset, downstream of `synthetic` (see the module
+    docstring)."""
+    report_spec = spec.report
+
+    @dg.asset(key=dg.AssetKey([dataset, "utility_report"]),
+              deps=[dg.AssetKey([dataset, "synthetic"])], group_name=dataset,
+              tags=PRIVATE, kinds={"python"},
+              description="Owner-only: fidelity, 3-way query error, ML efficiency and plots of "
+                          "the synthetic table against the source, written to files in the "
+                          "private zone (not DP; the metadata holds only their paths).")
+    @private_step(dataset, "utility_report")
+    def utility_report(context: dg.AssetExecutionContext,
+                       warehouse: WarehouseResource) -> dg.MaterializeResult:
+        from .core.domain import encoded_columns
+        from .core.sql import ident, literal
+        from .evaluation import report as evaluation
+
+        plan = load_plan(warehouse, dataset)
+        cap = report_spec.max_rows
+        seed = spec.seed if spec.seed is not None else 0
+        expressions = encoded_columns(plan)
+        parquet = literal(str(warehouse.public_path(dataset, "synthetic.parquet")))
+        with source_connection(warehouse, spec, dataset, read_only=True) as con:
+            def rows(relation: str) -> dict:
+                return con.execute(sql("sample_rows", relation=relation, rows=int(cap),
+                                       seed=int(seed))).fetchnumpy()
+            train = rows(ident(encoded_view(dataset)))
+            test = rows(ident(encoded_view(dataset) + "_holdout")) if report_spec.holdout > 0 \
+                else {c: np.zeros(0, dtype=np.int64) for c in plan.columns}
+            synth = rows(sql("encoded_relation", expressions=expressions,
+                             source=f"read_parquet({parquet})"))
+        ordinal = {e.column: e.bins for e in plan.encodings
+                   if e.kind in ("integer", "float", "datetime") and e.bins}
+        report = evaluation.utility_report(
+            {c: np.asarray(v, dtype=np.int64) for c, v in train.items()},
+            {c: np.asarray(v, dtype=np.int64) for c, v in test.items()},
+            {c: np.asarray(v, dtype=np.int64) for c, v in synth.items()},
+            plan.domain, target=report_spec.target, ordinal=ordinal, seed=seed,
+            triples_count=report_spec.triples, labels=evaluation.code_labels(plan))
+        del train, test, synth
+        names = evaluation.REPORT_FILES
+        folder = warehouse.private_path(dataset, names["json"]).parent
+        paths = evaluation.write_owner_only(folder, {
+            names["json"]: json.dumps(evaluation.report_document(report)).encode(),
+            names["html"]: evaluation.report_html(
+                report, f"Utility report of {dataset!r} (owner-only)").encode(),
+            names["histograms"]: report.histograms_png,
+            names["heatmap"]: report.tvd_heatmap_png,
+        }, root=folder.parent)
+        context.log.info(f"utility report written to {paths[names['html']]} (private zone, "
+                         "owner-only; not shown here)")
+        return dg.MaterializeResult(metadata={
+            "report_html": dg.MetadataValue.path(paths[names["html"]]),
+            "report_json": dg.MetadataValue.path(paths[names["json"]]),
+            "histograms_png": dg.MetadataValue.path(paths[names["histograms"]]),
+            "tvd_heatmap_png": dg.MetadataValue.path(paths[names["heatmap"]]),
+        })
+
+    return utility_report
