@@ -1,4 +1,4 @@
-"""Generation engines behind one interface: `choose`, `fit`, `sample`, `save`, `load`.
+"""Generation engines behind one interface: `choose`, `fit`, `sample`, `dumps`, `loads`.
 
 Engines (`generator:` in datasets.yaml):
 - `pgm` (pgm.py): mbi's maximum-entropy estimation over the junction tree of all measurements;
@@ -274,14 +274,6 @@ def loads(data: bytes):
                                          m["rho"]) for i, m in enumerate(meta["measurements"]))
     return GumModel({a: int(k) for a, k in meta["domain"].items()}, measurements,
                     int(meta["iterations"]))
-
-
-def save(model, path: str) -> None:
-    """`dumps` to a temporary name, then renamed."""
-    tmp = path + ".tmp.npz"
-    with open(tmp, "wb") as f:
-        f.write(dumps(model))
-    os.replace(tmp, path)
 
 
 def load(path: str):
