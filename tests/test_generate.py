@@ -14,6 +14,7 @@ from dp_synth_assets.core.config import ModelSettings
 from dp_synth_assets.core.generate import parallel_pgm, pgm, tree
 from dp_synth_assets.core.generate.tree import CliqueTree, conditional_draw
 from dp_synth_assets.core.measure import Measurement, make_consistent, noisy_total
+from dp_synth_assets.core.store import FolderStore
 from tests.helpers import make_project
 
 
@@ -195,17 +196,18 @@ def test_auto_picks_gum_for_all_pairs_where_the_pgm_guard_refuses():
     assert [e.engine for e in choice.estimates] == ["pgm", "parallel_pgm", "gum"]
 
 
-def test_models_round_trip_through_their_files(tmp_path):
+def test_models_round_trip_through_the_artifact_store(tmp_path):
     data, domain = table(2000)
     found = make_consistent(exact_measurements(data, domain, [("a", "b")]))
     t = generate.fit("pgm", domain, found, noisy_total(found), ModelSettings(iterations=50))
-    generate.save(t, str(tmp_path / "tree.npz"))
-    back = generate.load(str(tmp_path / "tree.npz"))
+    store = FolderStore(tmp_path, "d")
+    store.write_model(t)
+    back = FolderStore(tmp_path, "d").model()
     assert back.cliques == t.cliques and back.separators == t.separators
     assert all(np.array_equal(x, y) for x, y in zip(back.tables, t.tables))
     g = generate.fit("gum", domain, found, noisy_total(found), ModelSettings(gum_iterations=7))
-    generate.save(g, str(tmp_path / "gum.npz"))
-    back = generate.load(str(tmp_path / "gum.npz"))
+    store.write_model(g)
+    back = FolderStore(tmp_path, "d").model()
     assert back.iterations == 7 and back.domain == domain
     assert [m.clique for m in back.measurements] == [m.clique for m in found]
     assert all(np.array_equal(x.noisy, y.noisy) for x, y in zip(back.measurements, found))
