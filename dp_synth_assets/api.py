@@ -9,11 +9,11 @@
 The arguments are a datasets.yaml entry's keys (`columns`, `privacy` as `epsilon`, `delta`,
 `limit`, `method`, `generator`, `rows`, `seed`, `selection`, `model`) and are validated by the
 same `DatasetSpec` model, so every rule and message is the registry's; an error names the
-argument. Each stage is the pipeline's own core function (dp_synth_assets/pipeline.py calls the
-same ones): `prepare_encoded_view`, `compute_marginals` / `MarginalStore`, `select`,
-`measurement_plan` + `measure`, `make_consistent`, `noisy_total`, `generate.choose` /
-`fit_units` / `fit_unit` / `assemble`, `sample_chunks`, and the decode + cast of
-`synthesize.decode_typed`.
+argument. Each stage is one function of `core/stages.py`, the same the pipeline's assets call
+(preprocess, marginals, select, measure, plan_fit / fit_unit / assemble, sample), followed here
+by the decode + cast of `synthesize.decode_typed`. The public records a fit produces (the
+encoding plan, the selection, the consistent `Measurements`, the model) are kept in a
+`core.store.MemoryStore` (`Synthesizer.store`), the in-memory twin of the pipeline's folder.
 
 Guarantees:
 - Rows never enter Python: an in-memory frame is registered into an embedded DuckDB connection
@@ -44,20 +44,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
-import numpy as np
 from pydantic import ValidationError
 
 from .core import generate
 from .core import marginals as margs
-from .core.budget import PRIVATE_STAGES, DatasetBudget, measurement_plan
+from .core import stages
+from .core.budget import PRIVATE_STAGES, DatasetBudget
 from .core.config import CsvSource, DatasetSpec, ParquetSource, RegistryError, TableSource
 from .core.domain import Clique, EncodingPlan
-from .core.measure import Measurement, make_consistent, measure, noisy_total
-from .core.preprocess import prepare_encoded_view
+from .core.measure import Measurements
 from .core.privacy import Spend, epsilon_from_rho
-from .core.select import Selection, required_cliques, select
+from .core.select import Selection
 from .core.sql import ident, sql
-from .core.synthesize import decode_typed, requested_rows
+from .core.store import MemoryStore
+from .core.synthesize import decode_typed
 
 # the name a registered in-memory source gets inside the embedded connection
 SOURCE_VIEW = "dp_synth_source"
@@ -281,33 +281,26 @@ class PrivateRun:
 
     def preprocess(self) -> EncodingPlan:
         """Check the source against the columns, learn what they leave undeclared with DP and
-        create the encoded view (`preprocess.prepare_encoded_view`)."""
-        return prepare_encoded_view(self.con, self.spec, self.dataset, self.base_dir,
-                                          self.view, self.budget.preprocess,
-                                          self.budget.run_delta_extra,
-                                          self.accountant.stage("preprocessed"))
+        create the encoded view (`stages.preprocess`)."""
+        return stages.preprocess(self.con, self.spec, self.dataset, self.base_dir, self.view,
+                                 self.budget, self.accountant.stage("preprocessed"))
 
     def marginals(self, plan: EncodingPlan) -> margs.MarginalStore:
-        """The exact marginals the method needs, counted in one scan, as the oracle the
-        selection and measurement read (private: never return its answers to a user)."""
-        cliques = required_cliques(self.spec.method, plan.domain, self.spec.selection)
-        margs.compute_marginals(self.con, self.view, self.table, plan.columns, cliques,
-                                plan.domain)
-        return margs.MarginalStore(self.con, self.view, self.table, plan.columns, plan.domain)
+        """The exact marginals the method needs, counted in one scan (`stages.marginals`), as
+        the oracle the selection and measurement read (private: never return its answers to a
+        user)."""
+        stages.marginals(self.con, self.spec, plan, self.view, self.table)
+        return stages.oracle(self.con, plan, self.view, self.table)
 
     def select(self, plan: EncodingPlan, oracle) -> Selection:
-        return select(self.spec.method, plan.domain, oracle, self.budget.split,
-                      self.spec.selection, self.accountant.stage("selection"))
+        return stages.select(self.spec, plan, oracle, self.budget,
+                             self.accountant.stage("selection"))
 
-    def measure(self, plan: EncodingPlan, chosen: Selection,
-                oracle) -> tuple[list[Measurement], float]:
+    def measure(self, plan: EncodingPlan, chosen: Selection, oracle) -> Measurements:
         """The consistent measurements (the selection's and this stage's noisy marginals) and
-        the noisy row count they agree on."""
-        rhos = measurement_plan(chosen, plan.domain, self.budget.stage_rho("measurements"))
-        noisy = measure(oracle(list(rhos)), rhos, self.accountant.stage("measurements")) \
-            if rhos else []
-        consistent = make_consistent(list(chosen.one_way) + list(chosen.measured) + noisy)
-        return consistent, noisy_total(consistent)
+        the noisy row count they agree on (`stages.measure`)."""
+        return stages.measure(plan, chosen, oracle, self.budget,
+                              self.accountant.stage("measurements"))
 
 
 # ---------------------------------------------------------------------------------- the API
@@ -351,13 +344,35 @@ class Synthesizer:
         self.budget = DatasetBudget.of(spec)
         self.ledger = _ledger(ledger)
         self.dataset = dataset
-        self.plan: EncodingPlan | None = None
-        self.selection: Selection | None = None
-        self.measurements: list[Measurement] | None = None
-        self.noisy_total: float | None = None
-        self.model = None
+        self.store = MemoryStore(dataset)
         self.choice: generate.Choice | None = None
         self._charges: tuple[Charge, ...] = ()
+
+    def _stored(self, name: str):
+        return getattr(self.store, name)() if self.store.has(name) else None
+
+    @property
+    def plan(self) -> EncodingPlan | None:
+        """The last fit's encoding plan (public)."""
+        return self._stored("plan")
+
+    @property
+    def selection(self) -> Selection | None:
+        return self._stored("selection")
+
+    @property
+    def measurements(self) -> Measurements | None:
+        """The consistent measurements the model is fitted on, with their noisy row count."""
+        return self._stored("measurements")
+
+    @property
+    def noisy_total(self) -> float | None:
+        found = self.measurements
+        return None if found is None else found.noisy_total
+
+    @property
+    def model(self):
+        return self._stored("model")
 
     # -- the private side
 
@@ -400,30 +415,27 @@ class Synthesizer:
             plan = run.preprocess()
             oracle = run.marginals(plan)
             chosen = run.select(plan, oracle)
-            found, total = run.measure(plan, chosen, oracle)
+            found = run.measure(plan, chosen, oracle)
         # kept before the fit, so a failed fit can be retried (`fit_model`) without spending
-        self.selection, self.plan, self.measurements, self.noisy_total = (
-            chosen, plan, found, total)
-        self.fit_model(plan, found, total)
+        self.store.write_plan(plan)
+        self.store.write_selection(chosen)
+        self.store.write_measurements(found)
+        self.fit_model(plan, found)
         return self
 
     # -- the public side: post-processing of the plan and the measurements
 
-    def fit_model(self, plan: EncodingPlan, measurements: list[Measurement], total: float):
+    def fit_model(self, plan: EncodingPlan, measurements: Measurements):
         """Fit the generator on public records (an encoding plan and consistent measurements,
-        e.g. the pipeline's plan.json and measurements.json): the engine `generate.choose`
-        picks, fitted unit by unit as the pipeline's model graph does. Spends nothing; the
-        synthesizer then samples from it. Returns the fitted model."""
-        rows = requested_rows(self.spec, total)
-        settings = self.spec.model
-        choice = generate.choose(self.spec.generator, plan.domain, measurements, rows, settings)
-        generate.check(choice.engine, plan.domain, measurements, settings, self.dataset)
-        units = generate.fit_units(choice.engine, plan.domain, measurements, settings)
-        results = [generate.fit_unit(choice.engine, unit, plan.domain, measurements, total,
-                                     settings) for unit in units]
-        model = generate.assemble(choice.engine, plan.domain, measurements, results)
-        self.plan, self.measurements, self.noisy_total = plan, list(measurements), total
-        self.model, self.choice = model, choice
+        e.g. the pipeline's, read through `core.store.FolderStore(public_dir / dataset,
+        dataset)`): the engine `generate.choose` picks, fitted unit by unit as the pipeline's
+        model graph does (`stages.fit`). Spends nothing; the synthesizer then samples from it.
+        Returns the fitted model."""
+        fit_plan, model = stages.fit(self.spec, plan, measurements, self.dataset)
+        self.store.write_plan(plan)
+        self.store.write_measurements(measurements)
+        self.store.write_model(model)
+        self.choice = fit_plan.choice
         return model
 
     def sample(self, n: int | None = None, seed: int | None = None):
@@ -436,15 +448,13 @@ class Synthesizer:
         if self.model is None:
             raise RuntimeError("call fit(source) (or fit_model) before sample()")
         seed = self.spec.seed if seed is None else seed
-        rows = requested_rows(self.spec, self.noisy_total) if n is None else int(n)
-        if rows < 1:
+        draw = stages.sample(self.spec, self.model, self.noisy_total, n, seed)
+        if draw.rows < 1:
             raise ValueError(f"argument 'n': sample at least one row, got {n!r}")
-        # decoding draws from its own stream, never the sampler's (as the pipeline does)
-        rng = np.random.default_rng(None if seed is None else [seed, 1])
+        plan = self.plan
         con = duckdb.connect(":memory:")
         try:
-            chunks = [decode_typed(con, self.plan, codes, rng) for codes in
-                      generate.sample_chunks(self.model, rows, seed, self.spec.model.chunk_rows)]
+            chunks = [decode_typed(con, plan, codes, draw.decode_rng) for codes in draw.chunks]
         finally:
             con.close()
         return pa.concat_tables(chunks)
@@ -461,16 +471,17 @@ class Synthesizer:
         extra = math.fsum(c.delta_extra for c in self._charges)
         delta = self.spec.privacy.delta
         chosen = self.selection
+        found = self.measurements
         selected = (tuple(m.clique for m in chosen.measured) + tuple(chosen.cliques)
-                    if chosen is not None else tuple(m.clique for m in self.measurements))
+                    if chosen is not None else tuple(m.clique for m in found.measurements))
         return Report(
             epsilon=self.spec.privacy.epsilon, delta=delta, rho=self.budget.run_rho,
             rho_spent=spent, epsilon_spent=epsilon_from_rho(spent, delta - self.budget.run_delta_extra),
             delta_extra_spent=extra, rho_by_stage=by_stage, charges=self._charges,
             method=self.spec.method, selected=selected,
             measurements=tuple({"clique": m.clique, "sigma": m.sigma, "rho": m.rho}
-                               for m in self.measurements),
-            noisy_total=self.noisy_total,
+                               for m in found.measurements),
+            noisy_total=found.noisy_total,
             generator=self.choice.engine if self.choice else "",
             generator_reason=self.choice.reason if self.choice else "not fitted yet")
 

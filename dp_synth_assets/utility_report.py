@@ -19,7 +19,8 @@ from resources.warehouse import WarehouseResource
 
 from .core.config import DatasetSpec
 from .core.sql import sql
-from .pipeline import PRIVATE, encoded_view, load_plan, source_connection
+from .artifacts import artifacts
+from .pipeline import PRIVATE, encoded_view, source_connection
 from .private_log import private_step
 
 
@@ -41,11 +42,12 @@ def build_utility_report(dataset: str, spec: DatasetSpec) -> dg.AssetsDefinition
         from .core.sql import ident, literal
         from .evaluation import report as evaluation
 
-        plan = load_plan(warehouse, dataset)
+        store = artifacts(warehouse, dataset)
+        plan = store.plan()
         cap = report_spec.max_rows
         seed = spec.seed if spec.seed is not None else 0
         expressions = encoded_columns(plan)
-        parquet = literal(str(warehouse.public_path(dataset, "synthetic.parquet")))
+        parquet = literal(str(store.path("synthetic.parquet")))
         with source_connection(warehouse, spec, dataset, read_only=True) as con:
             def rows(relation: str) -> dict:
                 return con.execute(sql("sample_rows", relation=relation, rows=int(cap),

@@ -19,6 +19,7 @@ from dp_synth_assets.core.budget import DatasetBudget
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.example import EXAMPLE_COLUMNS, generate_example
 from dp_synth_assets.core.privacy import epsilon_from_rho
+from dp_synth_assets.core.store import FolderStore
 from resources.ledger import BudgetExceeded, PrivacyLedger
 from tests.helpers import REPO, make_project
 
@@ -133,11 +134,11 @@ def test_the_stages_run_one_by_one_and_a_stage_cannot_spend_twice():
         plan = run.preprocess()
         oracle = run.marginals(plan)
         chosen = run.select(plan, oracle)
-        found, total = run.measure(plan, chosen, oracle)
-        assert plan.columns == list(columns) and total > 0
+        found = run.measure(plan, chosen, oracle)
+        assert plan.columns == list(columns) and found.noisy_total > 0
         with pytest.raises(BudgetError, match="above the run's rho"):
             run.measure(plan, chosen, oracle)
-    synth.fit_model(plan, found, total)
+    synth.fit_model(plan, found)
     assert synth.sample(50).num_rows == 50
 
 
@@ -206,17 +207,13 @@ def pipeline_run(tmp_path_factory):
 
 
 def test_fed_the_pipelines_measurements_and_seed_the_api_writes_its_synthetic_table(pipeline_run):
-    from dp_synth_assets.pipeline import load_measurements, load_plan
-
     project, defs = pipeline_run
-    warehouse = defs.resources["warehouse"]
+    store = FolderStore(project.public / "example", "example")
     spec = load_registry(project.datasets)["example"]
-    plan = load_plan(warehouse, "example")
-    found, total = load_measurements(warehouse, "example")
     synth = Synthesizer.from_spec(spec)
-    model = synth.fit_model(plan, found, total)
+    model = synth.fit_model(store.plan(), store.measurements())
     # the fit is deterministic: the same tables as the pipeline's model.npz
-    saved = generate.load(str(project.public / "example" / "model.npz"))
+    saved = store.model()
     assert type(model) is type(saved)
     if isinstance(saved, generate.CliqueTree):
         assert all(np.array_equal(a, b) for a, b in zip(model.tables, saved.tables))

@@ -10,6 +10,9 @@
 3. The package (`dp_synth_assets/`, `resources/`) never imports `bench/`, `tests/` or a root
    module such as `definitions.py`.
 4. No import circles among the package's modules.
+5. `dp_synth_assets/core/` writes files only in `core/store.py` (the artifact store and its
+   `atomic_write` / `atomic_target` / `exclusive_lock`): no open for writing, write_text /
+   write_bytes, os.replace / rename, np.save* elsewhere in the core.
 
 Every import statement counts, at module level or deferred inside a function (or under
 `TYPE_CHECKING`): a deferred import hides a circle from the interpreter, not from the layering,
@@ -454,3 +457,125 @@ def test_dagster_reached_from_evaluation_or_checks_outside_their_wrapper_is_caug
     assert _layers(tmp_path / "wrapper", {**LAYERS, "pkg/checks/gx.py": (
         "from .asset_checks import dg\n")}) == [
         "pkg/checks/gx.py:1: imports pkg.checks.asset_checks"]
+
+
+# ---- rule 5: the core writes files only through the artifact store ------------------------------
+
+STORE = "dp_synth_assets/core/store.py"
+# Modules of the core that still write files themselves because issue 14 moves them out of the
+# core (the GX runner to the checks package, the owner's report to the evaluation package); the
+# rule holds them as soon as they stay in the core under another name.
+LEAVING_THE_CORE: frozenset = frozenset()
+_WRITE_METHODS = {"write_text", "write_bytes"}
+_OS_WRITES = {"replace", "rename", "renames", "link", "symlink", "write", "truncate"}
+_SHUTIL_WRITES = {"copy", "copy2", "copyfile", "copytree", "move"}
+_NUMPY_WRITES = {"save", "savez", "savez_compressed", "savetxt"}
+
+
+def _mode(call: ast.Call, position: int) -> ast.AST | None:
+    for kw in call.keywords:
+        if kw.arg == "mode":
+            return kw.value
+    return call.args[position] if len(call.args) > position else None
+
+
+def _writes_mode(node: ast.AST | None) -> bool:
+    """A mode that may write: a literal with w, a, x or +, or a mode not written as a literal."""
+    if node is None:
+        return False
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return any(c in node.value for c in "wax+")
+    return True
+
+
+def _memory_buffers(scope: ast.AST) -> set[str]:
+    """Names assigned from `io.BytesIO(...)` / `BytesIO(...)` in `scope` (writing to memory)."""
+    names = set()
+    for node in ast.walk(scope):
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)
+                and (getattr(node.value.func, "attr", None)
+                     or getattr(node.value.func, "id", None)) in ("BytesIO", "StringIO")):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
+def _file_write(call: ast.Call, buffers: set[str]) -> str | None:
+    """What file write `call` is, or None."""
+    func = call.func
+    owner = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) else None
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name == "open" and owner != "os" and _writes_mode(_mode(call, 0 if owner else 1)):
+        return "open for writing"  # builtin open(path, mode), Path.open(mode)
+    if name == "fdopen" and _writes_mode(_mode(call, 1)):
+        return "os.fdopen for writing"
+    if name in _WRITE_METHODS:
+        return name
+    if owner == "os" and name in _OS_WRITES:
+        return f"os.{name}"
+    if owner == "shutil" and name in _SHUTIL_WRITES:
+        return f"shutil.{name}"
+    if owner in ("np", "numpy") and name in _NUMPY_WRITES:
+        first = call.args[0] if call.args else None
+        if not (isinstance(first, ast.Name) and first.id in buffers):
+            return f"np.{name}"
+    if name == "tofile":
+        return "ndarray.tofile"
+    if (name in ("replace", "rename") and owner != "os" and len(call.args) == 1
+            and not call.keywords):
+        return f"Path.{name}"  # str.replace takes two arguments, dataclasses.replace keywords
+    return None
+
+
+def core_file_writes(root: Path = ROOT, core: str = "dp_synth_assets/core", store: str = STORE,
+                     exempt=LEAVING_THE_CORE) -> list[str]:
+    """Each file write in the core outside the store module: open/Path.open/os.fdopen with a
+    writing mode, write_text/write_bytes, os.replace/rename/link/write, shutil copies and moves,
+    np.save*/savez*/tofile (a write into an `io.BytesIO` is memory, not a file)."""
+    violations = []
+    for path in sorted((root / core).rglob("*.py")):
+        relative = str(path.relative_to(root))
+        if relative == store or relative in exempt:
+            continue
+        tree = _parse(path)
+        scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        buffers_at = {}
+        for scope in [tree, *scopes]:  # the innermost function's buffers win
+            buffers = _memory_buffers(scope)
+            for node in ast.walk(scope):
+                buffers_at[id(node)] = buffers
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                what = _file_write(node, buffers_at.get(id(node), set()))
+                if what:
+                    violations.append(f"{relative}:{node.lineno}: {what}; write through "
+                                      f"{store} (atomic_write, atomic_target or a store)")
+    return sorted(violations)
+
+
+def test_the_core_writes_files_only_through_the_store():
+    violations = core_file_writes()
+    assert not violations, "\n".join(violations)
+
+
+def test_a_file_write_in_the_core_outside_the_store_is_caught(tmp_path):
+    """bad.py's writes are caught; store.py's writes and fine.py's reads, lock file, string
+    replace and in-memory buffer are not."""
+    root = plant(tmp_path, {
+        "pkg/core/store.py": "import os\n\n\ndef put(p, b):\n    open(p, 'wb').write(b)\n"
+                             "    os.replace(p, p)\n",
+        "pkg/core/fine.py": (
+            "import io, os\nimport numpy as np\n\n\ndef f(p, text, outcome):\n"
+            "    open(p).read()\n    p.open('rb')\n    text.replace('a', 'b')\n"
+            "    os.open(p, os.O_RDWR | os.O_CREAT)\n    buffer = io.BytesIO()\n"
+            "    np.savez_compressed(buffer, a=1)\n    return dataclasses.replace(outcome, x=1)\n"),
+        "pkg/core/bad.py": (
+            "import os\nimport numpy as np\n\n\ndef f(p, tmp, mode):\n"
+            "    with open(p, 'w') as out:\n        out.write('x')\n    p.write_text('x')\n"
+            "    os.replace(tmp, p)\n    tmp.rename(p)\n    np.save(p, 1)\n"
+            "    os.fdopen(3, mode)\n"),
+    })
+    assert core_file_writes(root, "pkg/core", "pkg/core/store.py", frozenset()) == [
+        f"pkg/core/bad.py:{line}: {what}; write through pkg/core/store.py (atomic_write, "
+        "atomic_target or a store)" for line, what in [
+            (10, "Path.rename"), (11, "np.save"), (12, "os.fdopen for writing"),
+            (6, "open for writing"), (8, "write_text"), (9, "os.replace")]]

@@ -272,9 +272,9 @@ def test_an_overflowing_outlier_reaches_no_public_event_or_file(tmp_path, report
 
 
 @pytest.mark.parametrize("stage,target", [
-    ("preprocessed", "dp_synth_assets.core.preprocess.prepare_encoded_view"),
-    ("selection", "dp_synth_assets.pipeline.select"),
-    ("measurements", "dp_synth_assets.pipeline.measure"),
+    ("preprocessed", "dp_synth_assets.core.stages.prepare_encoded_view"),
+    ("selection", "dp_synth_assets.core.stages.run_method"),
+    ("measurements", "dp_synth_assets.core.stages.draw"),
 ])
 def test_a_private_stage_failure_publishes_no_value_of_its_exception(tmp_path, monkeypatch,
                                                                      stage, target):

@@ -17,12 +17,11 @@ import pytest
 
 from dp_synth_assets.budget import DatasetBudget
 from dp_synth_assets.checks import run_checks
-from dp_synth_assets.core import generate
 from dp_synth_assets.core.domain import encode_expression
 from dp_synth_assets.core.measure import Measurement
 from dp_synth_assets.core.sql import ident
 from dp_synth_assets.core.config import load_registry
-from dp_synth_assets.pipeline import load_measurements, load_plan
+from dp_synth_assets.artifacts import artifacts
 from resources.ledger import PrivacyLedger
 from resources.warehouse import WarehouseResource
 from tests.helpers import make_project
@@ -70,7 +69,7 @@ def test_end_to_end_writes_a_synthetic_twin_with_the_source_schema(run):
     assert [(r[0], r[1]) for r in synthetic] == declared  # the spec's names, order and types
     assert declared == [(r[0], r[1]) for r in source]  # the example declares its source's types
     warehouse = defs.resources["warehouse"]
-    _, noisy_total = load_measurements(warehouse, "example")
+    noisy_total = artifacts(warehouse, "example").measurements().noisy_total
     assert rows == round(noisy_total)  # rows: same is the noisy estimate
     parquet = pd.read_parquet(project.public / "example" / "synthetic.parquet")
     assert len(parquet) == rows and list(parquet.columns) == [r[0] for r in source]
@@ -93,7 +92,7 @@ def test_spend_equals_the_run_budget_and_the_sum_of_the_mechanisms_rho(run):
     events = [e for e in ledger_of(project).events("example") if e["run_id"] == result.run_id]
     charges = [e for e in events if e["kind"] == "charge"]
     assert math.isclose(sum(e["rho"] for e in charges), budget.run_rho, rel_tol=1e-9)
-    measurements, _ = load_measurements(defs.resources["warehouse"], "example")
+    measurements = artifacts(defs.resources["warehouse"], "example").measurements().measurements
     # one charge per measurement (the 1-way marginals and the measured marginals), one for all
     # InDif scores
     assert len(charges) == len(measurements) + 1
@@ -164,10 +163,10 @@ def test_public_outputs_contain_no_exact_statistic_of_the_source(run):
 def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
     project, defs, _, _ = run
     warehouse: WarehouseResource = defs.resources["warehouse"]
-    plan = load_plan(warehouse, "example")
-    found, noisy_total = load_measurements(warehouse, "example")
+    store = artifacts(warehouse, "example")
+    plan, model = store.plan(), store.model()
+    found, noisy_total = list(store.measurements().measurements), store.measurements().noisy_total
     good = pd.read_parquet(project.public / "example" / "synthetic.parquet")
-    model = generate.load(str(project.public / "example" / "model.npz"))
 
     def verdicts(frame: pd.DataFrame, **options) -> dict[str, bool]:
         path = tmp_path / "corrupt.parquet"

@@ -82,7 +82,7 @@ def test_absyn_runs_end_to_end_and_spends_exactly_the_run_budget(tmp_path):
 
     from dp_synth_assets.budget import DatasetBudget
     from dp_synth_assets.core.config import load_registry
-    from dp_synth_assets.pipeline import load_measurements
+    from dp_synth_assets.artifacts import artifacts
     from resources.ledger import PrivacyLedger
     from tests.helpers import make_project
 
@@ -94,5 +94,5 @@ def test_absyn_runs_end_to_end_and_spends_exactly_the_run_budget(tmp_path):
     budget = DatasetBudget.of(load_registry(project.datasets)["example"])
     spent = PrivacyLedger(project.ledger).summary("example").spent_rho
     assert math.isclose(spent, budget.run_rho, rel_tol=1e-9)
-    found, _ = load_measurements(defs.resources["warehouse"], "example")
+    found = list(artifacts(defs.resources["warehouse"], "example").measurements().measurements)
     assert all(math.isclose(m.sigma, math.sqrt(1 / (2 * m.rho)), rel_tol=1e-12) for m in found)

@@ -181,7 +181,7 @@ def test_candidate_weights_and_pooling():
 def test_end_to_end_dagster_run_spends_exactly_the_run_budget(tmp_path):
     from dp_synth_assets.budget import DatasetBudget
     from dp_synth_assets.core.config import load_registry
-    from dp_synth_assets.pipeline import load_measurements
+    from dp_synth_assets.artifacts import artifacts
     from resources.ledger import PrivacyLedger
     from tests.helpers import make_project
 
@@ -195,6 +195,6 @@ def test_end_to_end_dagster_run_spends_exactly_the_run_budget(tmp_path):
     spec = load_registry(project.datasets)["example"]
     spent = PrivacyLedger(project.ledger).summary("example").spent_rho
     assert spent == pytest.approx(DatasetBudget.of(spec).run_rho, rel=1e-9)
-    found, _ = load_measurements(defs.resources["warehouse"], "example")
+    found = list(artifacts(defs.resources["warehouse"], "example").measurements().measurements)
     assert len(found) > len(spec.columns)  # the 1-way marginals and the rounds' measurements
     print(f"AIM end to end: {seconds:.1f} s")

@@ -67,17 +67,16 @@ def build_synthetic_checks(dataset: str, spec: DatasetSpec) -> dg.AssetChecksDef
     @dg.multi_asset_check(specs=specs, name=f"{dataset}_synthetic_checks",
                           description="Great Expectations suites on the synthetic table.")
     def synthetic_checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
-        from ..pipeline import load_measurements, load_plan, requested_rows, synthetic_table
+        from ..artifacts import artifacts
+        from ..core.synthesize import requested_rows
+        from ..pipeline import synthetic_table
 
-        plan = load_plan(warehouse, dataset)
-        found, noisy_total = load_measurements(warehouse, dataset)
-        rows = requested_rows(spec, noisy_total)
-        parquet = str(warehouse.public_path(dataset, "synthetic.parquet"))
-        model_path = warehouse.public_path(dataset, "model.npz")
-        from ..core import generate
-
-        model = generate.load(str(model_path)) if model_path.exists() else None
-        yield from run_checks(warehouse, dataset, plan, found, noisy_total, rows,
-                              synthetic_table(dataset), parquet, model)
+        store = artifacts(warehouse, dataset)
+        plan, found = store.plan(), store.measurements()
+        rows = requested_rows(spec, found.noisy_total)
+        model = store.model() if store.has("model") else None
+        yield from run_checks(warehouse, dataset, plan, list(found.measurements),
+                              found.noisy_total, rows, synthetic_table(dataset),
+                              str(store.path("synthetic.parquet")), model)
 
     return synthetic_checks

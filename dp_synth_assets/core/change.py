@@ -15,7 +15,7 @@ Three pieces, all in the private zone except the last:
 
 `observe` serializes concurrent observers (the sensor and an observation of the `source` asset)
 with an exclusive lock on a file beside the state, and replaces the state atomically, so they
-agree on one id per change.
+agree on one id per change. Every file is written through `store.atomic_write` (0600).
 """
 
 import hashlib
@@ -23,11 +23,12 @@ import hmac
 import json
 import os
 import secrets
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
+
+from .store import atomic_write, exclusive_lock
 
 SECRET_BYTES = 32
 OWNER_ONLY = 0o600
@@ -54,19 +55,9 @@ def make_private_dir(path: Path) -> Path:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """Write `data` to `path` atomically (a fresh 0600 file beside it, then `os.replace`): a
-    reader sees the old content or the new one, never a partial file, and never a wider mode."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, OWNER_ONLY)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write `data` to `path` atomically as a 0600 file (`store.atomic_write`): a reader sees
+    the old content or the new one, never a partial file, and never a wider mode."""
+    atomic_write(path, data, OWNER_ONLY)
 
 
 def load_or_create_secret(path: Path) -> bytes:
@@ -77,19 +68,8 @@ def load_or_create_secret(path: Path) -> bytes:
     path = Path(path)
     if not path.exists():
         make_private_dir(path.parent)
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, OWNER_ONLY)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(secrets.token_bytes(SECRET_BYTES))
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.link(tmp, path)  # atomic, and fails if another process got there first
-            except FileExistsError:
-                pass
-        finally:
-            tmp.unlink(missing_ok=True)
+        # linked into place only if absent: two processes creating it at once keep one secret
+        atomic_write(path, secrets.token_bytes(SECRET_BYTES), OWNER_ONLY, keep_existing=True)
     if path.stat().st_mode & 0o077:
         os.chmod(path, OWNER_ONLY)
     secret = path.read_bytes()
@@ -119,22 +99,6 @@ def advance(state: ChangeState | None, mac: str, mint: Callable[[], str] = mint_
     return ChangeState(mac=mac, version=mint(), changed_at=now().isoformat())
 
 
-@contextmanager
-def _locked(lock_path: Path):
-    """An exclusive advisory lock (flock) held for the block; without fcntl (not POSIX), none."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: a lone observer per dataset is assumed
-        yield
-        return
-    fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT, OWNER_ONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the lock
-
-
 def read_state(state_path: Path) -> ChangeState | None:
     try:
         data = json.loads(Path(state_path).read_text())
@@ -151,7 +115,7 @@ def observe(state_path: Path, mac: str, mint: Callable[[], str] = mint_version) 
     observers serialize on `<state>.lock`; the state is replaced atomically."""
     state_path = Path(state_path)
     make_private_dir(state_path.parent)
-    with _locked(state_path.with_name(state_path.name + ".lock")):
+    with exclusive_lock(state_path.with_name(state_path.name + ".lock"), OWNER_ONLY):
         before = read_state(state_path)
         after = advance(before, mac, mint)
         if after != before:

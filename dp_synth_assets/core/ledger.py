@@ -483,16 +483,13 @@ class PrivacyLedger:
         return head
 
     def _write_head(self, rows: list[dict], genesis: str) -> None:
-        """Mirror the head atomically: a complete temporary file, then os.replace."""
+        """Mirror the head atomically (`store.atomic_write`: a complete temporary file, then
+        os.replace)."""
+        from .store import atomic_write
+
         head = {"ledger": str(self.path.resolve()), "rows": len(rows),
                 "head": rows[-1]["hash"] if rows else genesis, "genesis": genesis}
-        self.head_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.head_path.with_name(f"{self.head_path.name}.{os.getpid()}.tmp")
-        with open(tmp, "w") as f:
-            json.dump(head, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.head_path)
+        atomic_write(self.head_path, json.dumps(head).encode())
 
     def _verify(self, rows: list[dict], genesis: str, head: dict | None) -> None:
         """Refuse (LedgerError) unless the chain recomputes and the ledger extends the head."""

@@ -129,3 +129,23 @@ def make_consistent(measurements: list[Measurement]) -> list[Measurement]:
             arrays[i] = arrays[i] + ((combined - proj) / spread).reshape(shape)
     return [Measurement(m.clique, a, m.sigma, m.rho) for m, a in zip(measurements, arrays)]
 
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """The measure stage's public output and the fit's input: the consistent measurements
+    (`make_consistent`) and the noisy row count they agree on (`noisy_total` of them). Stored as
+    measurements.json: `{"noisy_total": ..., "measurements": [Measurement.to_dict(), ...]}`
+    (noisy counts rounded to 6 decimals)."""
+
+    measurements: tuple[Measurement, ...]
+    noisy_total: float
+
+    def to_dict(self) -> dict:
+        return {"noisy_total": self.noisy_total,
+                "measurements": [m.to_dict() for m in self.measurements]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Measurements":
+        return cls(tuple(Measurement.from_dict(m) for m in d["measurements"]),
+                   float(d["noisy_total"]))

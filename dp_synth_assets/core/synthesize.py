@@ -8,11 +8,11 @@ staging table (`<table>__writing`), each chunk committed on its own (one transac
 them kept every chunk in DuckDB's transaction-local memory: +170 MB per million rows), and a
 last transaction replaces the table with the staging table: a failure drops the staging table
 and leaves the previous table as it was, and readers see either the old table or the new one.
-The Parquet file is written to a temporary name and renamed, so a failure never leaves half a
-file.
+The Parquet copy is exported to the path the caller gives, which is the artifact store's
+temporary target (`store.FolderStore.writing`): the store renames it into place when the export
+succeeds, so a failure never leaves half a file.
 """
 
-import os
 from collections.abc import Iterable
 
 import duckdb
@@ -27,7 +27,8 @@ from .sql import ident, literal, sql
 def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
                     chunks: Iterable[dict[str, np.ndarray]], rng: np.random.Generator, table: str,
                     parquet_path: str) -> int:
-    """Write every chunk of codes; returns the number of rows written."""
+    """Write every chunk of codes into `table`, then export it to `parquet_path` (a temporary
+    target the caller's store renames); returns the number of rows written."""
     casts = synthetic_casts(plan)
     con.execute(sql("create_schema", schema=ident(table.rsplit(".", 1)[0])))
     staging = table + "__writing"
@@ -54,15 +55,13 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
             pass  # no transaction was open: the failure came while writing the chunks
         con.execute(sql("drop_table", table=ident(staging)))
         raise
-    tmp = parquet_path + ".tmp"
     # rows are exchangeable: without keeping their order, DuckDB's Parquet writer streams them
     # (peak 1.0 GB -> 0.3 GB for ten million rows)
     con.execute(sql("set_option", name="preserve_insertion_order", value="false"))
     try:
-        con.execute(sql("export_parquet", table=ident(table), path=literal(tmp)))
+        con.execute(sql("export_parquet", table=ident(table), path=literal(str(parquet_path))))
     finally:
         con.execute(sql("reset_option", name="preserve_insertion_order"))
-    os.replace(tmp, parquet_path)
     return rows
 
 

@@ -229,16 +229,3 @@ def loads(data: bytes):
         raise ValueError(f"the model was written by generator {engine!r}, which is not "
                          f"registered; registered: {sorted(ENGINES)}")
     return engine_module(engine).loads(payload)
-
-
-def save(model, path: str) -> None:
-    """`dumps` to a temporary name, then renamed."""
-    tmp = path + ".tmp.npz"
-    with open(tmp, "wb") as f:
-        f.write(dumps(model))
-    os.replace(tmp, path)
-
-
-def load(path: str):
-    with open(path, "rb") as f:
-        return loads(f.read())

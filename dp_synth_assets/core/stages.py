@@ -1,0 +1,169 @@
+"""The stages of select-measure-generate, once: the notebook API (`api.PrivateRun`,
+`Synthesizer`) and the Dagster assets (`pipeline.py`, `model.py`) both call these and nothing
+else, so the two produce the same records from the same inputs.
+
+Private stages (they read the source; every mechanism reports its spend through `charge`):
+- `preprocess`: the public encoding plan, with the encoded view created (DP where a column
+  needs it).
+- `marginals`: the exact marginals the method needs, counted in one scan (private).
+- `select`: the method's selection (`Selection`), its noisy one-way and adaptive measurements.
+- `measure`: the selected marginals measured with the measurement budget and made consistent
+  with the selection's (`Measurements`: the privacy boundary).
+
+Public stages (post-processing of the plan and the measurements; they spend nothing):
+- `plan_fit`, `fit_unit`, `assemble`: the engine `generate.choose` picks and the fit in units
+  of work (the pipeline runs each unit as a step); `fit` runs all three in one process.
+- `sample`: rows drawn in chunks of codes, with the decoder's own random stream.
+
+`oracle` arguments are callables from a list of cliques to their exact counts
+(`marginals.MarginalStore`), private: their answers must only feed a charged mechanism.
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from . import generate
+from . import marginals as margs
+from .budget import DatasetBudget, measurement_plan
+from .config import DatasetSpec
+from .domain import Clique, EncodingPlan
+from .measure import Measurements, clique_size, make_consistent, noisy_total
+from .measure import measure as draw
+from .preprocess import prepare_encoded_view
+from .select import Selection, required_cliques
+from .select import select as run_method
+from .synthesize import requested_rows
+
+Oracle = Callable[[list[Clique]], dict[Clique, np.ndarray]]
+
+
+# ----------------------------------------------------------------------------- private stages
+
+
+def preprocess(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str, base_dir: Path,
+               view: str, budget: DatasetBudget, charge) -> EncodingPlan:
+    """Check the source against the columns, learn what they leave undeclared (DP, with the
+    preprocessing budget) and create the encoded view `view` (`prepare_encoded_view`)."""
+    return prepare_encoded_view(con, spec, dataset, base_dir, view, budget.preprocess,
+                                budget.run_delta_extra, charge)
+
+
+@dataclass(frozen=True)
+class Marginals:
+    """The exact marginals of one scan (private): the table holding them, the cliques counted
+    and their cells (both public: functions of the plan and the method's settings)."""
+
+    table: str
+    cliques: tuple[Clique, ...]
+    cells: int
+
+
+def marginals(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, plan: EncodingPlan, view: str,
+              table: str) -> Marginals:
+    """Count, in one scan of `view`, every marginal the method needs (`required_cliques`) into
+    `table`."""
+    cliques = required_cliques(spec.method, plan.domain, spec.selection)
+    written = margs.compute_marginals(con, view, table, plan.columns, cliques, plan.domain)
+    return Marginals(written.table, tuple(cliques),
+                     sum(clique_size(c, plan.domain) for c in cliques))
+
+
+def oracle(con: duckdb.DuckDBPyConnection, plan: EncodingPlan, view: str,
+           table: str) -> margs.MarginalStore:
+    """The exact-count oracle over the counted marginals (counting on demand what is not)."""
+    return margs.MarginalStore(con, view, table, plan.columns, plan.domain)
+
+
+def select(spec: DatasetSpec, plan: EncodingPlan, oracle: Oracle, budget: DatasetBudget,
+           charge) -> Selection:
+    """The method's selection (`spec.method`) with the selection budget `budget.split`."""
+    return run_method(spec.method, plan.domain, oracle, budget.split, spec.selection, charge)
+
+
+def measure(plan: EncodingPlan, chosen: Selection, oracle: Oracle, budget: DatasetBudget,
+            charge) -> Measurements:
+    """Measure the cliques `chosen` left to measure with the measurement budget
+    (`measurement_plan`'s per-clique rho; the oracle is not called when there is none), then
+    make every measurement consistent (the selection's one-way and adaptive ones included) and
+    take the noisy row count they agree on."""
+    rhos = measurement_plan(chosen, plan.domain, budget.stage_rho("measurements"))
+    noisy = draw(oracle(list(rhos)), rhos, charge) if rhos else []
+    consistent = make_consistent(list(chosen.one_way) + list(chosen.measured) + noisy)
+    return Measurements(tuple(consistent), noisy_total(consistent))
+
+
+# ------------------------------------------------------------------------------ public stages
+
+
+@dataclass(frozen=True)
+class FitPlan:
+    """The engine `generate.choose` picked (with its reason and estimates), the units of work of
+    its fit, and the size facts of the engine's pre-fit check (`generate.check`: for the PGM
+    engines the largest clique and the model's megabytes; None for an engine without one)."""
+
+    choice: generate.Choice
+    units: tuple
+    size: dict | None = None
+
+    @property
+    def engine(self) -> str:
+        return self.choice.engine
+
+
+def plan_fit(spec: DatasetSpec, plan: EncodingPlan, found: Measurements,
+             dataset: str) -> FitPlan:
+    """Choose the engine for the requested rows (`requested_rows`), run its pre-fit check
+    (`generate.check`, which raises `generate.ModelTooLarge`, e.g. a PGM clique above
+    `model.max_clique_cells`) and split the fit into units (`generate.fit_units`)."""
+    measurements = list(found.measurements)
+    rows = requested_rows(spec, found.noisy_total)
+    choice = generate.choose(spec.generator, plan.domain, measurements, rows, spec.model)
+    size = generate.check(choice.engine, plan.domain, measurements, spec.model, dataset)
+    units = generate.fit_units(choice.engine, plan.domain, measurements, spec.model)
+    return FitPlan(choice, tuple(units), size)
+
+
+def fit_unit(spec: DatasetSpec, plan: EncodingPlan, found: Measurements, engine: str, unit,
+             log=None):
+    """One unit's result (`generate.fit_unit`)."""
+    return generate.fit_unit(engine, unit, plan.domain, list(found.measurements),
+                             found.noisy_total, spec.model, log=log)
+
+
+def assemble(plan: EncodingPlan, found: Measurements, engine: str, results: list):
+    """The fitted model from its units' results (`generate.assemble`)."""
+    return generate.assemble(engine, plan.domain, list(found.measurements), results)
+
+
+def fit(spec: DatasetSpec, plan: EncodingPlan, found: Measurements, dataset: str,
+        log=None) -> tuple[FitPlan, object]:
+    """`plan_fit`, every unit, `assemble`, in this process: the fit plan and the fitted model."""
+    fit_plan = plan_fit(spec, plan, found, dataset)
+    results = [fit_unit(spec, plan, found, fit_plan.engine, unit, log) for unit in fit_plan.units]
+    return fit_plan, assemble(plan, found, fit_plan.engine, results)
+
+
+@dataclass(frozen=True)
+class Draw:
+    """Rows drawn from a fitted model: how many, their codes in chunks of at most
+    `model.chunk_rows` (drawn lazily, one chunk in memory at a time), and the random stream the
+    decoder uses (values inside bins, rare members). The decoder's stream is seeded apart from
+    the sampler's (`[seed, 1]`), which would otherwise replay the sampler's uniforms."""
+
+    rows: int
+    chunks: Iterator[dict[str, np.ndarray]]
+    decode_rng: np.random.Generator
+
+
+def sample(spec: DatasetSpec, model, total: float, n: int | None = None,
+           seed: int | None = None, log=None) -> Draw:
+    """`n` rows (default: `spec.rows`, `same` being the noisy row count `total`) from `model`
+    with `seed` (None: unseeded)."""
+    rows = requested_rows(spec, total) if n is None else int(n)
+    return Draw(rows, generate.sample_chunks(model, rows, seed, spec.model.chunk_rows, log=log),
+                np.random.default_rng(None if seed is None else [seed, 1]))
+

@@ -1,0 +1,96 @@
+"""The `model` asset of a dataset: the generator fitted on the public measurements, as a graph of
+three ops so that Dagster's executor runs the fit's units of work.
+
+- `plan_fit` reads the plan and the measurements through the dataset's artifact store, chooses
+  the engine (`stages.plan_fit`: `generate.choose`, the engine's pre-fit check,
+  `generate.fit_units`)
+  and yields one dynamic output per unit (parallel_pgm's groups of maximal cliques; one unit for
+  pgm and gum);
+- `fit_unit` fits one unit (`stages.fit_unit`), a step each: separate processes under the
+  multiprocess executor, pods under Kubernetes or Celery;
+- `save_model` assembles the units' results (`stages.assemble`) and writes `model.npz` through
+  the store.
+
+Units pass through the run's IO manager (pickles; a shared one such as S3 when steps run on
+several machines). Everything here is post-processing of public records: no ledger.
+"""
+
+import time
+
+import dagster as dg
+
+from resources.warehouse import WarehouseResource
+
+from .artifacts import artifacts
+from .core import stages
+from .core.config import DatasetSpec
+from .core import generate
+
+PUBLIC = {"privacy": "public"}
+
+
+def build_model_asset(dataset: str, spec: DatasetSpec, key) -> dg.AssetsDefinition:
+    """The graph asset `[dataset, "model"]`, downstream of `[dataset, "measurements"]`."""
+    prefix = f"{dataset}_model"
+
+    @dg.op(name=f"{prefix}_plan_fit", ins={"after": dg.In(dg.Nothing)}, out=dg.DynamicOut())
+    def plan_fit(context: dg.OpExecutionContext, warehouse: WarehouseResource):
+        store = artifacts(warehouse, dataset)
+        plan, found = store.plan(), store.measurements()
+        try:
+            fit_plan = stages.plan_fit(spec, plan, found, dataset)
+        except generate.ModelTooLarge as e:
+            raise dg.Failure(description=f"{e} (or set generator: auto or gum)") from None
+        choice, size = fit_plan.choice, fit_plan.size
+        context.log.info(f"generator {choice.engine}: {choice.reason}")
+        if size:
+            context.log.info(f"fitting {choice.engine}: {len(found.measurements)} measurements, "
+                             + ", ".join(f"{k} {v}" for k, v in size.items()))
+        context.log.info(f"{len(fit_plan.units)} unit(s) of work")
+        metadata = {
+            "generator": choice.engine, "requested_generator": spec.generator,
+            "choice_reason": dg.MetadataValue.text(choice.reason),
+            "estimates": dg.MetadataValue.json([e.to_dict() for e in choice.estimates]),
+            "units": len(fit_plan.units),
+            **(size or {}),
+        }
+        for k, unit in enumerate(fit_plan.units):
+            yield dg.DynamicOutput({"engine": choice.engine, "unit": unit, "metadata": metadata},
+                                   mapping_key=f"unit_{k}")
+
+    @dg.op(name=f"{prefix}_fit_unit")
+    def fit_unit(context: dg.OpExecutionContext, warehouse: WarehouseResource, work: dict) -> dict:
+        store = artifacts(warehouse, dataset)
+        started = time.perf_counter()
+        result = stages.fit_unit(spec, store.plan(), store.measurements(), work["engine"],
+                                 work["unit"], log=context.log.info)
+        seconds = time.perf_counter() - started
+        context.log.info(f"{work['engine']} unit {work['unit']} fitted in {seconds:.1f}s")
+        return {**work, "result": result, "seconds": seconds}
+
+    @dg.op(name=f"{prefix}_save")
+    def save_model(context: dg.OpExecutionContext, warehouse: WarehouseResource,
+                   fitted: list[dict]) -> dg.Output:
+        store = artifacts(warehouse, dataset)
+        engine, metadata = fitted[0]["engine"], fitted[0]["metadata"]
+        model = stages.assemble(store.plan(), store.measurements(), engine,
+                                [f["result"] for f in fitted])
+        path = store.write_model(model)
+        seconds = [f["seconds"] for f in fitted]
+        context.log.info(f"{engine} fitted in {max(seconds):.1f}s (slowest of {len(seconds)} "
+                         f"unit(s), {sum(seconds):.1f}s in all)")
+        return dg.Output(path, metadata={
+            **metadata, "path": dg.MetadataValue.path(path),
+            "fit_seconds": dg.MetadataValue.float(round(max(seconds), 2)),
+            "unit_seconds": dg.MetadataValue.json([round(x, 2) for x in seconds]),
+        })
+
+    @dg.graph_asset(key=key("model"), group_name=dataset, tags=PUBLIC, kinds={"python"},
+                    ins={"measurements": dg.AssetIn(key=key("measurements"),
+                                                    dagster_type=dg.Nothing)},
+                    description=f"The fitted generator ({spec.generator}: pgm, parallel_pgm or "
+                                "gum), its units of work run by Dagster's executor.")
+    def model(measurements):
+        return save_model(plan_fit(measurements).map(fit_unit).collect())
+
+    return model
