@@ -43,14 +43,59 @@ def ledger_metadata(ledger: PrivacyLedger, dataset: str, budget: DatasetBudget, 
         **({"privacy/budget_group": dg.MetadataValue.text(group)} if group else {}),
         "privacy/ledger_rows": dg.MetadataValue.int(rows),
         "privacy/ledger_head": dg.MetadataValue.text(head),
-        "privacy/epsilon_spent": dg.MetadataValue.float(round(budget.epsilon(s.spent_rho), 6)),
-        "privacy/epsilon_reserved": dg.MetadataValue.float(round(budget.epsilon(s.reserved_rho), 6)),
-        "privacy/epsilon_remaining": dg.MetadataValue.float(round(status.remaining_epsilon, 6)),
-        "privacy/epsilon_limit": dg.MetadataValue.float(budget.epsilon(budget.limit_rho)),
+        "privacy/epsilon_spent": dg.MetadataValue.float(shown(budget.epsilon(s.spent_rho))),
+        "privacy/epsilon_reserved": dg.MetadataValue.float(shown(budget.epsilon(s.reserved_rho))),
+        "privacy/epsilon_remaining": dg.MetadataValue.float(shown(status.remaining_epsilon)),
+        "privacy/epsilon_limit": dg.MetadataValue.float(shown(budget.epsilon(budget.limit_rho))),
         "privacy/rho_spent": dg.MetadataValue.float(s.spent_rho),
         "privacy/rho_remaining": dg.MetadataValue.float(remaining),
         "privacy/delta_extra_spent": dg.MetadataValue.float(s.spent_delta_extra),
         "privacy/this_run_rho_by_stage": dg.MetadataValue.json(by_stage),
+        "privacy/composition": dg.MetadataValue.text(composition_note(budget.delta)),
+    }
+
+
+EPSILON_DIGITS = 3  # significant digits of every published epsilon (rho is published exactly)
+
+
+def shown(epsilon: float) -> float:
+    """`epsilon` rounded to `EPSILON_DIGITS` significant digits, for display: the exact figure
+    is the rho beside it, from which the conversion drifts in its last float bits."""
+    return float(f"{epsilon:.{EPSILON_DIGITS}g}")
+
+
+def composition_note(delta: float) -> str:
+    """The one sentence that says why the epsilon figures do not add up (Bun-Steinke 2016)."""
+    return (f"Epsilons do not add up, rho does: runs compose under zCDP by adding their rho, and "
+            f"each epsilon shown is its own rho converted at delta {delta:g}, so spent and "
+            f"remaining epsilon need not sum to the limit.")
+
+
+def budget_metadata(ledger: PrivacyLedger, dataset: str, budget: DatasetBudget,
+                    run_epsilon: float, run_delta: float) -> dict:
+    """Public metadata of a finished synthesis: the (epsilon, delta) a run spends, and where the
+    dataset's privacy unit stands against its lifetime limit as plottable numbers, read after
+    this run's spend: the share of the limit's rho spent, the runs of the current run budget
+    that still fit (`BudgetStatus.runs_left`; absent when a run spends no rho) and the epsilons
+    rounded for display (`shown`), with the sentence on how they compose. From the ledger only
+    (public by design, DESIGN.md section 5); it reads, never charges."""
+    s = ledger.summary(dataset)
+    status = BudgetStatus.of(s, budget)
+    used = min(1.0, max(0.0, s.spent_rho / budget.limit_rho)) if budget.limit_rho > 0 else 1.0
+    group = group_name(s.unit)
+    runs_left = status.runs_left
+    return {
+        **({"privacy/budget_group": dg.MetadataValue.text(group)} if group else {}),
+        "privacy/run_epsilon": dg.MetadataValue.float(float(run_epsilon)),
+        "privacy/run_delta": dg.MetadataValue.float(float(run_delta)),
+        "privacy/budget_used_share": dg.MetadataValue.float(used),
+        **({"privacy/runs_left": dg.MetadataValue.int(runs_left)} if runs_left is not None else {}),
+        "privacy/epsilon_spent": dg.MetadataValue.float(shown(budget.epsilon(s.spent_rho))),
+        "privacy/epsilon_remaining": dg.MetadataValue.float(shown(status.remaining_epsilon)),
+        "privacy/epsilon_limit": dg.MetadataValue.float(shown(budget.epsilon(budget.limit_rho))),
+        "privacy/rho_spent": dg.MetadataValue.float(s.spent_rho),
+        "privacy/rho_limit": dg.MetadataValue.float(budget.limit_rho),
+        "privacy/composition": dg.MetadataValue.text(composition_note(budget.delta)),
     }
 
 

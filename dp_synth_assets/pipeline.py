@@ -18,11 +18,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from resources.ledger import LedgerResource
+from resources.ledger import LedgerError, LedgerResource
 from resources.warehouse import WarehouseResource
 
 from .artifacts import artifacts
-from .budget import DatasetBudget, ledger_metadata, private_stage
+from .budget import DatasetBudget, budget_metadata, ledger_metadata, private_stage
 from .core import change
 from .core import generate
 from .core import stages
@@ -206,7 +206,8 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
     @dg.asset(key=key("synthetic"), deps=[key("model")], group_name=dataset, tags=PUBLIC,
               kinds={"duckdb", "parquet"},
               description=f"The synthetic table {synthetic_table(dataset)} and its Parquet copy.")
-    def synthetic(context: dg.AssetExecutionContext, warehouse: WarehouseResource) -> dg.MaterializeResult:
+    def synthetic(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
+                  ledger: LedgerResource) -> dg.MaterializeResult:
         from .evaluation.fidelity import MarginalCounter, fidelity_summary
 
         store = artifacts(warehouse, dataset)
@@ -219,6 +220,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
         with warehouse.connect() as con, store.writing("synthetic.parquet") as parquet:
             written = write_synthetic(con, plan, counter.counting(draw.chunks), draw.decode_rng,
                                       synthetic_table(dataset), str(parquet))
+            catalog = con.execute(sql("current_database")).fetchone()[0]
         seconds = time.perf_counter() - started
         context.log.info(f"sampled and wrote {written} rows in {seconds:.1f}s")
         fidelity = fidelity_summary(counter.counts, list(found.measurements))
@@ -228,7 +230,27 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
                    "marginal_tvd_max": fidelity.marginal_max}
         context.log.info("TVD to the noisy measurements: " + ", ".join(
             f"{k} {v:.4f}" for k, v in figures.items() if v is not None))
+        # the standard table metadata, from the plan (the declared columns and SQL types, in
+        # order) and the rows written (the requested rows: public), never from the data
+        columns = dg.TableSchema(columns=[
+            dg.TableColumn(e.column, e.sql_type,
+                           constraints=dg.TableColumnConstraints(nullable=e.nullable))
+            for e in plan.encodings])
+        standard = {"dagster/column_schema": dg.MetadataValue.table_schema(columns),
+                    "dagster/row_count": dg.MetadataValue.int(written),
+                    "dagster/table_name": dg.MetadataValue.text(
+                        f"{catalog}.{synthetic_table(dataset)}"),
+                    "dagster/storage_kind": dg.MetadataValue.text("duckdb")}
+        # where the dataset's budget stands after this run's spend (read only, never charged)
+        try:
+            budget_figures = budget_metadata(ledger.ledger(), dataset, budget,
+                                             spec.privacy.epsilon, spec.privacy.delta)
+        except LedgerError as e:  # the table is written; a broken ledger fails the next spend
+            context.log.warning(f"budget metadata left out: {e}")
+            budget_figures = {}
         return dg.MaterializeResult(metadata={
+            **standard,
+            **budget_figures,
             "table": synthetic_table(dataset),
             "parquet": dg.MetadataValue.path(str(store.path("synthetic.parquet"))),
             "rows": draw.rows, "seeded": spec.seed is not None,

@@ -42,8 +42,10 @@ def _metadata_value(value):
         return dg.MetadataValue.path(str(value))
     if isinstance(value, (list, dict)):
         return dg.MetadataValue.json(value)
-    if isinstance(value, float):
+    if isinstance(value, float):  # numbers as typed values: the UI charts them over runs
         return dg.MetadataValue.float(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return dg.MetadataValue.int(value)
     return value
 
 

@@ -1,7 +1,8 @@
 """The checks of the synthetic table: one function per check, each running its GX suite(s).
 
 Each check takes the `SyntheticTable` and returns a `CheckResult`: GX's verdict (`SuiteOutcome`)
-and the metadata to publish (plain values; lists and dicts are shown as JSON). The suites are
+and the metadata to publish (plain values; lists and dicts are shown as JSON, numbers as numbers
+the UI charts over runs, such as each check's `worst` figures). The suites are
 built from the dataset's plan and noisy measurements only: they read the synthetic table, never
 the source, so every verdict and figure is public. `CHECKS` lists them with their severity
 (ERROR or WARN) and whether a failure blocks the downstream assets; a check's description is the
@@ -137,7 +138,8 @@ def row_count(table: SyntheticTable) -> CheckResult:
     narrow = table.frame(table.present[:1])
     return expectations_result("row_count", narrow,
                                [Expectation("ExpectTableRowCountToEqual", {"value": rows})],
-                               table.inputs.dataset, {"requested_rows": rows})
+                               table.inputs.dataset, {"rows": int(table.total),
+                                                      "requested_rows": int(rows)})
 
 
 def null_fraction(table: SyntheticTable) -> CheckResult:
@@ -148,7 +150,7 @@ def null_fraction(table: SyntheticTable) -> CheckResult:
     ExpectColumnValuesToNotBeNull(mostly=1-high), which both hold iff low <= share <= high."""
     inputs = table.inputs
     one_way = {m.clique[0]: m for m in inputs.measurements if len(m.clique) == 1}
-    by_column, shown = {}, {}
+    by_column, shown, gaps = {}, {}, []
     for e in inputs.plan.encodings:
         if not e.nullable or e.column not in one_way:
             continue
@@ -158,12 +160,18 @@ def null_fraction(table: SyntheticTable) -> CheckResult:
         low = float(max(p - per_cell[e.null_code], 0.0))
         high = float(min(p + per_cell[e.null_code], 1.0))
         shown[e.column] = {"expected": round(p, 4), "low": round(low, 4), "high": round(high, 4)}
+        counts = table.counts.get((e.column,))
+        if counts is not None and counts.sum() > 0:
+            share = float(counts[e.null_code] / counts.sum())
+            gaps.append({"gap": round(abs(share - p), 5),
+                         "tolerance": round(float(per_cell[e.null_code]), 5)})
         by_column[e.column] = [
             Expectation("ExpectColumnValuesToBeNull", {"column": e.column, "mostly": low}),
             Expectation("ExpectColumnValuesToNotBeNull",
                         {"column": e.column, "mostly": round(1.0 - high, 12)})]
     # BASIC: the NULL share without GX's value counts of the "unexpected" (non-NULL) values
-    return grouped_result("null_fraction", table, by_column, {"bounds": shown},
+    return grouped_result("null_fraction", table, by_column,
+                          {"bounds": shown, **worst(gaps, "gap", "max_null_gap")},
                           result_format="BASIC")
 
 
@@ -182,7 +190,7 @@ def one_way_tvd(table: SyntheticTable) -> CheckResult:
     frame = pd.DataFrame(records, columns=["column", "tvd", "tolerance"])
     return expectations_result("one_way_tvd", frame, [
         Expectation(NO_BOUND, {"column_A": "tolerance", "column_B": "tvd", "or_equal": True})],
-        inputs.dataset, {"tvd": records})
+        inputs.dataset, {"tvd": records, **worst(records, "tvd", "max_tvd")})
 
 
 def marginal_tvd(table: SyntheticTable) -> CheckResult:
@@ -201,7 +209,7 @@ def marginal_tvd(table: SyntheticTable) -> CheckResult:
     frame = pd.DataFrame(records, columns=["marginal", "tvd", "tolerance"])
     return expectations_result("marginal_tvd", frame, [
         Expectation(NO_BOUND, {"column_A": "tolerance", "column_B": "tvd", "or_equal": True})]
-        if records else [], inputs.dataset, {"tvd": records})
+        if records else [], inputs.dataset, {"tvd": records, **worst(records, "tvd", "max_tvd")})
 
 
 def duplicates(table: SyntheticTable) -> CheckResult:
@@ -216,8 +224,21 @@ def duplicates(table: SyntheticTable) -> CheckResult:
     return expectations_result("duplicates", frame, [
         Expectation(NO_BOUND, {"column_A": "allowed", "column_B": "duplicate_share",
                                "or_equal": True})],
-        inputs.dataset, {"duplicate_share": round(share, 5), "allowed": round(allowed, 5),
-                         "collision_probability": q, "bound_from": source})
+        inputs.dataset, {"duplicate_share": round(float(share), 5),
+                         "allowed": round(float(allowed), 5),
+                         "collision_probability": float(q), "bound_from": source})
+
+
+def worst(records: list[dict], value: str, name: str) -> dict:
+    """The figures a check charts over runs: `<name>` the largest `value` among `records` and
+    `<name>_tolerance` that record's tolerance, and `<name>_ratio` the largest value / tolerance
+    (above 1: outside its tolerance), all floats; nothing when there is no record."""
+    if not records:
+        return {}
+    top = max(records, key=lambda r: r[value])
+    ratios = [r[value] / r["tolerance"] for r in records if r["tolerance"] > 0]
+    return {name: float(top[value]), f"{name}_tolerance": float(top["tolerance"]),
+            **({f"{name}_ratio": round(float(max(ratios)), 5)} if ratios else {})}
 
 
 def _bound(value):

@@ -24,11 +24,12 @@ figures' axes from the public encoding plan.
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, time, timedelta
 
 import numpy as np
 import pandas as pd
 
-from ..core.domain import EncodingPlan
+from ..core.domain import Encoding, EncodingPlan
 from .fidelity import column_comparison, pair_tvd
 from .ml import MIN_TEST_ROWS, ml_efficiency, ml_skip_reason
 from .plots import histograms_png, tvd_heatmap_png
@@ -237,14 +238,67 @@ def write_owner_only(directory, files: Mapping[str, bytes], root=None) -> dict[s
 
 
 def code_labels(plan: EncodingPlan) -> dict[str, list[str]]:
-    """A readable label per code for the report's plots (public: from the plan)."""
+    """A readable label per code for the report's plots (public: from the plan): categories by
+    name, numeric and date bins by their value ranges (`bin_labels`)."""
     labels = {}
     for e in plan.encodings:
         names = [str(c) for c in e.categories] if e.categories is not None else (
-            ["False", "True"] if e.kind == "boolean" else [f"bin {i}" for i in range(e.bins or 0)])
+            ["False", "True"] if e.kind == "boolean" else bin_labels(e))
         names = names[:e.size]
         for code, name in ((e.rare_code, "rare"), (e.other_code, "other"), (e.null_code, "NULL")):
             if code is not None and code < e.size and len(names) <= code:
                 names += [f"code {i}" for i in range(len(names), code)] + [name]
         labels[e.column] = names + [f"code {i}" for i in range(len(names), e.size)]
     return labels
+
+
+RANGE = "\u2013"  # en dash between a bin's first and last value
+
+
+def bin_ranges(e: Encoding) -> list[tuple[float, float]]:
+    """Each bin's (first, last) value as the encoding defines it (core/domain.py): for
+    integer-valued bins (integers, DATE days) the first and last integer the bin decodes to;
+    otherwise the bin's interval [start, end), uniform or PrivTree `edges`."""
+    if e.bins is None or e.low is None:
+        return []
+    k = np.arange(e.bins)
+    if e.integer_bins:
+        if e.edges is not None:
+            edges = np.asarray(e.edges, dtype=float)
+            first = np.ceil(edges[:-1]).astype(np.int64)
+            after = np.ceil(edges[1:]).astype(np.int64)
+            after[-1] = int(e.high) + 1
+        else:
+            span = int(e.high - e.low + 1)
+            first = int(e.low) - ((-k * span) // e.bins)
+            after = int(e.low) - ((-(k + 1) * span) // e.bins)
+        return [(float(a), float(max(b - 1, a))) for a, b in zip(first, after)]
+    if e.edges is not None:
+        edges = [float(x) for x in e.edges]
+    else:
+        width = (e.high - e.low) / e.bins
+        edges = [e.low + i * width for i in range(e.bins)] + [e.high]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def bin_labels(e: Encoding) -> list[str]:
+    """A label per bin of a binned column: its first and last value joined by an en dash (one
+    value when the bin holds one), in the column's units: integers as integers, DATE columns as
+    dates, timestamps as dates (with the time when a bin edge is not at midnight), floats with
+    as many decimals as the narrowest bin needs to tell its ends apart."""
+    ranges = bin_ranges(e)
+    if not ranges:
+        return []
+    if e.kind == "datetime":
+        start = datetime(1970, 1, 1)
+        ends = [start + timedelta(days=x) for r in ranges for x in r]
+        timed = not e.integer_bins and any(t.time() != time() for t in ends)
+        fmt = "%Y-%m-%d %H:%M" if timed else "%Y-%m-%d"
+        text = lambda x: (start + timedelta(days=x)).strftime(fmt)  # noqa: E731
+    elif e.integer_bins:
+        text = lambda x: str(int(x))  # noqa: E731
+    else:
+        width = min((b - a for a, b in ranges if b > a), default=1.0)
+        decimals = max(0, 1 - math.floor(math.log10(width)))
+        text = lambda x: f"{x:.{decimals}f}"  # noqa: E731
+    return [text(a) if text(a) == text(b) else f"{text(a)}{RANGE}{text(b)}" for a, b in ranges]
