@@ -18,8 +18,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from resources.ledger import LedgerResource
-from resources.warehouse import WarehouseResource
+from dp_synth_assets.resources.ledger import LedgerResource
+from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .artifacts import artifacts
 from .budget import DatasetBudget, ledger_metadata, private_stage
