@@ -8,7 +8,8 @@
    controls in `ALLOWED_STATEMENTS`. Expression fragments (`CAST(x AS T)`, `x IS NULL`) are not
    statements and stay where they are.
 3. The package (`dp_synth_assets/`, and `resources/`, installed as `dp_synth_assets.resources`)
-   never imports `bench/`, `tests/` or a root module such as `definitions.py`.
+   never imports `bench/`, `tests/`, a root module such as `definitions.py`, or `resources` as a
+   top-level name (no such package is installed).
 4. No import circles among the package's modules.
 5. `dp_synth_assets/core/` writes files only in `core/store.py` (the artifact store and its
    `atomic_write` / `atomic_target` / `exclusive_lock`): no open for writing, write_text /
@@ -36,7 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"dp_synth_assets": "dp_synth_assets", "dp_synth_assets.resources": "resources"}
 CORE = "dp_synth_assets.core"
 DAGSTER = re.compile(r"^dagster(_\w+)?$")
-OUTSIDE_THE_PACKAGE = ("bench", "tests")  # and every root module (definitions.py)
+# and every root module (definitions.py); `resources` is the top-level folder, which the package
+# imports as dp_synth_assets.resources (no top-level `resources` is installed)
+OUTSIDE_THE_PACKAGE = ("bench", "tests", "resources")
 
 # Transaction control: the same text in DuckDB and SQLite, and no query.
 ALLOWED_STATEMENTS = frozenset({"BEGIN TRANSACTION", "BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"})
@@ -359,6 +362,13 @@ def test_an_import_of_tests_or_of_a_root_module_is_caught(tmp_path):
         "pkg/report.py:2: imports definitions, which is outside the package",
         "pkg/report.py:3: imports tests.helpers, which is outside the package"]
     assert outside_imports(plant(tmp_path / "clean", CLEAN), ("pkg",)) == []
+
+
+def test_an_import_of_the_top_level_resources_is_caught(tmp_path):
+    root = plant(tmp_path, {**CLEAN, "pkg/assets.py": (
+        "from resources.ledger import LedgerResource\nimport pkg.resources.ledger\n")})
+    assert outside_imports(root, ("pkg",)) == [
+        "pkg/assets.py:1: imports resources.ledger, which is outside the package"]
 
 
 def test_an_import_circle_closed_inside_a_function_is_caught(tmp_path):
