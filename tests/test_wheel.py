@@ -9,9 +9,11 @@ ways, chosen by DP_SYNTH_WHEEL_DEPS:
 - `layered` (the default, for `make test`): the wheel is installed with `--no-deps` into a venv
   that sees the test environment's site-packages through a .pth file (their .pth files, the
   editable install's finder among them, are not run, so the source tree stays invisible), and
-  `pip check` proves the wheel's declared ranges hold for those packages.
+  each of the wheel's requirements is checked against the version the venv imports.
 - `resolve`: pip resolves and installs the whole dependency set from the package index into the
   fresh venv (pip's cache is reused), as a platform's `pip install` does.
+DP_SYNTH_WHEEL_DAGSTER=<version> then installs that Dagster (and its webserver) into the venv, to
+run the host project at either end of the supported range.
 """
 
 import os
@@ -30,9 +32,23 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 HOST = Path(__file__).resolve().parent / "host_project"
 DEPS = os.environ.get("DP_SYNTH_WHEEL_DEPS", "layered")
+DAGSTER = os.environ.get("DP_SYNTH_WHEEL_DAGSTER")
 # what a wheel build reads: the project file, the README it names, the package (with its links
 # to resources/ and sql/) and the two linked folders
 SOURCES = ("pyproject.toml", "README.md", "dp_synth_assets", "resources", "sql")
+
+
+# each runtime requirement of the installed distribution that the venv's packages do not meet
+UNMET = """
+from importlib.metadata import requires, version
+from packaging.requirements import Requirement
+for text in requires("dagster-dp-synth"):
+    req = Requirement(text)
+    if req.marker is None or req.marker.evaluate({"extra": ""}):
+        found = version(req.name)
+        if not req.specifier.contains(found, prereleases=True):
+            print(f"{req} but {req.name} {found} is installed")
+"""
 
 
 def run(args: list, cwd: Path, env: dict | None = None, timeout: float = 900):
@@ -71,9 +87,13 @@ def installed(wheel, tmp_path_factory) -> Path:
         (Path(purelib) / "zz_test_environment.pth").write_text("\n".join(outer) + "\n")
         run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-installed", wheel],
             env_dir)
-        run([python, "-m", "pip", "check"], env_dir)
     else:
         run([python, "-m", "pip", "install", "--quiet", wheel], env_dir, timeout=1800)
+    if DAGSTER:
+        run([python, "-m", "pip", "install", "--quiet", f"dagster=={DAGSTER}",
+             f"dagster-webserver=={DAGSTER}"], env_dir)
+    unmet = run([python, "-c", UNMET], env_dir).stdout.strip()
+    assert not unmet, unmet
     return python
 
 
@@ -115,14 +135,17 @@ def test_a_host_project_materializes_dp_synth_from_the_installed_wheel(installed
 
     # the package comes from the venv, with its templates and resources, and nothing else
     probe = run([installed, "-c", (
-        "import importlib.util, dp_synth_assets, dp_synth_assets.resources.ledger as ledger\n"
+        "import importlib.util, dagster, dp_synth_assets\n"
+        "import dp_synth_assets.resources.ledger as ledger\n"
         "from importlib.resources import files\n"
         "print(dp_synth_assets.__file__)\nprint(ledger.__file__)\n"
         "print(len(list((files('dp_synth_assets') / 'sql').glob('*.sql'))))\n"
-        "print(importlib.util.find_spec('resources'))")], host, env).stdout.split("\n")
+        "print(importlib.util.find_spec('resources'))\nprint(dagster.__version__)")],
+                host, env).stdout.split("\n")
     assert Path(probe[0]).is_relative_to(venv_dir) and Path(probe[1]).is_relative_to(venv_dir)
     assert int(probe[2]) == len(list((REPO / "sql").glob("*.sql")))
     assert probe[3] == "None"
+    assert probe[4] == (DAGSTER or probe[4])
     run([installed, "-m", "dp_synth_assets.resources.ledger", "--help"], host, env)
 
     dagster = [installed, "-m", "dagster", "asset", "materialize", "-f", "definitions.py"]
