@@ -1,5 +1,6 @@
 # `make run`: set up .venv if needed, load the bundled example, materialize its whole pipeline.
 # `make test`: same set-up, then the test suite.
+# `make wheel`: the installable package (dist/dagster_dp_synth-*.whl) for a host project's pip.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,11 +9,14 @@ DATASET ?= example
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export JAX_ENABLE_COMPILATION_CACHE := false
 
-.PHONY: install run test dev clean
+.PHONY: install run test dev wheel clean
 
+# the distribution was named dp-synth before dagster-dp-synth: its editable finder would keep a
+# top-level `resources` importable, so it is removed first
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip uninstall --quiet --yes dp-synth 2>/dev/null || true
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
@@ -36,6 +40,9 @@ test: install
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -f definitions.py
+
+wheel: install
+	$(BIN)/python -m pip wheel --no-deps --quiet -w dist .
 
 # The privacy ledger (.dp_synth/: ledger.sqlite and its mirrored head) is never cleaned: the
 # budget it records was spent on outputs that stay released.

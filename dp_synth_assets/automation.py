@@ -14,8 +14,8 @@ import time
 
 import dagster as dg
 
-from resources.ledger import LedgerResource
-from resources.warehouse import WarehouseResource
+from dp_synth_assets.resources.ledger import LedgerResource
+from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .budget import BudgetStatus, DatasetBudget
 from .core.config import DatasetSpec

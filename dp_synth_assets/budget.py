@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import dagster as dg
 
-from resources.ledger import BudgetExceeded, LedgerError, PrivacyLedger
+from dp_synth_assets.resources.ledger import BudgetExceeded, LedgerError, PrivacyLedger
 
 from .core.budget import DELTA_EXTRA_SHARE, PREPROCESS_SHARE, PRIVATE_STAGES, BudgetStatus, DatasetBudget  # noqa: F401
 from .core.privacy import Spend

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from resources.ledger import LedgerError, LedgerResource
-from resources.warehouse import WarehouseResource
+from dp_synth_assets.resources.ledger import LedgerError, LedgerResource
+from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .automation import build_job, build_schedule, build_source_sensor
 from .budget import DatasetBudget
@@ -47,7 +47,7 @@ def environment_paths(environ: Mapping[str, str] | None = None,
         raise LedgerError(
             f"The privacy ledger now lives in {default} (outside data/, which `make clean` "
             f"deletes), and {legacy} is a ledger from before the hash chain. Migrate it: "
-            f"`python -m resources.ledger migrate {legacy} {default}`, or set "
+            f"`python -m dp_synth_assets.resources.ledger migrate {legacy} {default}`, or set "
             f"DP_SYNTH_LEDGER to use another file.")
     return {
         "datasets": environ.get("DP_SYNTH_DATASETS", project_dir / "datasets.yaml"),

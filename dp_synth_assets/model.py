@@ -19,7 +19,7 @@ import time
 
 import dagster as dg
 
-from resources.warehouse import WarehouseResource
+from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .artifacts import artifacts
 from .core import stages

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from resources.ledger import LedgerError, LedgerResource
-from resources.warehouse import WarehouseResource
+from dp_synth_assets.resources.ledger import LedgerError, LedgerResource
+from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .artifacts import artifacts
 from .budget import DatasetBudget, budget_metadata, ledger_metadata, private_stage

@@ -33,7 +33,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 
-from resources.warehouse import WarehouseResource
+from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .core.change import OWNER_ONLY, make_private_dir
 from .core.domain import SchemaError

@@ -15,7 +15,7 @@ import json
 import dagster as dg
 import numpy as np
 
-from resources.warehouse import WarehouseResource
+from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .core.config import DatasetSpec
 from .core.sql import sql

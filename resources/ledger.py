@@ -2,8 +2,9 @@
 
 The ledger itself, an append-only, hash-chained SQLite table of budget events, is
 `dp_synth_assets.core.ledger` (no Dagster: the notebook API uses it too); this module wraps it as
-`LedgerResource` and is its command line (`python -m resources.ledger adopt|migrate`). The
-ledger's names are re-exported here for the code that imports them from this module.
+`LedgerResource` and is its command line
+(`python -m dp_synth_assets.resources.ledger adopt|migrate`). The ledger's names are re-exported
+here for the code that imports them from this module.
 (This file must not postpone annotations with a __future__ import: Dagster inspects them.)
 """
 
@@ -59,13 +60,14 @@ class LedgerResource(dagster.ConfigurableResource):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """`python -m resources.ledger adopt LEDGER`: record the head of a ledger whose head file was
-    lost, after checking its chain. `python -m resources.ledger migrate OLD NEW`: copy a ledger
-    from before the hash chain into a new one, with the privacy units of the registry that
-    DP_SYNTH_DATASETS and DP_SYNTH_WAREHOUSE name (defaults as in definitions.py)."""
+    """`python -m dp_synth_assets.resources.ledger adopt LEDGER`: record the head of a ledger whose
+    head file was lost, after checking its chain.
+    `python -m dp_synth_assets.resources.ledger migrate OLD NEW`: copy a ledger from before the
+    hash chain into a new one, with the privacy units of the registry that DP_SYNTH_DATASETS and
+    DP_SYNTH_WAREHOUSE name (defaults as in definitions.py)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m resources.ledger")
+    parser = argparse.ArgumentParser(prog="python -m dp_synth_assets.resources.ledger")
     commands = parser.add_subparsers(dest="command", required=True)
     adopt = commands.add_parser("adopt", help="record the head of a complete ledger")
     adopt.add_argument("ledger")

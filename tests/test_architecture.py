@@ -7,8 +7,9 @@
    package (plain, f-string or concatenated), docstrings excepted, beyond the transaction
    controls in `ALLOWED_STATEMENTS`. Expression fragments (`CAST(x AS T)`, `x IS NULL`) are not
    statements and stay where they are.
-3. The package (`dp_synth_assets/`, `resources/`) never imports `bench/`, `tests/` or a root
-   module such as `definitions.py`.
+3. The package (`dp_synth_assets/`, and `resources/`, installed as `dp_synth_assets.resources`)
+   never imports `bench/`, `tests/`, a root module such as `definitions.py`, or `resources` as a
+   top-level name (no such package is installed).
 4. No import circles among the package's modules.
 5. `dp_synth_assets/core/` writes files only in `core/store.py` (the artifact store and its
    `atomic_write` / `atomic_target` / `exclusive_lock`): no open for writing, write_text /
@@ -30,10 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("dp_synth_assets", "resources")
+# dotted package -> its folder: the top-level resources/ is installed as dp_synth_assets.resources
+# (dp_synth_assets/resources links to it; the scan does not follow the link, so no module counts
+# twice). A plain name stands for a package in the folder of that name.
+PACKAGES = {"dp_synth_assets": "dp_synth_assets", "dp_synth_assets.resources": "resources"}
 CORE = "dp_synth_assets.core"
 DAGSTER = re.compile(r"^dagster(_\w+)?$")
-OUTSIDE_THE_PACKAGE = ("bench", "tests")  # and every root module (definitions.py)
+# and every root module (definitions.py); `resources` is the top-level folder, which the package
+# imports as dp_synth_assets.resources (no top-level `resources` is installed)
+OUTSIDE_THE_PACKAGE = ("bench", "tests", "resources")
 
 # Transaction control: the same text in DuckDB and SQLite, and no query.
 ALLOWED_STATEMENTS = frozenset({"BEGIN TRANSACTION", "BEGIN IMMEDIATE", "COMMIT", "ROLLBACK"})
@@ -68,11 +74,17 @@ class Import:
 
 
 def package_modules(root: Path, packages=PACKAGES) -> dict[str, Path]:
-    """Dotted module name -> file, for every .py file under the packages."""
+    """Dotted module name -> file, for every .py file under the packages' folders, not through a
+    symbolic link (a linked folder is scanned as the package it is mapped to)."""
+    folders = packages if isinstance(packages, dict) else {p: p for p in packages}
     found = {}
-    for package in packages:
-        for path in sorted((root / package).rglob("*.py")):
-            parts = path.relative_to(root).with_suffix("").parts
+    for package, folder in folders.items():
+        base = root / folder
+        for path in sorted(base.rglob("*.py")):
+            inner = path.relative_to(base).with_suffix("").parts
+            if any((base.joinpath(*inner[:i])).is_symlink() for i in range(1, len(inner))):
+                continue
+            parts = (*package.split("."), *inner)
             found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
@@ -350,6 +362,13 @@ def test_an_import_of_tests_or_of_a_root_module_is_caught(tmp_path):
         "pkg/report.py:2: imports definitions, which is outside the package",
         "pkg/report.py:3: imports tests.helpers, which is outside the package"]
     assert outside_imports(plant(tmp_path / "clean", CLEAN), ("pkg",)) == []
+
+
+def test_an_import_of_the_top_level_resources_is_caught(tmp_path):
+    root = plant(tmp_path, {**CLEAN, "pkg/assets.py": (
+        "from resources.ledger import LedgerResource\nimport pkg.resources.ledger\n")})
+    assert outside_imports(root, ("pkg",)) == [
+        "pkg/assets.py:1: imports resources.ledger, which is outside the package"]
 
 
 def test_an_import_circle_closed_inside_a_function_is_caught(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from dp_synth_assets.budget import DatasetBudget
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.privacy import Spend
-from resources.ledger import PrivacyLedger
+from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import make_project, run_sql
 
 pytestmark = pytest.mark.filterwarnings(

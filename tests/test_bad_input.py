@@ -9,7 +9,7 @@ import yaml
 
 from dp_synth_assets.core.config import RegistryError, load_registry
 from dp_synth_assets.definitions import build_definitions
-from resources.ledger import PrivacyLedger
+from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import example_entry, make_project
 
 

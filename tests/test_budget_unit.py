@@ -12,7 +12,7 @@ import yaml
 
 from dp_synth_assets.core.config import RegistryError
 from dp_synth_assets.definitions import environment_paths
-from resources.ledger import PrivacyLedger
+from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import REPO, ledger_rows, make_project
 
 # limit 1.1 with a run of 1.0: the first run fits, a second one on the same data cannot

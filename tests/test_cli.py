@@ -56,7 +56,7 @@ def test_cli_materializes_the_pipeline_and_the_report_shows_it(tmp_path):
             ("example", s) for s in ("preprocessed", "marginals", "selection", "measurements",
                                      "model", "synthetic")}
 
-    from resources.ledger import PrivacyLedger
+    from dp_synth_assets.resources.ledger import PrivacyLedger
 
     assert set(PrivacyLedger(project.ledger).spent_by_run("example", record.run_id)) == {
         "selection", "measurements"}
@@ -70,7 +70,7 @@ def test_cli_materializes_the_pipeline_and_the_report_shows_it(tmp_path):
 
 def test_two_runs_started_together_cannot_exceed_the_limit(tmp_path):
     """Two real `dagster asset materialize` processes race for a budget that fits one run."""
-    from resources.ledger import PrivacyLedger
+    from dp_synth_assets.resources.ledger import PrivacyLedger
     from dp_synth_assets.budget import DatasetBudget
     from dp_synth_assets.core.config import load_registry
 

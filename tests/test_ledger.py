@@ -17,11 +17,11 @@ import dagster
 import pytest
 
 import dp_synth_assets.core.ledger as ledger_module
-import resources.ledger as resource_module
+import dp_synth_assets.resources.ledger as resource_module
 from dp_synth_assets.core.budget import BudgetStatus
 from dp_synth_assets.core.privacy import Spend, epsilon_from_rho
 from dp_synth_assets.core.sql import SQL_DIR
-from resources.ledger import (
+from dp_synth_assets.resources.ledger import (
     BudgetExceeded,
     ChargeExceedsReservation,
     LedgerError,
@@ -625,7 +625,7 @@ def test_a_ledger_from_before_the_chain_is_refused_and_migrates(tmp_path):
                      " ?, ?, 'host:1:1')", rows)
     conn.commit()
     conn.close()
-    with pytest.raises(LedgerError, match="python -m resources.ledger migrate"):
+    with pytest.raises(LedgerError, match="python -m dp_synth_assets.resources.ledger migrate"):
         PrivacyLedger(old).summary("adult")
     units = {"adult_v2": "file:/x", "adult": "file:/x"}
     assert ledger_module.migrate_legacy(old, tmp_path / "new.sqlite", units, units) == 3

@@ -25,7 +25,7 @@ from dagster._serdes import serialize_value
 from dp_synth_assets.core import change
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.pipeline import change_state_path, secret_path, source_version
-from resources.ledger import PrivacyLedger
+from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import make_project
 
 pytestmark = pytest.mark.filterwarnings(

@@ -22,8 +22,8 @@ from dp_synth_assets.core.measure import Measurement
 from dp_synth_assets.core.sql import ident
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.artifacts import artifacts
-from resources.ledger import PrivacyLedger
-from resources.warehouse import WarehouseResource
+from dp_synth_assets.resources.ledger import PrivacyLedger
+from dp_synth_assets.resources.warehouse import WarehouseResource
 from tests.helpers import make_project
 
 SOURCE_ROWS = 3137

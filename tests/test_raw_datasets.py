@@ -18,7 +18,7 @@ from dp_synth_assets.budget import DELTA_EXTRA_SHARE, PREPROCESS_SHARE, DatasetB
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.privacy import rho_from_epsilon_delta
 from dp_synth_assets.definitions import build_definitions
-from resources.ledger import PrivacyLedger
+from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import REPO, REPO_DATASETS, example_entry
 
 SHARED = REPO.parent / "shared" / "datasets"

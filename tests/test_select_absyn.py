@@ -83,7 +83,7 @@ def test_absyn_runs_end_to_end_and_spends_exactly_the_run_budget(tmp_path):
     from dp_synth_assets.budget import DatasetBudget
     from dp_synth_assets.core.config import load_registry
     from dp_synth_assets.artifacts import artifacts
-    from resources.ledger import PrivacyLedger
+    from dp_synth_assets.resources.ledger import PrivacyLedger
     from tests.helpers import make_project
 
     project = make_project(tmp_path, rows=2000, method="absyn")

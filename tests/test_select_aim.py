@@ -182,7 +182,7 @@ def test_end_to_end_dagster_run_spends_exactly_the_run_budget(tmp_path):
     from dp_synth_assets.budget import DatasetBudget
     from dp_synth_assets.core.config import load_registry
     from dp_synth_assets.artifacts import artifacts
-    from resources.ledger import PrivacyLedger
+    from dp_synth_assets.resources.ledger import PrivacyLedger
     from tests.helpers import make_project
 
     started = time.perf_counter()

@@ -201,7 +201,7 @@ def test_two_attributes_one_round():
 def test_mst_through_dagster(tmp_path):
     from dp_synth_assets.budget import DatasetBudget
     from dp_synth_assets.core.config import load_registry
-    from resources.ledger import PrivacyLedger
+    from dp_synth_assets.resources.ledger import PrivacyLedger
     from tests.helpers import make_project
 
     project = make_project(tmp_path, rows=2000, method="mst")

@@ -17,7 +17,7 @@ from dp_synth_assets.budget import DatasetBudget
 from dp_synth_assets.core.config import SelectionSettings, load_registry
 from dp_synth_assets.core.generate import pgm
 from dp_synth_assets.core.select import METHODS, Budget, Selection, ppsyn, select
-from resources.ledger import PrivacyLedger
+from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import ChargeRecorder, counting_oracle, make_project, method_budget
 
 ETA = ppsyn.ETA

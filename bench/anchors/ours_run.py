@@ -134,7 +134,7 @@ def main() -> None:
     import pandas as pd
 
     from dp_synth_assets.definitions import build_definitions
-    from resources.ledger import PrivacyLedger
+    from dp_synth_assets.resources.ledger import PrivacyLedger
 
     domain = json.loads(args.domain.read_text())
     cols = list(domain)

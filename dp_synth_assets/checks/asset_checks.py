@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from resources.warehouse import WarehouseResource
+from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from ..core.config import DatasetSpec
 from ..core.domain import EncodingPlan

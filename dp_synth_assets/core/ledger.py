@@ -28,8 +28,8 @@ spent. A crash between the commit and the head update leaves the ledger ahead of
 which is accepted.
 
 `PrivacyLedger` uses only the standard library and its SQLite statements in sql/ledger_*.sql, so
-the pipeline (through `resources.ledger.LedgerResource`, its Dagster wrapper) and the notebook API
-share it.
+the pipeline (through `dp_synth_assets.resources.ledger.LedgerResource`, its Dagster wrapper)
+and the notebook API share it.
 """
 
 import fcntl
@@ -507,8 +507,8 @@ class PrivacyLedger:
                     f"{self.head_path}, so a truncated or swapped ledger cannot be ruled out. If "
                     f"you moved the ledger, move its head file with it. If this ledger is complete "
                     f"(compare with the `privacy/ledger_head` metadata of the latest spending "
-                    f"materialization), record its head with `python -m resources.ledger adopt "
-                    f"{self.path}`.")
+                    f"materialization), record its head with "
+                    f"`python -m dp_synth_assets.resources.ledger adopt {self.path}`.")
             return
         if head["genesis"] != genesis:
             raise LedgerError(
@@ -584,10 +584,10 @@ class PrivacyLedger:
                 raise LedgerError(
                     f"The privacy ledger {self.path} was written by an earlier dp-synth, without "
                     f"hash chain and privacy units. Migrate it into a new file: `python -m "
-                    f"resources.ledger migrate {self.path} <new ledger>` (run from the project "
-                    f"folder, with DP_SYNTH_DATASETS and DP_SYNTH_WAREHOUSE set as for Dagster), "
-                    f"then point DP_SYNTH_LEDGER at the new file (or move it to the default "
-                    f".dp_synth/ledger.sqlite, with its .head file).")
+                    f"dp_synth_assets.resources.ledger migrate {self.path} <new ledger>` (run "
+                    f"from the project folder, with DP_SYNTH_DATASETS and DP_SYNTH_WAREHOUSE set "
+                    f"as for Dagster), then point DP_SYNTH_LEDGER at the new file (or move it to "
+                    f"the default .dp_synth/ledger.sqlite, with its .head file).")
             for statement in _SCHEMA:
                 conn.execute(statement)
             if conn.execute(_GENESIS).fetchone() is None:

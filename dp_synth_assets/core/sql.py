@@ -1,13 +1,17 @@
 """Load the project's SQL statements from `sql/` (one file per query) and fill their parameters.
 
+The templates are package data of `dp_synth_assets` (`dp_synth_assets/sql/`, the repository's
+top-level `sql/` folder), read through importlib.resources: the same code serves the source tree,
+an editable install and an installed wheel.
+
 Identifiers and literals are quoted by `ident` and `literal` before they are substituted; values
 that are data are passed as DuckDB prepared-statement parameters (`?`) instead.
 """
 
 from functools import lru_cache
-from pathlib import Path
+from importlib.resources import files
 
-SQL_DIR = Path(__file__).resolve().parents[2] / "sql"
+SQL_DIR = files("dp_synth_assets") / "sql"
 
 
 @lru_cache(maxsize=None)
