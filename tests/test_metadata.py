@@ -18,7 +18,7 @@ from dp_synth_assets.core.domain import Encoding, EncodingPlan, encode_expressio
 from dp_synth_assets.core.privacy import Spend, epsilon_from_rho
 from dp_synth_assets.core.sql import ident
 from dp_synth_assets.evaluation.report import bin_ranges, code_labels
-from resources.ledger import PrivacyLedger
+from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import make_project
 
 STAGES = ["source", "preprocessed", "marginals", "selection", "measurements", "model", "synthetic"]
