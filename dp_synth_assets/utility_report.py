@@ -64,7 +64,8 @@ def build_utility_report(dataset: str, spec: DatasetSpec) -> dg.AssetsDefinition
             {c: np.asarray(v, dtype=np.int64) for c, v in test.items()},
             {c: np.asarray(v, dtype=np.int64) for c, v in synth.items()},
             plan.domain, target=report_spec.target, ordinal=ordinal, seed=seed,
-            triples_count=report_spec.triples, labels=evaluation.code_labels(plan))
+            triples_count=report_spec.triples, labels=evaluation.code_labels(plan),
+            log=context.log.info)
         del train, test, synth
         names = evaluation.REPORT_FILES
         folder = warehouse.private_path(dataset, names["json"]).parent
