@@ -6,7 +6,8 @@ table, computes the report, and writes `report.json`, `report.html` (summary, ML
 figures in one page) and the two PNGs under the private folder (`WarehouseResource.private_path`),
 readable by the owner only (files 0600, folders 0700). Nothing in the report is DP, so nothing
 computed here reaches the Dagster event log, which is public: the asset's metadata holds the paths
-of those files and its log lines say only where they are. The asset exists only when the dataset
+of those files and its log lines say only where they are and which classifier's turn it is (its
+name, `evaluation.ml.classifier_line`). The asset exists only when the dataset
 has a `report:` block.
 """
 
