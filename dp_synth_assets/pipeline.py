@@ -159,7 +159,8 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
             with source_connection(warehouse, spec, dataset) as con:
                 oracle = stages.oracle(con, plan, view, table)
                 result = stages.select(spec, plan, oracle, budget,
-                                       logged_charge(context, stage.charge, spec.method))
+                                       logged_charge(context, stage.charge, spec.method),
+                                       log=context.log.info)
             if oracle.on_demand:
                 context.log.info(f"counted on demand: {[list(c) for c in oracle.on_demand]}")
             path = store.write_selection(result)

@@ -6,7 +6,8 @@ table, computes the report, and writes `report.json`, `report.html` (summary, ML
 figures in one page) and the two PNGs under the private folder (`WarehouseResource.private_path`),
 readable by the owner only (files 0600, folders 0700). Nothing in the report is DP, so nothing
 computed here reaches the Dagster event log, which is public: the asset's metadata holds the paths
-of those files and its log lines say only where they are. The asset exists only when the dataset
+of those files and its log lines say only where they are and which classifier's turn it is (its
+name, `evaluation.ml.classifier_line`). The asset exists only when the dataset
 has a `report:` block.
 """
 
@@ -64,7 +65,8 @@ def build_utility_report(dataset: str, spec: DatasetSpec) -> dg.AssetsDefinition
             {c: np.asarray(v, dtype=np.int64) for c, v in test.items()},
             {c: np.asarray(v, dtype=np.int64) for c, v in synth.items()},
             plan.domain, target=report_spec.target, ordinal=ordinal, seed=seed,
-            triples_count=report_spec.triples, labels=evaluation.code_labels(plan))
+            triples_count=report_spec.triples, labels=evaluation.code_labels(plan),
+            log=context.log.info)
         del train, test, synth
         names = evaluation.REPORT_FILES
         folder = warehouse.private_path(dataset, names["json"]).parent

@@ -51,11 +51,12 @@ def _metadata_value(value):
 
 def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
                measurements: list[Measurement], noisy_total: float, rows: int, table: str,
-               parquet: str, model=None, frame_bytes: int = FRAME_BYTES):
-    """Yield one AssetCheckResult per check of `CHECKS`, in order, as each finishes."""
+               parquet: str, model=None, frame_bytes: int = FRAME_BYTES, log=None):
+    """Yield one AssetCheckResult per check of `CHECKS`, in order, as each finishes (`log` gets
+    `run_all`'s start and end lines)."""
     inputs = CheckInputs(dataset, plan, measurements, noisy_total, rows, table, parquet,
                          data_docs_dir(warehouse, dataset), model, frame_bytes)
-    for result in run_all(lambda: warehouse.connect(read_only=True), inputs):
+    for result in run_all(lambda: warehouse.connect(read_only=True), inputs, log):
         yield asset_check_result(result, warehouse, dataset)
 
 
@@ -79,6 +80,7 @@ def build_synthetic_checks(dataset: str, spec: DatasetSpec) -> dg.AssetChecksDef
         model = store.model() if store.has("model") else None
         yield from run_checks(warehouse, dataset, plan, list(found.measurements),
                               found.noisy_total, rows, synthetic_table(dataset),
-                              str(store.path("synthetic.parquet")), model)
+                              str(store.path("synthetic.parquet")), model,
+                              log=context.log.info)
 
     return synthetic_checks

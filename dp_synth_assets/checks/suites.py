@@ -277,17 +277,31 @@ CHECKS = {c.name: c for c in (
 ROW_CHECKS = ("schema", "domain", "row_count", "null_fraction")  # read frames of the table
 
 
-def run_all(connect, inputs: CheckInputs) -> Iterator[CheckResult]:
+def run_all(connect, inputs: CheckInputs, log=None) -> Iterator[CheckResult]:
     """Every check of `CHECKS`, in order, as each finishes. `connect()` opens a read-only DuckDB
     connection (a context manager); the checks that read frames run while it is open, the
-    others on the counts afterwards."""
+    others on the counts afterwards. `log`, if given, gets a line when each check starts and one
+    with its verdict and duration when it ends (public: a check reads only the synthetic
+    table and the public plan and measurements)."""
+    import time
+
+    def run(name: str, table: SyntheticTable) -> CheckResult:
+        if log is not None:
+            log(f"check {name}: started")
+        started = time.perf_counter()
+        result = CHECKS[name].run(table)
+        if log is not None:
+            log(f"check {name}: {'passed' if result.passed else 'failed'} in "
+                f"{time.perf_counter() - started:.1f}s")
+        return result
+
     with connect() as con:
         table = SyntheticTable.read(con, inputs)
         for name in ROW_CHECKS:
-            yield CHECKS[name].run(table)
-    for name, check in CHECKS.items():
+            yield run(name, table)
+    for name in CHECKS:
         if name not in ROW_CHECKS:
-            yield check.run(table)
+            yield run(name, table)
 
 
 def publish(result: CheckResult, checks_dir: Path, docs_dir: Path) -> dict:

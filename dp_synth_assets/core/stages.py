@@ -79,9 +79,11 @@ def oracle(con: duckdb.DuckDBPyConnection, plan: EncodingPlan, view: str,
 
 
 def select(spec: DatasetSpec, plan: EncodingPlan, oracle: Oracle, budget: DatasetBudget,
-           charge) -> Selection:
-    """The method's selection (`spec.method`) with the selection budget `budget.split`."""
-    return run_method(spec.method, plan.domain, oracle, budget.split, spec.selection, charge)
+           charge, log=None) -> Selection:
+    """The method's selection (`spec.method`) with the selection budget `budget.split`; `log`
+    gets each round's public line (`select.round_line`) as it ends, for methods with rounds."""
+    return run_method(spec.method, plan.domain, oracle, budget.split, spec.selection, charge,
+                      log)
 
 
 def measure(plan: EncodingPlan, chosen: Selection, oracle: Oracle, budget: DatasetBudget,

@@ -89,6 +89,12 @@ def _make_classifier(name: str, features: Sequence[str], domain: Mapping[str, in
     raise ValueError(f"unknown classifier {name!r}; known: {CLASSIFIERS}")
 
 
+def classifier_line(name: str) -> str:
+    """The progress line of a classifier's turn: its name only. The report runs on private rows
+    and the asset's log is public, so no score, row count or duration goes with it."""
+    return f"utility report: classifier {name}"
+
+
 def ml_skip_reason(test_rows: int, target: str | None, domain: Mapping[str, int]) -> str | None:
     """Why ML efficiency cannot be measured, or None when it can."""
     if target is None:
@@ -104,11 +110,13 @@ def ml_skip_reason(test_rows: int, target: str | None, domain: Mapping[str, int]
 
 
 def ml_efficiency(train_real: Table, test_real: Table, synthetic: Table, target: str,
-                  domain: Mapping[str, int], seed: int = 0, ordinal: Ordinal = ()) -> pd.DataFrame:
+                  domain: Mapping[str, int], seed: int = 0, ordinal: Ordinal = (),
+                  log=None) -> pd.DataFrame:
     """Accuracy and macro F1 on `test_real` of each classifier of `CLASSIFIERS` trained on
     `synthetic` and on `train_real`: one row per classifier, then a "mean" row. Columns:
     classifier, f1_synthetic, f1_real, accuracy_synthetic, accuracy_real, note. A training table
-    without rows gives NaN scores (noted); one with a single target class a constant predictor."""
+    without rows gives NaN scores (noted); one with a single target class a constant predictor.
+    `log`, if given, gets `classifier_line(name)` as each classifier's turn starts."""
     from sklearn.metrics import accuracy_score, f1_score
     from threadpoolctl import threadpool_limits
 
@@ -132,6 +140,8 @@ def ml_efficiency(train_real: Table, test_real: Table, synthetic: Table, target:
                                  "tree": _tree_features(codes, features)})
     records = []
     for name in CLASSIFIERS:
+        if log is not None:
+            log(classifier_line(name))
         record: dict = {"classifier": name}
         notes = []
         for label, (codes, designs) in trains.items():

@@ -31,7 +31,7 @@ import pandas as pd
 
 from ..core.domain import Encoding, EncodingPlan
 from .fidelity import column_comparison, pair_tvd
-from .ml import MIN_TEST_ROWS, ml_efficiency, ml_skip_reason
+from .ml import CLASSIFIERS, MIN_TEST_ROWS, classifier_line, ml_efficiency, ml_skip_reason
 from .plots import histograms_png, tvd_heatmap_png
 from .queries import DEFAULT_QUERIES_PER_TRIPLE, DEFAULT_TRIPLES, Triple, query_error, triples
 from .tables import Ordinal, Table, encoded, ordered_codes, require_rows, rows_of
@@ -91,9 +91,12 @@ def utility_report(train_real: Table, test_real: Table | None, synthetic: Table,
                    domain: Mapping[str, int], target: str | None = None, ordinal: Ordinal = (),
                    seed: int = 0, triples_count: int = DEFAULT_TRIPLES,
                    queries_per_triple: int | None = DEFAULT_QUERIES_PER_TRIPLE,
-                   labels: Mapping[str, Sequence[str]] | None = None) -> UtilityReport:
+                   labels: Mapping[str, Sequence[str]] | None = None, log=None) -> UtilityReport:
     """The full report (the module docstring says against which reference). `test_real` may be None or
-    empty: metrics are then against `train_real` and ML efficiency is None with its reason."""
+    empty: metrics are then against `train_real` and ML efficiency is None with its reason.
+    `log`, if given, gets each classifier's `classifier_line` at its turn; the lines depend only
+    on public facts (the target and the domain), not on whether there are enough held-out rows
+    to train (a private count): then the turns pass without training."""
     domain = dict(domain)
     train = encoded(train_real, domain, "train_real")
     synth = encoded(synthetic, domain, "synthetic")
@@ -127,7 +130,11 @@ def utility_report(train_real: Table, test_real: Table | None, synthetic: Table,
 
     reason = ml_skip_reason(rows_of(test), target, domain)
     ml = None if reason is not None else ml_efficiency(train, test, synth, target, domain, seed,
-                                                       ordinal)
+                                                       ordinal, log)
+    if reason is not None and log is not None and \
+            ml_skip_reason(MIN_TEST_ROWS, target, domain) is None:
+        for name in CLASSIFIERS:  # the same lines as when the classifiers train
+            log(classifier_line(name))
     comparison = column_comparison(reference, synth, domain)
     return UtilityReport(
         reference="test_real" if has_test else "train_real",

@@ -7,7 +7,9 @@ the noisy measurements, in the graphical model of the junction tree of those cli
   raises `ModelTooLarge`, before any potential is allocated, when its largest clique has more
   cells than `model.max_clique_cells`.
 - `fit` runs mbi's MirrorDescent for `model.iterations` steps with every measurement as a
-  `LinearMeasurement` (stddev = its Gaussian sigma) and the noisy total as mbi's `known_total`.
+  `LinearMeasurement` (stddev = its Gaussian sigma) and the noisy total as mbi's `known_total`,
+  in one `estimate` call; with a `log` it reports JAX's compile time, then the iterations as
+  they finish.
 - The engine's model is a `CliqueTree` (tree.py) of the fitted model's exact maximal-clique
   marginals (`clique_tree`), sampled by forward sampling of the junction tree.
 - `estimate`: time = FIT_OVERHEAD_SECONDS + cells x iterations x SECONDS_PER_CELL_ITERATION,
@@ -16,6 +18,7 @@ the noisy measurements, in the graphical model of the junction tree of those cli
   (bench/results/engines.md).
 """
 
+import functools
 import math
 import os
 from dataclasses import dataclass
@@ -33,6 +36,9 @@ SECONDS_PER_CELL_ITERATION = 5e-8  # one clique cell, one mirror-descent iterati
 BYTES_PER_CELL = 64                # junction-tree cell at the fit's peak
 JAX_BASE_MB = 400.0                # JAX and mbi in the fitting process
 FIT_OVERHEAD_SECONDS = 10.0        # JAX compilation of one fit
+_COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",  # what JAX reports for one compile
+                   "/jax/core/compile/jaxpr_to_mlir_module_duration",
+                   "/jax/core/compile/backend_compile_duration")
 
 
 @dataclass(frozen=True)
@@ -110,10 +116,20 @@ def fit_unit(unit: list[int], domain: dict[str, int], measurements: list[Measure
 
 
 def fit(domain: dict[str, int], measurements: list[Measurement], noisy_total: float,
-        iterations: int, warm_start=None, log=None):
+        iterations: int, warm_start=None, log=None, lines: int = 10):
     """A mbi MarkovRandomField fitted to the measurements (optionally warm-started from an
-    earlier model, as adaptive selection methods do between rounds). `log`, if given, gets a
-    progress line about every tenth of the iterations (mbi calls back every block of steps)."""
+    earlier model, as adaptive selection methods do between rounds).
+
+    `log`, if given, gets the JAX compile time of the fit when the first block of iterations is
+    done, then a progress line about every `lines`-th of the iterations, each when those
+    iterations are done. mbi calls back after every block of `CALLBACK_EVERY` steps, but JAX
+    dispatches the blocks asynchronously, so the callback waits for the block it is given
+    (`jax.block_until_ready`) before it logs; otherwise every line would come at the end. The
+    optimization itself is one `estimate` call whether `log` is given or not: the fitted model
+    does not depend on it (mbi's Armijo step size lives in the estimator's state, so a fit in
+    separately started chunks would not be the same fit). The compile time is what JAX reports
+    to `jax.monitoring` for tracing, lowering and compiling while the fit runs (in this process:
+    a compile on another thread at that moment would count too)."""
     import time
 
     from mbi import Domain, LinearMeasurement
@@ -122,20 +138,40 @@ def fit(domain: dict[str, int], measurements: list[Measurement], noisy_total: fl
     mbi_domain = Domain(list(domain), [domain[a] for a in domain])
     linear = [LinearMeasurement(m.noisy.ravel(), tuple(m.clique), stddev=m.sigma)
               for m in measurements]
-    callback = None
-    if log is not None:
-        blocks = math.ceil(iterations / CALLBACK_EVERY)
-        every = max(1, blocks // 10)
-        started, done = time.perf_counter(), [0]
+    estimate = functools.partial(MirrorDescent().estimate, mbi_domain, linear,
+                                 known_total=max(noisy_total, 1.0), iters=iterations,
+                                 warm_start=warm_start)
+    if log is None:
+        return estimate()
+    import jax
 
-        def progress(_marginals) -> None:
-            done[0] += 1
-            if done[0] % every == 0 or done[0] == blocks:
-                log(f"pgm: iteration {min(done[0] * CALLBACK_EVERY, iterations)}/{iterations}, "
-                    f"{time.perf_counter() - started:.1f}s")
-        callback = progress
-    return MirrorDescent().estimate(mbi_domain, linear, known_total=max(noisy_total, 1.0),
-                                    iters=iterations, warm_start=warm_start, callback_fn=callback)
+    blocks = math.ceil(iterations / CALLBACK_EVERY)
+    every = max(1, blocks // max(lines, 1))
+    done, compiled = [0], [0.0]
+
+    log(f"pgm: {iterations} iterations on {len(measurements)} measurements; JAX compiles the "
+        "fit first")
+
+    def progress(marginals) -> None:
+        jax.block_until_ready(marginals)
+        done[0] += 1
+        fitting = time.perf_counter() - started - compiled[0]
+        if done[0] == 1:
+            log(f"pgm: JAX compiled the fit in {compiled[0]:.1f}s")
+        if done[0] % every == 0 or done[0] == blocks:
+            log(f"pgm: iteration {min(done[0] * CALLBACK_EVERY, iterations)}/{iterations}, "
+                f"{fitting:.1f}s fitting")
+
+    def count(event: str, seconds: float, **_) -> None:
+        if event in _COMPILE_EVENTS:
+            compiled[0] += seconds
+
+    jax.monitoring.register_event_duration_secs_listener(count)
+    started = time.perf_counter()
+    try:
+        return estimate(callback_fn=progress)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(count)
 
 
 def clique_tree(model, domain: dict[str, int]) -> CliqueTree:

@@ -31,6 +31,7 @@ from ..methods import METHODS
 
 MarginalOracle = Callable[[list[Clique]], dict[Clique, np.ndarray]]
 Charge = Callable[..., None]
+Log = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -96,10 +97,26 @@ def required_cliques(method: str, domain: dict[str, int],
 
 
 def select(method: str, domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
-           settings: SelectionSettings, charge: Charge) -> Selection:
+           settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     """Run `method` (a key of METHODS); its module defines `select(domain, oracle, budget,
-    settings, charge) -> Selection`."""
-    return method_module(method).select(domain, oracle, budget, settings, charge)
+    settings, charge) -> Selection`, and may take `log=`: a method with rounds then calls
+    `log(round_line(...))` as each round ends (`round_line`: public facts only). A module whose
+    `select` has no `log` parameter (e.g. a plugin's) is called without it."""
+    import inspect
+
+    run = method_module(method).select
+    if log is not None and "log" in inspect.signature(run).parameters:
+        return run(domain, oracle, budget, settings, charge, log=log)
+    return run(domain, oracle, budget, settings, charge)
+
+
+def round_line(method: str, round: int, clique: Clique, rho: float) -> str:
+    """The progress line of one selection round: its number, the clique it chose and the rho it
+    charged (0 for a greedy round that post-processes scores released earlier). These are
+    public: the clique is the output of a charged mechanism (or of post-processing of one) and
+    rho is the privacy map's answer for public parameters. Nothing else of a round is logged:
+    no score, count or duration (a round's time is private work, DESIGN.md section 4)."""
+    return f"{method}: round {round}: chose {list(clique)}, rho {rho:.4g} charged"
 
 
 def method_module(method: str):

@@ -44,7 +44,7 @@ from scipy.sparse.csgraph import shortest_path
 
 from ..config import SelectionSettings
 from ..measure import clique_size, expected_noise_error, optimal_split, noisy_total
-from . import Budget, Charge, Clique, MarginalOracle, Selection
+from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
 from .privsyn import measure_one_way, noisy_indif
 
 TAU_CELLS = 100_000  # default clique-size threshold tau (cells)
@@ -88,8 +88,9 @@ def triangulate(nodes: list[str], edges: set[Clique]) -> tuple[set[Clique], list
 
 def greedy(pairs: list[Clique], count_scores: np.ndarray, r_bar: np.ndarray,
            domain: dict[str, int], noisy_total: float, rho_measure: float,
-           tau: int) -> tuple[list[Clique], list[dict]]:
-    """Alg. 3 lines 9-37; returns the selected pairs (triangulated) and a public trace."""
+           tau: int, log: Log | None = None) -> tuple[list[Clique], list[dict]]:
+    """Alg. 3 lines 9-37; returns the selected pairs (triangulated) and a public trace. `log`,
+    if given, gets each round's `round_line` (rho 0: the greedy post-processes the scores)."""
     nodes = list(domain)
     index = {a: i for i, a in enumerate(nodes)}
     to_count = np.array([noisy_total * 2 * (min(domain[a], domain[b]) - 1) / min(domain[a], domain[b])
@@ -116,18 +117,21 @@ def greedy(pairs: list[Clique], count_scores: np.ndarray, r_bar: np.ndarray,
         best_error, pair, selected = best[0], best[1], best[2]
         trace.append({"round": len(trace) + 1, "pair": list(pair), "selected": len(selected),
                       "total_error": round(best_error, 3)})
+        if log is not None:
+            log(round_line("absyn", len(trace), pair, 0.0))
     order = {p: i for i, p in enumerate(pairs)}
     return sorted(selected, key=order.get), trace
 
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
-           settings: SelectionSettings, charge: Charge) -> Selection:
+           settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     one_way = measure_one_way(domain, oracle, budget.one_way, charge)
     total = noisy_total(list(one_way))
     pairs = list(itertools.combinations(list(domain), 2))
     noisy = noisy_indif(pairs, oracle, budget.score, charge, "R-scores")
     r_bar = normalize_scores(noisy, pairs, domain, total)
-    selected, trace = greedy(pairs, noisy, r_bar, domain, total, budget.measure, TAU_CELLS)
+    selected, trace = greedy(pairs, noisy, r_bar, domain, total, budget.measure, TAU_CELLS,
+                             log)
     rhos = optimal_split(budget.measure, [clique_size(p, domain) for p in selected]) if selected else []
     return Selection(
         method="absyn",

@@ -57,7 +57,7 @@ from ..config import SelectionSettings
 from ..measure import Measurement, clique_size, measure_marginal, noisy_total
 from ..generate.pgm import model_marginals
 from ..privacy import Spend, exponential_mechanism
-from . import Budget, Charge, Clique, MarginalOracle, Selection
+from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
 from .privsyn import measure_one_way
 
 
@@ -117,8 +117,9 @@ def _fit(domain, one_way, measured, iterations, warm_start):
 
 def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: Charge, *,
         max_model_mb: float = 4.0, max_rounds: int = DEFAULT_MAX_ROUNDS,
-        fit_iterations: int = FIT_ITERATIONS) -> Selection:
-    """AIM as described in the module docstring; `select` calls it with the dataset's settings."""
+        fit_iterations: int = FIT_ITERATIONS, log: Log | None = None) -> Selection:
+    """AIM as described in the module docstring; `select` calls it with the dataset's settings.
+    `log`, if given, gets each round's `round_line` when its refit is done."""
     from mbi import Domain
     from mbi.junction_tree import hypothetical_model_size
 
@@ -186,6 +187,8 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
                       "sigma": measurement.sigma, "epsilon_em": math.sqrt(8.0 * em_spend.rho),
                       "candidates": len(allowed), "model_mb_limit": float(limit),
                       "moved_l1": round(moved, 3)})
+        if log is not None:
+            log(round_line("aim", t, chosen, em_spend.rho + measurement.rho))
         if last:
             break
         # e. annealing: a measurement that barely changed the model asks for less noise
@@ -209,7 +212,7 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
 
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
-           settings: SelectionSettings, charge: Charge) -> Selection:
+           settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     max_rounds = settings.max_rounds or DEFAULT_MAX_ROUNDS
     return run(domain, oracle, budget, charge, max_model_mb=settings.max_model_mb,
-               max_rounds=max_rounds)
+               max_rounds=max_rounds, log=log)

@@ -49,7 +49,7 @@ import numpy as np
 from ..config import SelectionSettings
 from ..measure import Measurement, noisy_total
 from ..privacy import exponential_mechanism
-from . import Budget, Charge, Clique, MarginalOracle, Selection
+from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
 from .privsyn import measure_one_way
 
 
@@ -95,8 +95,9 @@ class _Components:
 
 
 def private_spanning_tree(attrs: list[str], pairs: list[Clique], scores: np.ndarray, rho: float,
-                          charge: Charge) -> tuple[list[Clique], list[dict]]:
-    """MST's selection loop: len(attrs) - 1 exponential-mechanism rounds, rho split evenly."""
+                          charge: Charge, log: Log | None = None) -> tuple[list[Clique], list[dict]]:
+    """MST's selection loop: len(attrs) - 1 exponential-mechanism rounds, rho split evenly;
+    `log`, if given, gets each round's `round_line`."""
     rounds = len(attrs) - 1
     if rounds < 1:
         return [], []
@@ -110,11 +111,13 @@ def private_spanning_tree(attrs: list[str], pairs: list[Clique], scores: np.ndar
         components.union(a, b)
         tree.append((a, b))
         trace.append({"round": r + 1, "pair": [a, b], "candidates": len(candidates)})
+        if log is not None:
+            log(round_line("mst", r + 1, (a, b), spend.rho))
     return tree, trace
 
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
-           settings: SelectionSettings, charge: Charge) -> Selection:
+           settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     attrs = list(domain)
     if budget.measure < 0:
         raise ValueError(f"MST needs a measurement budget >= 0, got rho {budget.measure!r}: "
@@ -124,7 +127,7 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     tree, trace = [], []
     if pairs:
         scores = independence_errors(pairs, oracle(pairs), one_way)
-        tree, trace = private_spanning_tree(attrs, pairs, scores, budget.score, charge)
+        tree, trace = private_spanning_tree(attrs, pairs, scores, budget.score, charge, log)
         del scores  # private
     return Selection(
         method="mst",

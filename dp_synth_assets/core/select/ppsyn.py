@@ -81,7 +81,7 @@ from ..config import SelectionSettings
 from ..measure import Measurement, clique_size, measure_marginal, optimal_split, noisy_total
 from ..generate.pgm import model_marginals
 from ..privacy import exponential_mechanism, gaussian_scores
-from . import Budget, Charge, Clique, MarginalOracle, Selection
+from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
 
 dp.enable_features("contrib")
 
@@ -412,8 +412,9 @@ def _public(x: float) -> float | None:
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, rounds: int | None = None,
-           eta: float = ETA) -> Selection:
-    """PPSyn's Algorithm 1 as corrected in the module docstring. `rounds` is T (default 2d)."""
+           eta: float = ETA, log: Log | None = None) -> Selection:
+    """PPSyn's Algorithm 1 as corrected in the module docstring. `rounds` is T (default 2d).
+    `log`, if given, gets each round's `round_line` when the round is done."""
     from mbi import Domain
     from mbi.junction_tree import hypothetical_model_size
 
@@ -494,6 +495,8 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
             "sigma": cells.sigma, "sigma_dense": measurement.sigma,
         })  # no wall time: a round's duration is private work (DESIGN.md section 4)
         partitions.append({"clique": list(chosen), **part.describe()})
+        if log is not None:
+            log(round_line("ppsyn", r, chosen, used + cells.rho))
 
     return Selection(
         method="ppsyn",

@@ -34,7 +34,7 @@ from ..config import SelectionSettings
 from ..measure import (Measurement, clique_size, expected_noise_error, measure_marginal,
                        optimal_split)
 from ..privacy import gaussian_scores
-from . import Budget, Charge, Clique, MarginalOracle, Selection
+from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
 
 INDIF_SENSITIVITY = 4.0  # PrivSyn Lemma 4
 
@@ -69,8 +69,10 @@ def measure_one_way(domain: dict[str, int], oracle: MarginalOracle, rho: float,
 
 
 def greedy_dense_marg(pairs: list[Clique], dependency: np.ndarray, domain: dict[str, int],
-                      rho_measure: float, max_model_mb: float) -> tuple[list[Clique], list[dict]]:
-    """DenseMarg's greedy loop; returns the selected pairs and a public per-round trace."""
+                      rho_measure: float, max_model_mb: float,
+                      log: Log | None = None) -> tuple[list[Clique], list[dict]]:
+    """DenseMarg's greedy loop; returns the selected pairs and a public per-round trace. `log`,
+    if given, gets each round's `round_line` (rho 0: the greedy post-processes the scores)."""
     from mbi import Domain
     from mbi.junction_tree import hypothetical_model_size
 
@@ -105,17 +107,19 @@ def greedy_dense_marg(pairs: list[Clique], dependency: np.ndarray, domain: dict[
         remaining.discard(i)
         trace.append({"round": len(chosen), "pair": list(pairs[i]), "total_error": round(total, 3),
                       "model_mb": round(model_mb, 4)})
+        if log is not None:
+            log(round_line("privsyn", len(chosen), pairs[i], 0.0))
         current = total
     return [pairs[i] for i in chosen], trace
 
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
-           settings: SelectionSettings, charge: Charge) -> Selection:
+           settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     one_way = measure_one_way(domain, oracle, budget.one_way, charge)
     pairs = list(itertools.combinations(list(domain), 2))
     noisy_scores = noisy_indif(pairs, oracle, budget.score, charge, "InDif scores")
     selected, trace = greedy_dense_marg(pairs, noisy_scores, domain, budget.measure,
-                                        settings.max_model_mb)
+                                        settings.max_model_mb, log)
     sizes = [clique_size(p, domain) for p in selected]
     rhos = optimal_split(budget.measure, sizes) if selected else []
     return Selection(
