@@ -4,10 +4,11 @@ Each asset is wiring: read its inputs through the dataset's artifact store (`art
 a `core.store.FolderStore` over `<public_dir>/<dataset>/`), call one stage function of
 `core/stages.py` (the same the notebook API calls), charge the ledger through `private_stage`,
 write its output through the store and return public metadata. The `model` graph asset is in
-model.py. Asset keys are `[<dataset>, <stage>]`, grouped per dataset, tagged
-`privacy=private|public`. Private-zone assets publish shapes only (column names, domain sizes,
-numbers of marginals), never counts. Every
-stage that reads private data runs under `private_step` (private_log.py): its failures are
+model.py. Asset keys are `[*key_prefix, <dataset>, <stage>]`, grouped per dataset unless the host
+names a group, tagged `privacy=private|public`, with the resource keys of `naming.Names`; a
+dataset whose source is a host's asset starts at `preprocessed`, downstream of that asset.
+Private-zone assets publish shapes only (column names, domain sizes, numbers of marginals),
+never counts. Every stage that reads private data runs under `private_step` (private_log.py): its failures are
 generic in public and detailed in the owner-only private log.
 """
 
