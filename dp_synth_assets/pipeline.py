@@ -8,8 +8,8 @@ model.py. Asset keys are `[*key_prefix, <dataset>, <stage>]`, grouped per datase
 names a group, tagged `privacy=private|public`, with the resource keys of `naming.Names`; a
 dataset whose source is a host's asset starts at `preprocessed`, downstream of that asset.
 Private-zone assets publish shapes only (column names, domain sizes, numbers of marginals),
-never counts. Every stage that reads private data runs under `private_step` (private_log.py): its failures are
-generic in public and detailed in the owner-only private log.
+never counts. Every stage that reads private data runs under `private_step` (private_log.py):
+its failures are generic in public and detailed in the owner-only private log.
 """
 
 import json
