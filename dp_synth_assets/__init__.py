@@ -1,14 +1,19 @@
 """dp-synth: differentially private synthetic twins of tables.
 
-`Synthesizer` (dp_synth_assets.api) is the notebook API and needs no Dagster; the Dagster
-definitions live in dp_synth_assets.definitions. Names are imported on first use, so
-`from dp_synth_assets import Synthesizer` loads neither Dagster, Great Expectations nor JAX.
+`Synthesizer` (dp_synth_assets.api) is the notebook API and needs no Dagster;
+`dp_synth_definitions` (dp_synth_assets.factory) gives the Dagster definitions a host project
+merges with its own. Names are imported on first use, so `from dp_synth_assets import
+Synthesizer` loads neither Dagster, Great Expectations nor JAX.
 """
 
-__all__ = ["Synthesizer", "Report"]
+__all__ = ["Synthesizer", "Report", "dp_synth_definitions"]
 
 
 def __getattr__(name: str):
+    if name == "dp_synth_definitions":
+        from .factory import dp_synth_definitions
+
+        return dp_synth_definitions
     if name in __all__:
         from . import api
 

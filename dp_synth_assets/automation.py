@@ -19,30 +19,39 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .budget import BudgetStatus, DatasetBudget
 from .core.config import DatasetSpec
+from .naming import Names
 from .pipeline import source_version
 from .private_log import append_private_log, private_log_path
 
 
-def job_name(dataset: str) -> str:
-    return f"{dataset}_synthesis"
+def job_name(dataset: str, names: Names = Names()) -> str:
+    return names.op_name(dataset, "synthesis")
 
 
-def build_job(dataset: str, spec: DatasetSpec | None = None):
-    """The dataset's job. Under `generate.multiprocess` (`model.executor`; by default when
-    `generator: parallel_pgm` or `model.workers` > 1) it runs on Dagster's multiprocess
-    executor, at most `generate.concurrency` steps at a time, so the fit's units (steps of the
-    `model` graph) run in parallel processes and each step's memory is returned when it ends;
-    otherwise in one process, where the stages, a chain, skip each step's start-up. On
-    Kubernetes or Celery, set that executor on the code location instead (README)."""
+def build_job(dataset: str, spec: DatasetSpec | None = None, names: Names = Names(),
+              assets: list | None = None):
+    """The dataset's job over `assets` (its materializable assets; default: the group named
+    after the dataset, without its observable `source`). The job declares its own executor,
+    so dp-synth sets none on the code location it joins: under `generate.multiprocess`
+    (`model.executor`; by default when `generator: parallel_pgm` or `model.workers` > 1)
+    Dagster's multiprocess executor, at most `generate.concurrency` steps at a time, so the
+    fit's units (steps of the `model` graph) run in parallel processes and each step's memory
+    is returned when it ends; otherwise the in-process executor, where the stages, a chain,
+    skip each step's start-up. On Kubernetes or Celery, give the job that executor (README)."""
     from .core.generate import concurrency, multiprocess
 
-    executor = None
+    executor = dg.in_process_executor
     if spec is not None and multiprocess(spec.generator, spec.model):
         executor = dg.multiprocess_executor.configured(
             {"max_concurrent": concurrency(spec.generator, spec.model)})
+    if assets is None:
+        selection = (dg.AssetSelection.groups(dataset)
+                     - dg.AssetSelection.keys(names.key(dataset, "source")))
+    else:
+        selection = dg.AssetSelection.assets(*assets)
     return dg.define_asset_job(
-        job_name(dataset),
-        selection=dg.AssetSelection.groups(dataset) - dg.AssetSelection.keys([dataset, "source"]),
+        job_name(dataset, names),
+        selection=selection,
         description=f"Materialize the whole synthesis pipeline of {dataset!r}.",
         executor_def=executor,
     )
@@ -65,9 +74,12 @@ def budget_skip_reason(ledger: LedgerResource, dataset: str, spec: DatasetSpec) 
             f"{' of every entry of the group' if group else ''} to continue")
 
 
-def build_schedule(dataset: str, spec: DatasetSpec, job) -> dg.ScheduleDefinition:
-    @dg.schedule(name=f"{dataset}_schedule", cron_schedule=spec.schedule, job=job,
+def build_schedule(dataset: str, spec: DatasetSpec, job,
+                   names: Names = Names()) -> dg.ScheduleDefinition:
+    @dg.schedule(name=names.op_name(dataset, "schedule"), cron_schedule=spec.schedule, job=job,
+                 required_resource_keys=names.resource_keys("ledger"),
                  description=f"Resynthesize {dataset!r} on its cron schedule, budget permitting.")
+    @names.bind("ledger")
     def _schedule(context: dg.ScheduleEvaluationContext, ledger: LedgerResource):
         reason = budget_skip_reason(ledger, dataset, spec)
         if reason:
@@ -77,13 +89,16 @@ def build_schedule(dataset: str, spec: DatasetSpec, job) -> dg.ScheduleDefinitio
     return _schedule
 
 
-def build_source_sensor(dataset: str, spec: DatasetSpec, job) -> dg.SensorDefinition:
+def build_source_sensor(dataset: str, spec: DatasetSpec, job,
+                        names: Names = Names()) -> dg.SensorDefinition:
     """Cursor: {"version": the opaque version id of the source last synthesized, "requested_at":
     unix time of that request}. Run key: `<dataset>-<version>-<previous requested_at>`."""
 
-    @dg.sensor(name=f"{dataset}_source_change", job=job, minimum_interval_seconds=30,
+    @dg.sensor(name=names.op_name(dataset, "source_change"), job=job, minimum_interval_seconds=30,
+               required_resource_keys=names.resource_keys("warehouse", "ledger"),
                description=f"Resynthesize {dataset!r} when its source changes, honouring "
                            f"min_interval ({spec.min_interval}) and the privacy budget.")
+    @names.bind("warehouse", "ledger")
     def _sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource,
                 ledger: LedgerResource):
         cursor = json.loads(context.cursor) if context.cursor else {}

@@ -24,7 +24,8 @@ def stages_in_run(context: dg.AssetExecutionContext, dataset: str) -> set[str]:
     selection = context.run.asset_selection
     if not selection:
         return set(STAGES)
-    return {key.path[1] for key in selection if len(key.path) == 2 and key.path[0] == dataset}
+    parent = context.asset_key.path[:-1]  # [*key_prefix, dataset]
+    return {key.path[-1] for key in selection if key.path[:-1] == parent}
 
 
 def ledger_metadata(ledger: PrivacyLedger, dataset: str, budget: DatasetBudget, run_id: str) -> dict:
@@ -120,7 +121,8 @@ def verify_published_head(context, ledger: PrivacyLedger, dataset: str) -> None:
     outputs prove that spending, so a ledger without it (deleted with its head file, replaced
     by an older copy or another ledger) must not start afresh."""
     for stage in reversed(PRIVATE_STAGES):
-        event = context.instance.get_latest_materialization_event(dg.AssetKey([dataset, stage]))
+        event = context.instance.get_latest_materialization_event(
+            dg.AssetKey([*context.asset_key.path[:-1], stage]))
         if event is None or event.asset_materialization is None:
             continue
         metadata = event.asset_materialization.metadata

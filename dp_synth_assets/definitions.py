@@ -1,33 +1,22 @@
-"""Assemble Dagster Definitions from a datasets.yaml registry.
+"""The repository's own Dagster code location, built from a datasets.yaml registry.
 
 `build_definitions` is what the repository's `definitions.py` calls (with the paths of
-`environment_paths`) and what tests call (with temporary paths). The registry is validated first: a
-malformed datasets.yaml fails here, when the definitions load, and so do two entries on one source
-without a shared `privacy.budget_group` or a budget group whose entries disagree on the limit
-(dp_synth_assets.core.units).
+`environment_paths`) and what tests call (with temporary paths): the factory's definitions
+(factory.py, which validates the registry when the definitions load) under this location's own
+resource keys and executor.
 """
 
-import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
 
 import dagster as dg
 
-from dp_synth_assets.resources.ledger import LedgerError, LedgerResource
-from dp_synth_assets.resources.warehouse import WarehouseResource
+from dp_synth_assets.resources.ledger import LedgerError
 
-from .automation import build_job, build_schedule, build_source_sensor
-from .budget import DatasetBudget
-from .core.config import RegistryError, load_registry
-from .core.units import group_name, privacy_units, source_identity
-from .core.source import source_available, source_path
-from .checks import build_synthetic_checks
-from .pipeline import build_dataset_assets
-from .utility_report import build_utility_report
+from .factory import dp_synth_definitions
 
 
-log = logging.getLogger("dp_synth")
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 
 
@@ -58,64 +47,17 @@ def environment_paths(environ: Mapping[str, str] | None = None,
     }
 
 
-def _check_shared_limits(registry: dict, units: dict[str, str]) -> None:
-    """Entries of one unit must meet one ledger limit: the same rho and delta_extra limits (a
-    column discovered by thresholding sets half of the limit's delta aside for delta_extra)."""
-    by_unit: dict[str, dict[str, tuple[float, float]]] = {}
-    for name, unit in units.items():
-        budget = DatasetBudget.of(registry[name])
-        by_unit.setdefault(unit, {})[name] = (budget.limit_rho, budget.limit_delta_extra)
-    for unit, limits in by_unit.items():
-        if len(set(limits.values())) > 1:
-            raise RegistryError(
-                f"datasets {' and '.join(map(repr, limits))} share budget group "
-                f"{group_name(unit)!r} but split its delta differently: a column whose categories "
-                f"or bounds are discovered with thresholding sets half of the limit's delta aside "
-                f"for it, so either every entry of the group discovers such a column or none "
-                f"does. Declare the categories of those columns, or put the entries in separate "
-                f"budget groups (only if they read different sources).")
-
-
 def build_definitions(datasets: str | Path, warehouse: str | Path, ledger: str | Path,
                       public_dir: str | Path, ledger_head: str | Path | None = None
                       ) -> dg.Definitions:
-    """`ledger_head`: the ledger's mirrored head file (default: the ledger's path + '.head')."""
-    datasets = Path(datasets).resolve()
-    registry = load_registry(datasets)
-    units = privacy_units(registry, datasets.parent, warehouse)
-    _check_shared_limits(registry, units)
-    assets, checks, jobs, schedules, sensors = [], [], [], [], []
-    for name, spec in registry.items():
-        if spec.optional and not source_available(spec, datasets.parent):
-            log.warning(f"dataset {name!r} skipped: its source file {source_path(spec, datasets.parent)} "
-                        "is absent (it is marked optional in datasets.yaml)")
-            continue
-        assets += build_dataset_assets(name, spec)
-        if spec.report is not None:
-            assets.append(build_utility_report(name, spec))
-        checks.append(build_synthetic_checks(name, spec))
-        job = build_job(name, spec)
-        jobs.append(job)
-        if spec.schedule:
-            schedules.append(build_schedule(name, spec, job))
-        if spec.on_source_change == "resynthesize":
-            sensors.append(build_source_sensor(name, spec, job))
-    return dg.Definitions(
-        assets=assets,
-        asset_checks=checks,
-        jobs=jobs,
-        schedules=schedules,
-        sensors=sensors,
-        resources={
-            "warehouse": WarehouseResource(database=str(Path(warehouse).resolve()),
-                                           public_dir=str(Path(public_dir).resolve()),
-                                           base_dir=str(datasets.parent)),
-            "ledger": LedgerResource(
-                path=str(Path(ledger).resolve()), units=units,
-                sources={name: source_identity(spec, datasets.parent, warehouse)
-                         for name, spec in registry.items()},
-                head_path=str(Path(ledger_head).resolve()) if ledger_head else None),
-        },
-        # one process per run: the stages form a chain and DuckDB allows one writer per file
-        executor=dg.in_process_executor,
+    """The repository's own code location: `factory.dp_synth_definitions` with the resource
+    keys `warehouse` and `ledger` (this location holds dp-synth alone, so nothing competes for
+    them), and the in-process executor for the location's implicit job (one process per run:
+    the stages form a chain and DuckDB allows one writer per file). A host project calls the
+    factory instead, which claims neither. `ledger_head`: the ledger's mirrored head file
+    (default: the ledger's path + '.head')."""
+    return dg.Definitions.merge(
+        dp_synth_definitions(datasets, warehouse, ledger, public_dir, ledger_head=ledger_head,
+                             warehouse_resource_key="warehouse", ledger_resource_key="ledger"),
+        dg.Definitions(executor=dg.in_process_executor),
     )

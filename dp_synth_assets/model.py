@@ -11,8 +11,11 @@ three ops so that Dagster's executor runs the fit's units of work.
 - `save_model` assembles the units' results (`stages.assemble`) and writes `model.npz` through
   the store.
 
-Units pass through the run's IO manager (pickles; a shared one such as S3 when steps run on
-several machines). Everything here is post-processing of public records: no ledger.
+Units pass between steps through dp-synth's own IO manager (`Names.io_manager`, a filesystem
+pickle IO manager under dp-synth's folder by default; a shared one such as S3 when steps run on
+several machines), never through the host's default `io_manager`; the graph's own output is
+`Nothing` (the model is the file the store writes), so no IO manager stores it. Everything here
+is post-processing of public records: no ledger.
 """
 
 import time
@@ -25,15 +28,22 @@ from .artifacts import artifacts
 from .core import stages
 from .core.config import DatasetSpec
 from .core import generate
+from .naming import Names
 
 PUBLIC = {"privacy": "public"}
 
 
-def build_model_asset(dataset: str, spec: DatasetSpec, key) -> dg.AssetsDefinition:
-    """The graph asset `[dataset, "model"]`, downstream of `[dataset, "measurements"]`."""
-    prefix = f"{dataset}_model"
+def build_model_asset(dataset: str, spec: DatasetSpec, names: Names = Names()) -> dg.AssetsDefinition:
+    """The graph asset `[dataset, "model"]`, downstream of `[dataset, "measurements"]` (keys,
+    resource keys and IO manager key from `names`)."""
+    key = lambda stage: names.key(dataset, stage)  # noqa: E731
+    prefix = names.op_name(dataset, "model")
+    warehouse_key = names.resource_keys("warehouse")
 
-    @dg.op(name=f"{prefix}_plan_fit", ins={"after": dg.In(dg.Nothing)}, out=dg.DynamicOut())
+    @dg.op(name=f"{prefix}_plan_fit", ins={"after": dg.In(dg.Nothing)},
+           out=dg.DynamicOut(io_manager_key=names.io_manager),
+           required_resource_keys=warehouse_key)
+    @names.bind("warehouse")
     def plan_fit(context: dg.OpExecutionContext, warehouse: WarehouseResource):
         store = artifacts(warehouse, dataset)
         plan, found = store.plan(), store.measurements()
@@ -58,7 +68,9 @@ def build_model_asset(dataset: str, spec: DatasetSpec, key) -> dg.AssetsDefiniti
             yield dg.DynamicOutput({"engine": choice.engine, "unit": unit, "metadata": metadata},
                                    mapping_key=f"unit_{k}")
 
-    @dg.op(name=f"{prefix}_fit_unit")
+    @dg.op(name=f"{prefix}_fit_unit", out=dg.Out(io_manager_key=names.io_manager),
+           required_resource_keys=warehouse_key)
+    @names.bind("warehouse")
     def fit_unit(context: dg.OpExecutionContext, warehouse: WarehouseResource, work: dict) -> dict:
         store = artifacts(warehouse, dataset)
         started = time.perf_counter()
@@ -68,9 +80,10 @@ def build_model_asset(dataset: str, spec: DatasetSpec, key) -> dg.AssetsDefiniti
         context.log.info(f"{work['engine']} unit {work['unit']} fitted in {seconds:.1f}s")
         return {**work, "result": result, "seconds": seconds}
 
-    @dg.op(name=f"{prefix}_save")
-    def save_model(context: dg.OpExecutionContext, warehouse: WarehouseResource,
-                   fitted: list[dict]) -> dg.Output:
+    @dg.op(name=f"{prefix}_save", out=dg.Out(dg.Nothing), required_resource_keys=warehouse_key)
+    @names.bind("warehouse")
+    def save_model(context: dg.OpExecutionContext, fitted: list[dict],
+                   warehouse: WarehouseResource) -> dg.Output:
         store = artifacts(warehouse, dataset)
         engine, metadata = fitted[0]["engine"], fitted[0]["metadata"]
         model = stages.assemble(store.plan(), store.measurements(), engine,
@@ -79,13 +92,13 @@ def build_model_asset(dataset: str, spec: DatasetSpec, key) -> dg.AssetsDefiniti
         seconds = [f["seconds"] for f in fitted]
         context.log.info(f"{engine} fitted in {max(seconds):.1f}s (slowest of {len(seconds)} "
                          f"unit(s), {sum(seconds):.1f}s in all)")
-        return dg.Output(path, metadata={
+        return dg.Output(None, metadata={
             **metadata, "path": dg.MetadataValue.path(path),
             "fit_seconds": dg.MetadataValue.float(round(max(seconds), 2)),
             "unit_seconds": dg.MetadataValue.json([round(x, 2) for x in seconds]),
         })
 
-    @dg.graph_asset(key=key("model"), group_name=dataset, tags=PUBLIC, kinds={"python"},
+    @dg.graph_asset(key=key("model"), **names.asset_args(dataset, PUBLIC), kinds={"python"},
                     ins={"measurements": dg.AssetIn(key=key("measurements"),
                                                     dagster_type=dg.Nothing)},
                     description=f"The fitted generator ({spec.generator}: pgm, parallel_pgm or "

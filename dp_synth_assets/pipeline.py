@@ -4,11 +4,12 @@ Each asset is wiring: read its inputs through the dataset's artifact store (`art
 a `core.store.FolderStore` over `<public_dir>/<dataset>/`), call one stage function of
 `core/stages.py` (the same the notebook API calls), charge the ledger through `private_stage`,
 write its output through the store and return public metadata. The `model` graph asset is in
-model.py. Asset keys are `[<dataset>, <stage>]`, grouped per dataset, tagged
-`privacy=private|public`. Private-zone assets publish shapes only (column names, domain sizes,
-numbers of marginals), never counts. Every
-stage that reads private data runs under `private_step` (private_log.py): its failures are
-generic in public and detailed in the owner-only private log.
+model.py. Asset keys are `[*key_prefix, <dataset>, <stage>]`, grouped per dataset unless the host
+names a group, tagged `privacy=private|public`, with the resource keys of `naming.Names`; a
+dataset whose source is a host's asset starts at `preprocessed`, downstream of that asset.
+Private-zone assets publish shapes only (column names, domain sizes, numbers of marginals),
+never counts. Every stage that reads private data runs under `private_step` (private_log.py):
+its failures are generic in public and detailed in the owner-only private log.
 """
 
 import json
@@ -31,6 +32,7 @@ from .core.source import attach_source, describe_source, source_path, source_rel
 from .core.sql import sql
 from .core.synthesize import write_synthetic
 from .model import build_model_asset
+from .naming import Names
 from .private_log import private_dir, private_step
 
 PRIVATE = {"privacy": "private"}
@@ -101,20 +103,36 @@ def source_version(warehouse: WarehouseResource, spec: DatasetSpec, dataset: str
     return change.observe(change_state_path(warehouse, dataset), mac)
 
 
-def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
-    key = lambda stage: dg.AssetKey([dataset, stage])  # noqa: E731
+def upstream_key(dataset: str, spec: DatasetSpec, names: Names = Names()) -> dg.AssetKey:
+    """The asset the first stage depends on: the host's asset named by `source.asset`, else the
+    dataset's own observable `source` asset."""
+    if spec.source.asset is not None:
+        return dg.AssetKey(list(spec.source.asset))
+    return names.key(dataset, "source")
+
+
+def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()) -> list:
+    """The dataset's assets, named by `names` (naming.py). With a `source.asset`, the first
+    stage depends on the host's asset and there is no `source` asset."""
+    key = lambda stage: names.key(dataset, stage)  # noqa: E731
     budget = DatasetBudget.of(spec)
     view, table = encoded_view(dataset), marginal_table(dataset)
+    both = names.resource_keys("warehouse", "ledger")
+    pool = {"pool": names.pool} if names.pool else {}
 
-    @dg.observable_source_asset(key=key("source"), group_name=dataset, tags=PRIVATE,
+    @dg.observable_source_asset(key=key("source"), **names.asset_args(dataset, PRIVATE, source=True),
+                                required_resource_keys=names.resource_keys("warehouse"),
                                 description=f"The private source table of {dataset!r}; its data "
                                             "version is an opaque id that changes when it does.")
+    @names.bind("warehouse")
     @private_step(dataset, "source")
     def source(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> dg.DataVersion:
         return dg.DataVersion(source_version(warehouse, spec, dataset))
 
-    @dg.asset(key=key("preprocessed"), deps=[key("source")], group_name=dataset, tags=PRIVATE,
+    @dg.asset(key=key("preprocessed"), deps=[upstream_key(dataset, spec, names)],
+              **names.asset_args(dataset, PRIVATE), required_resource_keys=both, **pool,
               kinds={"duckdb"}, description="Public encoding plan and the encoded view (private).")
+    @names.bind("warehouse", "ledger")
     @private_step(dataset, "preprocessed")
     def preprocessed(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                      ledger: LedgerResource) -> dg.MaterializeResult:
@@ -132,8 +150,10 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
             **(ledger_metadata(led, dataset, budget, context.run_id) if budget.preprocess else {}),
         })
 
-    @dg.asset(key=key("marginals"), deps=[key("preprocessed")], group_name=dataset, tags=PRIVATE,
+    @dg.asset(key=key("marginals"), deps=[key("preprocessed")], **names.asset_args(dataset, PRIVATE),
+              required_resource_keys=both, **pool,
               kinds={"duckdb"}, description="Exact marginals the method needs, in one scan (private zone).")
+    @names.bind("warehouse", "ledger")
     @private_step(dataset, "marginals")
     def marginals(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
@@ -147,8 +167,10 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
             "table": counted.table, "marginals": len(counted.cliques), "cells": counted.cells,
         })
 
-    @dg.asset(key=key("selection"), deps=[key("marginals")], group_name=dataset, tags=PUBLIC,
+    @dg.asset(key=key("selection"), deps=[key("marginals")], **names.asset_args(dataset, PUBLIC),
+              required_resource_keys=both, **pool,
               description=f"Marginal selection ({spec.method}) with its noisy 1-way marginals.")
+    @names.bind("warehouse", "ledger")
     @private_step(dataset, "selection")
     def selection(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
@@ -177,8 +199,10 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
             **ledger_metadata(led, dataset, budget, context.run_id),
         })
 
-    @dg.asset(key=key("measurements"), deps=[key("selection")], group_name=dataset, tags=PUBLIC,
+    @dg.asset(key=key("measurements"), deps=[key("selection")], **names.asset_args(dataset, PUBLIC),
+              required_resource_keys=both, **pool,
               description="Noisy marginals after consistency: the privacy boundary.")
+    @names.bind("warehouse", "ledger")
     @private_step(dataset, "measurements")
     def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                      ledger: LedgerResource) -> dg.MaterializeResult:
@@ -202,11 +226,13 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
             **ledger_metadata(led, dataset, budget, context.run_id),
         })
 
-    model = build_model_asset(dataset, spec, key)
+    model = build_model_asset(dataset, spec, names)
 
-    @dg.asset(key=key("synthetic"), deps=[key("model")], group_name=dataset, tags=PUBLIC,
+    @dg.asset(key=key("synthetic"), deps=[key("model")], **names.asset_args(dataset, PUBLIC),
+              required_resource_keys=names.resource_keys("warehouse", "ledger"), **pool,
               kinds={"duckdb", "parquet"},
               description=f"The synthetic table {synthetic_table(dataset)} and its Parquet copy.")
+    @names.bind("warehouse", "ledger")
     def synthetic(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
         from .evaluation.fidelity import MarginalCounter, fidelity_summary
@@ -263,7 +289,8 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec) -> list:
             "fidelity/tvd": dg.MetadataValue.json(fidelity.to_dict()),
         })
 
-    return [source, preprocessed, marginals, selection, measurements, model, synthetic]
+    first = [] if spec.source.asset is not None else [source]
+    return [*first, preprocessed, marginals, selection, measurements, model, synthetic]
 
 
 

@@ -22,20 +22,22 @@ from .core.config import DatasetSpec
 from .core.sql import sql
 from .artifacts import artifacts
 from .pipeline import PRIVATE, encoded_view, source_connection
+from .naming import Names
 from .private_log import private_step
 
 
-def build_utility_report(dataset: str, spec: DatasetSpec) -> dg.AssetsDefinition:
+def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()) -> dg.AssetsDefinition:
     """The `[<dataset>, utility_report]` asset, downstream of `synthetic` (see the module
-    docstring)."""
+    docstring; keys and resource key from `names`)."""
     report_spec = spec.report
 
-    @dg.asset(key=dg.AssetKey([dataset, "utility_report"]),
-              deps=[dg.AssetKey([dataset, "synthetic"])], group_name=dataset,
-              tags=PRIVATE, kinds={"python"},
+    @dg.asset(key=names.key(dataset, "utility_report"),
+              deps=[names.key(dataset, "synthetic")], **names.asset_args(dataset, PRIVATE),
+              required_resource_keys=names.resource_keys("warehouse"), kinds={"python"},
               description="Owner-only: fidelity, 3-way query error, ML efficiency and plots of "
                           "the synthetic table against the source, written to files in the "
                           "private zone (not DP; the metadata holds only their paths).")
+    @names.bind("warehouse")
     @private_step(dataset, "utility_report")
     def utility_report(context: dg.AssetExecutionContext,
                        warehouse: WarehouseResource) -> dg.MaterializeResult:

@@ -17,6 +17,7 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 from ..core.config import DatasetSpec
 from ..core.domain import EncodingPlan
 from ..core.measure import Measurement
+from ..naming import Names
 from .frames import FRAME_BYTES, CheckInputs
 from .suites import CHECKS, CheckResult, publish, run_all
 
@@ -60,15 +61,19 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
         yield asset_check_result(result, warehouse, dataset)
 
 
-def build_synthetic_checks(dataset: str, spec: DatasetSpec) -> dg.AssetChecksDefinition:
-    """The dataset's multi-asset check on `[<dataset>, synthetic]` (see the module docstring)."""
-    asset_key = dg.AssetKey([dataset, "synthetic"])
+def build_synthetic_checks(dataset: str, spec: DatasetSpec,
+                           names: Names = Names()) -> dg.AssetChecksDefinition:
+    """The dataset's multi-asset check on `[<dataset>, synthetic]` (see the module docstring;
+    keys and the warehouse's resource key from `names`, a `naming.Names`)."""
+    asset_key = names.key(dataset, "synthetic")
     specs = [dg.AssetCheckSpec(name, asset=asset_key, blocking=check.blocking,
                                description=check.description)
              for name, check in CHECKS.items()]
 
-    @dg.multi_asset_check(specs=specs, name=f"{dataset}_synthetic_checks",
+    @dg.multi_asset_check(specs=specs, name=names.op_name(dataset, "synthetic_checks"),
+                          required_resource_keys=names.resource_keys("warehouse"),
                           description="Great Expectations suites on the synthetic table.")
+    @names.bind("warehouse")
     def synthetic_checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
         from ..artifacts import artifacts
         from ..core.synthesize import requested_rows
@@ -78,9 +83,10 @@ def build_synthetic_checks(dataset: str, spec: DatasetSpec) -> dg.AssetChecksDef
         plan, found = store.plan(), store.measurements()
         rows = requested_rows(spec, found.noisy_total)
         model = store.model() if store.has("model") else None
-        yield from run_checks(warehouse, dataset, plan, list(found.measurements),
-                              found.noisy_total, rows, synthetic_table(dataset),
-                              str(store.path("synthetic.parquet")), model,
-                              log=context.log.info)
+        for result in run_checks(warehouse, dataset, plan, list(found.measurements),
+                                 found.noisy_total, rows, synthetic_table(dataset),
+                                 str(store.path("synthetic.parquet")), model,
+                                 log=context.log.info):
+            yield result._replace(asset_key=asset_key)
 
     return synthetic_checks

@@ -229,7 +229,29 @@ def _as_days(value: object) -> float:
     raise ValueError(f"datetime bound {value!r} is not a date")
 
 
-class TableSource(_Strict):
+class _SourceBase(_Strict):
+    """`asset`: the asset key of the host's Dagster asset that writes this source (a list of
+    strings, or one string with `/` between the parts, as Dagster spells keys), when the source
+    is a host's asset rather than an external table: dp-synth's first stage then depends on that
+    asset, and no `source` asset of dp-synth observes the table. The rest of the entry says where
+    the asset's data is read (a table, a Parquet or CSV file, an attached database's table)."""
+
+    asset: tuple[str, ...] | None = None
+
+    @field_validator("asset", mode="before")
+    @classmethod
+    def _asset_key(cls, v):
+        if v is None:
+            return v
+        parts = v.split("/") if isinstance(v, str) else v
+        if not isinstance(parts, (list, tuple)) or not parts or any(
+                not isinstance(p, str) or not p.strip() for p in parts):
+            raise ValueError(f"asset {v!r} is not an asset key: a list of non-empty strings "
+                             "like [analytics, customers], or analytics/customers")
+        return tuple(parts)
+
+
+class TableSource(_SourceBase):
     table: str
 
     @field_validator("table")
@@ -240,11 +262,11 @@ class TableSource(_Strict):
         return v
 
 
-class ParquetSource(_Strict):
+class ParquetSource(_SourceBase):
     parquet: str
 
 
-class CsvSource(_Strict):
+class CsvSource(_SourceBase):
     """A CSV file (or glob) read with the dialect declared here, nothing sniffed from the data:
     every column is read as text and the declared kinds set the types (through the encodings'
     TRY_CAST). `header`: the first line holds the column names (read as schema); `columns`:
@@ -275,7 +297,7 @@ class CsvSource(_Strict):
         return self
 
 
-class AttachSource(_Strict):
+class AttachSource(_SourceBase):
     """A table of another database, read where it lives through DuckDB's ATTACH: `attach` is
     what ATTACH takes (a libpq connection string for postgres, `host=... database=...` for
     mysql, a file path for duckdb and sqlite, relative to datasets.yaml), `type` DuckDB's

@@ -1,0 +1,131 @@
+"""dp-synth as definitions a host Dagster project merges with its own.
+
+`dp_synth_definitions` builds, from a datasets.yaml registry, the assets, checks, jobs, schedules
+and sensors of every dataset, and the resources they use, under keys the host chooses (naming.py):
+
+    defs = dg.Definitions.merge(host_defs, dp_synth_definitions(datasets="datasets.yaml", ...))
+
+It claims nothing else of the host's code location: no executor (each dp-synth job declares its
+own, automation.build_job), no generic resource key (`dp_synth_warehouse`, `dp_synth_ledger`,
+`dp_synth_io_manager` by default, each configurable), and no use of the host's `io_manager`
+(the model graph's units pass through dp-synth's IO manager; every other asset returns a
+`MaterializeResult` and stores its outputs through the artifact store). A dataset whose
+`source:` names an `asset:` of the host is downstream of that asset: its first stage depends on
+it, and it has no `source` asset of its own. The registry is validated first: a malformed
+datasets.yaml, two entries on one source without a shared `privacy.budget_group`, or a budget
+group whose entries disagree on the limit fail here, when the definitions load.
+"""
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import dagster as dg
+
+from dp_synth_assets.resources.ledger import LedgerResource
+from dp_synth_assets.resources.warehouse import WarehouseResource
+
+from .automation import build_job, build_schedule, build_source_sensor
+from .budget import DatasetBudget
+from .checks import build_synthetic_checks
+from .core.config import RegistryError, load_registry
+from .core.source import source_available, source_path
+from .core.units import group_name as unit_group_name, privacy_units, source_identity
+from .naming import names as make_names
+from .pipeline import build_dataset_assets
+from .utility_report import build_utility_report
+
+log = logging.getLogger("dp_synth")
+IO_FOLDER = ".dp_synth_io"
+
+
+def _check_shared_limits(registry: dict, units: dict[str, str]) -> None:
+    """Entries of one unit must meet one ledger limit: the same rho and delta_extra limits (a
+    column discovered by thresholding sets half of the limit's delta aside for delta_extra)."""
+    by_unit: dict[str, dict[str, tuple[float, float]]] = {}
+    for name, unit in units.items():
+        budget = DatasetBudget.of(registry[name])
+        by_unit.setdefault(unit, {})[name] = (budget.limit_rho, budget.limit_delta_extra)
+    for unit, limits in by_unit.items():
+        if len(set(limits.values())) > 1:
+            raise RegistryError(
+                f"datasets {' and '.join(map(repr, limits))} share budget group "
+                f"{unit_group_name(unit)!r} but split its delta differently: a column whose "
+                f"categories or bounds are discovered with thresholding sets half of the limit's "
+                f"delta aside for it, so either every entry of the group discovers such a column "
+                f"or none does. Declare the categories of those columns, or put the entries in "
+                f"separate budget groups (only if they read different sources).")
+
+
+def dp_synth_definitions(
+        datasets: str | Path, warehouse: str | Path, ledger: str | Path, public_dir: str | Path,
+        *, ledger_head: str | Path | None = None,
+        key_prefix: str | Sequence[str] | None = None, group_name: str | None = None,
+        tags: Mapping[str, str] | None = None, owners: Sequence[str] | None = None,
+        automation_condition: dg.AutomationCondition | None = None,
+        warehouse_resource_key: str = "dp_synth_warehouse",
+        ledger_resource_key: str = "dp_synth_ledger",
+        io_manager_key: str = "dp_synth_io_manager",
+        io_manager: dg.ConfigurableIOManager | dg.IOManagerDefinition | None = None,
+        pool: str | None = "dp_synth_warehouse") -> dg.Definitions:
+    """The dp-synth definitions of the registry `datasets` (a datasets.yaml path), to merge
+    with the host's (module docstring).
+
+    `warehouse`: the DuckDB file of the private zone (where `table:` sources are read and the
+    synthetic tables written). `ledger`: the privacy ledger's SQLite file (`ledger_head`: its
+    mirrored head file, default: the ledger's path + '.head'). `public_dir`: the public-zone
+    folder. `key_prefix`: prepended to every asset key (`[*key_prefix, <dataset>, <stage>]`).
+    `group_name`: one group for every dp-synth asset (default: a group per dataset). `tags`,
+    `owners`: added to every dp-synth asset. `automation_condition`: set on every
+    materializable dp-synth asset. `*_resource_key`: the keys under which the warehouse, the
+    ledger and the IO manager of the model's units are provided. `io_manager`: that IO manager
+    (default: pickles under `<public_dir>/.dp_synth_io`; the units are public, post-processing of
+    the noisy measurements). `pool`: the concurrency pool of the steps that open the warehouse
+    (None: no pool)."""
+    names = make_names(key_prefix, group_name=group_name, tags=tags, owners=owners,
+                       automation_condition=automation_condition,
+                       warehouse=warehouse_resource_key, ledger=ledger_resource_key,
+                       io_manager=io_manager_key, pool=pool)
+    datasets = Path(datasets).resolve()
+    registry = load_registry(datasets)
+    units = privacy_units(registry, datasets.parent, warehouse)
+    _check_shared_limits(registry, units)
+    assets, checks, jobs, schedules, sensors = [], [], [], [], []
+    for name, spec in registry.items():
+        if spec.optional and not source_available(spec, datasets.parent):
+            log.warning(f"dataset {name!r} skipped: its source file "
+                        f"{source_path(spec, datasets.parent)} is absent (it is marked optional "
+                        "in datasets.yaml)")
+            continue
+        built = build_dataset_assets(name, spec, names)
+        if spec.report is not None:
+            built.append(build_utility_report(name, spec, names))
+        assets += built
+        checks.append(build_synthetic_checks(name, spec, names))
+        materializable = [a for a in built if isinstance(a, dg.AssetsDefinition)]
+        job = build_job(name, spec, names, materializable)
+        jobs.append(job)
+        if spec.schedule:
+            schedules.append(build_schedule(name, spec, job, names))
+        if spec.on_source_change == "resynthesize":
+            sensors.append(build_source_sensor(name, spec, job, names))
+    public_dir = Path(public_dir).resolve()
+    return dg.Definitions(
+        assets=assets,
+        asset_checks=checks,
+        jobs=jobs,
+        schedules=schedules,
+        sensors=sensors,
+        resources={
+            names.warehouse: WarehouseResource(database=str(Path(warehouse).resolve()),
+                                               public_dir=str(public_dir),
+                                               base_dir=str(datasets.parent)),
+            names.ledger: LedgerResource(
+                path=str(Path(ledger).resolve()), units=units,
+                sources={name: source_identity(spec, datasets.parent, warehouse)
+                         for name, spec in registry.items()},
+                head_path=str(Path(ledger_head).resolve()) if ledger_head else None),
+            names.io_manager: io_manager if io_manager is not None else
+            dg.FilesystemIOManager(base_dir=str(public_dir / IO_FOLDER)),
+        },
+    )

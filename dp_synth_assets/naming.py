@@ -1,0 +1,119 @@
+"""How dp-synth's Dagster objects are named inside a host's code location.
+
+A host merges dp-synth's definitions with its own (`factory.dp_synth_definitions`), so every name
+dp-synth claims there is either namespaced or chosen by the host: the asset keys
+(`[*key_prefix, <dataset>, <stage>]`), the resource keys of the warehouse and the ledger, the key
+of the IO manager that carries the model graph's units between steps, and the concurrency pool of
+the steps that open the warehouse. `Names` holds those choices and the settings every dp-synth
+asset takes from the host (group, tags, owners, automation condition); the asset builders take
+one `Names` and build their definitions with it.
+
+Resource keys: the compute functions keep their parameters `warehouse` and `ledger`, and
+`Names.bind` turns `fn(context, *inputs, warehouse=..., ledger=...)` into a compute function
+`fn(context, *inputs)` that declares the configured keys (`required_resource_keys`) and passes
+`context.resources.<key>` under the parameter's name, so one function body serves any key.
+"""
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+import dagster as dg
+
+ROLES = ("warehouse", "ledger")
+
+
+@dataclass(frozen=True)
+class Names:
+    """`key_prefix`: prepended to every dp-synth asset key. `group_name`: the group of every
+    dp-synth asset (default: one group per dataset, named after it). `tags` and `owners`: added
+    to every dp-synth asset (beside dp-synth's `privacy` tag). `automation_condition`: set on
+    every materializable dp-synth asset. `warehouse`, `ledger`, `io_manager`: resource keys.
+    `pool`: the concurrency pool of the steps that open the warehouse (DuckDB allows one writer
+    per file; a host sets the pool's limit on its instance)."""
+
+    key_prefix: tuple[str, ...] = ()
+    group_name: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    owners: tuple[str, ...] = ()
+    automation_condition: Any = None
+    warehouse: str = "dp_synth_warehouse"
+    ledger: str = "dp_synth_ledger"
+    io_manager: str = "dp_synth_io_manager"
+    pool: str | None = "dp_synth_warehouse"
+
+    def key(self, dataset: str, stage: str) -> dg.AssetKey:
+        return dg.AssetKey([*self.key_prefix, dataset, stage])
+
+    def op_name(self, dataset: str, name: str) -> str:
+        """An op name unique per dataset and key prefix (op names are global in a location)."""
+        return "__".join([*self.key_prefix, dataset]) + "_" + name
+
+    def group(self, dataset: str) -> str:
+        return self.group_name or dataset
+
+    def asset_args(self, dataset: str, zone: dict[str, str], source: bool = False) -> dict:
+        """The decorator arguments every dp-synth asset of `dataset` shares: group, tags (`zone`,
+        dp-synth's `privacy` tag, plus the host's), owners and automation condition (not on the
+        observable `source`, which the host cannot materialize)."""
+        args = {"group_name": self.group(dataset), "tags": {**self.tags, **zone}}
+        if not source:
+            args["owners"] = list(self.owners) or None
+            if self.automation_condition is not None:
+                args["automation_condition"] = self.automation_condition
+        return args
+
+    def resource_keys(self, *roles: str) -> set[str]:
+        return {getattr(self, role) for role in roles}
+
+    def bind(self, *roles: str):
+        """Decorate a compute function whose parameters `roles` (of ROLES) are resources so that
+        it reads them from the configured resource keys (module docstring). Put it outermost,
+        with `required_resource_keys=names.resource_keys(*roles)` on the Dagster decorator."""
+        unknown = set(roles) - set(ROLES)
+        if unknown:
+            raise ValueError(f"unknown resource roles {sorted(unknown)}; known: {ROLES}")
+        keys = {role: getattr(self, role) for role in roles}
+
+        def decorate(fn):
+            signature = inspect.signature(fn)
+            kept = [p for name, p in signature.parameters.items() if name not in keys]
+
+            def resources(context) -> dict:
+                return {role: getattr(context.resources, key) for role, key in keys.items()}
+
+            if inspect.isgeneratorfunction(inspect.unwrap(fn)):
+                def compute(context, **inputs):
+                    yield from fn(context, **inputs, **resources(context))
+            else:
+                def compute(context, **inputs):
+                    return fn(context, **inputs, **resources(context))
+            compute.__name__, compute.__qualname__ = fn.__name__, fn.__qualname__
+            compute.__doc__, compute.__module__ = fn.__doc__, fn.__module__
+            compute.__signature__ = signature.replace(parameters=kept)
+            return compute
+        return decorate
+
+
+def names(key_prefix: str | list[str] | tuple[str, ...] | None = None,
+          group_name: str | None = None, tags: dict[str, str] | None = None,
+          owners: list[str] | tuple[str, ...] | None = None, automation_condition: Any = None,
+          warehouse: str = Names.warehouse, ledger: str = Names.ledger,
+          io_manager: str = Names.io_manager, pool: str | None = Names.pool) -> Names:
+    """`Names` from the factory's arguments (`key_prefix`: a string or a list of strings);
+    refuses an empty prefix part and two roles on one resource key."""
+    if key_prefix is None:
+        prefix: tuple[str, ...] = ()
+    elif isinstance(key_prefix, str):
+        prefix = (key_prefix,)
+    else:
+        prefix = tuple(key_prefix)
+    if any(not isinstance(p, str) or not p for p in prefix):
+        raise ValueError(f"key_prefix {key_prefix!r} must be a string or a list of non-empty "
+                         "strings")
+    keys = [warehouse, ledger, io_manager]
+    if len(set(keys)) < len(keys):
+        raise ValueError(f"the warehouse, ledger and IO manager resource keys must differ: {keys}")
+    return Names(key_prefix=prefix, group_name=group_name, tags=dict(tags or {}),
+                 owners=tuple(owners or ()), automation_condition=automation_condition,
+                 warehouse=warehouse, ledger=ledger, io_manager=io_manager, pool=pool)

@@ -1,0 +1,152 @@
+"""dp-synth inside a host's code location: the factory's definitions merged with a host's own.
+
+The host has an asset writing a DuckDB table (as a dbt model would), its own `warehouse`
+resource, its own executor and a default IO manager; dp-synth must compose with all of them,
+take the host's asset as its source, and run without the host's IO manager.
+"""
+
+import math
+
+import dagster as dg
+import pytest
+import yaml
+
+from dp_synth_assets.budget import DatasetBudget
+from dp_synth_assets.core.config import RegistryError, load_registry
+from dp_synth_assets.example import write_example
+from dp_synth_assets.factory import dp_synth_definitions
+from dp_synth_assets.naming import names
+from dp_synth_assets.resources.ledger import PrivacyLedger
+from tests.helpers import example_entry
+
+HOST_KEY = dg.AssetKey(["analytics", "customers"])
+PREFIX = ["dp"]
+STAGES = ["preprocessed", "marginals", "selection", "measurements", "model", "synthetic"]
+
+
+class RaisingIOManager(dg.IOManager):
+    """A host's default IO manager that no dp-synth step may use."""
+
+    def handle_output(self, context, obj):
+        raise RuntimeError(f"host io_manager asked to store {context.asset_key or context.name}")
+
+    def load_input(self, context):
+        raise RuntimeError(f"host io_manager asked to load {context.asset_key or context.name}")
+
+
+class HostWarehouse(dg.ConfigurableResource):
+    """A resource of the host under the generic key `warehouse`."""
+
+    url: str = "postgres://host"
+
+
+def host_project(tmp_path, source: dict | None = None, **factory_args):
+    """The host's definitions (an asset writing main.customers into the DuckDB file, a
+    `warehouse` resource of its own, the multiprocess executor, a raising default IO manager)
+    merged with dp-synth's, whose `customers` dataset reads that asset's table."""
+    database = tmp_path / "warehouse.duckdb"
+
+    @dg.asset(key=HOST_KEY, kinds={"duckdb"})
+    def customers(warehouse: HostWarehouse) -> dg.MaterializeResult:
+        write_example(database, table="main.customers", rows=2000)
+        return dg.MaterializeResult(metadata={"table": "main.customers"})
+
+    host = dg.Definitions(assets=[customers],
+                          resources={"warehouse": HostWarehouse(), "io_manager": RaisingIOManager()},
+                          executor=dg.multiprocess_executor)
+    entry = example_entry(source=source or {"asset": list(HOST_KEY.path), "table": "main.customers"},
+                          on_source_change=None, report=None)
+    datasets = tmp_path / "datasets.yaml"
+    datasets.write_text(yaml.safe_dump({"datasets": {"customers": entry}}, sort_keys=False))
+    ours = dp_synth_definitions(datasets=datasets, warehouse=database,
+                                ledger=tmp_path / "ledger.sqlite", public_dir=tmp_path / "public",
+                                **factory_args)
+    return host, ours, dg.Definitions.merge(host, ours)
+
+
+def test_the_host_asset_is_the_source_and_the_lineage_runs_from_it(tmp_path):
+    host, ours, defs = host_project(tmp_path, key_prefix=PREFIX, group_name="privacy",
+                                    tags={"team": "platform"}, owners=["team:platform"])
+    graph = defs.resolve_asset_graph()
+    keys = graph.get_all_asset_keys()
+    preprocessed = dg.AssetKey([*PREFIX, "customers", "preprocessed"])
+    assert HOST_KEY in graph.get(preprocessed).parent_keys
+    assert dg.AssetKey([*PREFIX, "customers", "source"]) not in keys
+    assert dg.AssetKey(["customers", "source"]) not in keys
+    assert {dg.AssetKey([*PREFIX, "customers", s]) for s in STAGES} <= keys
+    for stage in STAGES:
+        node = graph.get(dg.AssetKey([*PREFIX, "customers", stage]))
+        assert node.group_name == "privacy"
+        assert node.tags["team"] == "platform" and node.tags["privacy"] in ("private", "public")
+        assert node.owners == ["team:platform"]
+    # the dataset's job runs the stages, not the host's asset
+    job = defs.resolve_job_def("dp__customers_synthesis")
+    assert HOST_KEY not in job.asset_layer.selected_asset_keys
+    assert preprocessed in job.asset_layer.selected_asset_keys
+
+
+def test_the_factory_claims_no_executor_and_no_generic_resource_key(tmp_path):
+    host, ours, defs = host_project(tmp_path)
+    assert ours.executor is None
+    assert set(ours.resources) == {"dp_synth_warehouse", "dp_synth_ledger", "dp_synth_io_manager"}
+    # the merge keeps the host's executor, its `warehouse` and its default IO manager
+    assert defs.executor is dg.multiprocess_executor
+    assert isinstance(defs.resources["warehouse"], HostWarehouse)
+    assert isinstance(defs.resources["io_manager"], RaisingIOManager)
+    defs.resolve_all_job_defs()  # every job resolves: all resource keys are provided
+    # each dp-synth job declares its own executor (in process here: a chain of stages)
+    assert defs.resolve_job_def("customers_synthesis").executor_def is dg.in_process_executor
+
+
+def test_resource_keys_are_configurable(tmp_path):
+    _, ours, defs = host_project(tmp_path, warehouse_resource_key="synth_wh",
+                                 ledger_resource_key="synth_ledger", io_manager_key="synth_io")
+    assert set(ours.resources) == {"synth_wh", "synth_ledger", "synth_io"}
+    graph = defs.resolve_asset_graph()
+    required = set()
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        if node.is_materializable and key != HOST_KEY:
+            required |= node.assets_def.required_resource_keys
+    assert required >= {"synth_wh", "synth_ledger", "synth_io"}
+    assert not required & {"dp_synth_warehouse", "dp_synth_ledger", "dp_synth_io_manager",
+                           "ledger"}
+    defs.resolve_all_job_defs()
+    with pytest.raises(ValueError, match="must differ"):
+        names(warehouse="same", ledger="same")
+
+
+def test_the_pipeline_runs_under_a_raising_host_io_manager_and_spends_one_run(tmp_path):
+    """Every dp-synth output either returns a MaterializeResult (stored by the artifact store) or
+    goes through dp-synth's IO manager: with a host IO manager that raises on any call, the host's
+    asset and every stage materialize, and the ledger holds exactly one run's spend (nothing
+    after the spending stages failed on the host's configuration)."""
+    _, _, defs = host_project(tmp_path, key_prefix=PREFIX)
+    instance = dg.DagsterInstance.ephemeral()
+    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                            instance=instance, raise_on_error=False)
+    assert result.success, [e.message for e in result.all_events if e.is_failure]
+    materialized = {e.asset_key for e in result.get_asset_materialization_events()}
+    assert HOST_KEY in materialized
+    assert {dg.AssetKey([*PREFIX, "customers", s]) for s in STAGES} <= materialized
+    # the model graph's units went through dp-synth's IO manager, under its own folder
+    assert any((tmp_path / "public" / ".dp_synth_io").rglob("*"))
+    spec = load_registry(tmp_path / "datasets.yaml")["customers"]
+    spent = PrivacyLedger(tmp_path / "ledger.sqlite").summary("customers").spent_rho
+    assert math.isclose(spent, DatasetBudget.of(spec).run_rho, rel_tol=1e-9)
+    checks = list(result.get_asset_check_evaluations())
+    assert checks and all(c.asset_key == dg.AssetKey([*PREFIX, "customers", "synthetic"])
+                          for c in checks)
+
+
+def test_an_asset_source_is_validated_like_the_others(tmp_path):
+    for bad in ({"asset": [], "table": "main.customers"},
+                {"asset": ["analytics", ""], "table": "main.customers"},
+                {"asset": "analytics/customers"}):
+        datasets = tmp_path / "datasets.yaml"
+        datasets.write_text(yaml.safe_dump({"datasets": {"customers": example_entry(source=bad)}}))
+        with pytest.raises(RegistryError, match="customers"):
+            load_registry(datasets)
+    datasets.write_text(yaml.safe_dump({"datasets": {"customers": example_entry(
+        source={"asset": "analytics/customers", "parquet": "customers.parquet"})}}))
+    assert load_registry(datasets)["customers"].source.asset == ("analytics", "customers")
