@@ -68,6 +68,7 @@ class Import:
     target: str
     path: Path
     line: int
+    lazy: bool = False  # inside a package __init__'s module-level __getattr__ / __dir__ (PEP 562)
 
     def where(self, root: Path) -> str:
         return f"{self.path.relative_to(root)}:{self.line}"
@@ -101,9 +102,14 @@ def imports(root: Path, packages=PACKAGES) -> list[Import]:
     found = []
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(_parse(path)):
+        tree = _parse(path)
+        lazy_lines = {n.lineno for f in tree.body if isinstance(f, ast.FunctionDef)
+                      and f.name in ("__getattr__", "__dir__") and path.name == "__init__.py"
+                      for n in ast.walk(f) if isinstance(n, (ast.Import, ast.ImportFrom))}
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                found += [Import(name, a.name, path, node.lineno) for a in node.names]
+                found += [Import(name, a.name, path, node.lineno, node.lineno in lazy_lines)
+                          for a in node.names]
             elif isinstance(node, ast.ImportFrom):
                 if node.level:
                     parts = package.split(".")
@@ -113,7 +119,8 @@ def imports(root: Path, packages=PACKAGES) -> list[Import]:
                     base = node.module
                 for alias in node.names:
                     full = f"{base}.{alias.name}"
-                    found.append(Import(name, full if full in modules else base, path, node.lineno))
+                    found.append(Import(name, full if full in modules else base, path, node.lineno,
+                                        node.lineno in lazy_lines))
             elif (isinstance(node, ast.Call) and node.args
                   and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
                   and (getattr(node.func, "attr", None) or getattr(node.func, "id", None))
@@ -127,6 +134,56 @@ def _parents(name: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
+def _reached(root: Path, start: list[str], edges: dict[str, list[Import]],
+             modules: dict[str, Path], violates, allowed=lambda module, imp: False) -> list[str]:
+    """Breadth-first over the imports from `start`: each import for which `violates(module,
+    imp)` holds, with the chain that reaches it (the walk does not go past it); an import for
+    which `allowed(module, imp)` holds is not followed. A package reached only as a parent
+    (importing `pkg.core` runs `pkg/__init__.py`) runs its module-level code, not its PEP 562
+    `__getattr__`, so its lazy imports are followed only once the package is imported by name."""
+    came_from: dict[str, Import | None] = {m: None for m in start}
+    named = set(start)  # modules reached by an import that names them (or where the walk starts)
+    queue, violations = [(m, True) for m in start], []
+    while queue:
+        module, by_name = queue.pop(0)
+        for imp in edges.get(module, []):
+            if (imp.lazy and not by_name) or allowed(module, imp):
+                continue
+            if violates(module, imp):
+                violations.append(f"{imp.where(root)}: imports {imp.target}"
+                                  f"{_chain(root, came_from, module)}")
+                continue
+            internal = _internal(imp.target, modules)
+            if internal is None:
+                continue
+            explicit = imp.line != 0
+            if internal not in came_from:
+                came_from[internal] = imp
+                if explicit:
+                    named.add(internal)
+                queue.append((internal, explicit))
+            elif explicit and internal not in named:
+                named.add(internal)  # now imported by name: its lazy imports count too
+                came_from[internal] = imp
+                queue.append((internal, True))
+    return violations
+
+
+def _internal(target: str, modules: dict[str, Path]) -> str | None:
+    """The package module an import of `target` loads (itself, or its nearest parent)."""
+    return next((t for t in [target, *reversed(_parents(target))] if t in modules), None)
+
+
+def _chain(root: Path, came_from: dict, module: str) -> str:
+    chain, step, seen = [], came_from[module], set()
+    while step is not None and step.source not in seen:  # a re-reached package may close a loop
+        seen.add(step.source)
+        chain.append(step)
+        step = came_from[step.source]
+    return "".join(f" (reached: {s.where(root)} imports {s.target})"
+                   if s.line else f" (reached: {s.source} is inside {s.target})" for s in chain)
+
+
 def core_dagster_violations(root: Path = ROOT, packages=PACKAGES, core: str = CORE) -> list[str]:
     """Each Dagster import reached from the core, with the chain of imports that reaches it."""
     modules = package_modules(root, packages)
@@ -137,27 +194,8 @@ def core_dagster_violations(root: Path = ROOT, packages=PACKAGES, core: str = CO
         edges.setdefault(name, []).extend(Import(name, p, path, 0) for p in _parents(name)
                                           if p in modules)
     start = [m for m in modules if m == core or m.startswith(core + ".")]
-    came_from: dict[str, Import | None] = {m: None for m in start}
-    queue, violations = list(start), []
-    while queue:
-        module = queue.pop(0)
-        for imp in edges.get(module, []):
-            if DAGSTER.match(imp.target.split(".")[0]):
-                chain, step = [], came_from[module]
-                while step is not None:
-                    chain.append(step)
-                    step = came_from[step.source]
-                via = "".join(f" (reached: {s.where(root)} imports {s.target})"
-                              if s.line else f" (reached: {s.source} is inside {s.target})"
-                              for s in chain)
-                violations.append(f"{imp.where(root)}: imports {imp.target}{via}")
-                continue
-            internal = next((t for t in [imp.target, *reversed(_parents(imp.target))]
-                             if t in modules), None)
-            if internal is not None and internal not in came_from:
-                came_from[internal] = imp
-                queue.append(internal)
-    return violations
+    return _reached(root, start, edges, modules,
+                    lambda module, imp: bool(DAGSTER.match(imp.target.split(".")[0])))
 
 
 def _docstrings(tree: ast.Module) -> set[int]:
@@ -339,6 +377,21 @@ def test_dagster_in_a_parent_package_init_is_caught(tmp_path):
         "pkg/__init__.py:1: imports dagster_duckdb (reached: pkg.core is inside pkg)"]
 
 
+LAZY_INIT = ("def __getattr__(name):\n    from .assets import dg\n    return dg\n")
+
+
+def test_a_parent_package_lazy_export_counts_only_when_the_core_imports_the_package(tmp_path):
+    """Importing pkg.core runs pkg/__init__.py's module-level code, not its PEP 562 __getattr__;
+    a core module that imports a name of pkg does run it."""
+    root = plant(tmp_path / "parent", {**CLEAN, "pkg/__init__.py": LAZY_INIT})
+    assert core_dagster_violations(root, ("pkg",), "pkg.core") == []
+    root = plant(tmp_path / "named", {**CLEAN, "pkg/__init__.py": LAZY_INIT,
+                                      "pkg/core/algo.py": "from pkg import dg\n"})
+    assert core_dagster_violations(root, ("pkg",), "pkg.core") == [
+        "pkg/assets.py:1: imports dagster (reached: pkg/__init__.py:2 imports pkg.assets) "
+        "(reached: pkg/core/algo.py:1 imports pkg)"]
+
+
 def test_inline_sql_is_caught_and_docstrings_and_transactions_are_not(tmp_path):
     root = plant(tmp_path, {**CLEAN, "pkg/core/algo.py": (
         '"""Reads with SELECT * FROM t (a docstring)."""\n'
@@ -416,30 +469,12 @@ def wrapper_only_dagster_violations(root: Path = ROOT, packages=PACKAGES,
                                           if p in modules)
     inside = lambda m, pkg: m == pkg or m.startswith(pkg + ".")  # noqa: E731
     start = [m for m in modules if inside(m, evaluation) or (inside(m, checks) and m != wrapper)]
-    came_from: dict[str, Import | None] = {m: None for m in start}
-    queue, violations = list(start), []
-    while queue:
-        module = queue.pop(0)
-        for imp in edges.get(module, []):
-            internal = next((t for t in [imp.target, *reversed(_parents(imp.target))]
-                             if t in modules), None)
-            dagster = DAGSTER.match(imp.target.split(".")[0])
-            if internal == wrapper and module == checks:
-                continue  # the package's lazy export of the wrapper's names
-            if dagster or internal == wrapper:
-                chain, step = [], came_from[module]
-                while step is not None:
-                    chain.append(step)
-                    step = came_from[step.source]
-                via = "".join(f" (reached: {s.where(root)} imports {s.target})"
-                              if s.line else f" (reached: {s.source} is inside {s.target})"
-                              for s in chain)
-                violations.append(f"{imp.where(root)}: imports {imp.target}{via}")
-                continue
-            if internal is not None and internal not in came_from:
-                came_from[internal] = imp
-                queue.append(internal)
-    return violations
+    return _reached(
+        root, start, edges, modules,
+        lambda module, imp: bool(DAGSTER.match(imp.target.split(".")[0]))
+        or _internal(imp.target, modules) == wrapper,
+        # the package's lazy export of the wrapper's names
+        allowed=lambda module, imp: module == checks and _internal(imp.target, modules) == wrapper)
 
 
 def test_evaluation_imports_no_dagster_and_checks_only_in_their_wrapper():
