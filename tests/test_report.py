@@ -18,6 +18,7 @@ import yaml
 from dp_synth_assets.core.domain import EncodingPlan, encode_expression
 from dp_synth_assets.core.sql import ident, literal
 from dp_synth_assets.definitions import build_definitions
+from dp_synth_assets.evaluation.ml import CLASSIFIERS, classifier_line
 from tests.helpers import REPO, make_project
 
 ADULT = REPO.parent / "shared" / "datasets" / "adult"
@@ -92,7 +93,12 @@ def assert_stays_private(project, instance, result) -> None:
     assert all(isinstance(v, dg.PathMetadataValue) for v in meta.values())
     logs = [e.user_message for e in instance.all_logs(result.run_id)
             if e.step_key == "example__utility_report" and e.dagster_event is None]
-    assert logs and all(str(folder) in m for m in logs)  # where the report is, nothing it says
+    # where the report is, and each classifier's name as it starts (public: the list is
+    # fixed), nothing the report says
+    progress = [classifier_line(name) for name in CLASSIFIERS]
+    assert [m for m in logs if m in progress] == progress
+    others = [m for m in logs if m not in progress]
+    assert others and all(str(folder) in m for m in others)
 
 
 @pytest.mark.skipif(not (ADULT / "adult.csv").exists(),

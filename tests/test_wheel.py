@@ -82,8 +82,11 @@ def installed(wheel, tmp_path_factory) -> Path:
     if DEPS == "layered":
         purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                       env_dir).stdout.strip()
+        # the test environment's installed packages (its venv may live inside the checkout, as
+        # `make`'s .venv does; the source tree itself is never a site-packages folder, and the
+        # editable install's finder is not loaded: a .pth line adds a path, not its .pth files)
         outer = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")
-                 and Path(p).is_dir() and not Path(p).resolve().is_relative_to(REPO.resolve())]
+                 and Path(p).is_dir()]
         (Path(purelib) / "zz_test_environment.pth").write_text("\n".join(outer) + "\n")
         run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-installed", wheel],
             env_dir)
