@@ -21,7 +21,6 @@ entry. Its attributes:
 Like the factory, the component sets no executor and claims only its namespaced resource keys.
 """
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -92,8 +91,9 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
     group_name: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     owners: list[str] = field(default_factory=list)
+    # YAML: a template string, e.g. "{{ dg.AutomationCondition.eager() }}"
     automation_condition: Annotated[
-        Optional[dg.AutomationCondition],  # noqa: UP045 (Dagster's resolver reads Optional)
+        dg.AutomationCondition | None,
         dg.Resolver.default(model_field_type=Optional[str]),  # noqa: UP045
     ] = None
     warehouse_resource_key: str = Names.warehouse
@@ -120,4 +120,4 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
             pool=self.pool)
 
 
-__all__: Sequence[str] = ["DpSynthComponent", "DpSynthScaffolder"]
+__all__ = ["DpSynthComponent", "DpSynthScaffolder"]

@@ -144,6 +144,22 @@ def test_a_malformed_entry_fails_with_the_registry_message(tmp_path):
     assert str(folder / "defs.yaml") in str(registry_errors[0])
 
 
+def test_a_relative_file_source_is_read_from_the_component_folder(tmp_path):
+    """An optional `parquet:` source is skipped while its file is absent from the component's
+    folder, and built once it is there (not in the working directory)."""
+    sandbox = dg_project(tmp_path)
+    entry = example_entry(source={"parquet": "customers.parquet"}, optional=True,
+                          on_source_change=None, report=None)
+    folder = write_instance(sandbox, {"warehouse": "w.duckdb", "ledger": "l.sqlite",
+                                      "public_dir": "public", "datasets": {"customers": entry}})
+    synthetic = dg.AssetKey(["customers", "synthetic"])
+    with sandbox.build_component_tree() as tree:
+        assert synthetic not in tree.build_defs().resolve_asset_graph().get_all_asset_keys()
+    (folder / "customers.parquet").write_bytes(b"")  # only its presence is checked at load
+    with sandbox.build_component_tree() as tree:
+        assert synthetic in tree.build_defs().resolve_asset_graph().get_all_asset_keys()
+
+
 # ---- the dg CLI -------------------------------------------------------------------------------
 
 def dg_cli() -> str:
