@@ -62,6 +62,11 @@ attributes:
 """
 
 
+def _doc(description: str) -> dg.Resolver:
+    """An attribute's description in the component's schema (`dg utils inspect-component`)."""
+    return dg.Resolver.default(description=description)
+
+
 class DpSynthScaffolder(dg.Scaffolder):
     """Writes a defs.yaml that loads as written, with a commented example entry."""
 
@@ -82,24 +87,41 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
     Per dataset: the stages from its source (a host asset or an external table) to `synthetic`,
     their checks, job and schedule (module docstring: the attributes)."""
 
-    warehouse: str
-    ledger: str
-    public_dir: str
-    datasets: dict[str, dict[str, Any]] = field(default_factory=dict)
-    ledger_head: str | None = None
-    key_prefix: str | list[str] | None = None
-    group_name: str | None = None
-    tags: dict[str, str] = field(default_factory=dict)
-    owners: list[str] = field(default_factory=list)
-    # YAML: a template string, e.g. "{{ dg.AutomationCondition.eager() }}"
+    warehouse: Annotated[str, _doc(
+        "The private zone's DuckDB file: `table:` sources are read and synthetic tables written "
+        "there. Relative to this component's folder.")]
+    ledger: Annotated[str, _doc("The privacy ledger's SQLite file (private; back it up). "
+                                "Relative to this component's folder.")]
+    public_dir: Annotated[str, _doc("The public-zone folder. Relative to this component's "
+                                    "folder.")]
+    datasets: Annotated[dict[str, dict[str, Any]], _doc(
+        "Dataset name -> a datasets.yaml entry (source, columns, privacy, ...), validated by "
+        "dp-synth's registry model.")] = field(default_factory=dict)
+    ledger_head: Annotated[str | None, _doc(
+        "The ledger's mirrored head file (default: the ledger's path + '.head').")] = None
+    key_prefix: Annotated[str | list[str] | None, _doc(
+        "Prepended to every asset key: [*key_prefix, <dataset>, <stage>].")] = None
+    group_name: Annotated[str | None, _doc(
+        "One group for every dp-synth asset (default: one group per dataset).")] = None
+    tags: Annotated[dict[str, str], _doc("Added to every dp-synth asset.")] = field(
+        default_factory=dict)
+    owners: Annotated[list[str], _doc("Added to every dp-synth asset.")] = field(
+        default_factory=list)
     automation_condition: Annotated[
         dg.AutomationCondition | None,
-        dg.Resolver.default(model_field_type=Optional[str]),  # noqa: UP045
+        dg.Resolver.default(
+            model_field_type=Optional[str],  # noqa: UP045
+            description="Set on every materializable dp-synth asset, as a template, e.g. "
+                        "\"{{ dg.AutomationCondition.eager() }}\"."),
     ] = None
-    warehouse_resource_key: str = Names.warehouse
-    ledger_resource_key: str = Names.ledger
-    io_manager_key: str = Names.io_manager
-    pool: str | None = Names.pool
+    warehouse_resource_key: Annotated[str, _doc("Resource key of the warehouse.")] = (
+        Names.warehouse)
+    ledger_resource_key: Annotated[str, _doc("Resource key of the ledger.")] = Names.ledger
+    io_manager_key: Annotated[str, _doc(
+        "Resource key of the IO manager of the model's units (dp-synth's own).")] = (
+        Names.io_manager)
+    pool: Annotated[str | None, _doc(
+        "Concurrency pool of the steps that open the warehouse (null: none).")] = Names.pool
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         folder = Path(context.path)
