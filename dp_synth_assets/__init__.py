@@ -6,7 +6,7 @@ merges with its own. Names are imported on first use, so `from dp_synth_assets i
 Synthesizer` loads neither Dagster, Great Expectations nor JAX.
 """
 
-__all__ = ["Synthesizer", "Report", "dp_synth_definitions"]
+__all__ = ["Synthesizer", "Report", "dp_synth_definitions", "DpSynthComponent"]
 
 
 def __getattr__(name: str):
@@ -14,8 +14,17 @@ def __getattr__(name: str):
         from .factory import dp_synth_definitions
 
         return dp_synth_definitions
+    if name == "DpSynthComponent":  # the Component (dg's registry module is this package)
+        from .component import DpSynthComponent
+
+        return DpSynthComponent
     if name in __all__:
         from . import api
 
         return getattr(api, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazy names too, so `dg list components` (which scans `dir()`) finds the Component."""
+    return sorted({*globals(), *__all__})

@@ -28,7 +28,7 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 from .automation import build_job, build_schedule, build_source_sensor
 from .budget import DatasetBudget
 from .checks import build_synthetic_checks
-from .core.config import RegistryError, load_registry
+from .core.config import DatasetSpec, RegistryError, load_registry, parse_registry
 from .core.source import source_available, source_path
 from .core.units import group_name as unit_group_name, privacy_units, source_identity
 from .naming import names as make_names
@@ -58,8 +58,10 @@ def _check_shared_limits(registry: dict, units: dict[str, str]) -> None:
 
 
 def dp_synth_definitions(
-        datasets: str | Path, warehouse: str | Path, ledger: str | Path, public_dir: str | Path,
-        *, ledger_head: str | Path | None = None,
+        datasets: str | Path | Mapping[str, DatasetSpec | Mapping], warehouse: str | Path,
+        ledger: str | Path, public_dir: str | Path,
+        *, base_dir: str | Path | None = None, origin: str = "datasets",
+        ledger_head: str | Path | None = None,
         key_prefix: str | Sequence[str] | None = None, group_name: str | None = None,
         tags: Mapping[str, str] | None = None, owners: Sequence[str] | None = None,
         automation_condition: dg.AutomationCondition | None = None,
@@ -68,8 +70,10 @@ def dp_synth_definitions(
         io_manager_key: str = "dp_synth_io_manager",
         io_manager: dg.ConfigurableIOManager | dg.IOManagerDefinition | None = None,
         pool: str | None = "dp_synth_warehouse") -> dg.Definitions:
-    """The dp-synth definitions of the registry `datasets` (a datasets.yaml path), to merge
-    with the host's (module docstring).
+    """The dp-synth definitions of the registry `datasets`, to merge with the host's (module
+    docstring): a datasets.yaml path, or a mapping of dataset names to entries of that schema
+    (validated by the same model, `core.config.parse_registry`, errors prefixed by `origin`;
+    their relative source files are read from `base_dir`, default the working directory).
 
     `warehouse`: the DuckDB file of the private zone (where `table:` sources are read and the
     synthetic tables written). `ledger`: the privacy ledger's SQLite file (`ledger_head`: its
@@ -86,15 +90,19 @@ def dp_synth_definitions(
                        automation_condition=automation_condition,
                        warehouse=warehouse_resource_key, ledger=ledger_resource_key,
                        io_manager=io_manager_key, pool=pool)
-    datasets = Path(datasets).resolve()
-    registry = load_registry(datasets)
-    units = privacy_units(registry, datasets.parent, warehouse)
+    if isinstance(datasets, Mapping):
+        registry = parse_registry({"datasets": dict(datasets)}, origin=origin)
+        base = Path(base_dir if base_dir is not None else ".").resolve()
+    else:
+        registry = load_registry(Path(datasets).resolve())
+        base = Path(datasets).resolve().parent
+    units = privacy_units(registry, base, warehouse)
     _check_shared_limits(registry, units)
     assets, checks, jobs, schedules, sensors = [], [], [], [], []
     for name, spec in registry.items():
-        if spec.optional and not source_available(spec, datasets.parent):
+        if spec.optional and not source_available(spec, base):
             log.warning(f"dataset {name!r} skipped: its source file "
-                        f"{source_path(spec, datasets.parent)} is absent (it is marked optional "
+                        f"{source_path(spec, base)} is absent (it is marked optional "
                         "in datasets.yaml)")
             continue
         built = build_dataset_assets(name, spec, names)
@@ -119,10 +127,10 @@ def dp_synth_definitions(
         resources={
             names.warehouse: WarehouseResource(database=str(Path(warehouse).resolve()),
                                                public_dir=str(public_dir),
-                                               base_dir=str(datasets.parent)),
+                                               base_dir=str(base)),
             names.ledger: LedgerResource(
                 path=str(Path(ledger).resolve()), units=units,
-                sources={name: source_identity(spec, datasets.parent, warehouse)
+                sources={name: source_identity(spec, base, warehouse)
                          for name, spec in registry.items()},
                 head_path=str(Path(ledger_head).resolve()) if ledger_head else None),
             names.io_manager: io_manager if io_manager is not None else

@@ -1,0 +1,145 @@
+"""dp-synth as a Dagster Component: one YAML instance (`defs.yaml`) builds the definitions that
+`factory.dp_synth_definitions` builds from Python.
+
+    dg scaffold defs dp_synth_assets.DpSynthComponent my_synth
+
+writes `defs/my_synth/defs.yaml` with the paths, the factory's settings and a commented example
+entry. Its attributes:
+
+- `datasets`: dataset name -> entry, each entry exactly a datasets.yaml entry (README "Add your
+  own table"). The entries are validated by the registry's own model
+  (`core.config.parse_registry`), so a malformed entry fails with the registry's message, which
+  names the component's `defs.yaml`, the dataset and the key.
+- `warehouse`, `ledger`, `public_dir` (and `ledger_head`): paths, absolute or relative to the
+  component's folder (the folder of its `defs.yaml`), as a datasets.yaml's relative source files
+  are relative to its own folder; `{{ context.project_root }}/...` names the project's root. A
+  dataset's relative `parquet:`/`csv:` source is read from the component's folder too.
+- `key_prefix`, `group_name`, `tags`, `owners`, `automation_condition` (a template such as
+  `"{{ dg.AutomationCondition.eager() }}"`), `warehouse_resource_key`, `ledger_resource_key`,
+  `io_manager_key`, `pool`: the factory's settings, with its defaults.
+
+Like the factory, the component sets no executor and claims only its namespaced resource keys.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import dagster as dg
+from dagster.components.scaffold.scaffold import scaffold_with
+
+from .factory import dp_synth_definitions
+from .naming import Names
+
+# The scaffolded defs.yaml. The example entry is commented out so the instance loads as written
+# (no dataset yet); uncommenting it (removing "  # " from each line of the block) gives a valid
+# entry that reads the host asset `analytics/customers`.
+DEFS_YAML = """\
+type: {type_name}
+
+attributes:
+  # Paths: absolute, relative to this folder, or under the project's root as below.
+  warehouse: "{{{{ context.project_root }}}}/warehouse.duckdb"  # private zone: read and written
+  ledger: "{{{{ context.project_root }}}}/.dp_synth/ledger.sqlite"  # privacy ledger (private)
+  public_dir: "{{{{ context.project_root }}}}/public"  # public zone
+  key_prefix: dp_synth
+  # group_name: privacy
+  # tags: {{team: data-platform}}
+  # owners: ["team:data-platform"]
+  # automation_condition: "{{{{ dg.AutomationCondition.eager() }}}}"
+  # One entry per table, each exactly a datasets.yaml entry (README "Add your own table").
+  datasets: {{}}
+  # datasets:
+  #   customers:
+  #     description: The host's customers table
+  #     source: {{asset: [analytics, customers], table: main.customers}}
+  #     columns:
+  #       age: {{kind: integer, bounds: [18, 90], bins: 24}}
+  #       plan: {{kind: categorical, categories: [basic, plus, pro]}}
+  #       active: {{kind: boolean}}
+  #     privacy: {{epsilon: 1.0, delta: 1.0e-9, limit: {{epsilon: 10.0, delta: 1.0e-8}}}}
+  #     min_interval: 1h
+"""
+
+
+def _doc(description: str) -> dg.Resolver:
+    """An attribute's description in the component's schema (`dg utils inspect-component`)."""
+    return dg.Resolver.default(description=description)
+
+
+class DpSynthScaffolder(dg.Scaffolder):
+    """Writes a defs.yaml that loads as written, with a commented example entry."""
+
+    def scaffold(self, request: dg.ScaffoldRequest) -> None:
+        if request.scaffold_format != "yaml":
+            dg.scaffold_component(request, {})
+            return
+        Path(request.target_path).mkdir(parents=True, exist_ok=True)
+        (Path(request.target_path) / "defs.yaml").write_text(
+            DEFS_YAML.format(type_name=request.type_name))
+
+
+@scaffold_with(DpSynthScaffolder)
+@dataclass
+class DpSynthComponent(dg.Component, dg.Resolvable):
+    """Differentially private synthetic twins of warehouse tables, one per datasets.yaml entry.
+
+    Per dataset: the stages from its source (a host asset or an external table) to `synthetic`,
+    their checks, job and schedule (module docstring: the attributes)."""
+
+    warehouse: Annotated[str, _doc(
+        "The private zone's DuckDB file: `table:` sources are read and synthetic tables written "
+        "there. Relative to this component's folder.")]
+    ledger: Annotated[str, _doc("The privacy ledger's SQLite file (private; back it up). "
+                                "Relative to this component's folder.")]
+    public_dir: Annotated[str, _doc("The public-zone folder. Relative to this component's "
+                                    "folder.")]
+    datasets: Annotated[dict[str, dict[str, Any]], _doc(
+        "Dataset name -> a datasets.yaml entry (source, columns, privacy, ...), validated by "
+        "dp-synth's registry model.")] = field(default_factory=dict)
+    ledger_head: Annotated[str | None, _doc(
+        "The ledger's mirrored head file (default: the ledger's path + '.head').")] = None
+    key_prefix: Annotated[str | list[str] | None, _doc(
+        "Prepended to every asset key: [*key_prefix, <dataset>, <stage>].")] = None
+    group_name: Annotated[str | None, _doc(
+        "One group for every dp-synth asset (default: one group per dataset).")] = None
+    tags: Annotated[dict[str, str], _doc("Added to every dp-synth asset.")] = field(
+        default_factory=dict)
+    owners: Annotated[list[str], _doc("Added to every dp-synth asset.")] = field(
+        default_factory=list)
+    automation_condition: Annotated[
+        dg.AutomationCondition | None,
+        dg.Resolver.default(
+            model_field_type=Optional[str],  # noqa: UP045
+            description="Set on every materializable dp-synth asset, as a template, e.g. "
+                        "\"{{ dg.AutomationCondition.eager() }}\"."),
+    ] = None
+    warehouse_resource_key: Annotated[str, _doc("Resource key of the warehouse.")] = (
+        Names.warehouse)
+    ledger_resource_key: Annotated[str, _doc("Resource key of the ledger.")] = Names.ledger
+    io_manager_key: Annotated[str, _doc(
+        "Resource key of the IO manager of the model's units (dp-synth's own).")] = (
+        Names.io_manager)
+    pool: Annotated[str | None, _doc(
+        "Concurrency pool of the steps that open the warehouse (null: none).")] = Names.pool
+
+    def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
+        folder = Path(context.path)
+        folder = folder if folder.is_dir() else folder.parent
+
+        def path(value: str) -> Path:
+            return (folder / value).resolve()
+
+        return dp_synth_definitions(
+            self.datasets, warehouse=path(self.warehouse), ledger=path(self.ledger),
+            public_dir=path(self.public_dir), base_dir=folder,
+            origin=f"{folder / 'defs.yaml'} (attributes.datasets)",
+            ledger_head=path(self.ledger_head) if self.ledger_head else None,
+            key_prefix=self.key_prefix, group_name=self.group_name, tags=self.tags,
+            owners=self.owners, automation_condition=self.automation_condition,
+            warehouse_resource_key=self.warehouse_resource_key,
+            ledger_resource_key=self.ledger_resource_key, io_manager_key=self.io_manager_key,
+            pool=self.pool)
+
+
+__all__ = ["DpSynthComponent", "DpSynthScaffolder"]

@@ -1,0 +1,210 @@
+"""dp-synth as a Dagster Component (dp_synth_assets.component) in a dg project's defs folder.
+
+The project has an asset of its own (`analytics/customers`, as a dbt model would) and a
+`DpSynthComponent` instance whose `datasets` are datasets.yaml entries. The factory's run under a
+host's configuration is tested in test_factory.py; here: what the YAML builds, that its entries
+meet the registry's validator, and that `dg` lists and scaffolds the component.
+"""
+
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+from dagster.components.testing.utils import DefsFolderSandbox
+
+from dp_synth_assets.component import DpSynthComponent
+from dp_synth_assets.core.config import RegistryError, parse_registry
+from tests.helpers import REPO, example_entry
+
+TYPE = "dp_synth_assets.DpSynthComponent"
+HOST_KEY = dg.AssetKey(["analytics", "customers"])
+STAGES = ["preprocessed", "marginals", "selection", "measurements", "model", "synthetic"]
+HOST_ASSET = '''
+import dagster as dg
+
+
+@dg.asset(key=["analytics", "customers"], group_name="host")
+def customers() -> None:
+    """The host's table (never materialized here: only the graph is inspected)."""
+'''
+
+
+def dg_project(root: Path) -> DefsFolderSandbox:
+    """An empty dg project at `root` (`src/<name>/defs`, its definitions module loading the defs
+    folder, the host asset in `defs/host.py`), under a fresh module name."""
+    name = "host_" + secrets.token_hex(4)
+    package = root / "src" / name
+    (package / "defs").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "defs" / "__init__.py").write_text("")
+    (package / "defs" / "host.py").write_text(HOST_ASSET)
+    (package / "definitions.py").write_text(textwrap.dedent("""
+        from pathlib import Path
+
+        import dagster as dg
+
+
+        @dg.definitions
+        def defs():
+            return dg.load_from_defs_folder(path_within_project=Path(__file__).parent)
+        """))
+    (root / "pyproject.toml").write_text(textwrap.dedent(f"""
+        [project]
+        name = "{name}"
+        version = "0.1.0"
+
+        [tool.dg]
+        directory_type = "project"
+
+        [tool.dg.project]
+        root_module = "{name}"
+        """))
+    return DefsFolderSandbox(project_root=root, defs_folder_path=package / "defs",
+                             project_name=name)
+
+
+def write_instance(sandbox: DefsFolderSandbox, attributes: dict, folder: str = "synth") -> Path:
+    path = sandbox.defs_folder_path / folder
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "defs.yaml").write_text(yaml.safe_dump({"type": TYPE, "attributes": attributes},
+                                                   sort_keys=False))
+    return path
+
+
+def customers_entry(**overrides) -> dict:
+    return example_entry(source={"asset": list(HOST_KEY.path), "table": "main.customers"},
+                         on_source_change=None, report=None, **overrides)
+
+
+def test_the_yaml_instance_builds_the_stages_downstream_of_the_host_asset(tmp_path):
+    sandbox = dg_project(tmp_path)
+    folder = write_instance(sandbox, {
+        "warehouse": "warehouse.duckdb", "ledger": ".dp_synth/ledger.sqlite",
+        "public_dir": "{{ context.project_root }}/public",
+        "key_prefix": ["dp"], "group_name": "privacy", "tags": {"team": "platform"},
+        "owners": ["team:platform"], "automation_condition": "{{ dg.AutomationCondition.eager() }}",
+        "warehouse_resource_key": "synth_wh",
+        "datasets": {"customers": customers_entry()}})
+    with sandbox.build_component_tree() as tree:
+        component = tree.load_component(folder)
+        defs = tree.build_defs()
+    assert isinstance(component, DpSynthComponent)
+    graph = defs.resolve_asset_graph()
+    keys = graph.get_all_asset_keys()
+    preprocessed = dg.AssetKey(["dp", "customers", "preprocessed"])
+    assert graph.get(preprocessed).parent_keys == {HOST_KEY}
+    assert graph.get(HOST_KEY).is_materializable  # the host's own asset, not dp-synth's source
+    assert dg.AssetKey(["dp", "customers", "source"]) not in keys
+    for stage in STAGES:
+        node = graph.get(dg.AssetKey(["dp", "customers", stage]))
+        assert node.group_name == "privacy" and node.owners == ["team:platform"]
+        assert node.tags["team"] == "platform"
+        assert node.automation_condition is not None
+    # no executor; namespaced resource keys, the warehouse's as configured; relative paths are
+    # the component folder's, templates are resolved
+    assert defs.executor is None
+    assert {"synth_wh", "dp_synth_ledger", "dp_synth_io_manager"} <= set(defs.resources)
+    warehouse = defs.resources["synth_wh"]
+    assert Path(warehouse.database) == (folder / "warehouse.duckdb").resolve()
+    assert Path(warehouse.public_dir) == (tmp_path / "public").resolve()
+    assert Path(defs.resources["dp_synth_ledger"].path) == (
+        folder / ".dp_synth" / "ledger.sqlite").resolve()
+    defs.resolve_all_job_defs()
+
+
+def test_a_malformed_entry_fails_with_the_registry_message(tmp_path):
+    bad = customers_entry(privacy={"epsilon": -1.0, "delta": 1e-9,
+                                   "limit": {"epsilon": 10.0, "delta": 1e-8}})
+    with pytest.raises(RegistryError) as expected:
+        parse_registry({"datasets": {"customers": bad}})
+    registry_message = str(expected.value).split("\n", 1)[1]  # the lines after the origin
+    assert "dataset 'customers', key 'privacy.epsilon'" in registry_message
+    sandbox = dg_project(tmp_path)
+    folder = write_instance(sandbox, {"warehouse": "w.duckdb", "ledger": "l.sqlite",
+                                      "public_dir": "public", "datasets": {"customers": bad}})
+    with pytest.raises(Exception) as raised:
+        with sandbox.build_component_tree() as tree:
+            tree.build_defs()
+    chain, error = [], raised.value
+    while error is not None:
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    registry_errors = [e for e in chain if isinstance(e, RegistryError)]
+    assert registry_errors, chain
+    assert registry_message in str(registry_errors[0])
+    assert str(folder / "defs.yaml") in str(registry_errors[0])
+
+
+def test_a_relative_file_source_is_read_from_the_component_folder(tmp_path):
+    """An optional `parquet:` source is skipped while its file is absent from the component's
+    folder, and built once it is there (not in the working directory)."""
+    sandbox = dg_project(tmp_path)
+    entry = example_entry(source={"parquet": "customers.parquet"}, optional=True,
+                          on_source_change=None, report=None)
+    folder = write_instance(sandbox, {"warehouse": "w.duckdb", "ledger": "l.sqlite",
+                                      "public_dir": "public", "datasets": {"customers": entry}})
+    synthetic = dg.AssetKey(["customers", "synthetic"])
+    with sandbox.build_component_tree() as tree:
+        assert synthetic not in tree.build_defs().resolve_asset_graph().get_all_asset_keys()
+    (folder / "customers.parquet").write_bytes(b"")  # only its presence is checked at load
+    with sandbox.build_component_tree() as tree:
+        assert synthetic in tree.build_defs().resolve_asset_graph().get_all_asset_keys()
+
+
+# ---- the dg CLI -------------------------------------------------------------------------------
+
+def dg_cli() -> str:
+    pytest.importorskip("dagster_dg_cli", reason="dagster-dg-cli is in the test extra")
+    found = Path(sys.executable).parent / "dg"
+    return str(found) if found.exists() else (shutil.which("dg") or pytest.skip("no dg"))
+
+
+def run_dg(project: Path, *args: str) -> str:
+    home = project / ".dagster_home"
+    home.mkdir(exist_ok=True)
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "VIRTUAL_ENV": sys.prefix,
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]),
+           "PYTHONPATH": os.pathsep.join([str(REPO), str(project / "src")])}
+    done = subprocess.run([dg_cli(), *args], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_dg_lists_the_component(tmp_path):
+    dg_project(tmp_path)
+    listed = json.loads(run_dg(tmp_path, "list", "components", "--json"))
+    items = listed["items"] if isinstance(listed, dict) else listed
+    assert TYPE in {item["key"] for item in items}
+
+
+def test_dg_scaffolds_a_defs_yaml_that_loads_and_whose_example_entry_is_valid(tmp_path):
+    sandbox = dg_project(tmp_path)
+    run_dg(tmp_path, "scaffold", "defs", TYPE, "my_synth")
+    folder = sandbox.defs_folder_path / "my_synth"
+    text = (folder / "defs.yaml").read_text()
+    assert text.startswith(f"type: {TYPE}\n")
+    with sandbox.build_component_tree() as tree:
+        assert isinstance(tree.load_component(folder), DpSynthComponent)
+        assert tree.build_defs().resolve_asset_graph().get_all_asset_keys() == {HOST_KEY}
+    # the commented example entry: uncommented, it is a valid entry reading the host asset
+    uncommented = re.sub(r"^  # (datasets:|  .*)$", r"  \1", text.replace("  datasets: {}\n", ""),
+                         flags=re.M)
+    assert uncommented != text
+    (folder / "defs.yaml").write_text(uncommented)
+    with sandbox.build_component_tree() as tree:
+        graph = tree.build_defs().resolve_asset_graph()
+    synthetic = dg.AssetKey(["dp_synth", "customers", "synthetic"])
+    assert synthetic in graph.get_all_asset_keys()
+    assert graph.get(dg.AssetKey(["dp_synth", "customers", "preprocessed"])).parent_keys == {
+        HOST_KEY}
