@@ -9,7 +9,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from dp_synth_assets.budget import DatasetBudget
+from dp_synth_assets.budget import BudgetStatus, DatasetBudget
 from dp_synth_assets.conditions import BUDGET_LABEL, SOURCE_LABEL, interval_label
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.privacy import Spend
@@ -101,11 +101,6 @@ def test_a_host_materialization_requests_the_chain_and_min_interval_holds_the_ne
     assert dg.materialize([customers], instance=instance).success
     first = tick(defs, instance, baseline.cursor)
     assert requested(first) == set(STAGES)  # the whole chain, in this one tick
-    # requested together, Dagster launches them as one run of the chain
-    from dagster._core.definitions.automation_tick_evaluation_context import build_run_requests
-    runs = build_run_requests(list(first._requested_subsets), defs.resolve_asset_graph(),
-                              run_tags=None, emit_backfills=False)
-    assert len(runs) == 1 and {k.path[-1] for k in runs[0].asset_selection} >= set(STAGES)
 
     # the run it launched synthesized (recorded as its first stage's materialization) ...
     instance.report_runless_asset_event(dg.AssetMaterialization(FIRST))
@@ -124,6 +119,23 @@ def test_a_host_materialization_requests_the_chain_and_min_interval_holds_the_ne
     assert nodes(later, FIRST)[interval_label("1h")]
 
 
+def test_the_automation_sensor_launches_one_run_of_the_whole_chain(tmp_path):
+    """The sensor the factory builds, evaluated in the code location as Dagster runs it."""
+    customers, _, defs, _ = host_project(tmp_path)
+    sensor = defs.resolve_sensor_def("dp_synth_automation")
+    with dg.instance_for_test() as instance:
+        def evaluate(cursor=None):
+            with dg.build_sensor_context(instance=instance, cursor=cursor,
+                                         repository_def=defs.get_repository_def()) as context:
+                return sensor.evaluate_tick(context)
+
+        baseline = evaluate()
+        assert baseline.run_requests == []
+        dg.materialize([customers], instance=instance)
+        [run] = evaluate(baseline.cursor).run_requests
+        assert sorted(k.path[-1] for k in run.asset_selection) == sorted(STAGES)
+
+
 def test_a_ledger_that_cannot_cover_a_run_skips_the_tick_for_the_budget(tmp_path):
     privacy = {**example_entry()["privacy"]}
     privacy["limit"] = {**privacy["limit"], "epsilon": privacy["epsilon"]}  # one run
@@ -131,6 +143,9 @@ def test_a_ledger_that_cannot_cover_a_run_skips_the_tick_for_the_budget(tmp_path
     instance = dg.DagsterInstance.ephemeral()
     baseline = tick(defs, instance)
     spend_runs(ours, datasets, 1.0)
+    budget = DatasetBudget.of(load_registry(datasets)["customers"])
+    summary = ours.resources["dp_synth_ledger"].ledger().summary("customers")
+    assert BudgetStatus.of(summary, budget).runs_left == 0
 
     dg.materialize([customers], instance=instance)
     result = tick(defs, instance, baseline.cursor)
