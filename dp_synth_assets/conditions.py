@@ -14,7 +14,8 @@ stage requests the whole chain in the same tick, which Dagster launches as one r
 stays true until the first stage is requested or materialized (`since_last_handled`), so a change
 held back by the interval or the budget is synthesized once the gate opens. A tick that skips
 shows the gate that said no by its label (`INTERVAL_LABEL`, `BUDGET_LABEL`); no run is launched
-that the ledger would refuse. The decisions themselves are `core.resynthesis` (no Dagster).
+that the ledger would refuse. The decisions themselves are `core.resynthesis` and the ledger's
+`can_cover` (no Dagster).
 
 The budget gate reads the ledger configured in the factory: conditions run in the automation
 sensor, which has no resources, so the factory hands the condition the same `LedgerResource`
@@ -31,7 +32,7 @@ from dp_synth_assets.resources.ledger import LedgerError, LedgerResource
 
 from .core.budget import DatasetBudget
 from .core.config import DatasetSpec
-from .core.resynthesis import covers_one_run, interval_passed
+from .core.resynthesis import interval_passed
 
 BUDGET_LABEL = "privacy budget covers one more run"
 SOURCE_LABEL = "source has a new materialization"
@@ -90,9 +91,11 @@ class MinIntervalPassed(_Gate):
 
 
 class BudgetCoversRun(_Gate):
-    """True when the ledger can take one more run of `budget` on `dataset`'s privacy unit
-    (`core.resynthesis.covers_one_run`). A ledger that fails its tamper checks counts as not
-    covering (the tick skips; its message goes to the sensor's log): no run starts on it."""
+    """True when the ledger can take one more run of `budget` on `dataset`'s privacy unit: the
+    very test the run's reservation will apply (`PrivacyLedger.can_cover`, i.e.
+    `BudgetStatus.runs_left >= 1` with stale reservations of dead runs counted as released, so
+    a crashed run cannot hold automation back forever). A ledger that fails its tamper checks
+    counts as not covering (the tick skips; its message goes to the sensor's log)."""
 
     label = BUDGET_LABEL
 
@@ -100,12 +103,13 @@ class BudgetCoversRun(_Gate):
         self.dataset, self.budget, self.ledger = dataset, budget, ledger
 
     def passes(self, context: dg.AutomationContext) -> bool:
+        b = self.budget
         try:
-            summary = self.ledger.ledger().summary(self.dataset)
+            return self.ledger.ledger().can_cover(self.dataset, b.run_rho, b.limit_rho,
+                                                  b.run_delta_extra, b.limit_delta_extra)
         except LedgerError as e:  # public: paths, row counts and hashes
             context.log.warning(f"{self.dataset}: the ledger cannot be used: {e}")
             return False
-        return covers_one_run(summary, self.budget)
 
 
 def source_updated() -> dg.AutomationCondition:

@@ -13,8 +13,7 @@ from dp_synth_assets.budget import BudgetStatus, DatasetBudget
 from dp_synth_assets.conditions import BUDGET_LABEL, SOURCE_LABEL, interval_label
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.privacy import Spend
-from dp_synth_assets.core.resynthesis import covers_one_run, interval_passed
-from dp_synth_assets.core.ledger import LedgerSummary
+from dp_synth_assets.core.resynthesis import interval_passed
 from dp_synth_assets.example import write_example
 from dp_synth_assets.factory import dp_synth_definitions
 from tests.helpers import example_entry
@@ -191,22 +190,3 @@ def test_interval_passed_at_exactly_min_interval_and_when_never_synthesized():
     assert interval_passed(None, 10.0, 3600)
     assert interval_passed(1000.0, 4600.0, 3600)
     assert not interval_passed(1000.0, 4599.9, 3600)
-
-
-def test_covers_one_run_counts_reserved_rho_and_extra_delta(tmp_path):
-    entry = example_entry()
-    budget = DatasetBudget.of(load_registry_entry(tmp_path, entry))
-    free = LedgerSummary("d", 0.0, 0.0, 0.0)
-    assert covers_one_run(free, budget)
-    almost = budget.limit_rho - budget.run_rho
-    assert covers_one_run(LedgerSummary("d", almost, 0.0, 0.0), budget)
-    assert not covers_one_run(LedgerSummary("d", almost, budget.run_rho * 1e-6, 0.0), budget)
-    if budget.run_delta_extra > 0:
-        spent = budget.limit_delta_extra
-        assert not covers_one_run(LedgerSummary("d", 0.0, 0.0, spent), budget)
-
-
-def load_registry_entry(tmp_path, entry):
-    path = tmp_path / "datasets.yaml"
-    path.write_text(yaml.safe_dump({"datasets": {"d": entry}}, sort_keys=False))
-    return load_registry(path)["d"]
