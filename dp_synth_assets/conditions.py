@@ -154,6 +154,7 @@ def automation_sensor(name: str, keys: list[dg.AssetKey]) -> dg.AutomationCondit
     code location (they are not serializable for the daemon)."""
     return dg.AutomationConditionSensorDefinition(
         name, target=dg.AssetSelection.assets(*keys), use_user_code_server=True,
+        run_tags={"dp_synth/trigger": "automation"},
         default_status=dg.DefaultSensorStatus.RUNNING,
         description="Resynthesize dp-synth's datasets when their source changes or their cron "
                     "ticks, when min_interval has passed and the privacy budget covers a run.")

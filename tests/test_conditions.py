@@ -133,6 +133,7 @@ def test_the_automation_sensor_launches_one_run_of_the_whole_chain(tmp_path):
         dg.materialize([customers], instance=instance)
         [run] = evaluate(baseline.cursor).run_requests
         assert sorted(k.path[-1] for k in run.asset_selection) == sorted(STAGES)
+        assert run.tags["dp_synth/trigger"] == "automation"
 
 
 def test_a_ledger_that_cannot_cover_a_run_skips_the_tick_for_the_budget(tmp_path):
