@@ -1,7 +1,10 @@
 """Schedules and resynthesis on source change, both budget-aware (DESIGN.md section 5).
 
-Each dataset gets a job that materializes its pipeline. `schedule:` (cron) yields a schedule;
-`on_source_change: resynthesize` yields a sensor that observes the source's version (an opaque id
+Each dataset gets a job that materializes its pipeline. A dataset whose source is a host's
+asset is automated declaratively (conditions.py, `resynthesis_assets`): its change signal is the
+host asset's materialization, its `schedule:` a cron condition, both gated by `min_interval` and
+the ledger. A dataset reading an external table keeps the schedule and sensor below: `schedule:`
+(cron) yields a schedule; `on_source_change: resynthesize` yields a sensor that observes the source's version (an opaque id
 that changes when the source does; `pipeline.source_version`) and requests a run when it changes.
 Neither the cursor nor a run key holds anything computed from the source's content. Both skip, with the reason shown in the UI, when the ledger cannot
 cover a whole run; the sensor also honours `min_interval` between resyntheses. The run itself
@@ -18,6 +21,7 @@ from dp_synth_assets.resources.ledger import LedgerResource
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .budget import BudgetStatus, DatasetBudget
+from .conditions import resynthesis_condition, with_first_stage
 from .core.config import DatasetSpec
 from .naming import Names
 from .pipeline import source_version
@@ -55,6 +59,31 @@ def build_job(dataset: str, spec: DatasetSpec | None = None, names: Names = Name
         description=f"Materialize the whole synthesis pipeline of {dataset!r}.",
         executor_def=executor,
     )
+
+
+FIRST_STAGE = "preprocessed"
+
+
+def resynthesis_assets(dataset: str, spec: DatasetSpec, assets: list, names: Names,
+                       ledger: LedgerResource) -> tuple[list, list[dg.AssetKey]]:
+    """`assets` (the dataset's materializable assets) with dp-synth's default automation
+    (conditions.py): the gated resynthesis condition on the first stage and "requested with the
+    first stage" on every later one, and the keys that now carry a condition (for the
+    automation sensor). Unchanged, with no keys, when the spec asks for neither
+    `on_source_change: resynthesize` nor a `schedule`."""
+    first = names.key(dataset, FIRST_STAGE)
+    condition = resynthesis_condition(dataset, spec, first, ledger)
+    if condition is None:
+        return assets, []
+    follow = with_first_stage(first)
+    keys: list[dg.AssetKey] = []
+
+    def automate(asset_spec: dg.AssetSpec) -> dg.AssetSpec:
+        keys.append(asset_spec.key)
+        return asset_spec.replace_attributes(
+            automation_condition=condition if asset_spec.key == first else follow)
+
+    return dg.map_asset_specs(automate, assets), keys
 
 
 def budget_skip_reason(ledger: LedgerResource, dataset: str, spec: DatasetSpec) -> str | None:

@@ -25,9 +25,10 @@ import dagster as dg
 from dp_synth_assets.resources.ledger import LedgerResource
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
-from .automation import build_job, build_schedule, build_source_sensor
+from .automation import build_job, build_schedule, build_source_sensor, resynthesis_assets
 from .budget import DatasetBudget
 from .checks import build_synthetic_checks
+from .conditions import automation_sensor
 from .core.config import DatasetSpec, RegistryError, load_registry, parse_registry
 from .core.source import source_available, source_path
 from .core.units import group_name as unit_group_name, privacy_units, source_identity
@@ -81,7 +82,9 @@ def dp_synth_definitions(
     folder. `key_prefix`: prepended to every asset key (`[*key_prefix, <dataset>, <stage>]`).
     `group_name`: one group for every dp-synth asset (default: a group per dataset). `tags`,
     `owners`: added to every dp-synth asset. `automation_condition`: set on every
-    materializable dp-synth asset. `*_resource_key`: the keys under which the warehouse, the
+    materializable dp-synth asset; without it, a dataset whose source is a host's asset and
+    that asks for `on_source_change: resynthesize` or a `schedule` gets dp-synth's budget-aware
+    conditions (conditions.py), evaluated by the sensor `[<prefix>__]dp_synth_automation`. `*_resource_key`: the keys under which the warehouse, the
     ledger and the IO manager of the model's units are provided. `io_manager`: that IO manager
     (default: pickles under `<public_dir>/.dp_synth_io`; the units are public, post-processing of
     the noisy measurements). `pool`: the concurrency pool of the steps that open the warehouse
@@ -98,7 +101,12 @@ def dp_synth_definitions(
         base = Path(datasets).resolve().parent
     units = privacy_units(registry, base, warehouse)
     _check_shared_limits(registry, units)
-    assets, checks, jobs, schedules, sensors = [], [], [], [], []
+    ledger_resource = LedgerResource(
+        path=str(Path(ledger).resolve()), units=units,
+        sources={name: source_identity(spec, base, warehouse)
+                 for name, spec in registry.items()},
+        head_path=str(Path(ledger_head).resolve()) if ledger_head else None)
+    assets, checks, jobs, schedules, sensors, automated = [], [], [], [], [], []
     for name, spec in registry.items():
         if spec.optional and not source_available(spec, base):
             log.warning(f"dataset {name!r} skipped: its source file "
@@ -108,15 +116,23 @@ def dp_synth_definitions(
         built = build_dataset_assets(name, spec, names)
         if spec.report is not None:
             built.append(build_utility_report(name, spec, names))
+        if spec.source.asset is not None and automation_condition is None:
+            built, keys = resynthesis_assets(name, spec, built, names, ledger_resource)
+            automated += keys
         assets += built
         checks.append(build_synthetic_checks(name, spec, names))
         materializable = [a for a in built if isinstance(a, dg.AssetsDefinition)]
         job = build_job(name, spec, names, materializable)
         jobs.append(job)
+        if spec.source.asset is not None:
+            continue  # automated declaratively: the host asset's materialization is the signal
         if spec.schedule:
             schedules.append(build_schedule(name, spec, job, names))
         if spec.on_source_change == "resynthesize":
             sensors.append(build_source_sensor(name, spec, job, names))
+    if automated:
+        sensors.append(automation_sensor("__".join([*names.key_prefix, "dp_synth_automation"]),
+                                         automated))
     public_dir = Path(public_dir).resolve()
     return dg.Definitions(
         assets=assets,
@@ -128,11 +144,7 @@ def dp_synth_definitions(
             names.warehouse: WarehouseResource(database=str(Path(warehouse).resolve()),
                                                public_dir=str(public_dir),
                                                base_dir=str(base)),
-            names.ledger: LedgerResource(
-                path=str(Path(ledger).resolve()), units=units,
-                sources={name: source_identity(spec, base, warehouse)
-                         for name, spec in registry.items()},
-                head_path=str(Path(ledger_head).resolve()) if ledger_head else None),
+            names.ledger: ledger_resource,
             names.io_manager: io_manager if io_manager is not None else
             dg.FilesystemIOManager(base_dir=str(public_dir / IO_FOLDER)),
         },
