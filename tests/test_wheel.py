@@ -151,9 +151,20 @@ def test_a_host_project_materializes_dp_synth_from_the_installed_wheel(installed
     assert probe[4] == (DAGSTER or probe[4])
     run([installed, "-m", "dp_synth_assets.resources.ledger", "--help"], host, env)
 
+    # lineage from the host's asset into dp-synth's first stage, no `source` asset of its own,
+    # and the host's location keeps its default executor
+    graph = run([installed, "-c", (
+        "import dagster as dg\nfrom definitions import defs\n"
+        "graph = defs.resolve_asset_graph()\n"
+        "first = dg.AssetKey(['privacy', 'customers', 'preprocessed'])\n"
+        "print(sorted(k.to_user_string() for k in graph.get(first).parent_keys))\n"
+        "print(dg.AssetKey(['privacy', 'customers', 'source']) in graph.get_all_asset_keys())\n"
+        "print(defs.executor)")], host, env).stdout.split("\n")
+    assert graph[:3] == ["['raw_customers']", "False", "None"], graph
+
+    # one command: the host's asset and every dp-synth stage downstream of it
     dagster = [installed, "-m", "dagster", "asset", "materialize", "-f", "definitions.py"]
-    run([*dagster, "--select", "raw_customers"], host, env)
-    done = run([*dagster, "--select", "*customers/synthetic"], host, env)
+    done = run([*dagster, "--select", "raw_customers*"], host, env)
     assert "RUN_SUCCESS" in done.stdout + done.stderr
 
     declared = yaml.safe_load((HOST / "datasets.yaml").read_text())["datasets"]["customers"]

@@ -2,7 +2,9 @@
 copy outside the repository, with dagster-dp-synth installed from the built wheel).
 
 The host has one asset of its own, `raw_customers`, that writes a DuckDB table as a dbt model
-would; dp-synth's definitions for datasets.yaml (beside this file) are merged into the host's.
+would; dp-synth's definitions for datasets.yaml (beside this file), whose source is that asset,
+are merged into the host's with the factory: keys under `privacy/`, namespaced resources, no
+executor set on the host's location.
 """
 
 from pathlib import Path
@@ -12,7 +14,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from dp_synth_assets.definitions import build_definitions
+from dp_synth_assets import dp_synth_definitions
 
 HERE = Path(__file__).resolve().parent
 WAREHOUSE = HERE / "warehouse.duckdb"
@@ -37,6 +39,8 @@ def raw_customers() -> dg.MaterializeResult:
 
 defs = dg.Definitions.merge(
     dg.Definitions(assets=[raw_customers]),
-    build_definitions(datasets=HERE / "datasets.yaml", warehouse=WAREHOUSE,
-                      ledger=HERE / ".dp_synth" / "ledger.sqlite", public_dir=HERE / "public"),
+    dp_synth_definitions(datasets=HERE / "datasets.yaml", warehouse=WAREHOUSE,
+                         ledger=HERE / ".dp_synth" / "ledger.sqlite", public_dir=HERE / "public",
+                         key_prefix="privacy", group_name="synthetic_data",
+                         owners=["team:data-platform"]),
 )
