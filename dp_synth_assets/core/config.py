@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .engines import ENGINES
 from .methods import METHODS
+from .plugins import require_registered
 
 DATASET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 QUALIFIED_TABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*\.){0,2}[A-Za-z_][A-Za-z0-9_]*$")
@@ -440,15 +441,14 @@ class DatasetSpec(_Strict):
     @field_validator("method")
     @classmethod
     def _registered_method(cls, v: str) -> str:
-        if v not in METHODS:
-            raise ValueError(f"unknown selection method {v!r}; choose one of {sorted(METHODS)}")
+        require_registered(METHODS, v, "selection method")
         return v
 
     @field_validator("generator")
     @classmethod
     def _registered_generator(cls, v: str) -> str:
-        if v != "auto" and v not in ENGINES:
-            raise ValueError(f"unknown generator {v!r}; choose one of {sorted(ENGINES)} or auto")
+        if v != "auto":
+            require_registered(ENGINES, v, "generator", " or auto")
         return v
 
     @field_validator("schedule")

@@ -41,7 +41,6 @@ name and hands the bytes to that engine's `loads`. A bare engine file without th
 written before the name was stored) is read by the engine its own header names, else pgm.
 """
 
-import importlib
 import io
 import json
 import os
@@ -52,6 +51,7 @@ import numpy as np
 
 from ..config import ModelSettings
 from ..engines import ENGINES
+from ..plugins import plugin_module
 from ..measure import Measurement
 from .base import Estimate, ModelTooLarge, multiprocess_executor  # noqa: F401 (re-exported)
 from .gum import GumModel  # noqa: F401 (re-exported: the pipeline names it)
@@ -66,12 +66,8 @@ class Choice:
 
 
 def engine_module(engine: str):
-    """The module of `engine` (a key of ENGINES): `EngineInfo.module` under this package, or a
-    fully qualified module path when it is dotted."""
-    if engine not in ENGINES:
-        raise ValueError(f"unknown generator {engine!r}; choose one of {sorted(ENGINES)} or auto")
-    name = ENGINES[engine].module
-    return importlib.import_module(name if "." in name else f"{__name__}.{name}")
+    """The module of `engine` (a key of ENGINES; `plugins.plugin_module`)."""
+    return plugin_module(ENGINES, engine, __name__, "generator", " or auto")
 
 
 def auto_order() -> list[str]:

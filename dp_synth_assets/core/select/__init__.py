@@ -28,6 +28,7 @@ from ..domain import Clique
 from ..config import SelectionSettings
 from ..measure import Measurement
 from ..methods import METHODS
+from ..plugins import plugin_module
 
 MarginalOracle = Callable[[list[Clique]], dict[Clique, np.ndarray]]
 Charge = Callable[..., None]
@@ -120,11 +121,5 @@ def round_line(method: str, round: int, clique: Clique, rho: float) -> str:
 
 
 def method_module(method: str):
-    """The module of `method` (a key of METHODS): `MethodInfo.module` under this package, or a
-    fully qualified module path when it is dotted."""
-    import importlib
-
-    if method not in METHODS:
-        raise ValueError(f"unknown selection method {method!r}; choose one of {sorted(METHODS)}")
-    name = METHODS[method].module
-    return importlib.import_module(name if "." in name else f"{__name__}.{name}")
+    """The module of `method` (a key of METHODS; `plugins.plugin_module`)."""
+    return plugin_module(METHODS, method, __name__, "selection method")
