@@ -1,26 +1,18 @@
 """The built wheel is a package a platform can install: it carries the SQL templates and the
 resources inside `dp_synth_assets`, installs no top-level `resources`, declares ranges and no
 test tool as its requirements, and a host Dagster project (tests/host_project/, run from a copy
-outside the repository) materializes dp-synth's synthetic table from the installed package.
+outside the repository) materializes dp-synth's synthetic table from the installed package,
+under the host's own executor, IO manager and `warehouse` resource, and dp-synth's automation,
+evaluated on the host's real instance, resynthesizes when the host's asset changes, holds a
+change inside min_interval and skips a run the ledger cannot cover.
 
-The wheel is built with `pip wheel --no-deps` from a copy of the sources (the checkout gets no
-build/ folder) and installed into a fresh virtual environment. Its dependencies come one of two
-ways, chosen by DP_SYNTH_WHEEL_DEPS:
-- `layered` (the default, for `make test`): the wheel is installed with `--no-deps` into a venv
-  that sees the test environment's site-packages through a .pth file (their .pth files, the
-  editable install's finder among them, are not run, so the source tree stays invisible), and
-  each of the wheel's requirements is checked against the version the venv imports.
-- `resolve`: pip resolves and installs the whole dependency set from the package index into the
-  fresh venv (pip's cache is reused), as a platform's `pip install` does.
-DP_SYNTH_WHEEL_DAGSTER=<version> then installs that Dagster (and its webserver) into the venv, to
-run the host project at either end of the supported range.
+How the wheel is built and installed (and the DP_SYNTH_WHEEL_* settings): tests/wheel_env.py.
+The second host project (a `dg` project with a Parquet asset and the Component):
+tests/test_wheel_component.py.
 """
 
-import os
+import json
 import shutil
-import subprocess
-import sys
-import venv
 import zipfile
 from email.parser import Parser
 from pathlib import Path
@@ -29,75 +21,58 @@ import duckdb
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.wheel_env import DAGSTER, REPO, build_wheel, host_env, install, run
+
 HOST = Path(__file__).resolve().parent / "host_project"
-DEPS = os.environ.get("DP_SYNTH_WHEEL_DEPS", "layered")
-DAGSTER = os.environ.get("DP_SYNTH_WHEEL_DAGSTER")
-# what a wheel build reads: the project file, the README it names, the package (with its links
-# to resources/ and sql/) and the two linked folders
-SOURCES = ("pyproject.toml", "README.md", "dp_synth_assets", "resources", "sql")
+STAGES = ["preprocessed", "marginals", "selection", "measurements", "model", "synthetic"]
+SOURCE, BUDGET = "source has a new materialization", "privacy budget covers one more run"
+INTERVAL = "min_interval 1h passed since the last synthesis"
 
-
-# each runtime requirement of the installed distribution that the venv's packages do not meet
-UNMET = """
-from importlib.metadata import requires, version
-from packaging.requirements import Requirement
-for text in requires("dagster-dp-synth"):
-    req = Requirement(text)
-    if req.marker is None or req.marker.evaluate({"extra": ""}):
-        found = version(req.name)
-        if not req.specifier.contains(found, prereleases=True):
-            print(f"{req} but {req.name} {found} is installed")
+# what the installed package and the merged definitions are, from the host's point of view
+PROBE_DEFINITIONS = """
+import importlib.util, json, dagster as dg, dp_synth_assets
+import dp_synth_assets.resources.ledger as ledger
+from importlib.resources import files
+from definitions import defs
+graph = defs.resolve_asset_graph()
+first = dg.AssetKey(['privacy', 'customers', 'preprocessed'])
+print(json.dumps({
+    "package": dp_synth_assets.__file__, "ledger": ledger.__file__,
+    "templates": len(list((files('dp_synth_assets') / 'sql').glob('*.sql'))),
+    "top_level_resources": importlib.util.find_spec('resources') is not None,
+    "dagster": dg.__version__,
+    "parents": sorted(k.to_user_string() for k in graph.get(first).parent_keys),
+    "source_asset": dg.AssetKey(['privacy', 'customers', 'source']) in graph.get_all_asset_keys(),
+    "executor": defs.executor.name,
+    "resources": {k: type(v).__name__ for k, v in defs.resources.items()},
+}))
 """
 
-
-def run(args: list, cwd: Path, env: dict | None = None, timeout: float = 900):
-    done = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-    assert done.returncode == 0, f"{args}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
-    return done
+# the synthetic table's latest materialization and its run's check evaluations, on the instance
+PROBE_METADATA = """
+import json, dagster as dg
+from dagster._core.events import DagsterEventType
+key = dg.AssetKey(['privacy', 'customers', 'synthetic'])
+with dg.DagsterInstance.get() as instance:
+    event = instance.get_latest_materialization_event(key)
+    checks = instance.all_logs(event.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    print(json.dumps({
+        "metadata": {k: str(v.value) for k, v in event.asset_materialization.metadata.items()},
+        "checks": {c.dagster_event.event_specific_data.check_name:
+                   [k for k, v in c.dagster_event.event_specific_data.metadata.items()
+                    if isinstance(v.value, (int, float))] for c in checks},
+    }))
+"""
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    source = tmp_path_factory.mktemp("source")
-    for name in SOURCES:
-        if (REPO / name).is_dir():
-            shutil.copytree(REPO / name, source / name, symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(REPO / name, source / name)
-    out = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", out, source], source)
-    [built] = out.glob("*.whl")
-    return built
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
 
 
 @pytest.fixture(scope="module")
 def installed(wheel, tmp_path_factory) -> Path:
-    """A fresh venv with the wheel installed; its python."""
-    env_dir = tmp_path_factory.mktemp("venv")
-    venv.create(env_dir, with_pip=True)
-    python = env_dir / "bin" / "python"
-    if DEPS == "layered":
-        purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                      env_dir).stdout.strip()
-        # the test environment's installed packages (its venv may live inside the checkout, as
-        # `make`'s .venv does; the source tree itself is never a site-packages folder, and the
-        # editable install's finder is not loaded: a .pth line adds a path, not its .pth files)
-        outer = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")
-                 and Path(p).is_dir()]
-        (Path(purelib) / "zz_test_environment.pth").write_text("\n".join(outer) + "\n")
-        run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-installed", wheel],
-            env_dir)
-    else:
-        run([python, "-m", "pip", "install", "--quiet", wheel], env_dir, timeout=1800)
-    if DAGSTER:
-        run([python, "-m", "pip", "install", "--quiet", f"dagster=={DAGSTER}",
-             f"dagster-webserver=={DAGSTER}"], env_dir)
-    unmet = run([python, "-c", UNMET], env_dir).stdout.strip()
-    assert not unmet, unmet
-    return python
+    return install(wheel, tmp_path_factory.mktemp("venv"))
 
 
 def test_the_source_tree_links_resources_and_sql_into_the_package():
@@ -125,42 +100,29 @@ def test_the_wheel_carries_sql_and_resources_inside_the_package_and_declares_ran
     assert any(r.replace(" ", "").startswith("dagster<1.14,>=1.13") for r in runtime), runtime
 
 
-def test_a_host_project_materializes_dp_synth_from_the_installed_wheel(installed, tmp_path):
+def test_a_host_project_synthesizes_and_automation_resynthesizes_from_the_installed_wheel(
+        installed, tmp_path):
     host = tmp_path / "host"
     shutil.copytree(HOST, host, ignore=shutil.ignore_patterns("__pycache__"))
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DAGSTER_HOME")
-           and not k.startswith("DP_SYNTH_")}
-    env.update(DAGSTER_HOME=str(home), JAX_ENABLE_COMPILATION_CACHE="false")
+    env = host_env(tmp_path / "dagster_home")
     venv_dir = installed.parents[1]
 
-    # the package comes from the venv, with its templates and resources, and nothing else
-    probe = run([installed, "-c", (
-        "import importlib.util, dagster, dp_synth_assets\n"
-        "import dp_synth_assets.resources.ledger as ledger\n"
-        "from importlib.resources import files\n"
-        "print(dp_synth_assets.__file__)\nprint(ledger.__file__)\n"
-        "print(len(list((files('dp_synth_assets') / 'sql').glob('*.sql'))))\n"
-        "print(importlib.util.find_spec('resources'))\nprint(dagster.__version__)")],
-                host, env).stdout.split("\n")
-    assert Path(probe[0]).is_relative_to(venv_dir) and Path(probe[1]).is_relative_to(venv_dir)
-    assert int(probe[2]) == len(list((REPO / "sql").glob("*.sql")))
-    assert probe[3] == "None"
-    assert probe[4] == (DAGSTER or probe[4])
+    # the package comes from the venv, with its templates and resources, and nothing else; the
+    # host's asset feeds dp-synth's first stage (no `source` asset of dp-synth's), and the host's
+    # executor and resources are the ones it set, beside dp-synth's namespaced ones
+    seen = json.loads(run([installed, "-c", PROBE_DEFINITIONS], host, env).stdout)
+    assert Path(seen["package"]).is_relative_to(venv_dir)
+    assert Path(seen["ledger"]).is_relative_to(venv_dir)
+    assert seen["templates"] == len(list((REPO / "sql").glob("*.sql")))
+    assert not seen["top_level_resources"]
+    assert seen["dagster"] == (DAGSTER or seen["dagster"])
+    assert seen["parents"] == ["raw_customers"] and not seen["source_asset"]
+    assert seen["executor"] == "in_process"
+    assert seen["resources"] == {"warehouse": "HostWarehouse", "io_manager": "FramesOnlyIOManager",
+                                 "dp_synth_warehouse": "WarehouseResource",
+                                 "dp_synth_ledger": "LedgerResource",
+                                 "dp_synth_io_manager": seen["resources"]["dp_synth_io_manager"]}
     run([installed, "-m", "dp_synth_assets.resources.ledger", "--help"], host, env)
-
-    # lineage from the host's asset into dp-synth's first stage, no `source` asset of its own,
-    # and the host's location keeps its default executor
-    graph = run([installed, "-c", (
-        "import dagster as dg\nfrom definitions import defs\n"
-        "graph = defs.resolve_asset_graph()\n"
-        "first = dg.AssetKey(['privacy', 'customers', 'preprocessed'])\n"
-        "print(sorted(k.to_user_string() for k in graph.get(first).parent_keys))\n"
-        "print(dg.AssetKey(['privacy', 'customers', 'source']) in graph.get_all_asset_keys())\n"
-        "print(defs.executor)")], host, env).stdout.split("\n")
-    assert graph[:3] == ["['raw_customers']", "False", "None"], graph
 
     # one command: the host's asset and every dp-synth stage downstream of it
     dagster = [installed, "-m", "dagster", "asset", "materialize", "-f", "definitions.py"]
@@ -178,3 +140,38 @@ def test_a_host_project_materializes_dp_synth_from_the_installed_wheel(installed
         ("age", "BIGINT"), ("plan", "VARCHAR"), ("active", "BOOLEAN")]
     assert [name for name, *_ in described] == list(declared["columns"])
     assert rows > 0
+
+    # the synthetic table's standard metadata and budget figures, and numbers on each check
+    recorded = json.loads(run([installed, "-c", PROBE_METADATA], host, env).stdout)
+    metadata = recorded["metadata"]
+    assert int(metadata["dagster/row_count"]) == rows
+    assert metadata["dagster/table_name"].endswith("synthetic.customers")
+    for name in ("age", "plan", "active"):
+        assert f"'{name}'" in metadata["dagster/column_schema"]
+    for key in ("privacy/run_epsilon", "privacy/budget_used_share", "privacy/runs_left"):
+        assert key in metadata
+    assert float(metadata["privacy/runs_left"]) == 1  # the limit covers two runs
+    numbers = recorded["checks"]  # check -> its numeric metadata (null_fraction has none here:
+    assert {"rows", "requested_rows"} <= set(numbers["row_count"])  # no column is nullable)
+    tvd = [check for check, names in numbers.items() if "max_tvd" in names]
+    assert len(tvd) == 2 and all({"max_tvd_tolerance", "max_tvd_ratio"} <= set(numbers[c])
+                                 for c in tvd), numbers
+    assert any({"duplicate_share", "allowed"} <= set(names) for names in numbers.values())
+
+    # automation on the host's instance: the host's change requests the chain, which runs; a
+    # second change inside min_interval is held for the interval; after it, for the budget
+    ticks = json.loads(run([installed, "probe_automation.py"], host, env).stdout)
+    chain = sorted(f"privacy/customers/{stage}" for stage in STAGES)
+    assert ticks["baseline"]["requested"] == []
+    assert ticks["changed"]["requested"] == chain and ticks["changed"]["run_success"]
+    assert ticks["changed"]["gates"] == {SOURCE: True, INTERVAL: True, BUDGET: True}
+    assert ticks["synthesized"]["requested"] == []
+    assert ticks["inside_interval"]["requested"] == []
+    assert ticks["inside_interval"]["gates"] == {SOURCE: True, INTERVAL: False, BUDGET: False}
+    assert ticks["out_of_budget"]["requested"] == []
+    assert ticks["out_of_budget"]["gates"] == {SOURCE: True, INTERVAL: True, BUDGET: False}
+    assert ticks["out_of_budget"]["runs"] == ticks["inside_interval"]["runs"]  # none launched
+
+    # the host's IO manager was never handed a dp-synth output
+    calls = host / "io_calls.txt"
+    assert not calls.exists() or "privacy/" not in calls.read_text()

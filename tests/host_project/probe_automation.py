@@ -1,0 +1,75 @@
+"""Run by tests/test_wheel.py with the python of the venv that has the built wheel, in a copy of
+this project whose dp-synth stages were materialized once (by the CLI, with raw_customers): the
+dataset's automation evaluated on the real instance of DAGSTER_HOME, as its sensor evaluates it
+on each tick, at increasing evaluation times. Prints one JSON object of what each tick decided.
+
+1. baseline: nothing changed since the first synthesis.
+2. the host materializes raw_customers; a tick one hour after the probe started (so min_interval
+   has passed since the first synthesis, which ended before) requests the dp-synth chain, and the
+   requested assets are executed as one run on the instance (the run the sensor launches).
+3. a tick half a second later sees that run's materializations (the sensor ticks while a run
+   goes on: the change it requested is handled); then the host changes again, and a tick one
+   second after the second is inside min_interval (1h) of that run, which took longer than a
+   second, and requests nothing, for the interval.
+4. a tick three hours later: the ledger cannot cover a third run (the limit covers two), so it
+   requests nothing, for the budget.
+"""
+
+import datetime
+import json
+
+import dagster as dg
+
+from definitions import defs, raw_customers
+from dp_synth_assets.conditions import BUDGET_LABEL, SOURCE_LABEL, interval_label
+
+FIRST = dg.AssetKey(["privacy", "customers", "preprocessed"])
+INTERVAL = interval_label("1h")
+
+
+def gates(result) -> dict[str, bool]:
+    """label -> whether the node was true, over the evaluation tree of the first stage."""
+    [root] = [r for r in result.results if r.key == FIRST]
+    found, todo = {}, [root]
+    while todo:
+        node = todo.pop()
+        if node.condition.get_label():
+            found[node.condition.get_label()] = not node.true_subset.is_empty
+        todo += node.child_results
+    return {label: found.get(label) for label in (SOURCE_LABEL, INTERVAL, BUDGET_LABEL)}
+
+
+def requested(result) -> list[str]:
+    keys = defs.resolve_asset_graph().get_all_asset_keys()
+    return sorted(k.to_user_string() for k in keys if result.get_num_requested(k))
+
+
+with dg.DagsterInstance.get() as instance:
+    start = datetime.datetime.now()
+    report, cursor = {}, None
+
+    def tick(name: str, hours: float):
+        global cursor
+        result = dg.evaluate_automation_conditions(
+            defs=defs, instance=instance, cursor=cursor,
+            evaluation_time=start + datetime.timedelta(hours=hours))
+        cursor = result.cursor
+        runs = instance.get_runs_count()
+        report[name] = {"requested": requested(result), "gates": gates(result), "runs": runs}
+        return result
+
+    tick("baseline", 0)
+    dg.materialize([raw_customers], instance=instance)
+    changed = tick("changed", 1)
+    selection = [k for k in defs.resolve_asset_graph().get_all_asset_keys()
+                 if changed.get_num_requested(k)]
+    if selection:
+        job = defs.resolve_implicit_global_asset_job_def()
+        launched = job.execute_in_process(instance=instance, asset_selection=selection,
+                                          tags={"dp_synth/trigger": "automation"})
+        report["changed"]["run_success"] = launched.success
+    tick("synthesized", 1 + 0.5 / 3600)
+    dg.materialize([raw_customers], instance=instance)
+    tick("inside_interval", 1 + 1 / 3600)
+    tick("out_of_budget", 4)
+    print(json.dumps(report))
