@@ -97,3 +97,124 @@ def test_the_rows_same_rule_is_the_gaussian_total_bound_at_the_run_rho():
     parse_registry({"datasets": {"t": entry(privacy={**PRIVACY, "epsilon": 1e-5})}})
     with pytest.raises(RegistryError):
         parse_registry({"datasets": {"t": entry(privacy={**PRIVACY, "epsilon": 1e-6})}})
+
+
+# ------------------------------------------------------------------- the source's types and values
+
+# one table with every source type the attack found costly: a boolean stored as text in many
+# spellings, a TINYINT and a DECIMAL(4,2) under bounds wider than their types, an ENUM under
+# categories with an `other` code, and a DOUBLE with NaN, +-inf and +-1e308 under learned bounds
+SOURCE = """
+CREATE TYPE letter AS ENUM ('x', 'y', 'z');
+CREATE TABLE t AS SELECT
+  ['true', ' Yes', 'T', 'y', '1', 'FALSE', 'no ', 'f', 'N', '0'][i % 10 + 1] AS flag,
+  (i % 100)::TINYINT AS small,
+  ((i % 97) / 10)::DECIMAL(4, 2) AS price,
+  (['x', 'y', 'z'][i % 3 + 1])::letter AS letter,
+  CASE i WHEN 0 THEN 'nan'::DOUBLE WHEN 1 THEN 'inf'::DOUBLE WHEN 2 THEN '-inf'::DOUBLE
+         WHEN 3 THEN 1e308 WHEN 4 THEN -1e308 ELSE (i % 50)::DOUBLE END AS amount
+FROM range(3000) r(i);
+"""
+SOURCE_COLUMNS = {
+    "flag": {"kind": "boolean"},
+    "small": {"kind": "integer", "bounds": [0, 1000], "bins": 10},
+    "price": {"kind": "float", "bounds": [0, 1000], "bins": 10},
+    "letter": {"kind": "categorical", "categories": ["x", "y"]},
+    "amount": {"kind": "float", "nullable": True, "bins": 8},
+}
+
+
+def run_entry(tmp, columns, **overrides):
+    """Materialize every asset and check of one dataset `t`; (result, ledger, outputs)."""
+    path = tmp / "datasets.yaml"
+    spec = {"source": {"table": "main.t"}, "columns": columns, "privacy": PRIVACY,
+            "model": {"iterations": 200}, "seed": 3, **overrides}
+    path.write_text(yaml.safe_dump({"datasets": {"t": spec}}))
+    defs = build_definitions(path, tmp / "warehouse.duckdb", tmp / "ledger.sqlite", tmp / "public")
+    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    return result
+
+
+def outputs(tmp) -> dict:
+    files = {p: p.read_bytes() for p in (tmp / "public").rglob("*") if p.is_file()}
+    con = duckdb.connect(str(tmp / "warehouse.duckdb"), read_only=True)
+    try:
+        files["table"] = con.execute("SELECT * FROM synthetic.t ORDER BY ALL").fetchall()
+    finally:
+        con.close()
+    return files
+
+
+def charged(tmp) -> float:
+    return math.fsum(e["rho"] for e in PrivacyLedger(tmp / "ledger.sqlite").events()
+                     if e["kind"] == "charge")
+
+
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("typed_source")
+    con = duckdb.connect(str(tmp / "warehouse.duckdb"))
+    con.execute(SOURCE)
+    con.close()
+    result = run_entry(tmp, SOURCE_COLUMNS)
+    return tmp, result
+
+
+def test_a_typed_source_synthesizes_with_every_check_passing_and_one_run_spent(typed):
+    tmp, result = typed
+    assert result.success
+    checks = [e.event_specific_data for e in result.all_events
+              if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert checks and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
+    ledger = PrivacyLedger(tmp / "ledger.sqlite")
+    s = ledger.summary("t")
+    from dp_synth_assets.core.budget import DatasetBudget
+    spec = load_registry(tmp / "datasets.yaml")["t"]
+    assert s.spent_rho == pytest.approx(DatasetBudget.of(spec).run_rho) and s.reserved_rho == 0
+
+
+def test_a_boolean_stored_as_text_reads_its_spellings_case_insensitively(typed):
+    tmp, _ = typed
+    con = duckdb.connect(str(tmp / "warehouse.duckdb"), read_only=True)
+    try:
+        # the encoded view (private) reads 5 true and 5 false spellings: half the rows true
+        codes = dict(con.execute("SELECT flag, count(*) FROM private.t_encoded GROUP BY flag")
+                     .fetchall())
+        share = con.execute("SELECT avg(flag::INTEGER) FROM synthetic.t").fetchone()[0]
+        types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns "
+                                 "WHERE table_schema = 'synthetic' AND table_name = 't'").fetchall())
+    finally:
+        con.close()
+    assert codes == {0: 1500, 1: 1500}
+    assert abs(share - 0.5) < 0.1, share
+    assert types["flag"] == "BOOLEAN" and types["small"] == "BIGINT"
+
+
+def test_learned_bounds_read_nan_as_null_and_clamp_infinities_without_a_cast_error(typed):
+    tmp, _ = typed
+    con = duckdb.connect(str(tmp / "warehouse.duckdb"), read_only=True)
+    try:
+        low, high = con.execute("SELECT min(amount), max(amount) FROM synthetic.t").fetchone()
+    finally:
+        con.close()
+    assert math.isfinite(low) and math.isfinite(high) and high < 1e6
+
+
+def test_a_text_that_reads_as_no_boolean_fails_before_anything_is_spent(typed):
+    tmp, _ = typed
+    before, spent = outputs(tmp), charged(tmp)
+    con = duckdb.connect(str(tmp / "warehouse.duckdb"))
+    con.execute("CREATE OR REPLACE TABLE bad AS SELECT * REPLACE (CASE WHEN small % 2 = 0 "
+                "THEN 'true' ELSE 'maybe' END AS flag) FROM t")
+    con.close()
+    result = run_entry(tmp, SOURCE_COLUMNS, source={"table": "main.bad"})
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.event_specific_data.error.message
+    assert "does not match its declared spec" in message and "maybe" not in message, message
+    log = (tmp / "private" / "t" / "private.log").read_text()
+    assert "do not read as booleans" in log
+    assert charged(tmp) == spent
+    assert PrivacyLedger(tmp / "ledger.sqlite").summary("t").reserved_rho == 0
+    assert outputs(tmp) == before
