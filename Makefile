@@ -22,9 +22,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-$(DAGSTER_HOME)/dagster.yaml:
+# a fresh DAGSTER_HOME gets its storages (runs, event log index, schedules) created here, once,
+# before any run starts: runs started at once on an empty one race in Dagster's migrations
+$(DAGSTER_HOME)/dagster.yaml: | $(STAMP)
 	@mkdir -p $(DAGSTER_HOME)
 	@printf 'telemetry:\n  enabled: false\n' > $@
+	@$(BIN)/python -c "import dagster as dg; i = dg.DagsterInstance.get(); i.get_runs(limit=1); i.get_latest_materialization_event(dg.AssetKey('init')); i.all_instigator_state()" >/dev/null || (rm -f $@; exit 1)
 
 run: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/python -m dp_synth_assets.example data/warehouse.duckdb

@@ -153,7 +153,22 @@ def private_stage(context: dg.AssetExecutionContext, ledger: PrivacyLedger, data
     try:
         yield StageBudget(ledger, dataset, run_id, stage, budget)
     except BaseException:
-        ledger.release(dataset, run_id, reason=f"failed in {stage}")
+        release(context, ledger, dataset, run_id, f"failed in {stage}")
         raise
     if not private or stage == private[-1]:
-        ledger.release(dataset, run_id, reason="run finished")
+        release(context, ledger, dataset, run_id, "run finished")
+
+
+def release(context, ledger: PrivacyLedger, dataset: str, run_id: str, reason: str) -> None:
+    """Release the run's reservation; when the ledger cannot record it (locked past its
+    timeout, unwritable), say so in the run's log and go on: the stage's own outcome stands,
+    and the reservation stays open until a later reservation frees it as stale (its process
+    gone, or no activity for `stale_after_seconds`). What was charged stays charged."""
+    try:
+        ledger.release(dataset, run_id, reason=reason)
+    except (LedgerError, OSError) as e:
+        context.log.error(
+            f"The release of run {run_id}'s reservation for dataset {dataset!r} ({reason}) could "
+            f"not be recorded: {e} The reservation stays open until a later run frees it as "
+            f"stale (when this run's process has ended, or after "
+            f"{ledger.stale_after_seconds:g} s without activity); nothing more is spent.")

@@ -57,7 +57,9 @@ def source_connection(warehouse: WarehouseResource, spec: DatasetSpec, dataset: 
     """A warehouse connection that can read the dataset's source and its encoded view: with an
     `attach:` source, the source database is attached to it first (`source.attach_source`,
     whose `SourceError` the stage's `private_errors` turns into a public failure)."""
-    with warehouse.connect(read_only=read_only, lock_timeout_seconds=lock_timeout_seconds) as con:
+    # a table source lives in the warehouse: a missing warehouse is an error, never created
+    with warehouse.connect(read_only=read_only, lock_timeout_seconds=lock_timeout_seconds,
+                           create=not isinstance(spec.source, TableSource)) as con:
         attach_source(con, spec, Path(warehouse.base_dir), dataset)
         yield con
 

@@ -18,6 +18,7 @@ from dp_synth_assets.core.ledger import (  # noqa: F401 - re-exported
     KINDS,
     REL_TOL,
     BUSY_TIMEOUT_MS,
+    LOCK_REPORT_SECONDS,
     DEFAULT_STALE_AFTER_SECONDS,
     LEDGER_HEAD_SUFFIX,
     LEDGER_LOCK_SUFFIX,
@@ -52,11 +53,22 @@ class LedgerResource(dagster.ConfigurableResource):
         default=DEFAULT_STALE_AFTER_SECONDS,
         description="An open reservation with no ledger activity for this long is released.",
     )
+    lock_timeout_seconds: float = Field(
+        default=BUSY_TIMEOUT_MS / 1000, gt=0,
+        description="How long a write waits for the ledger's lock before failing, naming the "
+                    "process that holds it.")
+    lock_report_seconds: float = Field(
+        default=LOCK_REPORT_SECONDS, gt=0,
+        description="While a write waits for the ledger's lock, a log line every this many s.")
 
     def ledger(self) -> PrivacyLedger:
-        """The ledger at `path`."""
+        """The ledger at `path`; lock waits are logged to Dagster's logger (the step's log
+        during a run)."""
         return PrivacyLedger(self.path, self.stale_after_seconds, units=self.units,
-                             head_path=self.head_path, sources=self.sources)
+                             head_path=self.head_path, sources=self.sources,
+                             lock_timeout_seconds=self.lock_timeout_seconds,
+                             lock_report_seconds=self.lock_report_seconds,
+                             log=dagster.get_dagster_logger().warning)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -2,18 +2,43 @@
 artifacts are written.
 
 DuckDB locks its database file per process, so connections are short-lived (closed in `finally`)
-and opening retries for a while when another process (a concurrent run, a sensor) holds the lock.
+and opening retries for a while when another process (a concurrent run, a sensor) holds the lock:
+the wait is logged every `lock_report_seconds` (naming the holder's PID, which DuckDB's message
+gives) and ends after `lock_timeout_seconds` in a `WarehouseError` naming the holder and the fix.
+A missing warehouse is never created by a read-only connection nor by one that says
+`create=False` (a source read from the warehouse); a file DuckDB cannot open (truncated,
+garbage, unreadable) raises a `WarehouseError` naming the file and the fix.
 The private zone lives in the warehouse (source, `private.*` views and tables); the public zone is
 `synthetic.*` tables and the `public_dir` folder (plans, selections, measurements, models,
 synthetic Parquet, validation results).
 """
 
+import re
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
 import duckdb
+
+from dp_synth_assets.core.source import SourceError
+
+
+class WarehouseError(SourceError):
+    """The warehouse file cannot be opened: missing, locked past the timeout, or not a DuckDB
+    database. Its `public` text names the file, the holder of a lock and the fix (no data);
+    DuckDB's own message is the `detail`."""
+
+
+HOLDER = re.compile(r"PID (\d+)")
+
+
+def _holder(message: str) -> str:
+    """'PID 123 (command)' from DuckDB's lock conflict message, or 'another process'."""
+    from dp_synth_assets.core.ledger import describe_processes
+
+    found = HOLDER.search(message)
+    return describe_processes([int(found.group(1))] if found else [])
 
 
 class WarehouseResource(dg.ConfigurableResource):
@@ -24,20 +49,48 @@ class WarehouseResource(dg.ConfigurableResource):
     public_dir: str
     base_dir: str = "."
     lock_timeout_seconds: float = 120.0
+    lock_report_seconds: float = 5.0
 
     @contextmanager
-    def connect(self, read_only: bool = False, lock_timeout_seconds: float | None = None):
-        """A short-lived connection; waits up to the lock timeout for another process's lock."""
-        Path(self.database).parent.mkdir(parents=True, exist_ok=True)
+    def connect(self, read_only: bool = False, lock_timeout_seconds: float | None = None,
+                create: bool = True, log=None):
+        """A short-lived connection; waits up to the lock timeout for another process's lock,
+        reporting the wait through `log` (default: Dagster's logger) while it lasts. A missing
+        database file is created only by a writable connection with `create` (module doc)."""
+        database = Path(self.database)
+        if not database.exists() and (read_only or not create):
+            raise WarehouseError(
+                f"the warehouse {database.resolve()} does not exist (moved or deleted?). Point "
+                "DP_SYNTH_WAREHOUSE (the warehouse resource's `database`) at it, or load the "
+                "source first; nothing was created in its place")
+        database.parent.mkdir(parents=True, exist_ok=True)
         wait = self.lock_timeout_seconds if lock_timeout_seconds is None else lock_timeout_seconds
-        deadline = time.monotonic() + wait
+        log = log or dg.get_dagster_logger().warning
+        started = time.monotonic()
+        reported = started
         while True:
             try:
                 con = duckdb.connect(self.database, read_only=read_only)
                 break
             except duckdb.IOException as e:
-                if "lock" not in str(e).lower() or time.monotonic() > deadline:
-                    raise
+                text = str(e)
+                if "lock" not in text.lower():
+                    raise WarehouseError(
+                        f"the warehouse {database.resolve()} cannot be opened: it is not a "
+                        "readable DuckDB database (truncated, overwritten, another file or no "
+                        "permission). Restore it from a backup or point DP_SYNTH_WAREHOUSE at "
+                        "the right file", detail=text) from None
+                now = time.monotonic()
+                if now - started > wait:
+                    raise WarehouseError(
+                        f"the warehouse {database.resolve()} is locked by {_holder(text)} for "
+                        f"over {wait:g} s: DuckDB lets one process write it at a time. Wait for "
+                        "that process to finish, stop it if it is stuck, or raise the "
+                        "warehouse's `lock_timeout_seconds`", detail=text) from None
+                if now - reported >= self.lock_report_seconds:
+                    reported = now
+                    log(f"waiting for DuckDB's lock on the warehouse {database}, held by "
+                        f"{_holder(text)}: {now - started:.0f} s of {wait:g} s")
                 time.sleep(0.2)
         try:
             yield con

@@ -4,16 +4,29 @@ A `DatasetSpec` is one registered source table with its column specs, privacy se
 synthesis settings. `load_registry` parses the YAML file and rejects unknown keys, wrong kinds and
 impossible values with a `RegistryError` that names the dataset and the key, so a malformed file
 fails when the Dagster definitions load, before any run starts.
+
+What is refused at load, beyond the schema (each a mistake that would otherwise cost budget):
+- a key written twice in one mapping (YAML keeps the last one silently: a second `limit:`, two
+  entries of one name); the message names the key and both lines;
+- an epsilon, delta or seed that is not a number (`epsilon: true`, `epsilon: "1"`), a negative
+  seed, and an epsilon above `MAX_EPSILON` (its rho cannot be computed);
+- with `rows: same`, a run budget whose noisy row count cannot be meaningful: any noisy total
+  the run can measure with its rho has a standard deviation of at least sqrt(1 / (2 rho))
+  rows (the inverse-variance combination of Gaussian counts of sensitivity 1 whose rho sum to
+  at most the run's), and a run whose bound exceeds `MAX_TOTAL_SD` rows is refused: declare
+  `rows:` or raise `privacy.epsilon`. The rule reads epsilon and delta only.
 """
 
 import math
+import numbers
 import re
 from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
+                      field_validator, model_validator)
 
 from .engines import ENGINES
 from .methods import METHODS
@@ -39,6 +52,38 @@ SQL_TYPES = {"integer": tuple(INTEGER_SQL_RANGES), "float": ("DOUBLE", "FLOAT"),
              "categorical": ("VARCHAR", "TINYINT", "SMALLINT", "INTEGER", "BIGINT")}
 DECIMAL = re.compile(r"^DECIMAL\s*\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 INTEGER_TEXT = re.compile(r"^[+-]?\d+$")
+# The largest epsilon (run or limit) whose rho the accountant can compute (OpenDP's profile
+# overflows above about 5e4); far beyond any meaningful guarantee.
+MAX_EPSILON = 10_000.0
+# `rows: same` is refused when the noisy row count's standard deviation is at least this many
+# rows whatever the run measures (module docstring).
+MAX_TOTAL_SD = 1_000_000.0
+
+
+def _number(value):
+    """A YAML number, as is: booleans (`epsilon: true` would read as 1.0) and text are refused
+    rather than converted."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"expected a number, got {value!r}")
+    return value
+
+
+def _integer(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"expected an integer, got {value!r}")
+    return value
+
+
+def _epsilon(value):
+    value = _number(value)
+    if value > MAX_EPSILON:
+        raise ValueError(f"epsilon {value:g} is above {MAX_EPSILON:g}, the largest whose rho "
+                         "can be computed (and far beyond any meaningful guarantee)")
+    return value
+
+
+Number = Annotated[float, BeforeValidator(_number)]
+Epsilon = Annotated[float, BeforeValidator(_epsilon)]
 
 
 def sql_type_range(sql_type: str) -> tuple[float, float] | None:
@@ -321,8 +366,8 @@ Source = Union[TableSource, ParquetSource, CsvSource, AttachSource]
 
 
 class Limit(_Strict):
-    epsilon: float = Field(gt=0, allow_inf_nan=False)
-    delta: float = Field(gt=0, lt=1, allow_inf_nan=False)
+    epsilon: Epsilon = Field(gt=0, allow_inf_nan=False)
+    delta: Number = Field(gt=0, lt=1, allow_inf_nan=False)
 
 
 class Privacy(_Strict):
@@ -333,8 +378,8 @@ class Privacy(_Strict):
     same source; they must then declare the same limit).
     """
 
-    epsilon: float = Field(gt=0, allow_inf_nan=False)
-    delta: float = Field(gt=0, lt=1, allow_inf_nan=False)
+    epsilon: Epsilon = Field(gt=0, allow_inf_nan=False)
+    delta: Number = Field(gt=0, lt=1, allow_inf_nan=False)
     limit: Limit
     budget_group: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
@@ -416,7 +461,7 @@ class DatasetSpec(_Strict):
     method: str = "absyn"  # a key of core.methods.METHODS (checked below)
     generator: str = "auto"  # a key of core.engines.ENGINES or auto (checked below)
     rows: Literal["same"] | Annotated[int, Field(ge=1, le=1_000_000_000)] = "same"
-    seed: int | None = None
+    seed: Annotated[int, BeforeValidator(_integer), Field(ge=0, lt=2 ** 63)] | None = None
     schedule: str | None = None
     on_source_change: Literal["resynthesize", "ignore"] = "ignore"
     min_interval: DurationText = "1h"
@@ -489,12 +534,30 @@ class DatasetSpec(_Strict):
         if shares >= 1:
             raise ValueError(f"selection.one_way_share + selection.score_share must be below 1 "
                              f"(with {self.method}'s defaults for unset shares: {shares:.3g})")
+        if self.rows == "same":
+            sd = noisy_total_sd_bound(self.privacy.epsilon, self.privacy.delta)
+            if sd > MAX_TOTAL_SD:
+                raise ValueError(
+                    f"privacy.epsilon {self.privacy.epsilon:g} is too small for `rows: same`: the "
+                    f"noisy row count it can measure has a standard deviation of at least "
+                    f"{sd:.3g} rows (above {MAX_TOTAL_SD:.0f}); raise privacy.epsilon or declare "
+                    "the number of rows (`rows: 10000`)")
         return self
 
     @property
     def min_interval_seconds(self) -> float:
         number, unit = re.match(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$", self.min_interval).groups()
         return float(number) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+
+
+def noisy_total_sd_bound(epsilon: float, delta: float) -> float:
+    """The least standard deviation of any noisy row count a run of (epsilon, delta) measures:
+    sqrt(1 / (2 rho)) with rho the whole run's zCDP budget at `delta` (module docstring); inf
+    when rho rounds to 0."""
+    from .privacy import rho_from_epsilon_delta
+
+    rho = rho_from_epsilon_delta(epsilon, delta)
+    return math.sqrt(1.0 / (2.0 * rho)) if rho > 0 else math.inf
 
 
 class Registry(_Strict):
@@ -537,12 +600,44 @@ def _describe_location(loc: list[str]) -> str:
     return "key " + ".".join(keys)
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key written twice in one mapping (`DuplicateKey`)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key, line = self.construct_object(key_node, deep=True), key_node.start_mark.line + 1
+                try:
+                    if key in seen:
+                        raise DuplicateKey(key, seen[key], line)
+                    seen[key] = line
+                except TypeError:  # an unhashable key: SafeLoader's own error follows
+                    continue
+        return super().construct_mapping(node, deep)
+
+
+class DuplicateKey(ValueError):
+    def __init__(self, key, first: int, line: int):
+        super().__init__(f"key {key!r} is written twice in one mapping, on line {first} and on "
+                         f"line {line}: YAML would keep the second silently. Keep one.")
+
+
+def parse_yaml(text: str) -> object:
+    """A YAML document, loaded safely, refusing duplicate keys (`DuplicateKey`)."""
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
 def load_registry(path: str | Path) -> dict[str, DatasetSpec]:
     path = Path(path)
     if not path.exists():
         raise RegistryError(f"{path} does not exist; create it or set DP_SYNTH_DATASETS")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = parse_yaml(path.read_text())
+    except DuplicateKey as e:
+        raise RegistryError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise RegistryError(f"{path} is not valid YAML: {e}") from None
     return parse_registry(data, origin=str(path))

@@ -27,7 +27,9 @@ Every encoding is total (no value makes it fail, so no error message can quote o
 - values outside the bounds, +inf and -inf (also infinite dates and timestamps) are clamped into
   the first or last bin, in floating point BEFORE any cast to an integer type, so the cast that
   follows never overflows;
-- booleans read with TRY_CAST too; categorical values compare as text (always defined).
+- booleans stored as text read 'true'/'t'/'yes'/'y'/'1' as true and 'false'/'f'/'no'/'n'/'0' as
+  false (case-insensitive, trimmed), anything else as NULL; other types with TRY_CAST
+  (`boolean_value`); categorical values compare as text (always defined).
 The encode side is SQL (sql/encode_*.sql) run by DuckDB; the decode side is numpy.
 """
 
@@ -252,6 +254,12 @@ def value_expression(column: str, kind: str, sql_type: str) -> str:
     return f"TRY_CAST({col} AS DOUBLE)"
 
 
+def boolean_value(column: str) -> str:
+    """SQL: a boolean column's value, NULL where it reads as no boolean (sql/boolean_value.sql:
+    text by its spelling, whatever DuckDB's own cast accepts; other types with TRY_CAST)."""
+    return sql("boolean_value", column=ident(column))
+
+
 def encode_expression(e: Encoding) -> str:
     """The SQL expression computing e's code from the source column (total: see the module
     docstring)."""
@@ -265,7 +273,8 @@ def encode_expression(e: Encoding) -> str:
                    categories=kept, rare=rare, rare_code=e.rare_code if e.rare else "NULL",
                    other_code=e.other_code if e.has_other else "NULL")  # checked: none outside
     if e.kind == "boolean":
-        return sql("encode_boolean", column=col, is_null=is_null, null_code=null_code)
+        return sql("encode_boolean", value=boolean_value(e.column), is_null=is_null,
+                   null_code=null_code)
     value = value_expression(e.column, e.kind, e.sql_type)
     if e.edges is not None:
         interior = "[" + ", ".join(repr(float(x)) for x in e.edges[1:-1]) + "]"

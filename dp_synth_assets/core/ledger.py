@@ -27,6 +27,13 @@ ledger file, or a missing ledger whose head file records rows, raise LedgerError
 spent. A crash between the commit and the head update leaves the ledger ahead of its mirror,
 which is accepted.
 
+Locks and files: a wait for the ledger's lock file or for SQLite's write lock is reported through
+`log` every `lock_report_seconds` while it lasts and ends after `lock_timeout_seconds` in a
+LedgerError naming the file, the processes holding its lock (read from /proc/locks where the
+system has it) and the fix. A ledger file that SQLite cannot open, read or write (not a
+database, truncated, read-only, a folder) raises a LedgerError naming the file and the fix,
+before anything is spent.
+
 `PrivacyLedger` uses only the standard library and its SQLite statements in sql/ledger_*.sql, so
 the pipeline (through `dp_synth_assets.resources.ledger.LedgerResource`, its Dagster wrapper)
 and the notebook API share it.
@@ -54,7 +61,8 @@ from .sql import sql
 from .units import group_name
 
 KINDS = ("reserve", "charge", "release")
-BUSY_TIMEOUT_MS = 30_000
+BUSY_TIMEOUT_MS = 30_000  # the default lock timeout (`PrivacyLedger.lock_timeout_seconds`)
+LOCK_REPORT_SECONDS = 5.0
 DEFAULT_STALE_AFTER_SECONDS = 6 * 3600.0
 
 LEDGER_HEAD_SUFFIX = ".head"
@@ -342,13 +350,13 @@ def _json(parameters: dict) -> str:
                       default=lambda o: o.item() if hasattr(o, "item") else str(o))
 
 
-def _enable_wal(conn: sqlite3.Connection) -> None:
+def _enable_wal(conn: sqlite3.Connection, timeout: float = BUSY_TIMEOUT_MS / 1000) -> None:
     """Switch the database to WAL mode (persistent), retrying while another process holds it.
 
     SQLite answers a journal-mode change with "database is locked" at once, without waiting for
     the busy timeout, when another connection is creating the database at the same moment.
     """
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    deadline = time.monotonic() + timeout
     while True:
         try:
             if conn.execute(sql("ledger_journal_wal")).fetchone()[0].lower() == "wal":
@@ -362,6 +370,53 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
 
 
 # ---- the hash chain and its mirrored head -----------------------------------------------------------
+
+
+def _is_locked(error: sqlite3.Error) -> bool:
+    text = str(error).lower()
+    return "locked" in text or "busy" in text
+
+
+def lock_holders(*paths: Path) -> list[int]:
+    """The processes holding a lock (flock or POSIX) on any of `paths`, from /proc/locks
+    (empty where the system has none, or when no lock is visible)."""
+    inodes = set()
+    for path in paths:
+        try:
+            inodes.add(os.stat(path).st_ino)
+        except OSError:
+            continue
+    pids = []
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        fields = line.split()
+        try:
+            i = fields.index("->") + 1 if "->" in fields else 0
+            pid, where = int(fields[i + 4]), fields[i + 5]
+            inode = int(where.rsplit(":", 1)[1])
+        except (ValueError, IndexError):
+            continue
+        if inode in inodes and pid != os.getpid() and pid not in pids:
+            pids.append(pid)
+    return pids
+
+
+def describe_processes(pids: list[int]) -> str:
+    """'PID 123 (python -m dagster ...), PID 456' for a message; 'another process' if none."""
+    if not pids:
+        return "another process"
+    shown = []
+    for pid in pids:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace").strip()
+        except OSError:
+            command = ""
+        shown.append(f"PID {pid}" + (f" ({command[:120]})" if command else ""))
+    return ", ".join(shown)
 
 
 def _canonical(row: dict) -> str:
@@ -413,7 +468,9 @@ class PrivacyLedger:
 
     def __init__(self, path: str | Path, stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
                  owner_pid: int | None = None, units: dict[str, str] | None = None,
-                 head_path: str | Path | None = None, sources: dict[str, str] | None = None):
+                 head_path: str | Path | None = None, sources: dict[str, str] | None = None,
+                 lock_timeout_seconds: float = BUSY_TIMEOUT_MS / 1000,
+                 lock_report_seconds: float = LOCK_REPORT_SECONDS, log=None):
         self.path = Path(path)
         self.head_path = (Path(head_path) if head_path
                           else self.path.with_name(self.path.name + LEDGER_HEAD_SUFFIX))
@@ -422,6 +479,9 @@ class PrivacyLedger:
         self.owner_pid = owner_pid
         self.units = dict(units or {})
         self.sources = dict(sources or {})
+        self.lock_timeout_seconds = float(lock_timeout_seconds)
+        self.lock_report_seconds = float(lock_report_seconds)
+        self.log = log  # a callable taking one line (a wait still going on), or None
         self._ready = False
 
     # -- units
@@ -531,22 +591,77 @@ class PrivacyLedger:
     @contextmanager
     def _lock(self) -> Iterator[None]:
         """The cross-process lock around a write: SQLite transaction plus head update."""
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as e:
+            raise LedgerError(self._unusable(self.lock_path, e)) from None
+        try:
+            wait = self._waiting(self.lock_path)
             while True:
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise LedgerError(f"the privacy ledger's lock {self.lock_path} is held by "
-                                          f"another process for over {BUSY_TIMEOUT_MS // 1000} s")
+                    wait()
                     time.sleep(0.005)
             yield
         finally:
             os.close(fd)  # releases the lock
+
+    def _waiting(self, path: Path, *others: Path):
+        """A function called on each failed attempt to take a lock on `path`: it reports the wait
+        through `log` every `lock_report_seconds` and raises LedgerError after
+        `lock_timeout_seconds`, naming the holders (`lock_holders`) and the fix."""
+        started = time.monotonic()
+        reported = [started]
+
+        def wait() -> None:
+            now = time.monotonic()
+            if now - started > self.lock_timeout_seconds:
+                holders = describe_processes(lock_holders(path, *others))
+                raise LedgerError(
+                    f"The privacy ledger {self.path} is locked by {holders} for over "
+                    f"{self.lock_timeout_seconds:g} s ({path}). Nothing was spent by this "
+                    f"attempt. Wait for that process to finish (a run holds the lock for a "
+                    f"moment per ledger row), stop it if it is stuck, or raise the ledger's "
+                    f"`lock_timeout_seconds`.")
+            if self.log is not None and now - reported[0] >= self.lock_report_seconds:
+                reported[0] = now
+                self.log(f"waiting for the privacy ledger's lock on {path}, held by "
+                         f"{describe_processes(lock_holders(path, *others))}: "
+                         f"{now - started:.0f} s of {self.lock_timeout_seconds:g} s")
+        return wait
+
+    def _unusable(self, path: Path, error: BaseException) -> str:
+        """The message for a ledger file that cannot be opened, read or written."""
+        text = str(error)
+        if "not a database" in text or "malformed" in text or "disk image" in text:
+            what, fix = ("is not a SQLite database (it is corrupt, truncated or another file)",
+                         "Restore it from a backup (with its .head file)")
+        elif "readonly" in text or "read-only" in text or isinstance(error, PermissionError):
+            what, fix = ("cannot be written (a read-only file or folder)",
+                         "Make the file, its folder and its -wal/-shm/.lock files writable by "
+                         "this user")
+        else:
+            what, fix = (f"cannot be opened ({text})",
+                         "Check that the path is a file in a folder this user can write, or "
+                         "point DP_SYNTH_LEDGER (the ledger resource's `path`) at the ledger")
+        return (f"The privacy ledger {self.path} {what}: {path}. Nothing was spent. {fix}; "
+                f"never start a new, empty ledger in its place, which would forget what was "
+                f"spent.")
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        """BEGIN IMMEDIATE, waiting for SQLite's write lock as `_waiting` says."""
+        wait = self._waiting(self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"))
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as e:
+                if not _is_locked(e):
+                    raise
+                wait()
 
     def _connect(self, locked: bool = False) -> sqlite3.Connection:
         if not self.path.exists():
@@ -557,10 +672,17 @@ class PrivacyLedger:
                     f"The privacy ledger {self.path} does not exist, but its head file "
                     f"{self.head_path} records {head['rows']} rows: the ledger was deleted or "
                     f"moved. {self._restore_hint()}")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-        conn.row_factory = sqlite3.Row
-        conn.execute(sql("ledger_busy_timeout", milliseconds=BUSY_TIMEOUT_MS))
+        if self.path.is_dir():
+            raise LedgerError(self._unusable(self.path, IsADirectoryError("it is a folder")))
+        # SQLite waits at most this long inside one statement; `_begin` retries and reports
+        step = max(0.001, min(self.lock_report_seconds, self.lock_timeout_seconds) / 5)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(self.path, timeout=step, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute(sql("ledger_busy_timeout", milliseconds=int(step * 1000)))
+        except (OSError, sqlite3.Error) as e:
+            raise LedgerError(self._unusable(self.path, e)) from None
         if not self._ready:
             try:
                 if locked:
@@ -576,8 +698,8 @@ class PrivacyLedger:
 
     def _setup(self, conn: sqlite3.Connection) -> None:
         """Create the tables and the chain's secret on first use; refuse a pre-chain ledger."""
-        _enable_wal(conn)
-        conn.execute("BEGIN IMMEDIATE")
+        _enable_wal(conn, self.lock_timeout_seconds)
+        self._begin(conn)
         try:
             columns = {row[0] for row in conn.execute(_COLUMNS_OF)}
             if columns and "hash" not in columns:
@@ -613,11 +735,11 @@ class PrivacyLedger:
     def _transaction(self) -> Iterator[_Tx]:
         """One write under the lock: a BEGIN IMMEDIATE transaction over the verified rows,
         committed on success (then the head is mirrored), rolled back on any exception."""
-        with self._lock():
+        with self._lock(), self._file_errors():
             head = self._head()
             conn = self._connect(locked=True)
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                self._begin(conn)
                 try:
                     rows, genesis = self._load(conn)
                     self._verify(rows, genesis, head)
@@ -636,14 +758,34 @@ class PrivacyLedger:
     def _read(self) -> list[dict]:
         """All rows, verified. The head is read first: it only advances after a commit, so the
         rows read next extend it unless the ledger was tampered with."""
-        head = self._head()
-        conn = self._connect()
-        try:
-            rows, genesis = self._load(conn)
-        finally:
-            conn.close()
+        with self._file_errors():
+            head = self._head()
+            conn = self._connect()
+            try:
+                rows, genesis = self._load(conn)
+            finally:
+                conn.close()
         self._verify(rows, genesis, head)
         return rows
+
+    @contextmanager
+    def _file_errors(self) -> Iterator[None]:
+        """SQLite's and the file system's errors (not a lock wait: `_waiting`) as a LedgerError
+        naming the file and the fix (`_unusable`)."""
+        try:
+            yield
+        except sqlite3.OperationalError as e:
+            if _is_locked(e):
+                raise LedgerError(
+                    f"The privacy ledger {self.path} stayed locked by "
+                    f"{describe_processes(lock_holders(self.path))}: {e}. Nothing was spent by "
+                    f"this attempt; retry when that process is done, or raise the ledger's "
+                    f"`lock_timeout_seconds`.") from None
+            self._ready = False
+            raise LedgerError(self._unusable(self.path, e)) from None
+        except (sqlite3.Error, OSError) as e:
+            self._ready = False
+            raise LedgerError(self._unusable(self.path, e)) from None
 
     def _insert(self, tx: _Tx, scope: tuple[str, str], dataset: str, run_id: str, kind: str,
                 rho: float,
@@ -807,11 +949,12 @@ class PrivacyLedger:
         rows = self._read()
         if rows:
             return len(rows), rows[-1]["hash"]
-        conn = self._connect()
-        try:
-            return 0, self._load(conn)[1]
-        finally:
-            conn.close()
+        with self._file_errors():
+            conn = self._connect()
+            try:
+                return 0, self._load(conn)[1]
+            finally:
+                conn.close()
 
     def verify_published(self, rows: int, head: str, where: str) -> None:
         """Refuse (LedgerError) unless this ledger extends a head published elsewhere (`rows`

@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 
 from .config import AttachSource, ColumnSpec, CsvSource, DatasetSpec, ParquetSource, TableSource
-from .domain import cast_type, is_null_condition
+from .domain import boolean_value, cast_type, is_null_condition
 from .sql import ident, literal, sql
 
 
@@ -183,7 +183,13 @@ def validate_source(con: duckdb.DuckDBPyConnection, relation: str,
     for i, (name, spec) in enumerate(columns.items()):
         col, is_null = ident(name), is_null_condition(name, spec.missing, spec.kind)
         target = cast_type(spec)
-        if target is not None:
+        if spec.kind == "boolean":
+            checks.append(sql("check_value", value=boolean_value(name), is_null=is_null,
+                              alias=f"cast_{i}"))
+            problems.append(f"column {name!r} has values that do not read as booleans (true/"
+                            "false, t/f, yes/no, y/n, 1/0 in any case, or a BOOLEAN or number); "
+                            "fix the data, or list the placeholder values under `missing:`")
+        elif target is not None:
             checks.append(sql("check_cast", column=col, is_null=is_null, sql_type=target,
                               alias=f"cast_{i}"))
             problems.append(f"column {name!r} has values that cannot be cast to {target} "

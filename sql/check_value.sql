@@ -1,0 +1,1 @@
+bool_or(NOT ({is_null}) AND ({value}) IS NULL) AS {alias}

@@ -1,0 +1,220 @@
+"""Check before you spend (issue 17): what the spec, the config and the source's schema can tell
+is refused at load or before the first charge, with a clear message; nothing is spent and the
+earlier outputs stay as they were. What the source's values can tell (text booleans, NaN and
+infinities under learned bounds) is read by a documented rule and never ends in a cast error
+after budget was spent."""
+
+import math
+
+import dagster as dg
+import duckdb
+import pytest
+import yaml
+
+from dp_synth_assets.core.config import (MAX_TOTAL_SD, RegistryError, load_registry,
+                                         noisy_total_sd_bound, parse_registry)
+from dp_synth_assets.core.privacy import rho_from_epsilon_delta
+from dp_synth_assets.definitions import build_definitions
+from dp_synth_assets.resources.ledger import PrivacyLedger
+from tests.helpers import example_entry
+
+PRIVACY = {"epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 10.0, "delta": 1e-8}}
+COLUMNS = {"a": {"kind": "integer", "bounds": [0, 9]}, "b": {"kind": "boolean"}}
+
+
+def entry(**overrides) -> dict:
+    return {"source": {"table": "main.t"}, "columns": COLUMNS, "privacy": PRIVACY, **overrides}
+
+
+def refused(tmp_path, text: str) -> str:
+    path = tmp_path / "datasets.yaml"
+    path.write_text(text)
+    with pytest.raises(RegistryError) as caught:
+        load_registry(path)
+    return str(caught.value)
+
+
+# ------------------------------------------------------------------------------------ at load
+
+
+def test_a_second_limit_key_is_refused_naming_the_key_and_both_lines(tmp_path):
+    text = """datasets:
+  t:
+    source: {table: main.t}
+    columns: {a: {kind: integer, bounds: [0, 9]}, b: {kind: boolean}}
+    privacy:
+      epsilon: 1.0
+      delta: 1.0e-9
+      limit: {epsilon: 2.0, delta: 1.0e-8}
+      limit: {epsilon: 50.0, delta: 1.0e-8}
+"""
+    message = refused(tmp_path, text)
+    assert "'limit'" in message and "line 8" in message and "line 9" in message, message
+
+
+def test_two_entries_of_one_name_are_refused(tmp_path):
+    body = ("{source: {table: main.t}, columns: {a: {kind: integer, bounds: [0, 9]}, "
+            "b: {kind: boolean}}, privacy: {epsilon: 1.0, delta: 1.0e-9, "
+            "limit: {epsilon: 2.0, delta: 1.0e-8}}}")
+    message = refused(tmp_path, f"datasets:\n  t: {body}\n  t: {body}\n")
+    assert "'t'" in message and "line 2" in message and "line 3" in message, message
+
+
+@pytest.mark.parametrize("key,value", [
+    ("epsilon", True), ("epsilon", "1"), ("delta", False), ("delta", "1e-9"),
+])
+def test_an_epsilon_or_delta_that_is_not_a_number_is_refused(key, value):
+    privacy = {**PRIVACY, key: value}
+    with pytest.raises(RegistryError, match=rf"privacy\.{key}.*expected a number"):
+        parse_registry({"datasets": {"t": entry(privacy=privacy)}})
+
+
+def test_a_limit_epsilon_too_large_for_the_accountant_is_a_clear_error():
+    privacy = {**PRIVACY, "limit": {"epsilon": 1e300, "delta": 1e-8}}
+    with pytest.raises(RegistryError, match=r"privacy\.limit\.epsilon.*largest whose rho"):
+        parse_registry({"datasets": {"t": entry(privacy=privacy)}})
+
+
+@pytest.mark.parametrize("seed", [-1, True, 2 ** 64, "7"])
+def test_a_seed_numpy_cannot_take_is_refused_at_load(seed):
+    with pytest.raises(RegistryError, match="'seed'"):
+        parse_registry({"datasets": {"t": entry(seed=seed)}})
+
+
+def test_an_epsilon_too_small_for_rows_same_is_refused_and_accepted_with_declared_rows():
+    privacy = {**PRIVACY, "epsilon": 1e-300}
+    with pytest.raises(RegistryError, match=r"too small for `rows: same`.*declare the number"):
+        parse_registry({"datasets": {"t": entry(privacy=privacy)}})
+    assert parse_registry({"datasets": {"t": entry(privacy=privacy, rows=100)}})["t"].rows == 100
+
+
+def test_the_rows_same_rule_is_the_gaussian_total_bound_at_the_run_rho():
+    # sd >= sqrt(1 / (2 rho)): one count of sensitivity 1 measured with the whole run's rho
+    for epsilon in (1e-6, 1e-5, 1.0):
+        rho = rho_from_epsilon_delta(epsilon, 1e-9)
+        assert noisy_total_sd_bound(epsilon, 1e-9) == pytest.approx(math.sqrt(1 / (2 * rho)))
+    assert noisy_total_sd_bound(1e-6, 1e-9) > MAX_TOTAL_SD > noisy_total_sd_bound(1e-5, 1e-9)
+    parse_registry({"datasets": {"t": entry(privacy={**PRIVACY, "epsilon": 1e-5})}})
+    with pytest.raises(RegistryError):
+        parse_registry({"datasets": {"t": entry(privacy={**PRIVACY, "epsilon": 1e-6})}})
+
+
+# ------------------------------------------------------------------- the source's types and values
+
+# one table with every source type the attack found costly: a boolean stored as text in many
+# spellings, a TINYINT and a DECIMAL(4,2) under bounds wider than their types, an ENUM under
+# categories with an `other` code, and a DOUBLE with NaN, +-inf and +-1e308 under learned bounds
+SOURCE = """
+CREATE TYPE letter AS ENUM ('x', 'y', 'z');
+CREATE TABLE t AS SELECT
+  ['true', ' Yes', 'T', 'y', '1', 'FALSE', 'no ', 'f', 'N', '0'][i % 10 + 1] AS flag,
+  (i % 100)::TINYINT AS small,
+  ((i % 97) / 10)::DECIMAL(4, 2) AS price,
+  (['x', 'y', 'z'][i % 3 + 1])::letter AS letter,
+  CASE i WHEN 0 THEN 'nan'::DOUBLE WHEN 1 THEN 'inf'::DOUBLE WHEN 2 THEN '-inf'::DOUBLE
+         WHEN 3 THEN 1e308 WHEN 4 THEN -1e308 ELSE (i % 50)::DOUBLE END AS amount
+FROM range(3000) r(i);
+"""
+SOURCE_COLUMNS = {
+    "flag": {"kind": "boolean"},
+    "small": {"kind": "integer", "bounds": [0, 1000], "bins": 10},
+    "price": {"kind": "float", "bounds": [0, 1000], "bins": 10},
+    "letter": {"kind": "categorical", "categories": ["x", "y"]},
+    "amount": {"kind": "float", "nullable": True, "bins": 8},
+}
+
+
+def run_entry(tmp, columns, **overrides):
+    """Materialize every asset and check of one dataset `t`; (result, ledger, outputs)."""
+    path = tmp / "datasets.yaml"
+    spec = {"source": {"table": "main.t"}, "columns": columns, "privacy": PRIVACY,
+            "model": {"iterations": 200}, "seed": 3, **overrides}
+    path.write_text(yaml.safe_dump({"datasets": {"t": spec}}))
+    defs = build_definitions(path, tmp / "warehouse.duckdb", tmp / "ledger.sqlite", tmp / "public")
+    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    return result
+
+
+def outputs(tmp) -> dict:
+    files = {p: p.read_bytes() for p in (tmp / "public").rglob("*") if p.is_file()}
+    con = duckdb.connect(str(tmp / "warehouse.duckdb"), read_only=True)
+    try:
+        files["table"] = con.execute("SELECT * FROM synthetic.t ORDER BY ALL").fetchall()
+    finally:
+        con.close()
+    return files
+
+
+def charged(tmp) -> float:
+    return math.fsum(e["rho"] for e in PrivacyLedger(tmp / "ledger.sqlite").events()
+                     if e["kind"] == "charge")
+
+
+@pytest.fixture(scope="module")
+def typed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("typed_source")
+    con = duckdb.connect(str(tmp / "warehouse.duckdb"))
+    con.execute(SOURCE)
+    con.close()
+    result = run_entry(tmp, SOURCE_COLUMNS)
+    return tmp, result
+
+
+def test_a_typed_source_synthesizes_with_every_check_passing_and_one_run_spent(typed):
+    tmp, result = typed
+    assert result.success
+    checks = [e.event_specific_data for e in result.all_events
+              if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert checks and all(c.passed for c in checks), [c.check_name for c in checks if not c.passed]
+    ledger = PrivacyLedger(tmp / "ledger.sqlite")
+    s = ledger.summary("t")
+    from dp_synth_assets.core.budget import DatasetBudget
+    spec = load_registry(tmp / "datasets.yaml")["t"]
+    assert s.spent_rho == pytest.approx(DatasetBudget.of(spec).run_rho) and s.reserved_rho == 0
+
+
+def test_a_boolean_stored_as_text_reads_its_spellings_case_insensitively(typed):
+    tmp, _ = typed
+    con = duckdb.connect(str(tmp / "warehouse.duckdb"), read_only=True)
+    try:
+        # the encoded view (private) reads 5 true and 5 false spellings: half the rows true
+        codes = dict(con.execute("SELECT flag, count(*) FROM private.t_encoded GROUP BY flag")
+                     .fetchall())
+        share = con.execute("SELECT avg(flag::INTEGER) FROM synthetic.t").fetchone()[0]
+        types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns "
+                                 "WHERE table_schema = 'synthetic' AND table_name = 't'").fetchall())
+    finally:
+        con.close()
+    assert codes == {0: 1500, 1: 1500}
+    assert abs(share - 0.5) < 0.1, share
+    assert types["flag"] == "BOOLEAN" and types["small"] == "BIGINT"
+
+
+def test_learned_bounds_read_nan_as_null_and_clamp_infinities_without_a_cast_error(typed):
+    tmp, _ = typed
+    con = duckdb.connect(str(tmp / "warehouse.duckdb"), read_only=True)
+    try:
+        low, high = con.execute("SELECT min(amount), max(amount) FROM synthetic.t").fetchone()
+    finally:
+        con.close()
+    assert math.isfinite(low) and math.isfinite(high) and high < 1e6
+
+
+def test_a_text_that_reads_as_no_boolean_fails_before_anything_is_spent(typed):
+    tmp, _ = typed
+    before, spent = outputs(tmp), charged(tmp)
+    con = duckdb.connect(str(tmp / "warehouse.duckdb"))
+    con.execute("CREATE OR REPLACE TABLE bad AS SELECT * REPLACE (CASE WHEN small % 2 = 0 "
+                "THEN 'true' ELSE 'maybe' END AS flag) FROM t")
+    con.close()
+    result = run_entry(tmp, SOURCE_COLUMNS, source={"table": "main.bad"})
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.event_specific_data.error.message
+    assert "does not match its declared spec" in message and "maybe" not in message, message
+    log = (tmp / "private" / "t" / "private.log").read_text()
+    assert "do not read as booleans" in log
+    assert charged(tmp) == spent
+    assert PrivacyLedger(tmp / "ledger.sqlite").summary("t").reserved_rho == 0
+    assert outputs(tmp) == before
