@@ -53,7 +53,7 @@ def raw_customers() -> dg.MaterializeResult:
     plan = rng.choice(["basic", "plus", "pro"], size=ROWS, p=[0.6, 0.3, 0.1])
     age = np.clip(rng.normal(40, 12, size=ROWS).round(), 18, 80).astype("int64")
     active = rng.random(ROWS) < np.where(plan == "basic", 0.5, 0.8)
-    frame = pd.DataFrame({"age": age, "plan": plan, "active": active})
+    frame = pd.DataFrame({"age": age, "plan": plan, "active": active})  # noqa: F841 (read by SQL)
     con = duckdb.connect(str(WAREHOUSE))
     try:
         con.execute("CREATE OR REPLACE TABLE main.customers AS SELECT * FROM frame")

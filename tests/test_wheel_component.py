@@ -1,0 +1,78 @@
+"""A second host project installs the built wheel: tests/host_project_dg/, a `dg` project whose
+own asset writes a Parquet file, with dp-synth added as a Component instance from YAML
+(src/host_lake/defs/synth/defs.yaml). From the installed package, `dg` lists the component and
+the definitions the YAML builds (dp-synth's stages downstream of the host's asset), and one
+`dagster asset materialize` of the host's asset and everything downstream runs them under the
+host's default executor (a process per step), reading the Parquet file.
+
+How the wheel is built and installed: tests/wheel_env.py.
+"""
+
+import json
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tests.wheel_env import build_wheel, host_env, install, run
+
+HOST = Path(__file__).resolve().parent / "host_project_dg"
+TYPE = "dp_synth_assets.DpSynthComponent"
+STAGES = ["preprocessed", "marginals", "selection", "measurements", "model", "synthetic"]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    pytest.importorskip("dagster_dg_cli", reason="dagster-dg-cli is in the test extra")
+    return install(build_wheel(tmp_path_factory.mktemp("wheel")), tmp_path_factory.mktemp("venv"))
+
+
+def dg(installed: Path, project: Path, env: dict, *args: str) -> str:
+    """`dg` run by the venv's python (its console script belongs to the test environment)."""
+    return run([installed, "-c", "import sys; from dagster_dg_cli.cli import main; "
+                "sys.argv[0] = 'dg'; main()", *args], project, env).stdout
+
+
+def test_a_dg_project_adds_dp_synth_as_a_component_on_its_parquet_asset(installed, tmp_path):
+    project = tmp_path / "host_lake"
+    shutil.copytree(HOST, project, ignore=shutil.ignore_patterns("__pycache__"))
+    venv_dir = installed.parents[1]
+    env = host_env(tmp_path / "dagster_home", VIRTUAL_ENV=str(venv_dir),
+                   PYTHONPATH=str(project / "src"))
+    env["PATH"] = f"{venv_dir / 'bin'}:{env['PATH']}"
+
+    listed = json.loads(dg(installed, project, env, "list", "components", "--json"))
+    items = listed["items"] if isinstance(listed, dict) else listed
+    assert TYPE in {item["key"] for item in items}
+
+    # the YAML's dataset: every stage, downstream of the host's asset, from the installed package
+    assets = {a["asset_key"]: a for a in
+              json.loads(dg(installed, project, env, "list", "defs", "--json"))["assets"]}
+    ours = {f"dp_synth/orders/{stage}" for stage in STAGES}
+    assert ours <= set(assets) and "dp_synth/orders/source" not in assets
+    assert assets["dp_synth/orders/preprocessed"]["dependency_keys"] == ["analytics/orders"]
+    assert {assets[k]["group_name"] for k in ours} == {"synthetic_data"}
+    assert all(assets[k]["source"].startswith("src/host_lake/defs/synth/defs.yaml") for k in ours)
+
+    done = run([installed, "-m", "dagster", "asset", "materialize", "-m", "host_lake.definitions",
+                "--select", "analytics/orders*"], project, env)
+    assert "RUN_SUCCESS" in done.stdout + done.stderr
+    assert "Multiprocess executor" in done.stdout + done.stderr  # the host's default executor
+
+    con = duckdb.connect(str(project / "warehouse.duckdb"), read_only=True)
+    try:
+        described = con.execute("DESCRIBE synthetic.orders").fetchall()
+        rows = con.execute("SELECT count(*) FROM synthetic.orders").fetchone()[0]
+    finally:
+        con.close()
+    assert [(name, kind) for name, kind, *_ in described] == [
+        ("channel", "VARCHAR"), ("items", "BIGINT"), ("returned", "BOOLEAN")]
+    assert rows > 0
+    [published] = (project / "public").rglob("*.parquet")
+    reader = duckdb.connect()
+    try:
+        assert reader.execute("SELECT count(*) FROM read_parquet(?)",
+                              [str(published)]).fetchone()[0] == rows
+    finally:
+        reader.close()
