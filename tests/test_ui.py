@@ -8,9 +8,16 @@ of group `example` with its edges, the checks of `synthetic` passed, the public 
 on `synthetic` (numbers Dagster charts over runs), and the owner-only utility report showing only
 where its files are (no figures, no plots: the event log is public).
 
+A second webserver serves a host project (a copy of tests/host_project/: the host's own asset
+`raw_customers` writing a DuckDB table, dp-synth added with the factory under `privacy/`) after
+two syntheses from the CLI, and the browser sees the lineage from the host's asset through every
+dp-synth stage, and the charts Dagster draws over those runs from the numbers dp-synth publishes:
+the budget on `synthetic` (its metadata plots) and a check's worst TVD (the check's plots).
+
 Needs chromium and chromedriver on PATH (`.ci/install-browser` installs Debian's); without them
-the module is skipped. Screenshots go to tests/artifacts/ (ui.png, and ui-failure-*.png when a
-wait times out).
+the module is skipped. Screenshots go to tests/artifacts/ (ui.png, ui-checks.png,
+ui-utility-report.png, ui-host-lineage.png, ui-budget-chart.png, ui-check-chart.png, and
+ui-failure-*.png when a wait times out).
 """
 
 import itertools
@@ -30,6 +37,12 @@ from types import SimpleNamespace
 import pytest
 
 from tests.helpers import REPO, dagster_env, make_project
+
+HOST_PROJECT = REPO / "tests" / "host_project"
+HOST_LINEAGE = ["raw_customers", "preprocessed", "marginals", "selection", "measurements",
+                "model", "synthetic"]
+HOST_SYNTHETIC = "/assets/privacy/customers/synthetic"
+BUDGET_PLOTS = ["privacy/budget_used_share", "privacy/runs_left"]
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver") or next(
@@ -236,18 +249,14 @@ def stop(proc: subprocess.Popen) -> None:
             pass
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ui")
-    project = make_project(root / "project", rows=3000)
-    env = dagster_env(project, root / "dagster_home", DAGSTER_YAML)
+def serve(definitions: Path, cwd: Path, env: dict, log: Path):
+    """A dagster-webserver on `definitions`, loaded, as a Server (a generator: stopped after)."""
     port = free_port()
-    log = root / "webserver.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [str(BIN / "dagster-webserver"), "-f", str(REPO / "definitions.py"),
+            [str(BIN / "dagster-webserver"), "-f", str(definitions),
              "-h", "127.0.0.1", "-p", str(port)],
-            cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)     # its own process group, killed whole at teardown
     try:
         srv = Server(f"http://127.0.0.1:{port}", proc, log)
@@ -257,6 +266,35 @@ def server(tmp_path_factory):
         yield srv
     finally:
         stop(proc)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ui")
+    project = make_project(root / "project", rows=3000)
+    env = dagster_env(project, root / "dagster_home", DAGSTER_YAML)
+    yield from serve(REPO / "definitions.py", REPO, env, root / "webserver.log")
+
+
+@pytest.fixture(scope="module")
+def host_server(tmp_path_factory):
+    """The host project (a copy) after two runs of `dagster asset materialize --select
+    raw_customers*` (the host's asset and dp-synth's stages; its limit covers two runs), served."""
+    root = tmp_path_factory.mktemp("ui_host")
+    host = root / "host"
+    shutil.copytree(HOST_PROJECT, host, ignore=shutil.ignore_patterns("__pycache__"))
+    home = root / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text(DAGSTER_YAML)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DP_SYNTH_")}
+    env.update(DAGSTER_HOME=str(home), JAX_ENABLE_COMPILATION_CACHE="false")
+    for _ in range(2):
+        done = subprocess.run(
+            [str(BIN / "dagster"), "asset", "materialize", "-f", "definitions.py",
+             "--select", "raw_customers*"], cwd=host, env=env, capture_output=True, text=True,
+            timeout=RUN_TIMEOUT)
+        assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    yield from serve(host / "definitions.py", host, env, root / "webserver.log")
 
 
 @pytest.fixture(scope="module")
@@ -485,3 +523,42 @@ def test_utility_report_shows_only_where_its_files_are(server, materialized, bro
     assert not browser.find_elements(By.CSS_SELECTOR, "img[src^='data:image/png']"), \
         "the utility report's page shows an inline image: its plots must stay in the private zone"
     screenshot(browser, "ui-utility-report.png")
+
+
+def plots_drawn(titles: list[str]):
+    """Condition: a chart (a <canvas>) is drawn under each of `titles` (the plot's heading);
+    returns the first title's element."""
+    def condition(driver):
+        found = {}
+        for title in titles:
+            heads = driver.find_elements(By.XPATH, f"//*[normalize-space(text())='{title}']")
+            found[title] = any(h.find_elements(By.XPATH, "following::canvas[1]") for h in heads)
+        condition.last = found
+        return driver.find_element(By.XPATH, f"//*[normalize-space(text())='{titles[0]}']") \
+            if all(found.values()) else False
+    condition.last = None
+    return condition
+
+
+def test_host_lineage_runs_from_the_host_asset_through_dp_synth(host_server, browser):
+    browser.get(f"{host_server.url}{HOST_SYNTHETIC}?view=lineage&lineageScope=upstream"
+                "&lineageDepth=10")
+    wait_for(browser, graph_drawn(set(HOST_LINEAGE), set(itertools.pairwise(HOST_LINEAGE))),
+             f"the upstream lineage of privacy/customers/synthetic: {HOST_LINEAGE}")
+    screenshot(browser, "ui-host-lineage.png")
+
+
+def test_the_budget_and_a_check_are_charted_over_runs(host_server, browser):
+    browser.get(f"{host_server.url}{HOST_SYNTHETIC}?view=overview")
+    click(browser, "//button[.//*[normalize-space(text())='Plots']]",
+          "the Plots toggle of synthetic's metadata")
+    first = wait_for(browser, plots_drawn(BUDGET_PLOTS),
+                     f"charts of {BUDGET_PLOTS} on synthetic's overview")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'start'});", first)
+    screenshot(browser, "ui-budget-chart.png")
+
+    browser.get(f"{host_server.url}{HOST_SYNTHETIC}?view=checks&checkDetail=one_way_tvd")
+    first = wait_for(browser, plots_drawn(["max_tvd", "max_tvd_ratio", "max_tvd_tolerance"]),
+                     "charts of one_way_tvd's max_tvd, max_tvd_ratio and max_tvd_tolerance")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", first)
+    screenshot(browser, "ui-check-chart.png")
