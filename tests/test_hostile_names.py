@@ -7,8 +7,6 @@ dataset `x__writing` (its staging table), and 64 or more columns hit GROUPING_ID
 marginals are checked against a brute-force numpy count of the codes the spec implies.
 """
 
-import itertools
-
 import dagster as dg
 import duckdb
 import numpy as np
@@ -99,13 +97,16 @@ def exact_marginals(synth: Synthesizer, frame, cliques):
         return plan, oracle(cliques)
 
 
-def test_a_column_named_n_is_counted_as_a_column_and_the_rows_come_out_right():
-    """The vector given to the Gaussian mechanism is the exact count of each cell (brute force),
-    not the codes of the column `n`; the synthetic table has about as many rows as the source."""
-    columns = {name: hostile_columns()[name] for name in ("n", "gid", "a.b")}
-    frame = hostile_frame(5000)[list(columns)]
+@pytest.mark.parametrize("name", ["n", "gid"])
+def test_a_column_named_like_a_bookkeeping_column_is_counted_as_a_column(name):
+    """A column `n` (the count's old alias) or `gid` (the set id's): the vector given to the
+    Gaussian mechanism is the exact count of each cell (brute force), not the column's codes,
+    and the synthetic table has about as many rows as the source."""
+    columns = {name: hostile_columns()[name], "colour": hostile_columns()["c0"],
+               "size": hostile_columns()["c1"]}
+    frame = hostile_frame(5000)[[name, "c0", "c1"]].set_axis(list(columns), axis=1)
     synth = Synthesizer(columns=columns, epsilon=1.0, delta=1e-9, model=MODEL, seed=3)
-    cliques = [("n",), ("gid",), ("n", "gid"), ("a.b", "n")]
+    cliques = [(name,), ("colour",), (name, "colour"), ("size", name)]
     plan, exact = exact_marginals(synth, frame, cliques)
     codes = brute_codes(frame, columns, plan)
     for clique in cliques:
@@ -114,6 +115,18 @@ def test_a_column_named_n_is_counted_as_a_column_and_the_rows_come_out_right():
     table = synth.fit(frame).sample()
     assert abs(synth.noisy_total - 5000) < 250 and abs(table.num_rows - 5000) < 250
     assert table.column_names == list(columns)
+
+
+def test_a_privtree_column_named_edge_is_binned_by_its_values():
+    """The PrivTree encoding counted interior edges with a lambda whose parameter was `edge`:
+    a column of that name compared each edge with itself and every row fell in the last bin."""
+    columns = {"edge": hostile_columns()["edge"], "colour": hostile_columns()["c0"]}
+    frame = hostile_frame(ROWS)[["edge", "c0"]].set_axis(list(columns), axis=1)
+    synth = Synthesizer(columns=columns, epsilon=2.0, delta=1e-9)
+    plan, exact = exact_marginals(synth, frame, [("edge",)])
+    assert plan.domain["edge"] > 2
+    codes = brute_codes(frame, columns, plan)
+    np.testing.assert_array_equal(exact[("edge",)], brute_marginal(codes, plan.domain, ("edge",)))
 
 
 def test_hostile_column_names_round_trip_and_count_exactly():
@@ -158,51 +171,50 @@ def test_two_hundred_columns_are_counted_exactly_and_synthesized():
     assert table.column_names == names and table.num_rows == 50
 
 
-# ---- the pipeline: hostile names in the warehouse, and datasets x and x__writing -----------
+# ---- the synthetic tables: staging, and hostile names through the pipeline ----------------
 
 
-def pipeline_project(tmp_path):
+def test_dataset_x_does_not_replace_dataset_x__writing_when_it_writes(tmp_path):
+    """x's staging table was `synthetic.x__writing`: writing x replaced dataset x__writing's
+    table with x's rows, then renamed it away."""
+    from dp_synth_assets.core.synthesize import write_synthetic
+
+    columns = {"colour": hostile_columns()["c0"], "size": hostile_columns()["c1"]}
+    synth = Synthesizer(columns=columns, epsilon=1.0, delta=1e-9)
+    with synth.reading(hostile_frame(500)[["c0", "c1"]].set_axis(list(columns), axis=1)) as run:
+        plan = run.preprocess()
+    con = duckdb.connect()
+    rng = np.random.default_rng(0)
+    for table, rows in (("synthetic.x__writing", 7), ("synthetic.x", 5)):
+        codes = {c: np.zeros(rows, dtype=np.int64) for c in plan.columns}
+        write_synthetic(con, plan, [codes], rng, table, str(tmp_path / f"{table}.parquet"))
+    assert con.execute('SELECT count(*) FROM synthetic."x__writing"').fetchone()[0] == 7
+    assert con.execute("SELECT count(*) FROM synthetic.x").fetchone()[0] == 5
+    assert con.execute("SELECT table_name FROM duckdb_tables() ORDER BY 1").fetchall() == [
+        ("x",), ("x__writing",)]
+
+
+def test_hostile_column_names_reach_the_synthetic_table_and_pass_every_check(tmp_path):
     warehouse, public = tmp_path / "warehouse.duckdb", tmp_path / "public"
-    frame = hostile_frame(2000)
     con = duckdb.connect(str(warehouse))
-    con.register("frame", frame)
-    for table in ("x", "y"):  # one source each: two privacy units
-        con.execute(f"CREATE TABLE main.{table} AS SELECT * FROM frame")
+    con.register("frame", hostile_frame(2000))
+    con.execute("CREATE TABLE main.hostile AS SELECT * FROM frame")
     con.close()
-
-    def entry(table: str) -> dict:
-        return {"source": {"table": f"main.{table}"}, "columns": hostile_columns(),
-                "privacy": {"epsilon": 2.0, "delta": 1e-9,
-                            "limit": {"epsilon": 20.0, "delta": 1e-8}},
-                "generator": "gum", "seed": 4, "model": MODEL}
-
+    entry = {"source": {"table": "main.hostile"}, "columns": hostile_columns(),
+             "privacy": {"epsilon": 2.0, "delta": 1e-9, "limit": {"epsilon": 20.0, "delta": 1e-8}},
+             "generator": "gum", "seed": 4, "model": MODEL}
     datasets = tmp_path / "datasets.yaml"
-    datasets.write_text(yaml.safe_dump({"datasets": {"x": entry("x"), "x__writing": entry("y")}},
-                                       sort_keys=False, allow_unicode=True))
-    return build_definitions(datasets, warehouse, tmp_path / "ledger.sqlite", public), warehouse
-
-
-def materialize(defs, dataset: str):
-    return dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
-                          instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
-                          selection=dg.AssetSelection.groups(dataset))
-
-
-def test_datasets_x_and_x__writing_coexist_with_hostile_names_in_the_pipeline(tmp_path):
-    """`x__writing` first, then `x`: x's staging table must not replace x__writing's table. Both
-    synthetic tables keep the declared names, and every check passes."""
-    defs, warehouse = pipeline_project(tmp_path)
-    for dataset in ("x__writing", "x"):
-        result = materialize(defs, dataset)
-        assert result.success, dataset
-        checks = result.get_asset_check_evaluations()
-        assert checks and all(c.passed for c in checks), [(c.check_name, c.passed) for c in checks]
+    datasets.write_text(yaml.safe_dump({"datasets": {"hostile": entry}}, sort_keys=False,
+                                       allow_unicode=True))
+    defs = build_definitions(datasets, warehouse, tmp_path / "ledger.sqlite", public)
+    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert result.success
+    checks = result.get_asset_check_evaluations()
+    assert checks and all(c.passed for c in checks), [(c.check_name, c.passed) for c in checks]
     with duckdb.connect(str(warehouse), read_only=True) as con:
-        for dataset in ("x", "x__writing"):
-            names = [r[0] for r in con.execute(
-                f'DESCRIBE SELECT * FROM synthetic."{dataset}"').fetchall()]
-            assert names == list(hostile_columns())
-            assert con.execute(f'SELECT count(*) FROM synthetic."{dataset}"').fetchone()[0] > 1000
-        tables = con.execute("SELECT table_name FROM duckdb_tables() WHERE schema_name = "
-                             "'synthetic' ORDER BY table_name").fetchall()
-        assert tables == [("x",), ("x__writing",)]  # no staging table left behind
+        names = [r[0] for r in con.execute("DESCRIBE synthetic.hostile").fetchall()]
+        parquet = [r[0] for r in con.execute(
+            f"DESCRIBE SELECT * FROM read_parquet('{public / 'hostile' / 'synthetic.parquet'}')"
+        ).fetchall()]
+    assert names == parquet == list(hostile_columns())
