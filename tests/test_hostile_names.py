@@ -218,3 +218,39 @@ def test_hostile_column_names_reach_the_synthetic_table_and_pass_every_check(tmp
             f"DESCRIBE SELECT * FROM read_parquet('{public / 'hostile' / 'synthetic.parquet'}')"
         ).fetchall()]
     assert names == parquet == list(hostile_columns())
+
+
+# ---- whole-row hashes: no column can stand in for the row ------------------------------------
+
+
+def test_the_holdout_split_hashes_the_row_even_with_a_column_named_src(tmp_path):
+    """The split hashed `src`, the source's alias, which a column of that name shadows: every
+    row then had the same side when that column was constant."""
+    from dp_synth_assets.core.config import DatasetSpec
+    from dp_synth_assets.core.source import holdout_relation, training_relation
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE main.s AS SELECT 'same' AS src, range AS v FROM range(4000)")
+    spec = DatasetSpec.model_validate({
+        "source": {"table": "main.s"},
+        "privacy": {"epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 2.0, "delta": 1e-8}},
+        "columns": {"src": {"kind": "categorical"}, "v": {"kind": "integer"}},
+        "report": {"holdout": 0.25, "target": "src"}})
+    def count(relation: str) -> int:
+        return con.execute(f"SELECT count(*) FROM {relation}").fetchone()[0]
+
+    train = count(training_relation(spec, tmp_path, "d"))
+    held = count(holdout_relation(spec, tmp_path, "d"))
+    assert train + held == 4000 and 800 < held < 1200
+
+
+def test_the_content_summary_sees_every_column_even_with_a_column_named_t():
+    """The change detector's summary hashed `t`, the source's alias: a column of that name made
+    it blind to every other column."""
+    from dp_synth_assets.core.sql import sql
+
+    con = duckdb.connect()
+    con.execute("CREATE TABLE main.s AS SELECT 1 AS t, range AS v FROM range(100)")
+    before = con.execute(sql("content_summary", source="main.s")).fetchone()[0]
+    con.execute("UPDATE main.s SET v = v + 1 WHERE v = 7")
+    assert con.execute(sql("content_summary", source="main.s")).fetchone()[0] != before
