@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from dp_synth_assets.example import (DEFAULT_SEED, EXAMPLE_COLUMNS,  # noqa: E402
                                           generate_example)
-from dp_synth_assets.core.sql import ident  # noqa: E402
+from dp_synth_assets.core.sql import qualified as ident  # noqa: E402 (table names)
 
 BASE = list(EXAMPLE_COLUMNS)
 

@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from .core.config import QUALIFIED_TABLE
-from .core.sql import ident, sql
+from .core.sql import qualified, sql
 
 DEFAULT_ROWS = 50_000
 DEFAULT_SEED = 20261122
@@ -300,9 +300,9 @@ def write_example(
             con.execute("ROLLBACK")
             return False
         if len(parts) >= 2:
-            con.execute(sql("create_schema", schema=ident(".".join(parts[:-1]))))
+            con.execute(sql("create_schema", schema=qualified(".".join(parts[:-1]))))
         con.register(_ARROW_VIEW, generate_example(rows, seed))
-        con.execute(sql("write_table", table=ident(table), relation=_ARROW_VIEW))
+        con.execute(sql("write_table", table=qualified(table), relation=_ARROW_VIEW))
         con.unregister(_ARROW_VIEW)
         con.execute("COMMIT")
         return True

@@ -42,7 +42,7 @@ def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()
     def utility_report(context: dg.AssetExecutionContext,
                        warehouse: WarehouseResource) -> dg.MaterializeResult:
         from .core.domain import encoded_columns
-        from .core.sql import ident, literal
+        from .core.sql import literal, qualified
         from .evaluation import report as evaluation
 
         store = artifacts(warehouse, dataset)
@@ -55,8 +55,8 @@ def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()
             def rows(relation: str) -> dict:
                 return con.execute(sql("sample_rows", relation=relation, rows=int(cap),
                                        seed=int(seed))).fetchnumpy()
-            train = rows(ident(encoded_view(dataset)))
-            test = rows(ident(encoded_view(dataset) + "_holdout")) if report_spec.holdout > 0 \
+            train = rows(qualified(encoded_view(dataset)))
+            test = rows(qualified(encoded_view(dataset) + "_holdout")) if report_spec.holdout > 0 \
                 else {c: np.zeros(0, dtype=np.int64) for c in plan.columns}
             synth = rows(sql("encoded_relation", expressions=expressions,
                              source=f"read_parquet({parquet})"))

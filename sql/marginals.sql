@@ -1,6 +1,4 @@
--- Exact counts of many marginals in one scan of the encoded codes (private zone).
--- gid is GROUPING_ID over all columns: a set bit marks a column that is not in the grouping set.
-CREATE OR REPLACE TABLE {table} AS
-SELECT {columns}, GROUPING_ID({columns}) AS gid, CAST(count(*) AS BIGINT) AS n
-FROM {view}
-GROUP BY GROUPING SETS ({grouping_sets})
+-- The (empty) table of exact marginals (private zone), filled by append_marginals.sql. Its
+-- columns are bookkeeping names only (core/marginals.py MarginalTable): c<i> the code of the
+-- i-th column of the plan, gid the clique's key (its column positions, "3,17"), n the count.
+CREATE OR REPLACE TABLE {table} ({columns}, gid VARCHAR, n BIGINT)

@@ -1,2 +1,2 @@
--- Which marginals a marginal table holds: their GROUPING_IDs.
+-- Which marginals a marginal table holds: their clique keys.
 SELECT DISTINCT gid FROM {table}

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from dp_synth_assets.core.domain import EncodingPlan, encode_expression
-from dp_synth_assets.core.sql import ident, literal
+from dp_synth_assets.core.sql import ident, literal, qualified
 from dp_synth_assets.definitions import build_definitions
 from dp_synth_assets.evaluation.ml import CLASSIFIERS, classifier_line
 from tests.helpers import REPO, make_project
@@ -28,7 +28,7 @@ def independent_pair_tvds(warehouse, public, dataset: str) -> dict[str, float]:
     plan = EncodingPlan.from_json((public / dataset / "plan.json").read_text())
     encoded = ", ".join(f"{encode_expression(e)} AS {ident(e.column)}" for e in plan.encodings)
     synthetic = f"(SELECT {encoded} FROM read_parquet({literal(str(public / dataset / 'synthetic.parquet'))}))"
-    holdout = ident(f"private.{dataset}_encoded_holdout")
+    holdout = qualified(f"private.{dataset}_encoded_holdout")
     out = {}
     with duckdb.connect(str(warehouse), read_only=True) as con:
         for a, b in itertools.combinations(plan.columns, 2):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..core.domain import allowed_values, value_bounds
-from ..core.sql import ident
+from ..core.sql import qualified
 from ..evaluation import fidelity
 from .data_docs import write_data_docs
 from .frames import CheckInputs, SyntheticTable, release_memory
@@ -98,7 +98,7 @@ def schema(table: SyntheticTable) -> CheckResult:
     types = pd.DataFrame({
         "column": plan.columns,
         "expected": [e.sql_type for e in plan.encodings],
-        "warehouse": table.column_types(ident(inputs.table)),
+        "warehouse": table.column_types(qualified(inputs.table)),
         "parquet": table.column_types(table.source),
     })
     outcome = run_suite(types, f"{dataset}_schema", [

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from .config import DEFAULT_BINS, ColumnSpec
-from .sql import ident, literal, sql
+from .sql import ident, literal, qualified, sql
 
 # a marginal's attributes, in the order of its array's axes
 Clique = tuple[str, ...]
@@ -277,9 +277,10 @@ def encode_expression(e: Encoding) -> str:
                    null_code=null_code)
     value = value_expression(e.column, e.kind, e.sql_type)
     if e.edges is not None:
-        interior = "[" + ", ".join(repr(float(x)) for x in e.edges[1:-1]) + "]"
+        comparisons = " + ".join(f"CAST({float(x)!r} <= {value} AS INTEGER)"
+                                 for x in e.edges[1:-1]) or "0"
         return sql("encode_edges", is_null=is_null, null_code=null_code, value=value,
-                   interior=interior if len(e.edges) > 2 else "[]::DOUBLE[]")
+                   comparisons=comparisons)
     if e.integer_bins:
         low, high = int(e.low), int(e.high)
         span = high - low + 1
@@ -306,7 +307,8 @@ def encoded_columns(plan: EncodingPlan) -> str:
 
 
 def encode_view_sql(plan: EncodingPlan, view: str, source: str) -> str:
-    return sql("encode_view", view=ident(view), expressions=encoded_columns(plan), source=source)
+    return sql("encode_view", view=qualified(view), expressions=encoded_columns(plan),
+               source=source)
 
 
 def cast_type(spec: ColumnSpec) -> str | None:

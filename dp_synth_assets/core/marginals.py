@@ -1,9 +1,11 @@
 """Exact marginals of the encoded view, counted inside DuckDB (private zone).
 
-Everything here runs inside DuckDB and returns aggregates: marginal count vectors, never rows. `compute_marginals` computes many marginals
-in a single scan with GROUPING SETS and stores them in a private-zone table; `MarginalStore` reads
-them back as dense numpy count arrays shaped by each clique's domain (counting missing ones on
-demand); `count_marginals` and `repeated_rows` count an encoded relation without storing it.
+Everything here runs inside DuckDB and returns aggregates: marginal count vectors, never rows.
+`compute_marginals` computes many marginals in a few GROUPING SETS queries over one copy of the
+codes and stores them in a private-zone table whose column names are all bookkeeping names
+(`MarginalTable`), so no user column name (`n`, `gid`, `c0`, ...) can be confused with them;
+`MarginalStore` reads them back as dense numpy count arrays shaped by each clique's domain
+(counting missing ones on demand); `count_marginals` and `repeated_rows` count an encoded relation without storing it.
 """
 
 from contextlib import contextmanager
@@ -13,34 +15,78 @@ import duckdb
 import numpy as np
 
 from .domain import Clique
-from .sql import ident, sql
+from .sql import bookkeeping, ident, qualified, sql
+
+
+BLOCK = 8
 
 
 @dataclass(frozen=True)
 class MarginalTable:
-    """Where a set of exact marginals is stored, and how to find each clique in it."""
+    """Where a set of exact marginals is stored, and how to find each clique in it.
+
+    The table's columns are bookkeeping names only, never a user's: `c<i>` holds the code of
+    `columns[i]` (NULL in the rows of a marginal without it), `gid` the clique's key (`key`),
+    `n` the cell's count. A source column named `n`, `gid` or `c0` is just `columns[i]`."""
 
     table: str
     columns: tuple[str, ...]
     cliques: tuple[Clique, ...]
 
-    def gid(self, clique: Clique) -> int:
-        """GROUPING_ID of a clique: a set bit for each column not in it (first column = top bit)."""
-        d = len(self.columns)
-        return sum(1 << (d - 1 - i) for i, c in enumerate(self.columns) if c not in clique)
+    def key(self, clique: Clique) -> str:
+        """The clique's key in the `gid` column: the positions of its columns in `columns`,
+        ascending, joined by commas (`"3,17"`; any order of the same columns, one key)."""
+        return _key(self.columns, clique)
+
+
+def _key(columns: tuple[str, ...] | list[str], clique: Clique) -> str:
+    position = {c: i for i, c in enumerate(columns)}
+    return ",".join(str(i) for i in sorted(position[c] for c in clique))
+
+
+def _batches(columns: list[str], cliques: list[Clique]) -> list[list[Clique]]:
+    """The cliques grouped for counting: one GROUPING SETS query per group, the group of a
+    clique being the blocks of `BLOCK` consecutive columns it touches, so each query reads and
+    groups few columns (all pairs of d columns: about (d / BLOCK)^2 / 2 queries of at most
+    2 * BLOCK columns). DuckDB's cost of a grouping set grows with the width of the query,
+    which made one query over every column slower than these batches, and GROUPING_ID's limit
+    of 63 columns never applies (the key is built from one GROUPING flag a column)."""
+    position = {c: i for i, c in enumerate(columns)}
+    groups: dict[tuple[int, ...], list[Clique]] = {}
+    for clique in dict.fromkeys(tuple(c) for c in cliques):
+        blocks = tuple(sorted({position[c] // BLOCK for c in clique}))
+        groups.setdefault(blocks, []).append(clique)
+    return list(groups.values())
+
+
+def _count_query(relation: str, columns: list[str], cliques: list[Clique]) -> str:
+    """The GROUPING SETS query counting `cliques` of `relation` (user column names), its result
+    in bookkeeping names only: `c<i>` (the codes of `columns[i]`), `gid` (the clique's key:
+    the positions whose GROUPING flag is 0) and `n`."""
+    position = {c: i for i, c in enumerate(columns)}
+    used = sorted({position[c] for clique in cliques for c in clique})
+    renames = ", ".join(f"{ident(columns[i])} AS c{i}" for i in used) or "NULL AS c"
+    key = ("concat_ws(',', " + ", ".join(f"CASE WHEN GROUPING(c{i}) = 0 THEN '{i}' END"
+                                          for i in used) + ")") if used else "''"
+    sets = ", ".join("(" + ", ".join(f"c{position[c]}" for c in clique) + ")"
+                     for clique in cliques)
+    return sql("count_marginals", columns="".join(f"c{i}, " for i in used), key=key,
+               renames=renames, source=relation, grouping_sets=sets)
 
 
 def compute_marginals(con: duckdb.DuckDBPyConnection, view: str, table: str,
                       columns: list[str], cliques: list[Clique],
                       domain: dict[str, int] | None = None) -> MarginalTable:
-    """All `cliques` of the encoded view, counted in one scan of the source (`narrow_codes`),
-    stored in `table`."""
-    cols = ", ".join(ident(c) for c in columns)
-    sets = ", ".join("(" + ", ".join(ident(c) for c in cl) + ")" for cl in cliques)
-    con.execute(sql("create_schema", schema=ident(table.rsplit(".", 1)[0])))
-    with narrow_codes(con, ident(view), columns, domain) as codes:
-        con.execute(sql("marginals", table=ident(table), columns=cols, view=codes,
-                        grouping_sets=sets))
+    """All `cliques` of the encoded view, counted from one copy of its codes (`narrow_codes`)
+    in a few GROUPING SETS queries (`_batches`), stored in `table`."""
+    definitions = ", ".join(f"c{i} {_code_type((domain or {}).get(c))}"
+                            for i, c in enumerate(columns))
+    con.execute(sql("create_schema", schema=qualified(table.rsplit(".", 1)[0])))
+    con.execute(sql("marginals", table=qualified(table), columns=definitions))
+    with narrow_codes(con, qualified(view), columns, domain) as codes:
+        for batch in _batches(columns, cliques):
+            con.execute(sql("append_marginals", table=qualified(table),
+                            counts=_count_query(codes, columns, batch)))
     return MarginalTable(table, tuple(columns), tuple(tuple(cl) for cl in cliques))
 
 
@@ -50,10 +96,12 @@ def narrow_codes(con: duckdb.DuckDBPyConnection, relation: str, columns: list[st
     """The codes of an encoded relation copied once into a temporary table of the narrowest
     integer types (one byte a code for domains up to 256: 150 MB for ten million rows of 15
     columns, spilled to disk by DuckDB under memory pressure); yields its quoted name and drops
-    it afterwards (it never leaves the connection). GROUPING SETS over it, rather than over the
-    encoding expressions, was 2.2x faster at ten million rows (2.57 + 5.15 s against 16.97 s):
-    DuckDB's grouping sets over a projection with expressions pay for it once per set."""
-    codes = ident("dp_synth_codes")
+    it afterwards (it never leaves the connection). Its columns keep the relation's names (it
+    holds nothing else); its name is a bookkeeping name (`sql.bookkeeping`). GROUPING SETS over
+    it, rather than over the encoding expressions, was 2.2x faster at ten million rows (2.57 +
+    5.15 s against 16.97 s): DuckDB's grouping sets over a projection with expressions pay for
+    it once per set."""
+    codes = ident(bookkeeping("codes"))
     casts = ", ".join(f"CAST({ident(c)} AS {_code_type((domain or {}).get(c))}) AS {ident(c)}"
                       for c in columns)
     con.execute(sql("encoded_codes", codes=codes, casts=casts, view=relation))
@@ -74,64 +122,74 @@ def _code_type(size: int | None) -> str:
 
 def _read_stored(con, marginals: MarginalTable, cliques: list[Clique],
                  domain: dict[str, int]) -> dict[Clique, np.ndarray]:
-    """Dense count arrays of stored cliques (shape: domain[a] for a in clique), in one query."""
-    gids = {marginals.gid(cl): tuple(cl) for cl in cliques}
-    cols = ", ".join(ident(c) for c in marginals.columns)
-    rows = con.execute(sql("read_marginals", columns=cols, table=ident(marginals.table)),
-                       [list(gids)]).fetchnumpy()
-    return _dense(rows, gids, domain)
+    """Dense count arrays of stored cliques (shape: domain[a] for a in clique), in one query
+    reading only the columns they use."""
+    position = {c: i for i, c in enumerate(marginals.columns)}
+    used = sorted({position[c] for clique in cliques for c in clique})
+    rows = con.execute(sql("read_marginals", columns="".join(f"c{i}, " for i in used),
+                           table=qualified(marginals.table)),
+                       [list(dict.fromkeys(marginals.key(cl) for cl in cliques))]).fetchnumpy()
+    return _dense(rows, marginals.columns, cliques, domain)
 
 
 class MarginalStore:
     """The marginal oracle of the selection and measurement stages: exact marginals of the
     encoded view, read from the table the `marginals` stage wrote. Cliques the table lacks (an
     adaptive method asking for a marginal outside what `required_cliques` precomputed) are
-    counted on demand, all missing cliques of a request in one GROUPING SETS scan, and appended
-    to the table, so later requests and the `measurements` stage reuse them. `on_demand` lists
-    them (public: clique names only)."""
+    counted on demand, all missing cliques of a request in one scan a batch (`_batches`), and
+    appended to the table, so later requests and the `measurements` stage reuse them.
+    `on_demand` lists them (public: clique names only)."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection, view: str, table: str,
                  columns: list[str], domain: dict[str, int]):
         self.con, self.view, self.domain = con, view, domain
         self.table = MarginalTable(table, tuple(columns), ())
-        self.stored = {int(g) for (g,) in con.execute(sql("stored_marginals",
-                                                          table=ident(table))).fetchall()}
+        self.stored = {str(g) for (g,) in con.execute(sql("stored_marginals",
+                                                          table=qualified(table))).fetchall()}
         self.on_demand: list[Clique] = []
 
     def __call__(self, cliques: list[Clique]) -> dict[Clique, np.ndarray]:
         cliques = [tuple(c) for c in cliques]
-        missing = [c for c in dict.fromkeys(cliques) if self.table.gid(c) not in self.stored]
+        missing, keys = [], set()
+        for c in dict.fromkeys(cliques):
+            key = self.table.key(c)
+            if key not in self.stored and key not in keys:
+                missing.append(c)
+                keys.add(key)
         if missing:
-            cols = ", ".join(ident(c) for c in self.table.columns)
-            sets = ", ".join("(" + ", ".join(ident(c) for c in cl) + ")" for cl in missing)
-            self.con.execute(sql("append_marginals", table=ident(self.table.table), columns=cols,
-                                 view=ident(self.view), grouping_sets=sets))
-            self.stored |= {self.table.gid(c) for c in missing}
+            columns = list(self.table.columns)
+            for batch in _batches(columns, missing):
+                self.con.execute(sql("append_marginals", table=qualified(self.table.table),
+                                     counts=_count_query(qualified(self.view), columns, batch)))
+            self.stored |= keys
             self.on_demand += missing
         return _read_stored(self.con, self.table, cliques, self.domain)
 
 
 def count_marginals(con: duckdb.DuckDBPyConnection, relation: str, columns: list[str],
                     cliques: list[Clique], domain: dict[str, int]) -> dict[Clique, np.ndarray]:
-    """Dense count arrays of `cliques` of an encoded relation (a table, a view or a subquery),
-    counted in one GROUPING SETS scan and returned without storing them (the checks count the
-    synthetic table this way)."""
-    table = MarginalTable("", tuple(columns), tuple(tuple(c) for c in cliques))
-    cols = ", ".join(ident(c) for c in columns)
-    sets = ", ".join("(" + ", ".join(ident(c) for c in cl) + ")" for cl in cliques)
-    rows = con.execute(sql("count_marginals", columns=cols, source=relation,
-                           grouping_sets=sets)).fetchnumpy()
-    return _dense(rows, {table.gid(cl): tuple(cl) for cl in cliques}, domain)
+    """Dense count arrays of `cliques` of an encoded relation (a quoted table or view name or a
+    subquery, its columns named `columns`), counted in a few GROUPING SETS scans (`_batches`)
+    and returned without storing them (the checks count the synthetic table this way)."""
+    cliques = [tuple(c) for c in cliques]
+    out: dict[Clique, np.ndarray] = {}
+    for batch in _batches(columns, cliques):
+        rows = con.execute(_count_query(relation, columns, batch)).fetchnumpy()
+        out.update(_dense(rows, tuple(columns), batch, domain))
+    return {c: out[c] for c in cliques}
 
 
-def _dense(rows: dict, gids: dict[int, Clique], domain: dict[str, int]) -> dict[Clique, np.ndarray]:
-    """Scatter (codes..., gid, n) result rows into one dense count array per clique."""
-    gid = np.asarray(rows["gid"])
+def _dense(rows: dict, columns: tuple[str, ...], cliques: list[Clique],
+           domain: dict[str, int]) -> dict[Clique, np.ndarray]:
+    """Scatter (c<i>..., gid, n) result rows into one dense count array per clique, its axes in
+    the clique's order."""
+    position = {c: i for i, c in enumerate(columns)}
+    gid = np.asarray(rows["gid"]).astype(str)
     out = {}
-    for g, clique in gids.items():
-        mask = gid == g
+    for clique in dict.fromkeys(cliques):
+        mask = gid == _key(columns, clique)
         counts = np.zeros(tuple(domain[c] for c in clique), dtype=np.int64)
-        index = tuple(np.asarray(rows[c][mask], dtype=np.int64) for c in clique)
+        index = tuple(np.asarray(rows[f"c{position[c]}"][mask], dtype=np.int64) for c in clique)
         np.add.at(counts, index, np.asarray(rows["n"][mask], dtype=np.int64))
         out[clique] = counts
     return out

@@ -64,7 +64,7 @@ from .domain import (Derived, EncodingPlan, SchemaError, build_plan, check_colum
 from .privacy import Spend, gaussian_counts, gaussian_scale
 from .source import (SourceError, describe_source, holdout_relation, training_relation,
                      validate_source)
-from .sql import ident, sql
+from .sql import bookkeeping, ident, qualified, sql
 
 dp.enable_features("contrib")
 
@@ -189,7 +189,7 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: 
         sizes.append(size)
     labels = [f"k{i}" for i, size in enumerate(sizes) if size is None]
     codes = [f"k{i}" for i, size in enumerate(sizes) if size is not None]
-    keys_table = ident("dp_synth_preprocess_keys")
+    keys_table = ident(bookkeeping("preprocess_keys"))
     con.execute(sql("preprocess_keys", keys_table=keys_table, values=", ".join(values),
                     keys=", ".join(keys), source=relation))
     try:
@@ -460,7 +460,7 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
     except SchemaError as e:
         raise SchemaError(f"dataset {dataset!r}: {e}") from None
     schema = view.rsplit(".", 1)[0]
-    con.execute(sql("create_schema", schema=ident(schema)))
+    con.execute(sql("create_schema", schema=qualified(schema)))
     con.execute(encode_view_sql(plan, view, relation))
     holdout = holdout_relation(spec, base_dir, dataset)
     if holdout is not None:

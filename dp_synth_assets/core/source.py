@@ -9,7 +9,7 @@ import duckdb
 
 from .config import AttachSource, ColumnSpec, CsvSource, DatasetSpec, ParquetSource, TableSource
 from .domain import boolean_value, cast_type, is_null_condition
-from .sql import ident, literal, sql
+from .sql import ident, literal, qualified, sql
 
 
 class SourceError(ValueError):
@@ -30,10 +30,10 @@ def source_relation(spec: DatasetSpec, base_dir: Path) -> str:
     """The SQL relation reading a dataset's source (a table, a Parquet glob, a CSV file, or a
     table of an attached database: see `attach_source`)."""
     if isinstance(spec.source, AttachSource):
-        return ident(attached_catalog(spec)) + "." + ident(spec.source.table)
+        return ident(attached_catalog(spec)) + "." + qualified(spec.source.table)
     path = source_path(spec, base_dir)
     if path is None:
-        return ident(spec.source.table)
+        return qualified(spec.source.table)
     if isinstance(spec.source, ParquetSource):
         return f"read_parquet({literal(path)})"
     return csv_relation(spec.source, path)

@@ -4,8 +4,16 @@ The templates are package data of `dp_synth_assets` (`dp_synth_assets/sql/`, the
 top-level `sql/` folder), read through importlib.resources: the same code serves the source tree,
 an editable install and an installed wheel.
 
-Identifiers and literals are quoted by `ident` and `literal` before they are substituted; values
-that are data are passed as DuckDB prepared-statement parameters (`?`) instead.
+Identifiers and literals are quoted by `ident`, `qualified` and `literal` before they are
+substituted; values that are data are passed as DuckDB prepared-statement parameters (`?`)
+instead. A column name is one identifier whatever it contains (dots, quotes, spaces, unicode):
+`ident` never splits it. Only a table name (`schema.table`, whose parts config.py restricts to
+letters, digits and underscores) is split on its dots, by `qualified`.
+
+Bookkeeping names (dp-synth's own tables and columns) never share a namespace with user names:
+inside its private tables the user's columns are positional (`c0`, `c1`, ...; see
+`marginals.py`), and its working and staging tables carry a `:` in their name (`bookkeeping`),
+which no dataset name and no source table name can contain.
 """
 
 from functools import lru_cache
@@ -27,8 +35,20 @@ def sql(template: str, **params: object) -> str:
 
 
 def ident(name: str) -> str:
-    """A quoted identifier; dotted names are quoted part by part."""
-    return ".".join('"' + part.replace('"', '""') + '"' for part in name.split("."))
+    """One quoted identifier (a column, a schema, a catalog): never split, so `a.b` is the
+    column named `a.b`."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def qualified(name: str) -> str:
+    """A quoted table name, `[catalog.][schema.]table`, quoted part by part."""
+    return ".".join(ident(part) for part in name.split("."))
+
+
+def bookkeeping(name: str) -> str:
+    """The name of a dp-synth working table: `dp_synth:<name>`, which no dataset or source table
+    can take (their names are letters, digits and underscores)."""
+    return f"dp_synth:{name}"
 
 
 def literal(value: object) -> str:

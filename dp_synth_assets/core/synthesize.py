@@ -4,8 +4,10 @@ Rows arrive in chunks of codes (see `generate.sample_chunks`): each chunk is dec
 table and cast in SQL to the declared SQL types (`ColumnSpec.sql_type`, recorded in the encoding
 plan), so the synthetic table has the declared column names, order and types, whatever the
 source's are, and memory holds one chunk at a time whatever `rows` is. The chunks go into a
-staging table (`<table>__writing`), each chunk committed on its own (one transaction for all of
-them kept every chunk in DuckDB's transaction-local memory: +170 MB per million rows), and a
+staging table (`staging_table`: `<schema>."<name>:writing"`, a name no dataset's table and no
+source table can have: theirs are letters, digits and underscores), each chunk committed on its
+own (one transaction for all of them kept every chunk in DuckDB's transaction-local memory:
++170 MB per million rows), and a
 last transaction replaces the table with the staging table: a failure drops the staging table
 and leaves the previous table as it was, and readers see either the old table or the new one.
 The Parquet copy is exported to the path the caller gives, which is the artifact store's
@@ -21,7 +23,7 @@ import pyarrow as pa
 
 from .config import DatasetSpec
 from .domain import EncodingPlan, decode
-from .sql import ident, literal, sql
+from .sql import ident, literal, qualified, sql
 
 
 def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
@@ -30,8 +32,9 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
     """Write every chunk of codes into `table`, then export it to `parquet_path` (a temporary
     target the caller's store renames); returns the number of rows written."""
     casts = synthetic_casts(plan)
-    con.execute(sql("create_schema", schema=ident(table.rsplit(".", 1)[0])))
-    staging = table + "__writing"
+    schema, name = table.rsplit(".", 1)
+    con.execute(sql("create_schema", schema=qualified(schema)))
+    staging = staging_table(table)
     rows = 0
     try:
         for i, codes in enumerate(chunks):
@@ -39,30 +42,37 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
             con.register("synthetic_rows", batch)
             try:
                 con.execute(sql("write_synthetic" if i == 0 else "append_synthetic",
-                                table=ident(staging), casts=casts, relation="synthetic_rows"))
+                                table=staging, casts=casts, relation="synthetic_rows"))
             finally:
                 con.unregister("synthetic_rows")
             rows += batch.num_rows
         con.execute("BEGIN TRANSACTION")
-        con.execute(sql("drop_table", table=ident(table)))
-        con.execute(sql("rename_table", table=ident(staging),
-                        name=ident(table.rsplit(".", 1)[-1])))
+        con.execute(sql("drop_table", table=qualified(table)))
+        con.execute(sql("rename_table", table=staging, name=ident(name)))
         con.execute("COMMIT")
     except BaseException:
         try:
             con.execute("ROLLBACK")
         except duckdb.Error:
             pass  # no transaction was open: the failure came while writing the chunks
-        con.execute(sql("drop_table", table=ident(staging)))
+        con.execute(sql("drop_table", table=staging))
         raise
     # rows are exchangeable: without keeping their order, DuckDB's Parquet writer streams them
     # (peak 1.0 GB -> 0.3 GB for ten million rows)
     con.execute(sql("set_option", name="preserve_insertion_order", value="false"))
     try:
-        con.execute(sql("export_parquet", table=ident(table), path=literal(str(parquet_path))))
+        con.execute(sql("export_parquet", table=qualified(table), path=literal(str(parquet_path))))
     finally:
         con.execute(sql("reset_option", name="preserve_insertion_order"))
     return rows
+
+
+def staging_table(table: str) -> str:
+    """The quoted staging table of `table` (`schema.name`): `schema."name:writing"`, in the
+    same schema (DuckDB renames a table within its schema only, so the final swap is a rename,
+    not a copy) under a bookkeeping name (`sql.bookkeeping`'s `:` rule)."""
+    schema, name = table.rsplit(".", 1)
+    return qualified(schema) + "." + ident(f"{name}:writing")
 
 
 def requested_rows(spec: DatasetSpec, total: float) -> int:
