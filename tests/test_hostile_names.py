@@ -15,7 +15,9 @@ import pytest
 import yaml
 
 from dp_synth_assets.api import Synthesizer
+from dp_synth_assets.core.config import RegistryError, parse_registry
 from dp_synth_assets.definitions import build_definitions
+from tests.helpers import example_entry
 
 ROWS = 3000
 MODEL = {"iterations": 200}
@@ -254,3 +256,12 @@ def test_the_content_summary_sees_every_column_even_with_a_column_named_t():
     before = con.execute(sql("content_summary", source="main.s")).fetchone()[0]
     con.execute("UPDATE main.s SET v = v + 1 WHERE v = 7")
     assert con.execute(sql("content_summary", source="main.s")).fetchone()[0] != before
+
+
+def test_a_source_table_in_a_schema_dp_synth_writes_is_refused_at_load():
+    """dp-synth's private working tables and synthetic tables live in `private` and `synthetic`:
+    a source there could be replaced by a dataset's own objects (`private.x_encoded`)."""
+    for table in ("private.x_encoded", "synthetic.customers", "db.Private.t"):
+        with pytest.raises(RegistryError, match="which dp-synth writes"):
+            parse_registry({"datasets": {"x": example_entry(source={"table": table})}})
+    parse_registry({"datasets": {"x": example_entry(source={"table": "main.private_t"})}})

@@ -297,6 +297,11 @@ class _SourceBase(_Strict):
         return tuple(parts)
 
 
+# schemas of the warehouse that dp-synth writes (its private working tables, the synthetic
+# tables): a source table there could be replaced by a dataset's own objects
+DP_SYNTH_SCHEMAS = ("private", "synthetic")
+
+
 class TableSource(_SourceBase):
     table: str
 
@@ -305,6 +310,12 @@ class TableSource(_SourceBase):
     def _qualified(cls, v: str) -> str:
         if not QUALIFIED_TABLE.match(v):
             raise ValueError(f"{v!r} is not a table name like schema.table")
+        parts = v.split(".")
+        if len(parts) > 1 and parts[-2].lower() in DP_SYNTH_SCHEMAS:
+            raise ValueError(f"{v!r} is in schema {parts[-2]!r}, which dp-synth writes (its "
+                             f"working tables and synthetic tables live in "
+                             f"{' and '.join(DP_SYNTH_SCHEMAS)}): keep source tables in another "
+                             f"schema, e.g. main")
         return v
 
 
