@@ -5,9 +5,13 @@ asset is automated declaratively (conditions.py, `resynthesis_assets`): its chan
 host asset's materialization, its `schedule:` a cron condition, both gated by `min_interval` and
 the ledger. A dataset reading an external table keeps the schedule and sensor below: `schedule:`
 (cron) yields a schedule; `on_source_change: resynthesize` yields a sensor that observes the source's version (an opaque id
-that changes when the source does; `pipeline.source_version`) and requests a run when it changes.
-Neither the cursor nor a run key holds anything computed from the source's content. Both skip, with the reason shown in the UI, when the ledger cannot
-cover a whole run; the sensor also honours `min_interval` between resyntheses. The run itself
+that changes when the source does; `pipeline.source_version`, the privacy perimeter's change
+signal) and requests a run when it changes. Neither the cursor nor a run key holds anything
+computed from the source's content. Both skip, with the reason shown in the UI, when the ledger
+cannot cover a whole run; the sensor also honours `min_interval` between resyntheses, and reads
+the source only when a run could follow (never inside `min_interval` or while the budget cannot
+cover a run), so a dataset resynthesized at most hourly has its source read at most on the ticks
+after each hour, not every 30 seconds. The run itself
 still reserves its budget in the ledger, so a race between a skip decision and a run can never
 overspend.
 """
@@ -131,6 +135,17 @@ def build_source_sensor(dataset: str, spec: DatasetSpec, job,
     def _sensor(context: dg.SensorEvaluationContext, warehouse: WarehouseResource,
                 ledger: LedgerResource):
         cursor = json.loads(context.cursor) if context.cursor else {}
+        if "version" in cursor:
+            # the source is read only when a run could follow: not inside min_interval, not
+            # while the ledger cannot cover a run (a change then stays pending: the cursor
+            # keeps the version last synthesized)
+            wait = cursor["requested_at"] + spec.min_interval_seconds - time.time()
+            if wait > 0:
+                return dg.SkipReason(f"next resynthesis allowed in {wait:.0f}s (min_interval "
+                                     f"{spec.min_interval}); the source is not read before")
+            reason = budget_skip_reason(ledger, dataset, spec)
+            if reason:
+                return dg.SkipReason(f"the {reason}; the source is not read until a run fits")
         try:
             # a run holding the warehouse's write lock makes this tick skip, not time out
             current = source_version(warehouse, spec, dataset, lock_timeout_seconds=10)
@@ -147,13 +162,6 @@ def build_source_sensor(dataset: str, spec: DatasetSpec, job,
             return dg.SkipReason("first evaluation: recorded the source's version")
         if current == cursor["version"]:
             return dg.SkipReason("source unchanged")
-        wait = cursor["requested_at"] + spec.min_interval_seconds - time.time()
-        if wait > 0:
-            return dg.SkipReason(f"source changed; next resynthesis allowed in {wait:.0f}s "
-                                 f"(min_interval {spec.min_interval})")
-        reason = budget_skip_reason(ledger, dataset, spec)
-        if reason:
-            return dg.SkipReason(f"source changed, but the {reason}")
         context.update_cursor(json.dumps({"version": current, "requested_at": time.time()}))
         # The run key must be new for every request: Dagster drops a RunRequest whose key an
         # earlier run of this sensor used. The version is new for every change (even back to an

@@ -107,6 +107,12 @@ def test_sensor_baseline_unchanged_change_and_min_interval(tmp_path, instance):
     assert "min_interval" in held.skip_message and "1h" in held.skip_message
     assert json.loads(held.cursor) == written
 
+    # inside min_interval the source is not even read: a table it cannot read is no error yet
+    run_sql(project, "ALTER TABLE main.example RENAME TO example_away")
+    unread = tick(sensor, instance, defs, changed.cursor)
+    assert "min_interval" in unread.skip_message and "not read" in unread.skip_message
+    run_sql(project, "ALTER TABLE main.example_away RENAME TO example")
+
     # once min_interval has passed (simulated by an older requested_at), the change is requested
     old = json.dumps({**written, "requested_at": written["requested_at"] - 3601})
     later = tick(sensor, instance, defs, old)
@@ -156,12 +162,11 @@ def test_sensor_skips_a_change_the_budget_cannot_cover(tmp_path, instance):
     first = tick(sensor, instance, defs)
     exhaust_budget(project)
 
-    assert "unchanged" in tick(sensor, instance, defs, first.cursor).skip_message
     change_source(project)
     skipped = tick(sensor, instance, defs, first.cursor)
     assert skipped.run_requests == []
     message = skipped.skip_message
-    assert "source changed" in message and "budget" in message
+    assert "budget" in message and "the source is not read until a run fits" in message
     assert "privacy.limit.epsilon" in message and "'example'" in message
     # the change stays pending: the cursor keeps the old version
     assert json.loads(skipped.cursor) == json.loads(first.cursor)
@@ -300,5 +305,8 @@ def test_a_run_requested_by_the_sensor_charges_the_ledger(tmp_path, instance):
     finally:
         con.close()
 
-    # the synthesized source is now the sensor's baseline: nothing new to do
-    assert "unchanged" in tick(sensor, instance, defs, result.cursor).skip_message
+    # the synthesized source is now the sensor's baseline: nothing new to do (once min_interval
+    # has passed, simulated by an older request time; before, the source is not even read)
+    assert "not read" in tick(sensor, instance, defs, result.cursor).skip_message
+    old = json.dumps({**json.loads(result.cursor), "requested_at": 0})
+    assert "unchanged" in tick(sensor, instance, defs, old).skip_message
