@@ -119,8 +119,9 @@ def anneal(sigma: float, epsilon: float, moved: float, cells: int) -> tuple[floa
 
 def next_round(remaining: float, sigma: float, epsilon: float) -> tuple[float, float, bool]:
     """(sigma, epsilon, last) of the next round given the rho `remaining`: when it is at most
-    twice what a round at (sigma, epsilon) costs, the next round is the last and spends it all."""
-    if remaining <= 2.0 * round_rho(sigma, epsilon):
+    twice what a round at (sigma, epsilon) costs (up to the float error of a sum of charges,
+    1e-9 relative), the next round is the last and spends it all."""
+    if remaining <= 2.0 * round_rho(sigma, epsilon) * (1.0 + 1e-9):
         return (*round_parameters(remaining), True)
     return sigma, epsilon, False
 

@@ -13,8 +13,9 @@ mirror descent in theta: theta_m <- theta_m - alpha (mu_m - y_m) / sigma_m^2, wi
 sufficient-decrease test on each step (L(mu) - L(mu') >= 1/2 grad . (mu - mu'); accepted: alpha grows by `STEP_GROWTH`; refused: alpha
 halves and theta stays), as mbi's MirrorDescent does. The first step size is mbi's 2 / (L N) with
 L = max over junction-tree cliques C of sum_{m hosted in C} |C| / (|m| sigma_m^2). A fit starts
-from a previous fit's theta and alpha (new cliques start at 0), so each round runs only a bounded
-number of iterations; nothing is compiled.
+from a previous fit's theta (new cliques start at 0) and from the larger of its step size and
+2 / (L N) (at an optimum every step is refused and alpha collapses, which must not carry over to
+the next round), so each round runs only a bounded number of iterations; nothing is compiled.
 
 Marginals (`Calibrated.project`): of a clique inside a junction-tree clique, a sum of that
 clique's table; otherwise, per connected component, the product of the tables of the smallest
@@ -176,14 +177,13 @@ def fit(domain: dict[str, int], measurements: list[Measurement], total: float, i
                    key=lambda i: len(order[i])) for m in cliques}
     theta = {m: (warm.theta[m] if warm is not None and m in warm.theta
                  else np.zeros([domain[a] for a in m])) for m in cliques}
-    if warm is not None:
-        alpha = warm.alpha
-    else:
-        lipschitz = [0.0] * len(order)
-        for m, (_, w) in pooled.items():
-            size = math.prod(domain[a] for a in order[host[m]])
-            lipschitz[host[m]] += w * size / math.prod(domain[a] for a in m)
-        alpha = 2.0 / (max(lipschitz) * total)
+    lipschitz = [0.0] * len(order)
+    for m, (_, w) in pooled.items():
+        size = math.prod(domain[a] for a in order[host[m]])
+        lipschitz[host[m]] += w * size / math.prod(domain[a] for a in m)
+    alpha = 2.0 / (max(lipschitz) * total)
+    if warm is not None:  # a step that converged fits shrink alpha: never start below 2 / (L N)
+        alpha = max(alpha, warm.alpha)
 
     def marginals(theta):
         psi = [np.zeros([domain[a] for a in c]) for c in order]
