@@ -22,6 +22,8 @@ import itertools
 import math
 
 import duckdb
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -444,8 +446,8 @@ def aim_first_round_scores(table: dict, one_way, monkeypatch) -> tuple[list, np.
     in `aim.run`), with the 1-way measurements and the model's estimates held fixed."""
     captured = {}
     monkeypatch.setattr(aim, "measure_one_way", lambda *a, **k: one_way)
-    monkeypatch.setattr(aim, "_fit", lambda *a, **k: "model")
-    monkeypatch.setattr(aim, "model_marginals", lambda model, cliques: fixed_estimates(cliques))
+    model = SimpleNamespace(cliques=(), project=lambda r: fixed_estimates([r])[r])
+    monkeypatch.setattr(aim, "fit", lambda *a, **k: (None, model))
     real = privacy.exponential_mechanism
 
     def capture(scores, rho, sensitivity=1.0):
@@ -467,7 +469,7 @@ def test_aim_quality_scores_move_by_at_most_the_exponential_mechanisms_sensitivi
     one_way = noisy_one_way(table)
     base, charged = aim_first_round_scores(table, one_way, monkeypatch)
     assert charged == aim.SCORE_SENSITIVITY
-    assert base.size == len(aim.candidate_weights(list(DOMAIN)))
+    assert base.size == len(aim.candidate_weights(aim.workload(DOMAIN)))
     for label, other in code_neighbours(table):
         scores, _ = aim_first_round_scores(other, one_way, monkeypatch)
         assert np.abs(scores - base).max() <= charged + TOL, label

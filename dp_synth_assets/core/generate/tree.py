@@ -215,3 +215,61 @@ def collision_probability(tree: CliqueTree) -> float:
             messages[i] = np.transpose(summed.reshape([tree.domain[a] for a in keep]),
                                        [keep.index(a) for a in sep])
     return total
+
+
+def tree_children(parents: list[int]) -> list[list[int]]:
+    """Each clique's children in a junction tree given by its parent indices (-1: a root)."""
+    children: list[list[int]] = [[] for _ in parents]
+    for i, parent in enumerate(parents):
+        if parent >= 0:
+            children[parent].append(i)
+    return children
+
+
+def broadcast_to(values: np.ndarray, attrs: tuple, target: tuple,
+                 domain: dict[str, int]) -> np.ndarray:
+    """`values` (axes in `attrs` order, attrs a subset of `target`) reshaped to broadcast over
+    `target`'s axes."""
+    present = [a for a in target if a in attrs]
+    moved = np.transpose(values, [attrs.index(a) for a in present])
+    return moved.reshape([domain[a] if a in attrs else 1 for a in target])
+
+
+def marginalize(table: np.ndarray, attrs: tuple, keep: tuple) -> np.ndarray:
+    """The sum of `table` (axes in `attrs` order) over the axes not in `keep`, axes in `keep`
+    order."""
+    axes = tuple(i for i, a in enumerate(attrs) if a not in keep)
+    summed = table.sum(axis=axes) if axes else table
+    rest = [a for a in attrs if a in keep]
+    return np.transpose(summed, [rest.index(a) for a in keep])
+
+
+def calibrate(domain: dict[str, int], cliques: list[Clique], separators: list[Clique],
+              parents: list[int], log_potentials: list[np.ndarray]) -> list[np.ndarray]:
+    """The marginal of every clique of a junction tree (`junction_tree`'s order, separators and
+    parents) under the distribution P(x) proportional to exp(sum_i log_potentials[i](x_i)): belief
+    propagation with one pass from the leaves to the roots and one back (Hugin form, in
+    probability space: each potential is exponentiated after subtracting its maximum and every
+    message is normalized to sum 1, so nothing overflows). Returns one probability table per
+    clique (axes in clique order, each summing to 1); the tables agree on every separator, and by
+    the running intersection property they are the exact clique marginals of P."""
+    children = tree_children(parents)
+    beliefs = []
+    for values in log_potentials:
+        values = np.asarray(values, dtype=np.float64)
+        beliefs.append(np.exp(values - values.max()))
+    up: dict[int, np.ndarray] = {}
+    for i in reversed(range(len(cliques))):  # every child comes after its parent
+        for c in children[i]:
+            beliefs[i] = beliefs[i] * broadcast_to(up[c], separators[c], cliques[i], domain)
+        beliefs[i] = beliefs[i] / beliefs[i].sum()
+        if parents[i] >= 0:
+            up[i] = marginalize(beliefs[i], cliques[i], separators[i])
+    for i in range(len(cliques)):  # beliefs[i] is now final: send the rest of the tree down
+        for c in children[i]:
+            sep = separators[c]
+            mine = marginalize(beliefs[i], cliques[i], sep)
+            ratio = np.divide(mine, up[c], out=np.zeros_like(mine), where=up[c] > 0)
+            beliefs[c] = beliefs[c] * broadcast_to(ratio, sep, cliques[c], domain)
+            beliefs[c] = beliefs[c] / beliefs[c].sum()
+    return beliefs
