@@ -35,6 +35,7 @@ from .measure import Measurements, clique_size, make_consistent, noisy_total
 from .measure import measure as draw
 from .preprocess import prepare_encoded_view
 from .select import Selection, required_cliques
+from .select.guard import guard
 from .select import select as run_method
 from .synthesize import requested_rows
 
@@ -90,11 +91,14 @@ def measure(plan: EncodingPlan, chosen: Selection, oracle: Oracle, budget: Datas
             charge) -> Measurements:
     """Measure the cliques `chosen` left to measure with the measurement budget
     (`measurement_plan`'s per-clique rho; the oracle is not called when there is none), then
-    make every measurement consistent (the selection's one-way and adaptive ones included) and
-    take the noisy row count they agree on."""
+    keep only the marginals that beat the independent model on their own noisy values (every
+    method alike: `select.guard`, which spends nothing and folds a dropped marginal into the
+    1-way ones), make the rest consistent (the selection's one-way and adaptive measurements
+    included) and take the noisy row count they agree on."""
     rhos = measurement_plan(chosen, plan.domain, budget.stage_rho("measurements"))
     noisy = draw(oracle(list(rhos)), rhos, charge) if rhos else []
-    consistent = make_consistent(list(chosen.one_way) + list(chosen.measured) + noisy)
+    kept, _ = guard(list(chosen.one_way) + list(chosen.measured) + noisy, plan.domain)
+    consistent = make_consistent(kept)
     return Measurements(tuple(consistent), noisy_total(consistent))
 
 
