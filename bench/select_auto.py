@@ -28,7 +28,7 @@ from dp_synth_assets.core.privacy import rho_from_epsilon_delta
 from dp_synth_assets.core.select import METHODS, Budget, select
 
 ROOT = Path(__file__).resolve().parent.parent
-DATASETS = ROOT.parent / "shared" / "datasets"
+DATASETS = Path("/work/shared/datasets")
 
 
 def chain_table(n: int, d: int, flip: float, seed: int) -> dict[str, np.ndarray]:

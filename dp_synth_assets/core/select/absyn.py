@@ -185,7 +185,13 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
-    one_way = measure_one_way(domain, oracle, budget.one_way, charge)
+    return select_after(domain, oracle, budget, charge,
+                        measure_one_way(domain, oracle, budget.one_way, charge), log)
+
+
+def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: Charge,
+                 one_way: tuple, log: Log | None = None) -> Selection:
+    """Steps 2-4 on 1-way marginals already measured (`auto` measures them first)."""
     total = noisy_total(list(one_way))
     pairs = list(itertools.combinations(list(domain), 2))
     noisy = noisy_indif(pairs, oracle, budget.score, charge, "R-scores")
