@@ -118,7 +118,9 @@ def run_method(data, domain, method, rho, iterations, use_guard=True):
     oracle = oracle_of(data, domain)
     noop = lambda *a, **k: None  # noqa: E731
     chosen = select(method, domain, oracle, budget, SelectionSettings(), noop)
-    rhos = measurement_plan(chosen, domain, 0.0 if info.measures_in_selection else budget.measure)
+    from dp_synth_assets.core.stages import cover_columns
+    plan = cover_columns(chosen, domain) if use_guard else chosen
+    rhos = measurement_plan(plan, domain, 0.0 if info.measures_in_selection else budget.measure)
     noisy = measure(oracle(list(rhos)), rhos, noop) if rhos else []
     found = list(chosen.one_way) + list(chosen.measured) + noisy
     report = {}

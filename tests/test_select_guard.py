@@ -86,3 +86,21 @@ def test_measure_stage_drops_the_marginals_of_independent_columns():
     assert charges == [list(p) for p in pairs]  # measured and charged as planned
     fitted = {m.clique for m in found.measurements}
     assert {(a,) for a in domain} <= fitted and len(fitted - {(a,) for a in domain}) <= 1
+
+
+def test_columns_outside_every_selected_marginal_get_their_one_way_remeasured():
+    """Selected (a, b) over domain a: 2, b: 2, c: 8. Column c would keep only its selection-stage
+    1-way; it joins the plan with the weight Eq. 11 gives a clique of 8 cells, on the
+    selection's scale: 8^(2/3) / 4^(2/3) times (a, b)'s."""
+    from dp_synth_assets.core.budget import measurement_plan
+    from dp_synth_assets.core.stages import cover_columns
+
+    domain = {"a": 2, "b": 2, "c": 8}
+    chosen = Selection("absyn", (), (("a", "b"),), {("a", "b"): 1.0})
+    covered = cover_columns(chosen, domain)
+    assert covered.cliques == (("a", "b"), ("c",))
+    plan = measurement_plan(covered, domain, 1.0)
+    assert plan[("c",)] / plan[("a", "b")] == pytest.approx(8 ** (2 / 3) / 4 ** (2 / 3))
+    assert sum(plan.values()) == pytest.approx(1.0)
+    full = Selection("absyn", (), (("a", "b"), ("b", "c")), {("a", "b"): 1.0, ("b", "c"): 2.0})
+    assert cover_columns(full, domain) is full
