@@ -36,7 +36,7 @@ the greedy is post-processing of those. `budget.measure` is split over the selec
    pairs score. Clipping (rather than not) because a negative score claims a pair explains
    less than nothing, and E_cor of a candidate, made of max(CR, 0), must compare with E_0 term
    by term. Each round, for every unselected pair, add it to the selected graph, triangulate
-   (networkx's chordal completion; the fill-in edges become selected marginals, so every
+   (`triangulate`: min-fill elimination; the fill-in edges become selected marginals, so every
    separator of the junction tree is measured), skip it if a maximal clique has tau cells or
    more, and score E. Candidates are the pairs of positive R_bar (a pair of score 0 adds no
    path and only noise error).    Keep the best candidate while it lowers E; stop otherwise.
