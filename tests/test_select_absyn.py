@@ -96,3 +96,49 @@ def test_absyn_runs_end_to_end_and_spends_exactly_the_run_budget(tmp_path):
     assert math.isclose(spent, budget.run_rho, rel_tol=1e-9)
     found = list(artifacts(defs.resources["warehouse"], "example").measurements().measurements)
     assert all(math.isclose(m.sigma, math.sqrt(1 / (2 * m.rho)), rel_tol=1e-12) for m in found)
+
+
+def chain_table(n: int, d: int, flip: float, seed: int) -> dict[str, np.ndarray]:
+    """A Bayesian network of d binary columns, a Markov chain: x0 is a fair coin and x_i copies
+    x_{i-1} except with probability `flip`. True edges: (x_{i-1}, x_i); every other pair is
+    dependent only through the chain (correlation (1 - 2 flip)^|i - j|, weak when far apart)."""
+    rng = np.random.default_rng(seed)
+    cols = [rng.integers(0, 2, n)]
+    for _ in range(1, d):
+        cols.append(np.where(rng.random(n) < flip, 1 - cols[-1], cols[-1]))
+    return {f"x{i:02d}": c for i, c in enumerate(cols)}
+
+
+def test_greedy_error_is_closed_form_and_e0_on_the_candidates_scale():
+    """Three binary columns, n = 10,000: one strong pair (R = 5000 counts) and two noise draws
+    below 0. The raw sum E_0 = -1000 beats every candidate and nothing would be selected; on the
+    candidates' scale (clipped) E_0 = 5000 and selecting (a, b) leaves E = E_eta of one 4-cell
+    marginal = 4 / sqrt(pi rho) (E_cor = 0: the other pairs' scores clip to 0)."""
+    from dp_synth_assets.core.select.absyn import greedy
+
+    pairs = [("a", "b"), ("a", "c"), ("b", "c")]
+    domain = {"a": 2, "b": 2, "c": 2}
+    n, rho = 10_000.0, 1.0
+    r_bar = normalize_scores(np.array([5000.0, -3000.0, -3000.0]), pairs, domain, n)
+    selected, trace = greedy(pairs, r_bar, domain, n, rho, tau=100_000)
+    assert selected == [("a", "b")]
+    assert trace[0]["total_error"] == pytest.approx(4 / math.sqrt(math.pi * rho), abs=1e-3)
+    # a second pair would only add noise error: the greedy stops after one round
+    assert len(trace) == 1
+
+
+def test_selects_true_edges_on_a_wide_table_of_weak_far_pairs():
+    """24 binary columns in a chain (276 pairs, most of them weak), 10,000 rows, epsilon 1: the
+    noisy scores of the weak far pairs sum below zero, so a raw-sum E_0 selects nothing. On one
+    scale the greedy selects marginals that cover most true chain edges."""
+    from dp_synth_assets.core.privacy import rho_from_epsilon_delta
+    from tests.helpers import method_budget
+
+    data = chain_table(10_000, 24, 0.15, seed=0)
+    domain = {k: 2 for k in data}
+    edges = {(f"x{i - 1:02d}", f"x{i:02d}") for i in range(1, 24)}
+    chosen = select("absyn", domain, counting_oracle(data, domain),
+                    method_budget("absyn", rho_from_epsilon_delta(1.0, 1e-9)),
+                    SelectionSettings(), lambda *a, **k: None)
+    assert chosen.details["rounds"], "absyn stopped before its first round"
+    assert len(set(chosen.cliques) & edges) >= 18

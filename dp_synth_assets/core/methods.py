@@ -34,4 +34,5 @@ METHODS = {
     "aim": MethodInfo("aim", 0.1, 0.1, True),
     "ppsyn": MethodInfo("ppsyn", 0.1, 0.1, True),
     "manual": MethodInfo("manual", 0.1, 0.0, False),
+    "auto": MethodInfo("auto", 0.1, 0.1, False),
 }

@@ -13,22 +13,33 @@ the greedy is post-processing of those. `budget.measure` is split over the selec
    published for all m pairs at once with Gaussian noise of variance 8m / rho_s (Alg. 3 line 5 as
    SEED-NOTES corrects it), then divided by the noisy total (never the exact count; at least 1),
    normalized by Eq. 6, R_bar = R min(d_a, d_b) / (2 (min(d_a, d_b) - 1)), and clipped to [0, 1].
+   Our addition: a count-scale score below `SCORE_FLOOR_SD` = 2 standard deviations of its
+   noise (sqrt(8 m / rho_s), public) is set to 0 first. Without it, the positive half of the
+   noise of every pair independent of the rest reads as dependency once clipped at 0 (about
+   0.4 sd each), and the greedy buys those pairs, measuring noise with budget the dependent
+   pairs need; a truly independent pair passes the floor with probability 2.3%.
 3. CR-score (Alg. 1, Eq. 7-8): R_tilde(i, j) is the maximum over paths from i to j in the graph
    of selected marginals of the product of R_bar along the path; CR = R_bar - R_tilde. We compute
    all pairs at once as shortest paths on -log R_bar (scipy's Dijkstra), which is Alg. 1's
    max-product search. A negative CR (a path explains more than the pair's own score) counts as
    no missing information: max(CR, 0).
-4. Greedy (Alg. 3): start from E_0 = sum of the noisy count-scale R-scores as drawn (not
-   normalized or clipped, so noise can make it smaller than the error of any selection and then
-   nothing is selected). Each round, for every unselected pair, add it to the selected graph,
-   triangulate (networkx's chordal completion; the fill-in edges become selected marginals, so
-   every separator of the junction tree is measured), skip it if a maximal clique has tau cells
-   or more, and score
-       E = E_cor + E_eta,
-       E_cor = sum over unselected pairs of noisy_total * max(CR, 0) * 2 (min d - 1) / min d
-               (the CR back on the count scale of E_0, SEED-NOTES),
-       E_eta = sum over selected pairs of c_i sqrt(1 / (pi rho_i)) with rho_i by Eq. 11.
-   Keep the best candidate while it lowers E; stop otherwise.
+4. Greedy (Alg. 3). Every selection S, the empty one included, is scored by one function on
+   one scale (counts, each pair's score clipped at 0):
+       E(S) = E_cor(S) + E_eta(S),
+       E_cor(S) = sum over pairs not in S of noisy_total * max(CR_S, 0) * 2 (min d - 1) / min d
+                  (the CR back on the count scale, SEED-NOTES),
+       E_eta(S) = sum over pairs in S of c_i sqrt(1 / (pi rho_i)) with rho_i by Eq. 11.
+   So E_0 = E(empty) = the sum of the noisy count-scale R-scores clipped to [0, noisy_total *
+   2 (min d - 1) / min d] (CR = R_bar without paths), not the raw noisy sum the paper writes:
+   the raw sum lets the noise of many weak pairs (negative draws) pull E_0 below the clipped
+   E of every candidate, and the greedy then stops before its first round whatever the strong
+   pairs score. Clipping (rather than not) because a negative score claims a pair explains
+   less than nothing, and E_cor of a candidate, made of max(CR, 0), must compare with E_0 term
+   by term. Each round, for every unselected pair, add it to the selected graph, triangulate
+   (`triangulate`: min-fill elimination; the fill-in edges become selected marginals, so every
+   separator of the junction tree is measured), skip it if a maximal clique has tau cells or
+   more, and score E. Candidates are the pairs of positive R_bar (a pair of score 0 adds no
+   path and only noise error).    Keep the best candidate while it lowers E; stop otherwise.
    tau has no default in the paper: ours is `TAU_CELLS` = 10^5 cells (SEED-NOTES), fixed: no
    setting changes it and `settings.max_model_mb` does not apply to absyn. The selected pairs
    (fill-ins included) are measured by `measurements` with the c^(2/3) split of rho_2 (Eq. 11).
@@ -45,9 +56,10 @@ from scipy.sparse.csgraph import shortest_path
 from ..config import SelectionSettings
 from ..measure import clique_size, expected_noise_error, optimal_split, noisy_total
 from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
-from .privsyn import measure_one_way, noisy_indif
+from .privsyn import INDIF_SENSITIVITY, measure_one_way, noisy_indif
 
 TAU_CELLS = 100_000  # default clique-size threshold tau (cells)
+SCORE_FLOOR_SD = 2.0  # scores below this many noise sds count as 0 (docstring, step 2)
 
 
 def normalize_scores(noisy: np.ndarray, pairs: list[Clique], domain: dict[str, int],
@@ -59,62 +71,110 @@ def normalize_scores(noisy: np.ndarray, pairs: list[Clique], domain: dict[str, i
     return np.clip(r * factor, 0.0, 1.0)
 
 
+def above_noise(noisy: np.ndarray, rho_score: float) -> np.ndarray:
+    """The count-scale scores with those below `SCORE_FLOOR_SD` noise standard deviations
+    (sqrt(8 m / rho_s), public) set to 0: indistinguishable from independence."""
+    if noisy.size == 0 or rho_score <= 0:
+        return noisy
+    sd = math.sqrt(INDIF_SENSITIVITY ** 2 * noisy.size / (2 * rho_score))
+    return np.where(noisy >= SCORE_FLOOR_SD * sd, noisy, 0.0)
+
+
 def cr_scores(index: dict[str, int], pairs: list[Clique], r_bar: np.ndarray,
               edges: set[Clique]) -> np.ndarray:
     """Alg. 1: CR(i, j) = R_bar(i, j) - max-product path weight between i and j over `edges`."""
     d = len(index)
+    rows = np.array([index[a] for a, _ in pairs], dtype=np.int64)
+    cols = np.array([index[b] for _, b in pairs], dtype=np.int64)
+    on = np.array([(a, b) in edges or (b, a) in edges for a, b in pairs], dtype=bool) & (r_bar > 0)
     weights = np.zeros((d, d))
-    for (a, b), r in zip(pairs, r_bar):
-        if (a, b) in edges or (b, a) in edges:
-            if r > 0:
-                # -log of the weight; scipy treats 0 as "no edge", so shift exact 1s slightly
-                weights[index[a], index[b]] = weights[index[b], index[a]] = max(-math.log(r), 1e-12)
+    # -log of the weight; scipy treats 0 as "no edge", so shift exact 1s slightly
+    w = np.maximum(-np.log(np.where(on, r_bar, 1.0)), 1e-12)
+    weights[rows[on], cols[on]] = w[on]
+    weights[cols[on], rows[on]] = w[on]
     dist = shortest_path(weights, method="D", directed=False)
     tilde = np.exp(-dist)  # unreachable: exp(-inf) = 0
-    return np.array([r - tilde[index[a], index[b]] for (a, b), r in zip(pairs, r_bar)])
+    return r_bar - tilde[rows, cols]
 
 
 def triangulate(nodes: list[str], edges: set[Clique]) -> tuple[set[Clique], list[tuple[str, ...]]]:
-    """Chordal completion of the selected graph: its edges (with fill-ins) and maximal cliques."""
-    graph = nx.Graph()
-    graph.add_nodes_from(nodes)
-    graph.add_edges_from(edges)
-    chordal, _ = nx.complete_to_chordal_graph(graph)
+    """Chordal completion of the selected graph: its edges (with fill-ins) and maximal cliques.
+    Elimination game with the min-fill order (ties: fewest neighbours, then column order): each
+    eliminated vertex's remaining neighbours are joined, which makes the graph chordal, and the
+    eliminated vertex with them forms a clique; the maximal ones are the graph's maximal cliques."""
     order = {a: i for i, a in enumerate(nodes)}
-    filled = {tuple(sorted(e, key=order.get)) for e in chordal.edges}
-    cliques = [tuple(sorted(c, key=order.get)) for c in nx.chordal_graph_cliques(chordal)]
+    adj: dict[str, set[str]] = {a: set() for a in nodes}
+    for a, b in edges:
+        adj[a].add(b)
+        adj[b].add(a)
+    filled = {tuple(sorted(e, key=order.get)) for e in edges}
+    remaining = set(nodes)
+    found: list[frozenset] = []
+
+    def fill(v: str) -> int:
+        nb = list(adj[v] & remaining)
+        return sum(1 for i, x in enumerate(nb) for y in nb[i + 1:] if y not in adj[x])
+
+    while remaining:
+        v = min(remaining, key=lambda a: (fill(a), len(adj[a] & remaining), order[a]))
+        nb = sorted(adj[v] & remaining, key=order.get)
+        for i, x in enumerate(nb):
+            for y in nb[i + 1:]:
+                if y not in adj[x]:
+                    adj[x].add(y)
+                    adj[y].add(x)
+                    filled.add((x, y))
+        found.append(frozenset([v, *nb]))
+        remaining.discard(v)
+    maximal = [c for c in found if not any(c < o for o in found)]
+    cliques = list(dict.fromkeys(tuple(sorted(c, key=order.get)) for c in maximal))
     return filled, cliques
 
 
-def greedy(pairs: list[Clique], count_scores: np.ndarray, r_bar: np.ndarray,
-           domain: dict[str, int], noisy_total: float, rho_measure: float,
-           tau: int, log: Log | None = None) -> tuple[list[Clique], list[dict]]:
+def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy_total: float,
+           rho_measure: float, tau: int, log: Log | None = None) -> tuple[list[Clique], list[dict]]:
     """Alg. 3 lines 9-37; returns the selected pairs (triangulated) and a public trace. `log`,
     if given, gets each round's `round_line` (rho 0: the greedy post-processes the scores)."""
     nodes = list(domain)
     index = {a: i for i, a in enumerate(nodes)}
     to_count = np.array([noisy_total * 2 * (min(domain[a], domain[b]) - 1) / min(domain[a], domain[b])
                          if min(domain[a], domain[b]) > 1 else 0.0 for a, b in pairs])
+
+    def error(filled: set[Clique]) -> float:  # E(S), one scale for every S (docstring, step 4)
+        cr = np.clip(cr_scores(index, pairs, r_bar, filled), 0.0, None)
+        unselected = np.array([p not in filled for p in pairs])
+        e_cor = float(np.sum(cr * to_count * unselected))
+        return e_cor + expected_noise_error(rho_measure, [clique_size(p, domain) for p in filled])
+
+    # a pair of score 0 adds no path and only noise error: never a candidate
+    candidates = [p for p, r in zip(pairs, r_bar) if r > 0]
     selected: set[Clique] = set()
-    best_error = float(np.sum(count_scores))  # E_0
+    best_error = error(selected)  # E_0
     trace = []
+    largest = 0  # cells of the largest maximal clique of the selected (chordal) graph
     while True:
         best = None
-        for pair in pairs:
+        component = {a: i for i, part in enumerate(
+            nx.connected_components(nx.Graph(list(selected)))) for a in part}
+        for pair in candidates:
             if pair in selected:
                 continue
-            filled, cliques = triangulate(nodes, selected | {pair})
-            if max(clique_size(c, domain) for c in cliques) >= tau:
+            a, b = pair
+            if component.get(a, ("alone", a)) != component.get(b, ("alone", b)):
+                # a bridge between two components keeps the graph chordal: no fill-in, and
+                # the new maximal clique is the pair itself
+                filled, size = selected | {pair}, max(largest, clique_size(pair, domain))
+            else:
+                filled, cliques = triangulate(nodes, selected | {pair})
+                size = max(clique_size(c, domain) for c in cliques)
+            if size >= tau:
                 continue
-            cr = np.clip(cr_scores(index, pairs, r_bar, filled), 0.0, None)
-            unselected = np.array([p not in filled for p in pairs])
-            e_cor = float(np.sum(cr * to_count * unselected))
-            e_eta = expected_noise_error(rho_measure, [clique_size(p, domain) for p in filled])
-            if best is None or e_cor + e_eta < best[0]:
-                best = (e_cor + e_eta, pair, filled)
+            e = error(filled)
+            if best is None or e < best[0]:
+                best = (e, pair, filled, size)
         if best is None or best[0] >= best_error:
             break
-        best_error, pair, selected = best[0], best[1], best[2]
+        best_error, pair, selected, largest = best
         trace.append({"round": len(trace) + 1, "pair": list(pair), "selected": len(selected),
                       "total_error": round(best_error, 3)})
         if log is not None:
@@ -125,12 +185,18 @@ def greedy(pairs: list[Clique], count_scores: np.ndarray, r_bar: np.ndarray,
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
-    one_way = measure_one_way(domain, oracle, budget.one_way, charge)
+    return select_after(domain, oracle, budget, charge,
+                        measure_one_way(domain, oracle, budget.one_way, charge), log)
+
+
+def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: Charge,
+                 one_way: tuple, log: Log | None = None) -> Selection:
+    """Steps 2-4 on 1-way marginals already measured (`auto` measures them first)."""
     total = noisy_total(list(one_way))
     pairs = list(itertools.combinations(list(domain), 2))
     noisy = noisy_indif(pairs, oracle, budget.score, charge, "R-scores")
-    r_bar = normalize_scores(noisy, pairs, domain, total)
-    selected, trace = greedy(pairs, noisy, r_bar, domain, total, budget.measure, TAU_CELLS,
+    r_bar = normalize_scores(above_noise(noisy, budget.score), pairs, domain, total)
+    selected, trace = greedy(pairs, r_bar, domain, total, budget.measure, TAU_CELLS,
                              log)
     rhos = optimal_split(budget.measure, [clique_size(p, domain) for p in selected]) if selected else []
     return Selection(

@@ -122,7 +122,14 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     if budget.measure < 0:
         raise ValueError(f"MST needs a measurement budget >= 0, got rho {budget.measure!r}: "
                          "selection.one_way_share + selection.score_share must stay below 1")
-    one_way = measure_one_way(domain, oracle, budget.one_way, charge)
+    return select_after(domain, oracle, budget, charge,
+                        measure_one_way(domain, oracle, budget.one_way, charge), log)
+
+
+def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: Charge,
+                 one_way: tuple, log: Log | None = None) -> Selection:
+    """Steps 2-4 on 1-way marginals already measured (`auto` measures them first)."""
+    attrs = list(domain)
     pairs = list(itertools.combinations(attrs, 2))
     tree, trace = [], []
     if pairs:

@@ -1,0 +1,36 @@
+"""`auto`: the rule picks from public facts only, and its pick runs on the 1-ways it measured."""
+
+import math
+
+import numpy as np
+import pytest
+
+from dp_synth_assets.core.config import SelectionSettings
+from dp_synth_assets.core.select import Budget, select
+from dp_synth_assets.core.select.auto import SCORE_NOISE_MAX, pick
+from tests.helpers import counting_oracle
+
+
+def test_rule_is_the_score_noise_share_of_the_noisy_row_count():
+    """sigma_s = sqrt(16 m / (2 rho_s)) counts; 10 columns: m = 45. At rho_s = 0.01 sigma_s =
+    sqrt(36000) = 189.7: absyn for n_hat = 10,000 (share 0.019), MST for n_hat = 1,000 (0.19)."""
+    domain = {f"c{i}": 3 for i in range(10)}
+    method, share = pick(domain, 10_000.0, 0.01)
+    assert method == "absyn" and share == pytest.approx(math.sqrt(16 * 45 / 0.02) / 10_000)
+    method, share = pick(domain, 1_000.0, 0.01)
+    assert method == "mst" and share > SCORE_NOISE_MAX
+
+
+def test_auto_spends_its_split_once_and_says_what_it_picked():
+    rng = np.random.default_rng(0)
+    n = 3000
+    a = rng.integers(0, 2, n)
+    data = {"a": a, "b": np.where(rng.random(n) < 0.1, 1 - a, a), "c": rng.integers(0, 3, n)}
+    domain = {"a": 2, "b": 2, "c": 3}
+    spends = []
+    budget = Budget(0.05, 0.05, 0.4)
+    chosen = select("auto", domain, counting_oracle(data, domain), budget, SelectionSettings(),
+                    lambda spend, **_: spends.append(spend))
+    assert chosen.details["picked"] in ("absyn", "mst") and chosen.method == "auto"
+    assert math.isclose(sum(s.rho for s in spends), budget.one_way + budget.score, rel_tol=1e-9)
+    assert len(chosen.one_way) == 3 and ("a", "b") in chosen.cliques
