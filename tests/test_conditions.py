@@ -16,7 +16,7 @@ from dp_synth_assets.core.privacy import Spend
 from dp_synth_assets.core.resynthesis import interval_passed
 from dp_synth_assets.example import write_example
 from dp_synth_assets.factory import dp_synth_definitions
-from tests.helpers import example_entry
+from tests.helpers import REPO, example_entry
 
 pytestmark = pytest.mark.filterwarnings("ignore::dagster.BetaWarning",
                                         "ignore::dagster.PreviewWarning")
@@ -191,3 +191,52 @@ def test_interval_passed_at_exactly_min_interval_and_when_never_synthesized():
     assert interval_passed(None, 10.0, 3600)
     assert interval_passed(1000.0, 4600.0, 3600)
     assert not interval_passed(1000.0, 4599.9, 3600)
+
+
+RESERVE_AND_DIE = """
+import os, sys
+from pathlib import Path
+from dp_synth_assets.budget import DatasetBudget
+from dp_synth_assets.core.config import load_registry
+from dp_synth_assets.factory import dp_synth_definitions
+root = Path(sys.argv[1])
+ours = dp_synth_definitions(datasets=root / "datasets.yaml", warehouse=root / "warehouse.duckdb",
+                            ledger=root / "ledger.sqlite", public_dir=root / "public")
+budget = DatasetBudget.of(load_registry(root / "datasets.yaml")["customers"])
+ours.resources["dp_synth_ledger"].ledger().reserve(
+    "customers", "crashed-run", budget.run_rho, budget.limit_rho, delta=budget.delta)
+os._exit(0)  # a run killed while it held its reservation: no release written
+"""
+
+
+def test_a_crashed_runs_reservation_does_not_hold_the_budget_gate_but_a_live_one_does(tmp_path):
+    """The gate asks the ledger as `reserve` would: a reservation whose process is gone is stale
+    (the next run frees it), so it does not block automation; a live run's reservation counts."""
+    import subprocess
+    import sys
+
+    privacy = {**example_entry()["privacy"]}
+    privacy["limit"] = {**privacy["limit"], "epsilon": 2 * privacy["epsilon"]}  # two runs
+    customers, ours, defs, datasets = host_project(tmp_path, privacy=privacy, min_interval="1h")
+    instance = dg.DagsterInstance.ephemeral()
+    baseline = tick(defs, instance)
+    spend_runs(ours, datasets, 1.0)
+    done = subprocess.run([sys.executable, "-c", RESERVE_AND_DIE, str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert ours.resources["dp_synth_ledger"].ledger().summary("customers").reserved_rho > 0
+
+    dg.materialize([customers], instance=instance)
+    crashed = tick(defs, instance, baseline.cursor)
+    assert requested(crashed) == set(STAGES)
+    assert nodes(crashed, FIRST)[BUDGET_LABEL]
+
+    # a run of this process holds the last run's budget: the gate closes
+    budget = DatasetBudget.of(load_registry(datasets)["customers"])
+    ours.resources["dp_synth_ledger"].ledger().reserve(
+        "customers", "live-run", budget.run_rho, budget.limit_rho, delta=budget.delta)
+    dg.materialize([customers], instance=instance)
+    live = tick(defs, instance, crashed.cursor,
+                at=datetime.datetime.now() + datetime.timedelta(hours=2))
+    assert requested(live) == set()
+    assert not nodes(live, FIRST)[BUDGET_LABEL]
