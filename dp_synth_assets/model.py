@@ -98,7 +98,7 @@ def build_model_asset(dataset: str, spec: DatasetSpec, names: Names = Names()) -
             "unit_seconds": dg.MetadataValue.json([round(x, 2) for x in seconds]),
         })
 
-    @dg.graph_asset(key=key("model"), **names.asset_args(dataset, PUBLIC), kinds={"python"},
+    @dg.graph_asset(key=key("model"), **names.asset_args(dataset, PUBLIC, graph=True), kinds={"python"},
                     ins={"measurements": dg.AssetIn(key=key("measurements"),
                                                     dagster_type=dg.Nothing)},
                     description=f"The fitted generator ({spec.generator}: pgm, parallel_pgm or "

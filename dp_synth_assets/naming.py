@@ -52,11 +52,18 @@ class Names:
     def group(self, dataset: str) -> str:
         return self.group_name or dataset
 
-    def asset_args(self, dataset: str, zone: dict[str, str], source: bool = False) -> dict:
+    def asset_args(self, dataset: str, zone: dict[str, str], source: bool = False,
+                   graph: bool = False) -> dict:
         """The decorator arguments every dp-synth asset of `dataset` shares: group, tags (`zone`,
         dp-synth's `privacy` tag, plus the host's), owners and automation condition (not on the
-        observable `source`, which the host cannot materialize)."""
+        observable `source`, which the host cannot materialize), and dp-synth's IO manager key
+        (not on a graph asset, whose outputs are its inner ops': they name it themselves). The
+        stages return a MaterializeResult (no value: their outputs are in the artifact store), so
+        no IO manager is called for them; naming dp-synth's keeps the host's `io_manager` out of
+        reach even so."""
         args = {"group_name": self.group(dataset), "tags": {**self.tags, **zone}}
+        if not graph:
+            args["io_manager_key"] = self.io_manager
         if not source:
             args["owners"] = list(self.owners) or None
             if self.automation_condition is not None:

@@ -116,6 +116,41 @@ def test_resource_keys_are_configurable(tmp_path):
         names(warehouse="same", ledger="same")
 
 
+def test_every_op_output_is_nothing_or_goes_through_dp_synths_io_manager(tmp_path):
+    """Statically, over every op of every dp-synth asset (the model graph's inner ops included)
+    and every job the factory builds: an output either carries no value (Nothing: the stage
+    stored it through the artifact store and returned a MaterializeResult) or names dp-synth's
+    own IO manager key, so the host's `io_manager` is never asked to store or load anything."""
+    _, ours, defs = host_project(tmp_path, io_manager_key="synth_io")
+    outputs = []
+
+    def collect(node_def, where):
+        if isinstance(node_def, dg.GraphDefinition):
+            for inner in node_def.node_defs:
+                collect(inner, f"{where}/{inner.name}")
+        else:
+            outputs.extend((f"{where}:{o.name}", o) for o in node_def.output_defs)
+
+    for assets_def in ours.assets:
+        if isinstance(assets_def, dg.AssetsDefinition) and assets_def.is_executable:
+            collect(assets_def.node_def, assets_def.node_def.name)
+    assert any("model" in where for where, _ in outputs)  # the graph's units are in the list
+    wrong = [where for where, o in outputs
+             if not o.dagster_type.is_nothing and o.io_manager_key != "synth_io"]
+    assert not wrong, f"outputs the host's IO manager would store: {wrong}"
+    assert "synth_io" in {o.io_manager_key for _, o in outputs}
+    # an asset check's op yields its evaluation, which Dagster records as an event (no IO manager)
+    checks = {c.node_def.name for c in ours.asset_checks}
+    for job in defs.resolve_all_job_defs():
+        for node in job.graph.node_defs:
+            if node.name not in checks:
+                collect(node, f"{job.name}/{node.name}")
+    wrong = [where for where, o in outputs
+             if not o.dagster_type.is_nothing and o.io_manager_key != "synth_io"
+             and not where.startswith(("__ASSET_JOB", "analytics"))]
+    assert not wrong, f"job outputs the host's IO manager would store: {wrong}"
+
+
 def test_the_pipeline_runs_under_a_raising_host_io_manager_and_spends_one_run(tmp_path):
     """Every dp-synth output either returns a MaterializeResult (stored by the artifact store) or
     goes through dp-synth's IO manager: with a host IO manager that raises on any call, the host's
