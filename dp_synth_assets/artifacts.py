@@ -67,8 +67,11 @@ def artifacts(warehouse: WarehouseResource, dataset: str, context=None) -> Publi
 def last_writer(context, dataset: str, names) -> str:
     """The run's last stage of `dataset` that writes (where it publishes and frees the dataset)."""
     selection = context.run.asset_selection
-    if not selection:
-        return WRITERS[-1]
+    if not selection:  # an in-process subset (`materialize(selection=...)`) leaves it empty
+        try:
+            selection = context.job_def.asset_layer.executable_asset_keys
+        except AttributeError:
+            return WRITERS[-1]
     in_run = [s for s in WRITERS if names.key(dataset, s) in selection]
     return in_run[-1] if in_run else WRITERS[-1]
 

@@ -299,6 +299,16 @@ def published_folder(root: str | os.PathLike) -> Path:
     return Path(root) / RUNS / run if run else Path(root)
 
 
+def published_synthetic_run(root: str | os.PathLike) -> str | None:
+    """The run whose synthetic table the published set's Parquet is (its manifest's stamp;
+    a set that only re-published an older Parquet names that older run), or None."""
+    try:
+        manifest = json.loads((published_folder(root) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest.get("stamps", {}).get("synthetic", {}).get("run")
+
+
 class RunStore(FolderStore):
     """A `FolderStore` over one run's set of `<root>` = `<public_dir>/<dataset>/`.
 
@@ -394,11 +404,13 @@ class RunStore(FolderStore):
                 if self._hash(source) != expected:
                     made_in = stamps[name].get("run", "?")
                     source_run = stamps.get(source, {}).get("run", "?")
+                    file, other = (ARTIFACTS[n].file if n in ARTIFACTS else PARQUET
+                                   for n in (name, source))
                     raise InconsistentArtifacts(
-                        f"dataset {self.dataset!r}: the {name} (from run {made_in}) was made from "
-                        f"another {source} than the one beside it (from run {source_run}) in "
-                        f"{self.folder}; re-materialize the {REDO[name]!r} stage of this dataset "
-                        f"and the stages downstream of it")
+                        f"dataset {self.dataset!r}: {file} (written by run {made_in}) was made "
+                        f"from another {other} than the {other} beside it (written by run "
+                        f"{source_run}) in {self.folder}; re-materialize the {REDO[name]!r} "
+                        f"stage of this dataset and the stages downstream of it")
 
     def _write(self, name: str, record) -> str:
         self._seed()

@@ -92,15 +92,16 @@ def table_stamp(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
 
 def reconcile_synthetic(con: duckdb.DuckDBPyConnection, table: str, root, log=None) -> str | None:
     """Finish the publish of a run killed between its table commit and its pointer switch: when
-    `table`'s stamp names a run whose set exists under `<root>/runs/` but is not the published
-    one, publish it (the table commit is the commit point). Call it holding the dataset
-    (`store.DatasetLock`). Returns the run published, if any."""
+    `table`'s stamp names another run than the one whose Parquet the published set holds
+    (`store.published_synthetic_run`), and that run's folder under `<root>/runs/` has its
+    Parquet, publish that run's set (the table commit is the commit point). Call it holding the
+    dataset (`store.DatasetLock`). Returns the run published, if any."""
     from pathlib import Path
 
-    from .store import PARQUET, RUNS, publish_run, published_run
+    from .store import PARQUET, RUNS, publish_run, published_synthetic_run
 
     written = table_stamp(con, table)
-    if written is None or written == published_run(root):
+    if written is None or written == published_synthetic_run(root):
         return None
     if not (Path(root) / RUNS / written / PARQUET).is_file():
         if log:
