@@ -9,7 +9,7 @@ step's run: it reads the run's own set once the run has written one, else its pa
 (a re-execution) or the published set, and writes into the run's own folder.
 
 `holding(...)` wraps every step that writes or spends for a dataset: the first one takes the
-dataset (`core.store.DatasetLock`; a run that finds it taken waits, logging whom for, up to
+dataset (`core.runs.DatasetLock`; a run that finds it taken waits, logging whom for, up to
 `WarehouseResource.run_wait_seconds`), repairs what a killed run left (temporary files; a
 synthetic table committed but not published, `synthesize.reconcile_synthetic`); the run's last
 writing stage publishes its set and frees the dataset; a failing step frees it at once. The
@@ -27,8 +27,8 @@ import dagster as dg
 
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
-from .core.store import (DEFAULT_RUN_WAIT_SECONDS, DatasetLock, InconsistentArtifacts,
-                         MissingArtifact, RunStore, RunWaitTimeout, remove_temporaries)
+from .core.runs import DEFAULT_RUN_WAIT_SECONDS, DatasetLock, RunWaitTimeout
+from .core.store import InconsistentArtifacts, MissingArtifact, RunStore, remove_temporaries
 
 WRITERS = ("preprocessed", "marginals", "selection", "measurements", "model", "synthetic")
 
@@ -48,6 +48,10 @@ class PublicArtifacts(RunStore):
             super().require_consistent(*names)
         except InconsistentArtifacts as e:
             raise dg.Failure(description=str(e)) from None
+
+
+def synthetic_table(dataset: str) -> str:
+    return f"synthetic.{dataset}"
 
 
 def dataset_dir(warehouse: WarehouseResource, dataset: str) -> Path:
@@ -110,7 +114,6 @@ def repair(warehouse: WarehouseResource, dataset: str, log=None) -> None:
     """What a killed run may leave, set right by the next run holding the dataset: temporary
     files, and a synthetic table committed but not published (`reconcile_synthetic`)."""
     from .core.synthesize import reconcile_synthetic
-    from .pipeline import synthetic_table
 
     root = dataset_dir(warehouse, dataset)
     removed = remove_temporaries(root)

@@ -22,7 +22,7 @@ import dagster as dg
 from dp_synth_assets.resources.ledger import LedgerError, LedgerResource
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
-from .artifacts import artifacts, holding
+from .artifacts import artifacts, holding, synthetic_table  # noqa: F401 - synthetic_table re-exported
 from .budget import DatasetBudget, budget_metadata, ledger_metadata, private_stage
 from .core import change
 from .core import generate
@@ -45,10 +45,6 @@ def encoded_view(dataset: str) -> str:
 
 def marginal_table(dataset: str) -> str:
     return f"private.{dataset}_marginals"
-
-
-def synthetic_table(dataset: str) -> str:
-    return f"synthetic.{dataset}"
 
 
 @contextmanager

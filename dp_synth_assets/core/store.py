@@ -250,16 +250,14 @@ def exclusive_lock(path: str | os.PathLike, mode: int = 0o600) -> Iterator[None]
 #   runs/<run_id>/          one run's artifacts (plan.json ... synthetic.parquet, checks/, manifest)
 #   current                 the pointer: a symlink to runs/<run_id>, the published set
 #   plan.json, ..., checks  stable links through `current` (current/plan.json, ...)
-#   run.lock                the run holding the dataset (JSON: run id, owner process, since)
+#   run.lock                the run holding the dataset (core/runs.py)
 
 RUNS = "runs"
 POINTER = "current"
-LOCK = "run.lock"
 MANIFEST = "manifest.json"
 PARQUET = "synthetic.parquet"
 CHECKS = "checks"
 KEEP_RUNS = 5  # run folders kept after a publish, the published one included
-DEFAULT_RUN_WAIT_SECONDS = 600.0
 SET_FILES = tuple(a.file for a in ARTIFACTS.values()) + (PARQUET, MANIFEST)
 LINKED = tuple(a.file for a in ARTIFACTS.values()) + (PARQUET, CHECKS)
 # the stage whose re-materialization replaces an artifact made from other inputs than its own
@@ -270,10 +268,6 @@ REDO = {"selection": "marginals", "measurements": "marginals", "model": "model",
 class InconsistentArtifacts(ValueError):
     """Two artifacts of one set come from different runs (their stamps disagree); the message
     names the stage to re-materialize."""
-
-
-class RunWaitTimeout(TimeoutError):
-    """Another run of the dataset held it longer than the wait allowed (the message names it)."""
 
 
 def content_hash(data: bytes) -> str:
@@ -471,7 +465,7 @@ def publish_run(root: str | os.PathLike, run_id: str, keep: int = KEEP_RUNS) -> 
 def remove_temporaries(root: str | os.PathLike) -> list[Path]:
     """Remove what a killed writer left in the dataset folder: temporary files and links
     (`.<name>.<hex>.tmp`) and half-seeded run folders; call it holding the dataset
-    (`DatasetLock`). Returns what was removed."""
+    (`runs.DatasetLock`). Returns what was removed."""
     import shutil
 
     root = Path(root)
@@ -487,94 +481,3 @@ def remove_temporaries(root: str | os.PathLike) -> list[Path]:
                 path.unlink(missing_ok=True)
             removed.append(path)
     return removed
-
-
-# --------------------------------------------------------------- one run per dataset at a time
-
-
-def run_owner() -> str:
-    """The process whose death frees the dataset a run holds ('host:pid:start'): the run
-    worker, i.e. the parent of a step run by a multiprocess executor, else this process."""
-    import multiprocessing
-
-    from .ledger import owner_id
-
-    parent = multiprocessing.parent_process()
-    return owner_id(parent.pid if parent is not None else None)
-
-
-class DatasetLock:
-    """One run of a dataset at a time: `<root>/run.lock` names the run holding the dataset.
-
-    A run takes it at its first step (before the ledger reservation) and keeps it until its last
-    step publishes, or until a step fails; every step of the run takes it again (re-entrant by
-    run id). Another run waits, saying once whom it waits for, and gives up with
-    `RunWaitTimeout` after `timeout` seconds. A lock whose owner process is gone (this host) or
-    whose run `finished(run_id)` reports ended is stale and taken over. The file is read and
-    written under an flock of `<root>/run.lock.guard`, so two runs never both take it."""
-
-    def __init__(self, root: str | os.PathLike, dataset: str):
-        self.root, self.dataset = Path(root), dataset
-        self.path = self.root / LOCK
-
-    def holder(self) -> dict | None:
-        try:
-            held = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return None
-        return held if isinstance(held, dict) and held.get("run_id") else None
-
-    def _stale(self, held: dict, finished) -> bool:
-        from .ledger import owner_alive
-
-        if owner_alive(str(held.get("owner", ""))) is False:
-            return True
-        return bool(finished is not None and finished(held["run_id"]))
-
-    def acquire(self, run_id: str, owner: str | None = None,
-                timeout: float = DEFAULT_RUN_WAIT_SECONDS, finished=None, log=None,
-                poll: float = 0.5) -> bool:
-        """Hold the dataset for `run_id`; returns True when the run takes it now (its first
-        step, or a stale lock taken over), False when it held it already."""
-        import time
-
-        self.root.mkdir(parents=True, exist_ok=True)
-        owner = owner or run_owner()
-        deadline = time.monotonic() + timeout
-        waited = None
-        while True:
-            with exclusive_lock(self.path.with_name(LOCK + ".guard"), mode=0o644):
-                held = self.holder()
-                if held is not None and held["run_id"] == run_id:
-                    return False
-                if held is None or self._stale(held, finished):
-                    if held is not None and log:
-                        log(f"dataset {self.dataset!r}: run {held['run_id']} left the dataset "
-                            "held and has ended; taking it over")
-                    atomic_write(self.path, json.dumps({"run_id": run_id, "owner": owner})
-                                 .encode(), mode=0o644)
-                    if waited and log:
-                        log(f"dataset {self.dataset!r}: run {waited} finished; this run goes on")
-                    return True
-            if waited != held["run_id"]:
-                waited = held["run_id"]
-                if log:
-                    log(f"dataset {self.dataset!r}: waiting for run {waited} to finish (one run "
-                        f"per dataset at a time; gives up after {timeout:g} s)")
-            if time.monotonic() > deadline:
-                raise RunWaitTimeout(
-                    f"dataset {self.dataset!r}: run {held['run_id']} (process "
-                    f"{held.get('owner', '?')}) still holds it after {timeout:g} s; one run per "
-                    f"dataset runs at a time. Retry when it has finished, or raise the wait "
-                    f"(warehouse resource, run_wait_seconds). If that run is dead on another "
-                    f"host, delete {self.path}")
-            time.sleep(poll)
-
-    def release(self, run_id: str) -> bool:
-        """Free the dataset if `run_id` holds it; returns whether it did."""
-        with exclusive_lock(self.path.with_name(LOCK + ".guard"), mode=0o644):
-            held = self.holder()
-            if held is None or held["run_id"] != run_id:
-                return False
-            self.path.unlink(missing_ok=True)
-            return True

@@ -95,7 +95,7 @@ def reconcile_synthetic(con: duckdb.DuckDBPyConnection, table: str, root, log=No
     `table`'s stamp names another run than the one whose Parquet the published set holds
     (`store.published_synthetic_run`), and that run's folder under `<root>/runs/` has its
     Parquet, publish that run's set (the table commit is the commit point). Call it holding the
-    dataset (`store.DatasetLock`). Returns the run published, if any."""
+    dataset (`runs.DatasetLock`). Returns the run published, if any."""
     from pathlib import Path
 
     from .store import PARQUET, RUNS, publish_run, published_synthetic_run
