@@ -17,6 +17,11 @@ Two stores implement `ArtifactStore`:
   per store instance until that instance writes it again, so a step that builds one store parses
   each file at most once. A missing artifact raises `MissingArtifact`, naming the stage to
   materialize.
+- `RunStore(root, dataset, run_id)`: a `FolderStore` over one run's set under
+  `<public_dir>/<dataset>/runs/<run_id>/` (the pipeline's): a run reads one whole set (its own,
+  its parent run's, or the published one), writes only into its own folder, stamps each
+  artifact with the hashes of its inputs and publishes its set by switching one pointer
+  (`current`, a symlink replaced atomically); stable links `<root>/plan.json`, ... follow it.
 - `MemoryStore(dataset)`: the records themselves, no serialization (the notebook API).
 
 Every other file the core writes goes through `atomic_write` (owner-only files with
