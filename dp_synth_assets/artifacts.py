@@ -1,25 +1,41 @@
-"""The pipeline's artifact store: `artifacts(warehouse, dataset)` is the dataset's
-`core.store.FolderStore` over `<public_dir>/<dataset>/` (plan.json, selection.json,
-measurements.json, model.npz, and the Parquet copy of the synthetic table).
+"""The pipeline's artifact store and its runs: one run per dataset at a time, each run's public
+artifacts in a folder of its own, published by switching one pointer.
 
-Every asset, op and check reads and writes the public artifacts through it: typed records, atomic
-writes, each file parsed once per store (build one store per step). A missing artifact fails the
-step with a `dagster.Failure` naming the stage to materialize; the message holds a path and a
-stage name only, so it is public as it is.
+`<public_dir>/<dataset>/` holds `runs/<run_id>/` (plan.json, selection.json, measurements.json,
+model.npz, synthetic.parquet, checks/, manifest.json: one run's set), `current` (the pointer to
+the published set), stable links `plan.json`, ..., `checks` through it, and `run.lock`.
+`artifacts(warehouse, dataset, context)` is a `core.store.RunStore` over that folder for the
+step's run: it reads the run's own set once the run has written one, else its parent run's
+(a re-execution) or the published set, and writes into the run's own folder.
+
+`holding(...)` wraps every step that writes or spends for a dataset: the first one takes the
+dataset (`core.runs.DatasetLock`; a run that finds it taken waits, logging whom for, up to
+`WarehouseResource.run_wait_seconds`), repairs what a killed run left (temporary files; a
+synthetic table committed but not published, `synthesize.reconcile_synthetic`); the run's last
+writing stage publishes its set and frees the dataset; a failing step frees it at once. The
+checks and the utility report read the set of their own run (or the published set in a run
+that does not write one), so they judge the very table, Parquet and measurements that run made.
+
+A missing artifact or a set whose stamps disagree fails the step with a `dagster.Failure`
+naming the stage to materialize; messages hold paths, run ids and stage names only: public.
 """
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
 
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
-from .core.store import FolderStore, MissingArtifact
+from .core.runs import DEFAULT_RUN_WAIT_SECONDS, DatasetLock, RunWaitTimeout
+from .core.store import InconsistentArtifacts, MissingArtifact, RunStore, remove_temporaries
+
+WRITERS = ("preprocessed", "marginals", "selection", "measurements", "model", "synthetic")
 
 
-class PublicArtifacts(FolderStore):
-    """A `FolderStore` whose missing artifact is a `dagster.Failure` (public, passed unchanged by
-    `private_log.private_step`)."""
+class PublicArtifacts(RunStore):
+    """A `RunStore` whose missing or inconsistent artifact is a `dagster.Failure` (public, passed
+    unchanged by `private_log.private_step`)."""
 
     def _read(self, name: str):
         try:
@@ -27,7 +43,109 @@ class PublicArtifacts(FolderStore):
         except MissingArtifact as e:
             raise dg.Failure(description=str(e)) from None
 
+    def require_consistent(self, *names: str) -> None:
+        try:
+            super().require_consistent(*names)
+        except InconsistentArtifacts as e:
+            raise dg.Failure(description=str(e)) from None
 
-def artifacts(warehouse: WarehouseResource, dataset: str) -> PublicArtifacts:
-    """The artifact store of `dataset` in the warehouse's public folder."""
-    return PublicArtifacts(Path(warehouse.public_dir) / dataset, dataset)
+
+def synthetic_table(dataset: str) -> str:
+    return f"synthetic.{dataset}"
+
+
+def dataset_dir(warehouse: WarehouseResource, dataset: str) -> Path:
+    return Path(warehouse.public_dir) / dataset
+
+
+def artifacts(warehouse: WarehouseResource, dataset: str, context=None) -> PublicArtifacts:
+    """The artifact store of `dataset`: the set of the run of `context` (see the module
+    docstring), or the published set without one."""
+    if context is None:
+        return PublicArtifacts(dataset_dir(warehouse, dataset), dataset)
+    run = context.run
+    parents = tuple(p for p in (run.parent_run_id, run.root_run_id) if p)
+    return PublicArtifacts(dataset_dir(warehouse, dataset), dataset, run.run_id, parents)
+
+
+def last_writer(context, dataset: str, names) -> str:
+    """The run's last stage of `dataset` that writes (where it publishes and frees the dataset)."""
+    selection = context.run.asset_selection
+    if not selection:  # an in-process subset (`materialize(selection=...)`) leaves it empty
+        try:
+            selection = context.job_def.asset_layer.executable_asset_keys
+        except AttributeError:
+            return WRITERS[-1]
+    in_run = [s for s in WRITERS if names.key(dataset, s) in selection]
+    return in_run[-1] if in_run else WRITERS[-1]
+
+
+def _finished(context):
+    def finished(run_id: str) -> bool:
+        try:
+            run = context.instance.get_run_by_id(run_id)
+        except Exception:  # noqa: BLE001 - an instance that cannot tell frees nothing
+            return False
+        return run is not None and run.is_finished
+    return finished
+
+
+def take_dataset(context, warehouse: WarehouseResource, dataset: str) -> bool:
+    """Hold `dataset` for the step's run (waiting for another run to end, `RunWaitTimeout` as a
+    `dagster.Failure` after `run_wait_seconds`); on the run's first step, repair what a killed
+    run left. Returns whether this step took it."""
+    lock = DatasetLock(dataset_dir(warehouse, dataset), dataset)
+    wait = getattr(warehouse, "run_wait_seconds", DEFAULT_RUN_WAIT_SECONDS)
+    try:
+        fresh = lock.acquire(context.run_id, timeout=wait, finished=_finished(context),
+                             log=context.log.info)
+    except RunWaitTimeout as e:
+        raise dg.Failure(description=str(e)) from None
+    if fresh:
+        try:
+            repair(warehouse, dataset, context.log.info)
+        except BaseException:
+            lock.release(context.run_id)
+            raise
+    return fresh
+
+
+def repair(warehouse: WarehouseResource, dataset: str, log=None) -> None:
+    """What a killed run may leave, set right by the next run holding the dataset: temporary
+    files, and a synthetic table committed but not published (`reconcile_synthetic`)."""
+    from .core.synthesize import reconcile_synthetic
+
+    root = dataset_dir(warehouse, dataset)
+    removed = remove_temporaries(root)
+    if removed and log:
+        log(f"dataset {dataset!r}: removed {len(removed)} temporary file(s) a stopped run left")
+    if not Path(warehouse.database).exists():
+        return
+    with warehouse.connect() as con:
+        reconcile_synthetic(con, synthetic_table(dataset), root, log)
+
+
+def free_dataset(context, warehouse: WarehouseResource, dataset: str) -> None:
+    DatasetLock(dataset_dir(warehouse, dataset), dataset).release(context.run_id)
+
+
+@contextmanager
+def holding(context, warehouse: WarehouseResource, dataset: str, stage: str, names):
+    """Run a writing step of `dataset` holding it (module docstring): `stage` the step's stage;
+    when it is the run's last writing stage, its set is published and the dataset freed at the
+    end; any failure frees it."""
+    take_dataset(context, warehouse, dataset)
+    try:
+        yield
+    except BaseException:
+        free_dataset(context, warehouse, dataset)
+        raise
+    if stage == last_writer(context, dataset, names):
+        try:
+            store = artifacts(warehouse, dataset, context)
+            if store.own is not None and store.own.is_dir():
+                store.publish()
+                context.log.info(f"published the artifacts of run {context.run_id} "
+                                 f"({store.own})")
+        finally:
+            free_dataset(context, warehouse, dataset)

@@ -9,7 +9,11 @@ three ops so that Dagster's executor runs the fit's units of work.
 - `fit_unit` fits one unit (`stages.fit_unit`), a step each: separate processes under the
   multiprocess executor, pods under Kubernetes or Celery;
 - `save_model` assembles the units' results (`stages.assemble`) and writes `model.npz` through
-  the store.
+  the store, stamped with the hashes of the plan and the measurements it was fitted on.
+
+`plan_fit` and `save_model` hold the dataset for their run (`artifacts.holding`); `plan_fit`
+refuses measurements made for another plan than the one beside them, naming the stage to
+re-materialize.
 
 Units pass between steps through dp-synth's own IO manager (`Names.io_manager`, a filesystem
 pickle IO manager under dp-synth's folder by default; a shared one such as S3 when steps run on
@@ -24,7 +28,7 @@ import dagster as dg
 
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
-from .artifacts import artifacts
+from .artifacts import artifacts, holding
 from .core import stages
 from .core.config import DatasetSpec
 from .core import generate
@@ -45,12 +49,14 @@ def build_model_asset(dataset: str, spec: DatasetSpec, names: Names = Names()) -
            required_resource_keys=warehouse_key)
     @names.bind("warehouse")
     def plan_fit(context: dg.OpExecutionContext, warehouse: WarehouseResource):
-        store = artifacts(warehouse, dataset)
-        plan, found = store.plan(), store.measurements()
-        try:
-            fit_plan = stages.plan_fit(spec, plan, found, dataset)
-        except generate.ModelTooLarge as e:
-            raise dg.Failure(description=f"{e} (or set generator: auto or gum)") from None
+        with holding(context, warehouse, dataset, "model:plan_fit", names):
+            store = artifacts(warehouse, dataset, context)
+            store.require_consistent("measurements")
+            plan, found = store.plan(), store.measurements()
+            try:
+                fit_plan = stages.plan_fit(spec, plan, found, dataset)
+            except generate.ModelTooLarge as e:
+                raise dg.Failure(description=f"{e} (or set generator: auto or gum)") from None
         choice, size = fit_plan.choice, fit_plan.size
         context.log.info(f"generator {choice.engine}: {choice.reason}")
         if size:
@@ -72,7 +78,7 @@ def build_model_asset(dataset: str, spec: DatasetSpec, names: Names = Names()) -
            required_resource_keys=warehouse_key)
     @names.bind("warehouse")
     def fit_unit(context: dg.OpExecutionContext, warehouse: WarehouseResource, work: dict) -> dict:
-        store = artifacts(warehouse, dataset)
+        store = artifacts(warehouse, dataset, context)
         started = time.perf_counter()
         result = stages.fit_unit(spec, store.plan(), store.measurements(), work["engine"],
                                  work["unit"], log=context.log.info)
@@ -84,11 +90,12 @@ def build_model_asset(dataset: str, spec: DatasetSpec, names: Names = Names()) -
     @names.bind("warehouse")
     def save_model(context: dg.OpExecutionContext, fitted: list[dict],
                    warehouse: WarehouseResource) -> dg.Output:
-        store = artifacts(warehouse, dataset)
         engine, metadata = fitted[0]["engine"], fitted[0]["metadata"]
-        model = stages.assemble(store.plan(), store.measurements(), engine,
-                                [f["result"] for f in fitted])
-        path = store.write_model(model)
+        with holding(context, warehouse, dataset, "model", names):
+            store = artifacts(warehouse, dataset, context)
+            model = stages.assemble(store.plan(), store.measurements(), engine,
+                                    [f["result"] for f in fitted])
+            path = store.write_model(model)
         seconds = [f["seconds"] for f in fitted]
         context.log.info(f"{engine} fitted in {max(seconds):.1f}s (slowest of {len(seconds)} "
                          f"unit(s), {sum(seconds):.1f}s in all)")

@@ -22,7 +22,7 @@ import dagster as dg
 from dp_synth_assets.resources.ledger import LedgerError, LedgerResource
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
-from .artifacts import artifacts
+from .artifacts import artifacts, holding, synthetic_table  # noqa: F401 - synthetic_table re-exported
 from .budget import DatasetBudget, budget_metadata, ledger_metadata, private_stage
 from .core import change
 from .core import generate
@@ -45,10 +45,6 @@ def encoded_view(dataset: str) -> str:
 
 def marginal_table(dataset: str) -> str:
     return f"private.{dataset}_marginals"
-
-
-def synthetic_table(dataset: str) -> str:
-    return f"synthetic.{dataset}"
 
 
 @contextmanager
@@ -139,11 +135,12 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
     def preprocessed(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                      ledger: LedgerResource) -> dg.MaterializeResult:
         led = ledger.ledger()
-        with private_stage(context, led, dataset, "preprocessed", budget) as stage:
+        with holding(context, warehouse, dataset, "preprocessed", names), \
+                private_stage(context, led, dataset, "preprocessed", budget) as stage:
             with source_connection(warehouse, spec, dataset) as con:
                 plan = stages.preprocess(con, spec, dataset, Path(warehouse.base_dir), view,
                                          budget, stage.charge)
-            path = artifacts(warehouse, dataset).write_plan(plan)
+            path = artifacts(warehouse, dataset, context).write_plan(plan)
         context.log.info(f"encoded {len(plan.columns)} columns; domain {plan.domain}")
         return dg.MaterializeResult(metadata={
             "encoding_plan": dg.MetadataValue.json(json.loads(plan.to_json())),
@@ -159,8 +156,9 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
     @private_step(dataset, "marginals")
     def marginals(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
-        plan = artifacts(warehouse, dataset).plan()
-        with private_stage(context, ledger.ledger(), dataset, "marginals", budget):
+        with holding(context, warehouse, dataset, "marginals", names), \
+                private_stage(context, ledger.ledger(), dataset, "marginals", budget):
+            plan = artifacts(warehouse, dataset, context).plan()
             with source_connection(warehouse, spec, dataset) as con:
                 counted = stages.marginals(con, spec, plan, view, table)
         # no wall time: the scan's duration depends on the private rows (DESIGN.md section 4)
@@ -176,10 +174,11 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
     @private_step(dataset, "selection")
     def selection(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
-        store = artifacts(warehouse, dataset)
-        plan = store.plan()
         led = ledger.ledger()
-        with private_stage(context, led, dataset, "selection", budget) as stage:
+        with holding(context, warehouse, dataset, "selection", names), \
+                private_stage(context, led, dataset, "selection", budget) as stage:
+            store = artifacts(warehouse, dataset, context)
+            plan = store.plan()
             with source_connection(warehouse, spec, dataset) as con:
                 oracle = stages.oracle(con, plan, view, table)
                 result = stages.select(spec, plan, oracle, budget,
@@ -208,15 +207,16 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
     @private_step(dataset, "measurements")
     def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                      ledger: LedgerResource) -> dg.MaterializeResult:
-        store = artifacts(warehouse, dataset)
-        plan, chosen = store.plan(), store.selection()
-
         def exact(cliques):  # the source is opened only when something is left to measure
             with source_connection(warehouse, spec, dataset) as con:
                 return stages.oracle(con, plan, view, table)(cliques)
 
         led = ledger.ledger()
-        with private_stage(context, led, dataset, "measurements", budget) as stage:
+        with holding(context, warehouse, dataset, "measurements", names), \
+                private_stage(context, led, dataset, "measurements", budget) as stage:
+            store = artifacts(warehouse, dataset, context)
+            plan, chosen = store.plan(), store.selection()
+            store.require_consistent("selection")
             found = stages.measure(plan, chosen, exact, budget, stage.charge)
             path = store.write_measurements(found)
         return dg.MaterializeResult(metadata={
@@ -239,17 +239,25 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
                   ledger: LedgerResource) -> dg.MaterializeResult:
         from .evaluation.fidelity import MarginalCounter, fidelity_summary
 
-        store = artifacts(warehouse, dataset)
-        plan, found, fitted = store.plan(), store.measurements(), store.model()
-        started = time.perf_counter()
-        draw = stages.sample(spec, fitted, found.noisy_total, seed=spec.seed, log=context.log.info)
-        # the measured marginals of the synthetic rows, counted from the codes as they are
-        # sampled (public: the rows and the noisy measurements are both public)
-        counter = MarginalCounter.of(found.measurements, plan.domain)
-        with warehouse.connect() as con, store.writing("synthetic.parquet") as parquet:
-            written = write_synthetic(con, plan, counter.counting(draw.chunks), draw.decode_rng,
-                                      synthetic_table(dataset), str(parquet))
-            catalog = con.execute(sql("current_database")).fetchone()[0]
+        with holding(context, warehouse, dataset, "synthetic", names):
+            store = artifacts(warehouse, dataset, context)
+            store.require_consistent("measurements", "model")
+            plan, found, fitted = store.plan(), store.measurements(), store.model()
+            started = time.perf_counter()
+            draw = stages.sample(spec, fitted, found.noisy_total, seed=spec.seed,
+                                 log=context.log.info)
+            # the measured marginals of the synthetic rows, counted from the codes as they are
+            # sampled (public: the rows and the noisy measurements are both public)
+            counter = MarginalCounter.of(found.measurements, plan.domain)
+            with warehouse.connect() as con:
+                # the Parquet goes into this run's folder, then the table is replaced and
+                # stamped with the run id (the commit point), then the run's set is published
+                written = write_synthetic(con, plan, counter.counting(draw.chunks),
+                                          draw.decode_rng, synthetic_table(dataset),
+                                          store.writing("synthetic.parquet"),
+                                          stamp=context.run_id)
+                catalog = con.execute(sql("current_database")).fetchone()[0]
+            store.publish()
         seconds = time.perf_counter() - started
         context.log.info(f"sampled and wrote {written} rows in {seconds:.1f}s")
         fidelity = fidelity_summary(counter.counts, list(found.measurements))

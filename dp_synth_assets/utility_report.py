@@ -45,7 +45,7 @@ def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()
         from .core.sql import literal, qualified
         from .evaluation import report as evaluation
 
-        store = artifacts(warehouse, dataset)
+        store = artifacts(warehouse, dataset, context)  # the run's own set, or the published one
         plan = store.plan()
         cap = report_spec.max_rows
         seed = spec.seed if spec.seed is not None else 0

@@ -50,6 +50,8 @@ class WarehouseResource(dg.ConfigurableResource):
     base_dir: str = "."
     lock_timeout_seconds: float = 120.0
     lock_report_seconds: float = 5.0
+    # how long a run waits for another run of the same dataset (one at a time) before it gives up
+    run_wait_seconds: float = 600.0
 
     @contextmanager
     def connect(self, read_only: bool = False, lock_timeout_seconds: float | None = None,

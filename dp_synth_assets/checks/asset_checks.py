@@ -3,7 +3,9 @@ module.
 
 One multi-asset check per dataset runs every check of `suites.CHECKS` against
 `[<dataset>, synthetic]`, with that check's severity, blocking flag and description; each result
-is stored under `<public_dir>/<dataset>/checks/<name>.json`, rendered into the Data Docs site
+is stored beside the set it checked, `<public_dir>/<dataset>/runs/<run_id>/checks/<name>.json`
+(the check's own run's set when that run wrote one, else the published set; `checks/` at the
+dataset's top follows the published set), rendered into the Data Docs site
 `<public_dir>/<dataset>/data_docs/` and reported as an `AssetCheckResult` whose metadata links
 both.
 """
@@ -28,9 +30,10 @@ def data_docs_dir(warehouse: WarehouseResource, dataset: str) -> Path:
 
 
 def asset_check_result(result: CheckResult, warehouse: WarehouseResource,
-                       dataset: str) -> dg.AssetCheckResult:
-    """Publish `result` (`suites.publish`) and report it with its check's severity."""
-    metadata = publish(result, warehouse.public_path(dataset, "checks"),
+                       dataset: str, checks_dir: Path | None = None) -> dg.AssetCheckResult:
+    """Publish `result` (`suites.publish`) into `checks_dir` (default: the published set's)
+    and report it with its check's severity."""
+    metadata = publish(result, checks_dir or warehouse.public_path(dataset, "checks"),
                        data_docs_dir(warehouse, dataset))
     return dg.AssetCheckResult(
         asset_key=dg.AssetKey([dataset, "synthetic"]), check_name=result.name,
@@ -52,13 +55,14 @@ def _metadata_value(value):
 
 def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
                measurements: list[Measurement], noisy_total: float, rows: int, table: str,
-               parquet: str, model=None, frame_bytes: int = FRAME_BYTES, log=None):
+               parquet: str, model=None, frame_bytes: int = FRAME_BYTES, log=None,
+               checks_dir: Path | None = None):
     """Yield one AssetCheckResult per check of `CHECKS`, in order, as each finishes (`log` gets
-    `run_all`'s start and end lines)."""
+    `run_all`'s start and end lines; results stored in `checks_dir`, see `asset_check_result`)."""
     inputs = CheckInputs(dataset, plan, measurements, noisy_total, rows, table, parquet,
                          data_docs_dir(warehouse, dataset), model, frame_bytes)
     for result in run_all(lambda: warehouse.connect(read_only=True), inputs, log):
-        yield asset_check_result(result, warehouse, dataset)
+        yield asset_check_result(result, warehouse, dataset, checks_dir)
 
 
 def build_synthetic_checks(dataset: str, spec: DatasetSpec,
@@ -79,14 +83,14 @@ def build_synthetic_checks(dataset: str, spec: DatasetSpec,
         from ..core.synthesize import requested_rows
         from ..pipeline import synthetic_table
 
-        store = artifacts(warehouse, dataset)
+        store = artifacts(warehouse, dataset, context)  # the run's own set, or the published one
         plan, found = store.plan(), store.measurements()
         rows = requested_rows(spec, found.noisy_total)
         model = store.model() if store.has("model") else None
         for result in run_checks(warehouse, dataset, plan, list(found.measurements),
                                  found.noisy_total, rows, synthetic_table(dataset),
                                  str(store.path("synthetic.parquet")), model,
-                                 log=context.log.info):
+                                 log=context.log.info, checks_dir=store.folder / "checks"):
             yield result._replace(asset_key=asset_key)
 
     return synthetic_checks

@@ -7,15 +7,19 @@ source's are, and memory holds one chunk at a time whatever `rows` is. The chunk
 staging table (`staging_table`: `<schema>."<name>:writing"`, a name no dataset's table and no
 source table can have: theirs are letters, digits and underscores), each chunk committed on its
 own (one transaction for all of them kept every chunk in DuckDB's transaction-local memory:
-+170 MB per million rows), and a
-last transaction replaces the table with the staging table: a failure drops the staging table
-and leaves the previous table as it was, and readers see either the old table or the new one.
-The Parquet copy is exported to the path the caller gives, which is the artifact store's
-temporary target (`store.FolderStore.writing`): the store renames it into place when the export
-succeeds, so a failure never leaves half a file.
++170 MB per million rows). The Parquet copy is exported from the staging table to the caller's
+target (the run's own folder of the artifact store, `store.RunStore.writing`, renamed into place
+when the export succeeds), and only then a last transaction replaces the table with the staging
+table and stamps it with the run (`COMMENT ON TABLE`, `table_stamp`): a failure before that
+commit drops the staging table and leaves the previous table as it was, and readers see either
+the old table or the new one. The table commit is the commit point of a run's synthetic output:
+the run then publishes its set (`RunStore.publish`), and `reconcile_synthetic` finishes that
+publish when a kill came between the two, so the table and the published Parquet are the same
+run's.
 """
 
 from collections.abc import Iterable
+from contextlib import nullcontext
 
 import duckdb
 import numpy as np
@@ -28,9 +32,10 @@ from .sql import ident, literal, qualified, sql
 
 def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
                     chunks: Iterable[dict[str, np.ndarray]], rng: np.random.Generator, table: str,
-                    parquet_path: str) -> int:
-    """Write every chunk of codes into `table`, then export it to `parquet_path` (a temporary
-    target the caller's store renames); returns the number of rows written."""
+                    parquet_path, stamp: str | None = None) -> int:
+    """Write every chunk of codes into the staging table, export it to `parquet_path` (a path,
+    or a context manager yielding one, such as `RunStore.writing`), then replace `table` with it
+    stamped `stamp` (a run id) in one transaction; returns the number of rows written."""
     casts = synthetic_casts(plan)
     schema, name = table.rsplit(".", 1)
     con.execute(sql("create_schema", schema=qualified(schema)))
@@ -46,9 +51,15 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
             finally:
                 con.unregister("synthetic_rows")
             rows += batch.num_rows
+        target = parquet_path if hasattr(parquet_path, "__enter__") else nullcontext(parquet_path)
+        with target as path:
+            export_parquet(con, staging, str(path))
         con.execute("BEGIN TRANSACTION")
         con.execute(sql("drop_table", table=qualified(table)))
         con.execute(sql("rename_table", table=staging, name=ident(name)))
+        if stamp is not None:
+            con.execute(sql("comment_table", table=qualified(table),
+                            comment=literal(STAMP + stamp)))
         con.execute("COMMIT")
     except BaseException:
         try:
@@ -57,14 +68,55 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
             pass  # no transaction was open: the failure came while writing the chunks
         con.execute(sql("drop_table", table=staging))
         raise
+    return rows
+
+
+def export_parquet(con: duckdb.DuckDBPyConnection, relation: str, path: str) -> None:
+    """Copy `relation` (a quoted table name, such as `staging_table`'s) to the Parquet file
+    `path`."""
     # rows are exchangeable: without keeping their order, DuckDB's Parquet writer streams them
     # (peak 1.0 GB -> 0.3 GB for ten million rows)
     con.execute(sql("set_option", name="preserve_insertion_order", value="false"))
     try:
-        con.execute(sql("export_parquet", table=qualified(table), path=literal(str(parquet_path))))
+        con.execute(sql("export_parquet", table=relation, path=literal(path)))
     finally:
         con.execute(sql("reset_option", name="preserve_insertion_order"))
-    return rows
+
+
+STAMP = "dp-synth run "
+
+
+def table_stamp(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
+    """The run that wrote `table` (its `write_synthetic` stamp), or None (no table, no stamp)."""
+    schema, name = table.rsplit(".", 1)
+    row = con.execute(sql("table_comment"), [schema, name]).fetchone()
+    comment = row[0] if row else None
+    return comment[len(STAMP):] if comment and comment.startswith(STAMP) else None
+
+
+def reconcile_synthetic(con: duckdb.DuckDBPyConnection, table: str, root, log=None) -> str | None:
+    """Finish the publish of a run killed between its table commit and its pointer switch: when
+    `table`'s stamp names another run than the one whose Parquet the published set holds
+    (`store.published_synthetic_run`), and that run's folder under `<root>/runs/` has its
+    Parquet, publish that run's set (the table commit is the commit point). Call it holding the
+    dataset (`runs.DatasetLock`). Returns the run published, if any."""
+    from pathlib import Path
+
+    from .store import PARQUET, RUNS, publish_run, published_synthetic_run
+
+    written = table_stamp(con, table)
+    if written is None or written == published_synthetic_run(root):
+        return None
+    if not (Path(root) / RUNS / written / PARQUET).is_file():
+        if log:
+            log(f"{table} was written by run {written}, whose artifacts are gone; the next "
+                "synthetic run replaces it")
+        return None
+    publish_run(root, written)
+    if log:
+        log(f"{table} was committed by run {written}, killed before it published its artifacts: "
+            "published them now")
+    return written
 
 
 def staging_table(table: str) -> str:

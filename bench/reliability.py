@@ -1,0 +1,236 @@
+"""Issue 17's reliability series: concurrent runs of one dataset, and kills at random moments.
+
+    .venv/bin/python bench/reliability.py                        # N = 8 twice, 30 kills
+    .venv/bin/python bench/reliability.py --n 4 --repeats 1 --kills 5 --rows 2000   # reduced
+
+One project (the bundled example, `--rows` rows, `model: {iterations: 200}`, a lifetime limit
+wide enough for every run) under bench/work/reliability/. Every run is `dagster.materialize` of
+the whole dataset (every asset and check) in its own Python process, as a CLI run is.
+
+- Concurrency series: `--n` runs started at once, `--repeats` times. A run is *held* when it
+  succeeded; its outputs are *consistent* when the rows it wrote are those its own noisy count
+  asks for (`rows: same`), its Parquet (under its own run folder) holds them, its check results
+  (beside that Parquet) passed and its measurements file is its own. After each round the
+  synthetic table must equal the published Parquet.
+- Kill series: `--kills` full runs, each killed with SIGKILL at a uniformly random moment of a
+  typical run's duration; after each, a probe run of the dataset (`marginals` only: it takes the
+  dataset, repairs what the killed run left, spends nothing) must succeed, and then the table
+  must equal the published Parquet, no temporary file may be left, and the ledger's stale
+  reservations are released. A kill is *survived* when all of that holds.
+- Budget spent on failed runs: the rho the ledger charged to runs that did not succeed (killed
+  ones: what their mechanisms had already drawn; the goal is nothing else), beside the total.
+
+Results: bench/results/reliability.json.
+"""
+
+import argparse
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+RUNNER = """
+import json, sys
+import dagster as dg
+from dp_synth_assets.definitions import build_definitions
+
+datasets, warehouse, ledger, public = sys.argv[1:5]
+stages = sys.argv[5:]
+defs = build_definitions(datasets, warehouse, ledger, public)
+stages = stages or ["preprocessed", "marginals", "selection", "measurements", "model",
+                    "synthetic"]  # no utility report: slow, and not what is checked here
+selection = [dg.AssetKey(["example", s]) for s in stages]
+result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                        selection=selection, raise_on_error=False)
+metadata = {}
+for event in result.get_asset_materialization_events():
+    m = event.step_materialization_data.materialization
+    metadata[m.asset_key.path[-1]] = {k: getattr(v, "value", v) for k, v in m.metadata.items()}
+print(json.dumps({
+    "run_id": result.run_id, "success": result.success,
+    "noisy_total": metadata.get("measurements", {}).get("noisy_total"),
+    "rows": metadata.get("synthetic", {}).get("dagster/row_count"),
+    "parquet": str(metadata.get("synthetic", {}).get("parquet")),
+    "checks": {e.check_name: e.passed for e in result.get_asset_check_evaluations()},
+}, default=str))
+"""
+
+
+def start(project, script: Path, *stages: str) -> subprocess.Popen:
+    env = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen(
+        [sys.executable, str(script), str(project.datasets), str(project.warehouse),
+         str(project.ledger), str(project.public), *stages],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True)
+
+
+def finish(process: subprocess.Popen) -> dict:
+    out, err = process.communicate()
+    if process.returncode != 0:
+        return {"success": False, "returncode": process.returncode, "error": err[-2000:]}
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def requested(noisy_total) -> int | None:
+    return None if noisy_total is None else max(int(round(float(noisy_total))), 1)
+
+
+def consistent(project, run: dict) -> bool:
+    """The run's rows, Parquet, measurements and check results are its own (module docstring)."""
+    import pyarrow.parquet as pq
+
+    if not run.get("success") or run.get("rows") != requested(run.get("noisy_total")):
+        return False
+    parquet = Path(run["parquet"])
+    if parquet.parent.name != run["run_id"] or pq.read_metadata(parquet).num_rows != run["rows"]:
+        return False
+    found = json.loads((parquet.parent / "measurements.json").read_text())
+    checks = [json.loads(p.read_text()).get("success") for p in (parquet.parent / "checks").glob("*.json")]
+    return (abs(found["noisy_total"] - float(run["noisy_total"])) < 0.1 and bool(checks)
+            and all(checks) and all(run["checks"].values()))
+
+
+def table_is_published(project) -> bool:
+    """The synthetic table equals the published Parquet (both ways, with multiplicity)."""
+    import duckdb
+
+    from dp_synth_assets.core.sql import literal
+
+    parquet = project.public / "example" / "synthetic.parquet"
+    if not parquet.exists():
+        return False
+    con = duckdb.connect(str(project.warehouse), read_only=True)
+    try:
+        source = f"read_parquet({literal(str(parquet))})"
+        return con.execute(
+            f"SELECT (SELECT count(*) FROM (SELECT * FROM synthetic.example EXCEPT ALL "
+            f"SELECT * FROM {source})) + (SELECT count(*) FROM (SELECT * FROM {source} "
+            f"EXCEPT ALL SELECT * FROM synthetic.example))").fetchone()[0] == 0
+    finally:
+        con.close()
+
+
+def leftovers(project) -> list[str]:
+    return [str(p) for p in (project.public / "example").rglob("*") if p.name.endswith(".tmp")]
+
+
+def charged_by_run(project) -> dict[str, float]:
+    con = sqlite3.connect(project.ledger)
+    try:
+        rows = con.execute("SELECT run_id, sum(rho) FROM privacy_ledger WHERE kind = 'charge' "
+                           "GROUP BY run_id").fetchall()
+    finally:
+        con.close()
+    return {run: rho for run, rho in rows}
+
+
+def concurrency(project, script: Path, n: int, repeats: int) -> dict:
+    rounds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        runs = [finish(p) for p in [start(project, script) for _ in range(n)]]
+        rounds.append({
+            "n": n, "seconds": round(time.perf_counter() - started, 1),
+            "held": sum(bool(r.get("success")) for r in runs),
+            "consistent": sum(consistent(project, r) for r in runs),
+            "table_is_published": table_is_published(project),
+            "failures": [r.get("error", "")[-300:] for r in runs if not r.get("success")],
+        })
+        print(json.dumps(rounds[-1]), flush=True)
+    return {"n": n, "repeats": repeats, "rounds": rounds,
+            "runs": n * repeats, "runs_held": sum(r["held"] for r in rounds),
+            "outputs_consistent": sum(r["consistent"] for r in rounds),
+            "tables_published": sum(r["table_is_published"] for r in rounds)}
+
+
+def kills(project, script: Path, count: int, run_seconds: float, seed: int) -> dict:
+    from dp_synth_assets.core.ledger import PrivacyLedger
+
+    rng = random.Random(seed)
+    records, killed_runs = [], set()
+    for k in range(count):
+        before = set(charged_by_run(project))
+        process = start(project, script)
+        moment = rng.uniform(0.0, run_seconds * 1.1)
+        time.sleep(moment)
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        result = finish(process)
+        killed = result.get("returncode") == -signal.SIGKILL
+        new_runs = set(charged_by_run(project)) - before
+        if killed:
+            killed_runs |= new_runs
+        probe = finish(start(project, script, "marginals"))
+        stale = PrivacyLedger(project.ledger).release_stale()
+        record = {
+            "kill": k, "at_seconds": round(moment, 2), "killed": killed,
+            "probe_succeeded": bool(probe.get("success")),
+            "table_is_published": table_is_published(project),
+            "temporaries_left": leftovers(project),
+            "stale_reservations_released": len(stale),
+        }
+        record["survived"] = (record["probe_succeeded"] and record["table_is_published"]
+                              and not record["temporaries_left"])
+        records.append(record)
+        print(json.dumps(record), flush=True)
+    final = finish(start(project, script))
+    charged = charged_by_run(project)
+    return {
+        "kills": sum(r["killed"] for r in records), "attempts": count,
+        "survived": sum(r["survived"] for r in records if r["killed"]),
+        "next_full_run_succeeded": bool(final.get("success")),
+        "next_full_run_consistent": consistent(project, final),
+        "rho_charged_to_killed_runs": sum(charged.get(r, 0.0) for r in killed_runs),
+        "rho_charged_in_all": sum(charged.values()),
+        "records": records,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--kills", type=int, default=30)
+    parser.add_argument("--rows", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "work" / "reliability")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reliability.json")
+    args = parser.parse_args()
+
+    from tests.helpers import make_project
+
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=args.workdir))
+    project = make_project(work, rows=args.rows, privacy={
+        "epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 1e4, "delta": 1e-6}})
+    script = work / "run_once.py"
+    script.write_text(RUNNER)
+
+    started = time.perf_counter()
+    first = finish(start(project, script))
+    run_seconds = time.perf_counter() - started
+    assert first.get("success"), first
+    results = {
+        "rows": args.rows, "model_iterations": 200, "one_run_seconds": round(run_seconds, 1),
+        "concurrency": concurrency(project, script, args.n, args.repeats),
+        "kill": kills(project, script, args.kills, run_seconds, args.seed),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in results.items() if k != "kill"} | {
+        "kill": {k: v for k, v in results["kill"].items() if k != "records"}}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""One run per dataset at a time, per-run artifacts published by one pointer (issue 17).
+
+- Four processes materialize one dataset at once: every run's table, Parquet, measurements and
+  check results are that run's own (the rows its own noisy count asks for, its checks pass),
+  and the final table is the published run's.
+- A run that fails after `preprocessed` leaves the published set whole, and a later
+  synthetic-only materialization uses it; a set whose plan no longer matches its measurements
+  is refused with a message naming the stage to re-materialize.
+- A kill between the synthetic table's commit and the publish of its Parquet is repaired by the
+  next run of the dataset: the table and the published Parquet are one run's, no temporary file
+  is left.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from dp_synth_assets.core.sql import literal
+from tests.helpers import REPO, make_project
+
+DATASET = "example"
+
+# One materialization in its own process: prints a JSON report of its run. With KILL_AT set, the
+# process kills itself (SIGKILL) at the first rename onto the dataset folder's synthetic.parquet
+# or `current`, i.e. once the synthetic table is committed and before its Parquet is published.
+RUNNER = textwrap.dedent("""
+    import json, os, signal, sys
+    from pathlib import Path
+
+    kill_at = os.environ.get("KILL_AT")
+    if kill_at:
+        real_replace = os.replace
+
+        def replace(src, dst, *args, **kwargs):
+            dst = Path(dst)
+            if dst.parent == Path(kill_at) and dst.name in ("synthetic.parquet", "current"):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real_replace(src, dst, *args, **kwargs)
+        os.replace = replace
+
+    import dagster as dg
+    from dp_synth_assets.definitions import build_definitions
+
+    datasets, warehouse, ledger, public = sys.argv[1:5]
+    stages = sys.argv[5:]
+    defs = build_definitions(datasets, warehouse, ledger, public)
+    stages = stages or ["preprocessed", "marginals", "selection", "measurements", "model",
+                        "synthetic"]  # no utility report: slow, and not what is checked here
+    selection = [dg.AssetKey(["example", s]) for s in stages]
+    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                            selection=selection, raise_on_error=False)
+    metadata = {}
+    for event in result.get_asset_materialization_events():
+        m = event.step_materialization_data.materialization
+        metadata[m.asset_key.path[-1]] = {k: getattr(v, "value", v) for k, v in m.metadata.items()}
+    print(json.dumps({
+        "run_id": result.run_id, "success": result.success,
+        "noisy_total": metadata.get("measurements", {}).get("noisy_total"),
+        "rows": metadata.get("synthetic", {}).get("dagster/row_count"),
+        "parquet": str(metadata.get("synthetic", {}).get("parquet")),
+        "checks": {e.check_name: e.passed for e in result.get_asset_check_evaluations()},
+    }, default=str))
+""")
+
+
+def start_run(project, tmp_path: Path, *stages: str, kill: bool = False) -> subprocess.Popen:
+    script = tmp_path / "run_once.py"
+    script.write_text(RUNNER)
+    env = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    env.pop("KILL_AT", None)
+    if kill:
+        env["KILL_AT"] = str(project.public / DATASET)
+    return subprocess.Popen(
+        [sys.executable, str(script), str(project.datasets), str(project.warehouse),
+         str(project.ledger), str(project.public), *stages],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+
+
+def report(process: subprocess.Popen, timeout: float = 600) -> dict:
+    out, err = process.communicate(timeout=timeout)
+    assert process.returncode == 0, err[-3000:]
+    return json.loads(out.strip().splitlines()[-1])
+
+
+STAGES = ("preprocessed", "marginals", "selection", "measurements", "model", "synthetic")
+
+
+def materialize(project, instance, *stages: str):
+    """Materialize `stages` (default: every stage, with the checks; no utility report)."""
+    defs = project.defs_fn()
+    selection = [dg.AssetKey([DATASET, s]) for s in stages or STAGES]
+    return dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                          instance=instance, selection=selection, raise_on_error=False)
+
+
+def failure_messages(result) -> str:
+    return "\n".join(e.step_failure_data.error.message for e in result.all_events
+                     if e.event_type_value == "STEP_FAILURE" and e.step_failure_data.error)
+
+
+def table_matches_parquet(project, parquet: Path) -> tuple[int, int, int]:
+    """(rows of the table, rows of the Parquet, rows in one and not the other)."""
+    con = duckdb.connect(str(project.warehouse), read_only=True)
+    try:
+        source = f"read_parquet({literal(str(parquet))})"
+        table_rows = con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0]
+        file_rows = con.execute(f"SELECT count(*) FROM {source}").fetchone()[0]
+        differ = con.execute(
+            f"SELECT (SELECT count(*) FROM (SELECT * FROM synthetic.example EXCEPT ALL "
+            f"SELECT * FROM {source})) + (SELECT count(*) FROM (SELECT * FROM {source} "
+            f"EXCEPT ALL SELECT * FROM synthetic.example))").fetchone()[0]
+    finally:
+        con.close()
+    return table_rows, file_rows, differ
+
+
+def requested(noisy_total: float) -> int:
+    return max(int(round(noisy_total)), 1)
+
+
+def test_concurrent_runs_of_one_dataset_each_keep_their_own_table_parquet_measurements_and_checks(
+        tmp_path):
+    project = make_project(tmp_path, rows=2000)
+    runs = [report(p) for p in [start_run(project, tmp_path) for _ in range(4)]]
+
+    assert all(r["success"] for r in runs), runs
+    assert len({r["run_id"] for r in runs}) == 4
+    for r in runs:
+        # the rows this run wrote are the rows its own noisy count asks for ...
+        assert r["rows"] == requested(r["noisy_total"]), r
+        # ... its Parquet holds them, and its checks judged them and passed
+        assert pq.read_metadata(r["parquet"]).num_rows == r["rows"], r
+        assert all(r["checks"].values()) and "row_count" in r["checks"], r
+        # the run's set: measurements, Parquet and check results side by side
+        folder = Path(r["parquet"]).parent
+        assert folder == project.public / DATASET / "runs" / r["run_id"]
+        found = json.loads((folder / "measurements.json").read_text())
+        assert found["noisy_total"] == pytest.approx(r["noisy_total"], abs=0.1)
+        outcome = json.loads((folder / "checks" / "row_count.json").read_text())
+        assert outcome["success"] is True
+        manifest = json.loads((folder / "manifest.json").read_text())
+        assert manifest["stamps"]["synthetic"]["run"] == r["run_id"]
+        assert manifest["stamps"]["model"]["run"] == r["run_id"]
+
+    # the ledger: four runs, each charged its stages, no reservation left open
+    import sqlite3
+
+    con = sqlite3.connect(project.ledger)
+    try:
+        charged = {row[0] for row in con.execute(
+            "SELECT run_id FROM privacy_ledger WHERE kind = 'charge'")}
+    finally:
+        con.close()
+    assert charged == {r["run_id"] for r in runs}
+    from dp_synth_assets.core.ledger import PrivacyLedger
+
+    assert PrivacyLedger(project.ledger).summary(DATASET).reserved_rho == pytest.approx(0.0)
+
+    # the final table is the published run's, beside its Parquet
+    published = project.public / DATASET / "synthetic.parquet"
+    table_rows, file_rows, differ = table_matches_parquet(project, published)
+    assert table_rows == file_rows and differ == 0
+    last = json.loads((project.public / DATASET / "measurements.json").read_text())
+    assert table_rows == requested(last["noisy_total"])
+
+
+def test_a_run_failing_after_preprocessed_leaves_the_published_set_whole(tmp_path, monkeypatch):
+    project = make_project(tmp_path, rows=2000)
+    instance = dg.DagsterInstance.ephemeral()
+    assert materialize(project, instance).success
+    folder = project.public / DATASET
+    before = {name: (folder / name).read_bytes()
+              for name in ("plan.json", "measurements.json", "model.npz", "synthetic.parquet")}
+
+    # a new encoding plan (age in 12 bins instead of 24), and a failure in the next stage
+    spec = yaml.safe_load(project.datasets.read_text())
+    spec["datasets"][DATASET]["columns"]["age"]["bins"] = 12
+    project.datasets.write_text(yaml.safe_dump(spec, sort_keys=False))
+    from dp_synth_assets.core import stages
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected failure after preprocessed")
+    with monkeypatch.context() as patch:
+        patch.setattr(stages, "select", broken)
+        failed = materialize(project, instance)
+    assert not failed.success
+    assert {name: (folder / name).read_bytes() for name in before} == before
+
+    # a "free" re-materialization of synthetic alone uses the whole published set
+    again = materialize(project, instance, "synthetic")
+    assert again.success, failure_messages(again)
+    checks = list(again.get_asset_check_evaluations())
+    assert checks and all(e.passed for e in checks)
+    con = duckdb.connect(str(project.warehouse), read_only=True)
+    try:
+        low, high = con.execute("SELECT min(age), max(age) FROM synthetic.example").fetchone()
+    finally:
+        con.close()
+    assert 17 <= low <= high <= 90
+    noisy = json.loads(before["measurements.json"])["noisy_total"]
+    assert table_matches_parquet(project, folder / "synthetic.parquet")[:2] == (requested(noisy),) * 2
+
+    # a new plan published alone: synthetic refuses the measurements and model made for the old
+    # one, naming the stage to re-materialize, and replaces nothing
+    assert materialize(project, instance, "preprocessed").success
+    table = table_matches_parquet(project, folder / "synthetic.parquet")
+    refused = materialize(project, instance, "synthetic")
+    assert not refused.success
+    message = failure_messages(refused)
+    assert "re-materialize the 'marginals' stage" in message, message
+    assert table_matches_parquet(project, folder / "synthetic.parquet") == table
+
+
+def test_a_kill_between_table_commit_and_parquet_publish_is_repaired_by_the_next_run(tmp_path):
+    project = make_project(tmp_path, rows=2000)
+    instance = dg.DagsterInstance.ephemeral()
+    assert materialize(project, instance).success
+    folder = project.public / DATASET
+
+    killed = start_run(project, tmp_path, kill=True)
+    killed.communicate(timeout=600)
+    assert killed.returncode == -9  # killed at the injected moment, after the table commit
+
+    # the next run of the dataset (here one that writes no public artifact) repairs it
+    assert materialize(project, instance, "marginals").success
+    table_rows, file_rows, differ = table_matches_parquet(project, folder / "synthetic.parquet")
+    assert table_rows == file_rows and differ == 0
+    noisy = json.loads((folder / "measurements.json").read_text())["noisy_total"]
+    assert table_rows == requested(noisy)
+    leftovers = [p for p in folder.rglob("*") if p.name.endswith(".tmp")]
+    assert leftovers == []
