@@ -27,6 +27,7 @@ import dagster as dg
 
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
+from .budget import run_asset_keys
 from .core.runs import DEFAULT_RUN_WAIT_SECONDS, DatasetLock, RunWaitTimeout
 from .core.store import InconsistentArtifacts, MissingArtifact, RunStore, remove_temporaries
 
@@ -70,12 +71,9 @@ def artifacts(warehouse: WarehouseResource, dataset: str, context=None) -> Publi
 
 def last_writer(context, dataset: str, names) -> str:
     """The run's last stage of `dataset` that writes (where it publishes and frees the dataset)."""
-    selection = context.run.asset_selection
-    if not selection:  # an in-process subset (`materialize(selection=...)`) leaves it empty
-        try:
-            selection = context.job_def.asset_layer.executable_asset_keys
-        except AttributeError:
-            return WRITERS[-1]
+    selection = run_asset_keys(context)
+    if not selection:
+        return WRITERS[-1]
     in_run = [s for s in WRITERS if names.key(dataset, s) in selection]
     return in_run[-1] if in_run else WRITERS[-1]
 

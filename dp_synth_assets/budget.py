@@ -19,9 +19,22 @@ from .core.units import group_name
 STAGES = ("source", *PRIVATE_STAGES, "model", "synthetic")
 
 
-def stages_in_run(context: dg.AssetExecutionContext, dataset: str) -> set[str]:
-    """The stages of `dataset` this run materializes (all of them when the run has no subset)."""
+def run_asset_keys(context) -> set[dg.AssetKey] | None:
+    """The asset keys this run materializes: the run's asset selection, or, for an in-process
+    subset (`materialize(selection=...)`, which leaves the selection empty), the executable keys
+    of its job; None when neither says."""
     selection = context.run.asset_selection
+    if selection:
+        return set(selection)
+    try:
+        return set(context.job_def.asset_layer.executable_asset_keys)
+    except AttributeError:
+        return None
+
+
+def stages_in_run(context: dg.AssetExecutionContext, dataset: str) -> set[str]:
+    """The stages of `dataset` this run materializes (all of them when the run cannot say)."""
+    selection = run_asset_keys(context)
     if not selection:
         return set(STAGES)
     parent = context.asset_key.path[:-1]  # [*key_prefix, dataset]

@@ -166,3 +166,21 @@ def test_make_clean_keeps_the_ledger(tmp_path):
     assert (tmp_path / ".dp_synth/ledger.sqlite.head").exists()
     defaults = environment_paths({}, project_dir=tmp_path)  # what definitions.py passes
     assert Path(defaults["ledger"]) == tmp_path / ".dp_synth" / "ledger.sqlite"
+
+
+def test_an_in_process_subset_reserves_only_its_own_stages_and_leaves_nothing_open(tmp_path):
+    """`materialize(selection=...)` runs a subset in process, where the run's asset selection is
+    empty: the stages come from the job's executable keys, so a run of `preprocessed` and
+    `marginals` (which spend nothing when every domain is declared) reserves nothing, and no
+    reservation outlives the run."""
+    project = make_project(tmp_path, rows=800, report=None)
+    defs = project.defs_fn()
+    result = dg.materialize(defs.assets, resources=defs.resources,
+                            instance=dg.DagsterInstance.ephemeral(),
+                            selection=[dg.AssetKey(["example", s])
+                                       for s in ("preprocessed", "marginals")])
+    assert result.success
+    summary = PrivacyLedger(project.ledger).summary("example")
+    assert summary.reserved_rho == 0 and summary.spent_rho == 0
+    assert not [e for e in PrivacyLedger(project.ledger).events("example")
+                if e["kind"] == "reserve"]
