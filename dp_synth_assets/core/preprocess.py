@@ -72,6 +72,9 @@ PRIVTREE_FANOUT = 2
 PRIVTREE_THETA = 0.0
 PRIVTREE_MAX_DEPTH = 16
 PRIVTREE_CELLS = 2 ** PRIVTREE_MAX_DEPTH  # leaves of a full tree
+# the preprocessing rho is split between the tasks in proportion to these weights (default 1)
+TASK_WEIGHTS = {"discover": 2.0}
+BOUNDS_PARTS = 32  # equal parts of each public bounds bucket, to tighten the outer ones
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,8 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
         return {}
     if rho <= 0:
         raise ValueError("preprocessing needs a positive rho")
-    rho_each = rho / len(tasks)
+    weights = [TASK_WEIGHTS.get(t.mechanism, 1.0) for t in tasks]
+    rho_of = {t: rho * w / sum(weights) for t, w in zip(tasks, weights)}
     discovers = sum(t.mechanism == "discover" for t in tasks)
     delta_each = delta_extra / discovers if discovers else 0.0
     out: dict[Task, object] = {}  # what each task's mechanism released
@@ -116,7 +120,7 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
     def run(batch: list[Task], spans: dict[str, tuple[float, float]]) -> None:
         exact = exact_aggregates(con, relation, columns, batch, spans)
         for t in batch:
-            out[t] = run_mechanism(t, exact[t], columns[t.column], spans.get(t.column), rho_each,
+            out[t] = run_mechanism(t, exact[t], columns[t.column], spans.get(t.column), rho_of[t],
                                    delta_each, charge)
 
     # PrivTree over DP bounds waits for them: its cells span what the first scan releases
@@ -125,7 +129,7 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
     run(first, {t.column: columns[t.column].numeric_bounds() for t in first
                 if t.mechanism == "privtree"})
     if second:
-        run(second, {t.column: out[Task(t.column, "bounds")] for t in second})
+        run(second, {t.column: out[Task(t.column, "bounds")][0] for t in second})
     derived: dict[str, Derived] = {}
     for name, spec in columns.items():
         if not mechanisms(name, spec):
@@ -134,8 +138,9 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
             counts, sigma = out.get(Task(name, "discover")) or out[Task(name, "rare")]
             derived[name] = apply_rare_rule(counts, sigma, spec)
         else:
-            derived[name] = Derived(bounds=out.get(Task(name, "bounds")),
-                                    edges=out.get(Task(name, "privtree")))
+            bounds, density = out.get(Task(name, "bounds")) or (None, None)
+            derived[name] = Derived(bounds=bounds, edges=out.get(Task(name, "privtree")),
+                                    density=density or None)
     return derived
 
 
@@ -148,7 +153,7 @@ def run_mechanism(task: Task, exact, spec: ColumnSpec, span, rho: float, delta: 
     if task.mechanism == "rare":
         return measure_declared_categories(exact, name, spec, rho, charge)
     if task.mechanism == "bounds":
-        return dp_bounds(exact, name, spec, rho, charge)
+        return bounds_and_density(exact, name, spec, rho, charge)
     return privtree_edges(exact, name, spec, *span, rho, charge)
 
 
@@ -174,9 +179,12 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: 
             value = value_expression(t.column, spec.kind, spec.sql_type)
             if t.mechanism == "bounds":
                 edges = bucket_edges(spec)
-                key = sql("preprocess_bucket", v=v, comparisons=" + ".join(
+                bucket = sql("preprocess_bucket", v=v, comparisons=" + ".join(
                     f"CAST({float(e)!r} <= {v} AS INTEGER)" for e in edges))
-                size = edges.size + 1
+                key = sql("preprocess_fine_bucket", v=v, bucket=bucket, sub=BOUNDS_PARTS,
+                          outer=edges.size,
+                          edges="[" + ", ".join(repr(float(e)) for e in edges) + "]")
+                size = (edges.size + 1) * BOUNDS_PARTS
             else:
                 low, high = spans[t.column]
                 width = privtree_cell_width(low, high, integer_valued(spec))
@@ -338,20 +346,64 @@ def occupied_span(noisy: np.ndarray, threshold: float, neighbour: float) -> tupl
 
 def dp_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float,
               charge) -> tuple[float, float]:
-    """DP bounds from a Gaussian-noised histogram over public buckets (the approach of Google's
-    differential-privacy library's ApproxBounds): the bounds are the outer edges of the outermost
-    buckets whose noisy count clears `bounds_threshold`. Bucket b holds the values x with
-    edges[b-1] <= x < edges[b]; values below the first edge or above the last are clamped into
-    the outer buckets (see `occupied_span` for small tables), and the bounds are cut to the
-    values of the column's declared SQL type. `hist` is the exact histogram
-    (`exact_aggregates`)."""
+    """The DP bounds of `bounds_and_density` (the density is dropped)."""
+    return bounds_and_density(hist, name, spec, rho, charge)[0]
+
+
+def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, charge
+                       ) -> tuple[tuple[float, float], tuple[tuple[float, float, float], ...]]:
+    """DP bounds from Gaussian-noised histograms over public buckets (the approach of Google's
+    differential-privacy library's ApproxBounds), tightened inside the outer buckets.
+
+    `hist` is the exact histogram over the buckets of `bucket_edges` (len + 1 buckets, bucket b
+    holds edges[b-1] <= x < edges[b], values beyond the edges clamped into the outer ones), each
+    split into `parts` equal parts (`hist.size // buckets`; 1: no parts), part-major within its
+    bucket (`exact_aggregates`). Two Gaussian histograms, rho / 2 each (one: rho), charged
+    together as one spend, the sum of their OpenDP maps:
+    1. the bucket histogram: the bounds span the outermost buckets whose noisy count clears
+       `bounds_threshold` (see `occupied_span` for small tables);
+    2. the part histogram: inside the first (last) bucket of the span, the bound moves inward
+       to the first (last) part at which the noisy count accumulated from the outside exceeds
+       Z_TIGHTEN sigma sqrt(parts summed) (what no-mass noise stays below with probability
+       0.99865 at each part); when it never does, the bucket's edge stays.
+    Integer bounds are integer; the bounds are cut to the values of the declared SQL type.
+    The density is the clipped noisy part counts inside the bounds, as (low, high, count)
+    pieces: decoding draws values inside a bin in proportion to it (post-processing)."""
     edges = bucket_edges(spec)
-    noisy, spend = gaussian_counts(hist, rho)
+    buckets = edges.size + 1
+    parts = max(hist.size // buckets, 1)
+    fine = np.asarray(hist, dtype=np.int64).reshape(buckets, parts)
+    coarse = fine.sum(axis=1)
+    if parts > 1:
+        noisy, spend = gaussian_counts(coarse, rho / 2)
+        noisy_parts, part_spend = gaussian_counts(fine, rho / 2)
+        spend = Spend("gaussian_counts", spend.rho + part_spend.rho, 0.0, 1.0, spend.scale)
+    else:
+        noisy, spend = gaussian_counts(coarse, rho)
+        noisy_parts, part_spend = None, None
     charge(spend, column=name, purpose="DP bounds (bucket histogram)")
-    first, last = occupied_span(noisy, bounds_threshold(spend.scale, hist.size), 3 * spend.scale)
+    first, last = occupied_span(noisy, bounds_threshold(spend.scale, buckets), 3 * spend.scale)
     padded = np.concatenate([[edges[0]], edges, [edges[-1]]])  # outer buckets are clamped
     low, high = float(padded[first]), float(padded[last + 1])
+    pieces: tuple = ()
+    if noisy_parts is not None:
+        sigma = part_spend.scale
+        if 0 < first < buckets - 1:
+            k = _tighten(noisy_parts[first], sigma)
+            low = low + k * (padded[first + 1] - padded[first]) / parts
+        if 0 < last < buckets - 1:
+            k = _tighten(noisy_parts[last][::-1], sigma)
+            high = high - k * (padded[last + 1] - padded[last]) / parts
+        for b in range(max(first, 1), min(last, buckets - 2) + 1):
+            width = (padded[b + 1] - padded[b]) / parts
+            for j in range(parts):
+                a = padded[b] + j * width
+                if a + width > low and a < high:
+                    pieces += ((float(max(a, low)), float(min(a + width, high)),
+                                float(max(noisy_parts[b, j], 0.0))),)
     if integer_valued(spec):
+        low = float(math.floor(low))
+        high = float(math.ceil(high))
         high = high - 1 if high > low + 1 else high  # [low, high) holds integers up to high - 1
     span = sql_type_range(spec.sql_type)
     if span is not None:  # post-processing: values the declared type cannot hold are clamped
@@ -360,7 +412,18 @@ def dp_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float,
             low, high = (span[1] - 1.0, float(span[1])) if low >= span[1] else (low, low + 1.0)
     if high <= low:
         high = low + 1.0
-    return low, high
+    return (low, high), pieces
+
+
+Z_TIGHTEN = 3.0
+
+
+def _tighten(noisy_parts: np.ndarray, sigma: float) -> int:
+    """How many parts, from the outside, hold no detectable mass: the first k at which the
+    accumulated noisy count exceeds Z_TIGHTEN sigma sqrt(k + 1) (0: none does)."""
+    accumulated = np.cumsum(noisy_parts)
+    above = accumulated > Z_TIGHTEN * sigma * np.sqrt(np.arange(1, noisy_parts.size + 1))
+    return int(np.argmax(above)) if above.any() else 0
 
 
 # ------------------------------------------------------------------------------ PrivTree
