@@ -10,16 +10,21 @@ mechanisms (`mechanisms`) are:
   smallest integer whose delta fits the column's delta share.
 - `rare` (categorical with declared `categories` and a `rare` rule): noisy counts of the declared
   categories with the Gaussian mechanism.
+  A column whose released values all spell one side of a boolean also gets the other side
+  (`complete_boolean`: public spellings, post-processing).
   The rare rule then runs on the noisy counts (of `discover` or `rare`; post-processing):
   `merge` is benchmark Algorithm 1: a category whose noisy count is below max(theta * noisy_total,
   3 sigma), noisy_total = sum of the noisy counts, joins the rare code. `filter_combine` is PrivSyn's:
   categories below 3 sigma are filtered; if their noisy total reaches 3 sigma they form the rare
   code, otherwise they go to the `other` code. The rare code decodes to a member drawn in
   proportion to the members' noisy counts.
-- `bounds` (numeric / datetime without `bounds`): a Gaussian-noised histogram over public
-  buckets (0 and +-2^k for numbers, calendar years for dates); the bounds are the outer edges
-  of the outermost buckets whose noisy count clears a threshold that an empty bucket passes
-  with probability below 1e-6 in total (like Google's ApproxBounds). Why not
+- `bounds` (numeric / datetime without `bounds`): two Gaussian-noised histograms over public
+  buckets (0 and +-2^k for numbers, calendar years for dates), the second splitting each bucket
+  into BOUNDS_PARTS equal parts; the bounds are the outer edges of the outermost buckets whose
+  noisy count clears a threshold that an empty bucket passes with probability below 1e-6 in
+  total (like Google's ApproxBounds), moved inward to the first part where mass is detected
+  (`bounds_and_density`). The clipped noisy part counts inside the bounds are kept as the
+  column's density: decoding draws a value inside its bin in proportion to it. Why not
   exponential-mechanism quantiles: bench/results/method_notes.md.
 - `privtree` (`binning: privtree`): PrivTree (Zhang, Xiao, Xie 2016; benchmark Algorithm 2)
   with fanout 2 over [low, high]: a node's biased count b = max(c - depth * delta, theta - delta)
@@ -41,7 +46,8 @@ value / bucket / cell, so its size is bounded by the domains, not by the rows. A
 column without declared bounds needs a second scan, since its cells span the DP bounds that the
 first scan's bucket histogram releases: all such columns share it.
 
-Budget: the preprocessing rho is split evenly across all mechanism invocations of the run;
+Budget: the preprocessing rho is split across all mechanism invocations of the run in
+proportion to TASK_WEIGHTS (a discovery weighs 2, any other task 1: its threshold is ~6 sigma);
 `discover` invocations share the run's extra delta evenly. Every invocation calls `charge` with
 the spend its privacy map reports, right after drawing the noise: in column order, first-scan
 mechanisms first, then the PrivTree trees of the second scan. The category counts (`rare`) and
@@ -137,6 +143,8 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
         if spec.kind == "categorical":
             counts, sigma = out.get(Task(name, "discover")) or out[Task(name, "rare")]
             derived[name] = apply_rare_rule(counts, sigma, spec)
+            if spec.categories is None:
+                derived[name] = complete_boolean(derived[name])
         else:
             bounds, density = out.get(Task(name, "bounds")) or (None, None)
             derived[name] = Derived(bounds=bounds, edges=out.get(Task(name, "privtree")),
@@ -298,6 +306,33 @@ def apply_rare_rule(counts: dict[str, float], sigma: float, spec: ColumnSpec) ->
         members = ()
     categories = _original(kept, spec) if declared else tuple(kept)
     return Derived(categories=categories, rare=members or None)
+
+
+BOOLEAN_PAIRS = {"true": "false", "t": "f", "yes": "no", "y": "n", "1": "0"}
+BOOLEAN_PAIRS.update({v: k for k, v in list(BOOLEAN_PAIRS.items())})
+
+
+def complete_boolean(derived: Derived) -> Derived:
+    """A discovered column whose every released value (kept or rare) spells one side of a boolean
+    ('yes', 'False', 'n', ...) also gets the other side, in the same spelling and case, as a
+    kept category (post-processing of public output): its rows are then encoded and measured
+    like any category's, where thresholding would have put them in `other`."""
+    released = list(derived.categories or ()) + [m for m, _ in (derived.rare or ())]
+    lowered = {str(v).strip().lower() for v in released}
+    if not released or not lowered <= set(BOOLEAN_PAIRS):
+        return derived
+    added = []
+    for value in released:
+        text = str(value).strip()
+        partner = BOOLEAN_PAIRS[text.lower()]
+        if partner in lowered or any(a.lower() == partner for a in added):
+            continue
+        added.append(partner.upper() if text.isupper() and len(text) > 1 else
+                     partner.capitalize() if text[:1].isupper() else partner)
+    if not added:
+        return derived
+    return Derived(categories=tuple(derived.categories or ()) + tuple(added), rare=derived.rare,
+                   bounds=derived.bounds, edges=derived.edges, density=derived.density)
 
 
 def _original(labels: list[str], spec: ColumnSpec) -> tuple:
