@@ -31,7 +31,7 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SHARED = ROOT.parent / "shared" / "datasets"
+SHARED = Path("/work/shared/datasets") if not (ROOT.parent / "shared").exists() else ROOT.parent / "shared" / "datasets"
 OUT = ROOT / "bench" / "results" / "raw_tables"
 
 from dp_synth_assets.api import Synthesizer  # noqa: E402

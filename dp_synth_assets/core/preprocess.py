@@ -447,7 +447,7 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
             low, high = (span[1] - 1.0, float(span[1])) if low >= span[1] else (low, low + 1.0)
     if high <= low:
         high = low + 1.0
-    return (low, high), pieces
+    return (float(low), float(high)), pieces
 
 
 Z_TIGHTEN = 3.0
