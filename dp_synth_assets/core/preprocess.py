@@ -398,9 +398,9 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
     1. the bucket histogram: the bounds span the outermost buckets whose noisy count clears
        `bounds_threshold` (see `occupied_span` for small tables);
     2. the part histogram: inside the first (last) bucket of the span, the bound moves inward
-       to the first (last) part at which the noisy count accumulated from the outside exceeds
-       Z_TIGHTEN sigma sqrt(parts summed) (what no-mass noise stays below with probability
-       0.99865 at each part); when it never does, the bucket's edge stays.
+       past the parts that, by an upper confidence bound (noisy count + Z_TIGHTEN sigma sqrt(parts
+       skipped)), hold at most CLAMP_SHARE of the noisy total: the rows the tighter bound clamps
+       into its outer bin. With little data (sigma sqrt(parts) above that share) the edge stays.
     Integer bounds are integer; the bounds are cut to the values of the declared SQL type.
     The density is the clipped noisy part counts inside the bounds, as (low, high, count)
     pieces: decoding draws values inside a bin in proportion to it (post-processing)."""
@@ -422,12 +422,12 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
     low, high = float(padded[first]), float(padded[last + 1])
     pieces: tuple = ()
     if noisy_parts is not None:
-        sigma = part_spend.scale
+        sigma, total = part_spend.scale, max(float(noisy.sum()), 0.0)
         if 0 < first < buckets - 1:
-            k = _tighten(noisy_parts[first], sigma)
+            k = _tighten(noisy_parts[first], sigma, total)
             low = low + k * (padded[first + 1] - padded[first]) / parts
         if 0 < last < buckets - 1:
-            k = _tighten(noisy_parts[last][::-1], sigma)
+            k = _tighten(noisy_parts[last][::-1], sigma, total)
             high = high - k * (padded[last + 1] - padded[last]) / parts
         for b in range(max(first, 1), min(last, buckets - 2) + 1):
             width = (padded[b + 1] - padded[b]) / parts
@@ -450,15 +450,17 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
     return (float(low), float(high)), pieces
 
 
-Z_TIGHTEN = 3.0
+Z_TIGHTEN = 2.0
+CLAMP_SHARE = 0.01
 
 
-def _tighten(noisy_parts: np.ndarray, sigma: float) -> int:
-    """How many parts, from the outside, hold no detectable mass: the first k at which the
-    accumulated noisy count exceeds Z_TIGHTEN sigma sqrt(k + 1) (0: none does)."""
-    accumulated = np.cumsum(noisy_parts)
-    above = accumulated > Z_TIGHTEN * sigma * np.sqrt(np.arange(1, noisy_parts.size + 1))
-    return int(np.argmax(above)) if above.any() else 0
+def _tighten(noisy_parts: np.ndarray, sigma: float, total: float) -> int:
+    """How many parts, from the outside, the bound may skip: the largest k such that for every
+    j <= k the noisy count of the first j parts plus Z_TIGHTEN sigma sqrt(j) (an upper
+    confidence bound on the rows a bound at part j clamps) stays within CLAMP_SHARE * total."""
+    j = np.arange(1, noisy_parts.size + 1)
+    fits_ = np.cumsum(noisy_parts) + Z_TIGHTEN * sigma * np.sqrt(j) <= CLAMP_SHARE * total
+    return int(np.argmin(fits_)) if not fits_.all() else int(noisy_parts.size)
 
 
 # ------------------------------------------------------------------------------ PrivTree
