@@ -25,7 +25,12 @@ PRIVATE_STAGES = ("preprocessed", "marginals", "selection", "measurements")
 
 REL_TOL = 1e-12  # relative tolerance of every budget comparison (float sums of rho)
 
-PREPROCESS_SHARE = 0.1  # benchmark paper App. D.2: 10% of the budget when preprocessing needs it
+# the share of the run's rho spent learning domains: PREPROCESS_SHARE when a column's categories
+# are discovered (the thresholded histogram keeps only categories above ~6 sigma, so on small
+# tables a tenth of the budget dropped most of each column: bench/results/raw_tables.md), else
+# BOUNDS_SHARE (benchmark paper App. D.2: 10%)
+PREPROCESS_SHARE = 0.5
+BOUNDS_SHARE = 0.1
 DELTA_EXTRA_SHARE = 0.5  # of each delta, for thresholding (approximate zCDP) when a column needs it
 
 
@@ -55,7 +60,7 @@ class DatasetBudget:
         run_rho = rho_from_epsilon_delta(spec.privacy.epsilon, spec.privacy.delta * (1 - extra))
         limit_delta = spec.privacy.limit.delta * (1 - extra)
         limit_rho = rho_from_epsilon_delta(spec.privacy.limit.epsilon, limit_delta)
-        pre = PREPROCESS_SHARE * run_rho if tasks else 0.0
+        pre = (PREPROCESS_SHARE if extra else BOUNDS_SHARE) * run_rho if tasks else 0.0
         rest = run_rho - pre
         method = METHODS[spec.method]
         one_way = (spec.selection.one_way_share or method.one_way_share) * rest

@@ -65,6 +65,7 @@ class Derived:
     rare: tuple | None = None                  # ((member, noisy count), ...) merged into one code
     bounds: tuple[float, float] | None = None  # DP bounds (numeric space; days for dates)
     edges: tuple[float, ...] | None = None     # PrivTree bin edges, low .. high
+    density: tuple | None = None               # ((low, high, noisy count), ...) inside bounds
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class Encoding:
     nullable: bool = False
     missing: tuple[str, ...] = ()
     has_other: bool = True            # categorical: an `other` code for values outside the list
+    density: tuple | None = None      # uniform bins: ((low, high, weight), ...) drawn inside a bin
 
     @property
     def null_code(self) -> int | None:
@@ -131,7 +133,8 @@ class EncodingPlan:
                 r = {**{k: v for k, v in r.items() if k != "source_type"},
                      "sql_type": r["source_type"]}
             return {**r, "categories": tup(r["categories"]), "rare": tup(r["rare"]),
-                    "edges": tup(r["edges"]), "missing": tuple(r["missing"])}
+                    "edges": tup(r["edges"]), "missing": tuple(r["missing"]),
+                    "density": tup(r.get("density"))}
 
         return cls(tuple(Encoding(**fields(r)) for r in json.loads(text)))
 
@@ -202,8 +205,10 @@ def _encoding(name: str, spec: ColumnSpec, derived: Derived) -> Encoding:
         bins = min(spec.bins or DEFAULT_BINS, high - low + 1)
     else:
         bins = spec.bins or DEFAULT_BINS
+    density = derived.density if spec.bounds is None and derived.density else None
     return Encoding(name, spec.kind, sql_type, bins + extra, low=float(low), high=float(high),
-                    bins=bins, integer_bins=integer_bins, nullable=nullable, missing=missing)
+                    bins=bins, integer_bins=integer_bins, nullable=nullable, missing=missing,
+                    density=density)
 
 
 def _typed_label(name: str, label: str, sql_type: str, nullable: bool):
@@ -391,6 +396,12 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
             first = -((-bins * span) // e.bins)             # ceil(k * span / bins)
             after = -((-(bins + 1) * span) // e.bins)        # ceil((k + 1) * span / bins)
             values = int(e.low) + first + (rng.random(bins.shape) * (after - first)).astype(np.int64)
+            if e.density:
+                starts, stops = int(e.low) + first, int(e.low) + after
+                inside = _draw_density(e.density, starts.astype(float), stops.astype(float), rng)
+                values = np.where(np.isnan(inside), values,
+                                  np.clip(np.floor(np.nan_to_num(inside)), starts, stops - 1)
+                                  ).astype(np.int64)
         if e.kind == "datetime":
             return pa.array(values.astype("datetime64[D]"), mask=is_null, type=pa.date32())
         return pa.array(values, mask=is_null, type=pa.int64())
@@ -399,11 +410,36 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
     else:
         width = (e.high - e.low) / e.bins
         values = e.low + (bins + rng.random(bins.shape)) * width
+        if e.density:
+            inside = _draw_density(e.density, e.low + bins * width, e.low + (bins + 1) * width, rng)
+            values = np.where(np.isnan(inside), values, inside)
     values = np.minimum(values, e.high)
     if e.kind == "datetime":
         micros = np.round(values * 86400e6).astype("int64").astype("datetime64[us]")
         return pa.array(micros, mask=is_null, type=pa.timestamp("us"))
     return pa.array(values, mask=is_null, type=pa.float64())
+
+
+def _draw_density(density: tuple, starts: np.ndarray, stops: np.ndarray,
+                  rng: np.random.Generator) -> np.ndarray:
+    """One value per row inside [starts, stops), drawn from the piecewise-uniform density
+    ((low, high, weight), ...) restricted to that interval (NaN where it puts no weight there)."""
+    pieces = np.asarray(density, dtype=np.float64).reshape(-1, 3)
+    out = np.full(starts.shape, np.nan)
+    intervals = np.stack([starts, stops], axis=1)
+    unique, inverse = np.unique(intervals, axis=0, return_inverse=True)
+    inverse = np.asarray(inverse).ravel()
+    for i, (a, b) in enumerate(unique):
+        lo, hi = np.maximum(pieces[:, 0], a), np.minimum(pieces[:, 1], b)
+        overlap = np.clip(hi - lo, 0, None)
+        length = pieces[:, 1] - pieces[:, 0]
+        mass = np.where(length > 0, pieces[:, 2] * overlap / np.where(length > 0, length, 1), 0)
+        if not mass.sum() > 0:
+            continue
+        rows = np.flatnonzero(inverse == i)
+        chosen = rng.choice(mass.size, size=rows.size, p=mass / mass.sum())
+        out[rows] = lo[chosen] + rng.random(rows.size) * overlap[chosen]
+    return out
 
 
 def allowed_values(e: Encoding) -> list:

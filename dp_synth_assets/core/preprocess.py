@@ -10,16 +10,21 @@ mechanisms (`mechanisms`) are:
   smallest integer whose delta fits the column's delta share.
 - `rare` (categorical with declared `categories` and a `rare` rule): noisy counts of the declared
   categories with the Gaussian mechanism.
+  A column whose released values all spell one side of a boolean also gets the other side
+  (`complete_boolean`: public spellings, post-processing).
   The rare rule then runs on the noisy counts (of `discover` or `rare`; post-processing):
   `merge` is benchmark Algorithm 1: a category whose noisy count is below max(theta * noisy_total,
   3 sigma), noisy_total = sum of the noisy counts, joins the rare code. `filter_combine` is PrivSyn's:
   categories below 3 sigma are filtered; if their noisy total reaches 3 sigma they form the rare
   code, otherwise they go to the `other` code. The rare code decodes to a member drawn in
   proportion to the members' noisy counts.
-- `bounds` (numeric / datetime without `bounds`): a Gaussian-noised histogram over public
-  buckets (0 and +-2^k for numbers, calendar years for dates); the bounds are the outer edges
-  of the outermost buckets whose noisy count clears a threshold that an empty bucket passes
-  with probability below 1e-6 in total (like Google's ApproxBounds). Why not
+- `bounds` (numeric / datetime without `bounds`): two Gaussian-noised histograms over public
+  buckets (0 and +-2^k for numbers, calendar years for dates), the second splitting each bucket
+  into BOUNDS_PARTS equal parts; the bounds are the outer edges of the outermost buckets whose
+  noisy count clears a threshold that an empty bucket passes with probability below 1e-6 in
+  total (like Google's ApproxBounds), moved inward to the first part where mass is detected
+  (`bounds_and_density`). The clipped noisy part counts inside the bounds are kept as the
+  column's density: decoding draws a value inside its bin in proportion to it. Why not
   exponential-mechanism quantiles: bench/results/method_notes.md.
 - `privtree` (`binning: privtree`): PrivTree (Zhang, Xiao, Xie 2016; benchmark Algorithm 2)
   with fanout 2 over [low, high]: a node's biased count b = max(c - depth * delta, theta - delta)
@@ -41,7 +46,8 @@ value / bucket / cell, so its size is bounded by the domains, not by the rows. A
 column without declared bounds needs a second scan, since its cells span the DP bounds that the
 first scan's bucket histogram releases: all such columns share it.
 
-Budget: the preprocessing rho is split evenly across all mechanism invocations of the run;
+Budget: the preprocessing rho is split across all mechanism invocations of the run in
+proportion to TASK_WEIGHTS (a discovery weighs 2, any other task 1: its threshold is ~6 sigma);
 `discover` invocations share the run's extra delta evenly. Every invocation calls `charge` with
 the spend its privacy map reports, right after drawing the noise: in column order, first-scan
 mechanisms first, then the PrivTree trees of the second scan. The category counts (`rare`) and
@@ -72,6 +78,9 @@ PRIVTREE_FANOUT = 2
 PRIVTREE_THETA = 0.0
 PRIVTREE_MAX_DEPTH = 16
 PRIVTREE_CELLS = 2 ** PRIVTREE_MAX_DEPTH  # leaves of a full tree
+# the preprocessing rho is split between the tasks in proportion to these weights (default 1)
+TASK_WEIGHTS = {"discover": 2.0}
+BOUNDS_PARTS = 32  # equal parts of each public bounds bucket, to tighten the outer ones
 
 
 @dataclass(frozen=True)
@@ -108,7 +117,8 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
         return {}
     if rho <= 0:
         raise ValueError("preprocessing needs a positive rho")
-    rho_each = rho / len(tasks)
+    weights = [TASK_WEIGHTS.get(t.mechanism, 1.0) for t in tasks]
+    rho_of = {t: rho * w / sum(weights) for t, w in zip(tasks, weights)}
     discovers = sum(t.mechanism == "discover" for t in tasks)
     delta_each = delta_extra / discovers if discovers else 0.0
     out: dict[Task, object] = {}  # what each task's mechanism released
@@ -116,7 +126,7 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
     def run(batch: list[Task], spans: dict[str, tuple[float, float]]) -> None:
         exact = exact_aggregates(con, relation, columns, batch, spans)
         for t in batch:
-            out[t] = run_mechanism(t, exact[t], columns[t.column], spans.get(t.column), rho_each,
+            out[t] = run_mechanism(t, exact[t], columns[t.column], spans.get(t.column), rho_of[t],
                                    delta_each, charge)
 
     # PrivTree over DP bounds waits for them: its cells span what the first scan releases
@@ -125,7 +135,7 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
     run(first, {t.column: columns[t.column].numeric_bounds() for t in first
                 if t.mechanism == "privtree"})
     if second:
-        run(second, {t.column: out[Task(t.column, "bounds")] for t in second})
+        run(second, {t.column: out[Task(t.column, "bounds")][0] for t in second})
     derived: dict[str, Derived] = {}
     for name, spec in columns.items():
         if not mechanisms(name, spec):
@@ -133,9 +143,12 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
         if spec.kind == "categorical":
             counts, sigma = out.get(Task(name, "discover")) or out[Task(name, "rare")]
             derived[name] = apply_rare_rule(counts, sigma, spec)
+            if spec.categories is None:
+                derived[name] = complete_boolean(derived[name])
         else:
-            derived[name] = Derived(bounds=out.get(Task(name, "bounds")),
-                                    edges=out.get(Task(name, "privtree")))
+            bounds, density = out.get(Task(name, "bounds")) or (None, None)
+            derived[name] = Derived(bounds=bounds, edges=out.get(Task(name, "privtree")),
+                                    density=density or None)
     return derived
 
 
@@ -148,7 +161,7 @@ def run_mechanism(task: Task, exact, spec: ColumnSpec, span, rho: float, delta: 
     if task.mechanism == "rare":
         return measure_declared_categories(exact, name, spec, rho, charge)
     if task.mechanism == "bounds":
-        return dp_bounds(exact, name, spec, rho, charge)
+        return bounds_and_density(exact, name, spec, rho, charge)
     return privtree_edges(exact, name, spec, *span, rho, charge)
 
 
@@ -174,9 +187,12 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: 
             value = value_expression(t.column, spec.kind, spec.sql_type)
             if t.mechanism == "bounds":
                 edges = bucket_edges(spec)
-                key = sql("preprocess_bucket", v=v, comparisons=" + ".join(
+                bucket = sql("preprocess_bucket", v=v, comparisons=" + ".join(
                     f"CAST({float(e)!r} <= {v} AS INTEGER)" for e in edges))
-                size = edges.size + 1
+                key = sql("preprocess_fine_bucket", v=v, bucket=bucket, sub=BOUNDS_PARTS,
+                          outer=edges.size,
+                          edges="[" + ", ".join(repr(float(e)) for e in edges) + "]")
+                size = (edges.size + 1) * BOUNDS_PARTS
             else:
                 low, high = spans[t.column]
                 width = privtree_cell_width(low, high, integer_valued(spec))
@@ -292,6 +308,33 @@ def apply_rare_rule(counts: dict[str, float], sigma: float, spec: ColumnSpec) ->
     return Derived(categories=categories, rare=members or None)
 
 
+BOOLEAN_PAIRS = {"true": "false", "t": "f", "yes": "no", "y": "n", "1": "0"}
+BOOLEAN_PAIRS.update({v: k for k, v in list(BOOLEAN_PAIRS.items())})
+
+
+def complete_boolean(derived: Derived) -> Derived:
+    """A discovered column whose every released value (kept or rare) spells one side of a boolean
+    ('yes', 'False', 'n', ...) also gets the other side, in the same spelling and case, as a
+    kept category (post-processing of public output): its rows are then encoded and measured
+    like any category's, where thresholding would have put them in `other`."""
+    released = list(derived.categories or ()) + [m for m, _ in (derived.rare or ())]
+    lowered = {str(v).strip().lower() for v in released}
+    if not released or not lowered <= set(BOOLEAN_PAIRS):
+        return derived
+    added = []
+    for value in released:
+        text = str(value).strip()
+        partner = BOOLEAN_PAIRS[text.lower()]
+        if partner in lowered or any(a.lower() == partner for a in added):
+            continue
+        added.append(partner.upper() if text.isupper() and len(text) > 1 else
+                     partner.capitalize() if text[:1].isupper() else partner)
+    if not added:
+        return derived
+    return Derived(categories=tuple(derived.categories or ()) + tuple(added), rare=derived.rare,
+                   bounds=derived.bounds, edges=derived.edges, density=derived.density)
+
+
 def _original(labels: list[str], spec: ColumnSpec) -> tuple:
     """Declared categories in their declared type, for the given text labels."""
     from .domain import sql_text
@@ -338,20 +381,64 @@ def occupied_span(noisy: np.ndarray, threshold: float, neighbour: float) -> tupl
 
 def dp_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float,
               charge) -> tuple[float, float]:
-    """DP bounds from a Gaussian-noised histogram over public buckets (the approach of Google's
-    differential-privacy library's ApproxBounds): the bounds are the outer edges of the outermost
-    buckets whose noisy count clears `bounds_threshold`. Bucket b holds the values x with
-    edges[b-1] <= x < edges[b]; values below the first edge or above the last are clamped into
-    the outer buckets (see `occupied_span` for small tables), and the bounds are cut to the
-    values of the column's declared SQL type. `hist` is the exact histogram
-    (`exact_aggregates`)."""
+    """The DP bounds of `bounds_and_density` (the density is dropped)."""
+    return bounds_and_density(hist, name, spec, rho, charge)[0]
+
+
+def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, charge
+                       ) -> tuple[tuple[float, float], tuple[tuple[float, float, float], ...]]:
+    """DP bounds from Gaussian-noised histograms over public buckets (the approach of Google's
+    differential-privacy library's ApproxBounds), tightened inside the outer buckets.
+
+    `hist` is the exact histogram over the buckets of `bucket_edges` (len + 1 buckets, bucket b
+    holds edges[b-1] <= x < edges[b], values beyond the edges clamped into the outer ones), each
+    split into `parts` equal parts (`hist.size // buckets`; 1: no parts), part-major within its
+    bucket (`exact_aggregates`). Two Gaussian histograms, rho / 2 each (one: rho), charged
+    together as one spend, the sum of their OpenDP maps:
+    1. the bucket histogram: the bounds span the outermost buckets whose noisy count clears
+       `bounds_threshold` (see `occupied_span` for small tables);
+    2. the part histogram: inside the first (last) bucket of the span, the bound moves inward
+       past the parts that, by an upper confidence bound (noisy count + Z_TIGHTEN sigma sqrt(parts
+       skipped)), hold at most CLAMP_SHARE of the noisy total: the rows the tighter bound clamps
+       into its outer bin. With little data (sigma sqrt(parts) above that share) the edge stays.
+    Integer bounds are integer; the bounds are cut to the values of the declared SQL type.
+    The density is the clipped noisy part counts inside the bounds, as (low, high, count)
+    pieces: decoding draws values inside a bin in proportion to it (post-processing)."""
     edges = bucket_edges(spec)
-    noisy, spend = gaussian_counts(hist, rho)
+    buckets = edges.size + 1
+    parts = max(hist.size // buckets, 1)
+    fine = np.asarray(hist, dtype=np.int64).reshape(buckets, parts)
+    coarse = fine.sum(axis=1)
+    if parts > 1:
+        noisy, spend = gaussian_counts(coarse, rho / 2)
+        noisy_parts, part_spend = gaussian_counts(fine, rho / 2)
+        spend = Spend("gaussian_counts", spend.rho + part_spend.rho, 0.0, 1.0, spend.scale)
+    else:
+        noisy, spend = gaussian_counts(coarse, rho)
+        noisy_parts, part_spend = None, None
     charge(spend, column=name, purpose="DP bounds (bucket histogram)")
-    first, last = occupied_span(noisy, bounds_threshold(spend.scale, hist.size), 3 * spend.scale)
+    first, last = occupied_span(noisy, bounds_threshold(spend.scale, buckets), 3 * spend.scale)
     padded = np.concatenate([[edges[0]], edges, [edges[-1]]])  # outer buckets are clamped
     low, high = float(padded[first]), float(padded[last + 1])
+    pieces: tuple = ()
+    if noisy_parts is not None:
+        sigma, total = part_spend.scale, max(float(noisy.sum()), 0.0)
+        if 0 < first < buckets - 1:
+            k = _tighten(noisy_parts[first], sigma, total)
+            low = low + k * (padded[first + 1] - padded[first]) / parts
+        if 0 < last < buckets - 1:
+            k = _tighten(noisy_parts[last][::-1], sigma, total)
+            high = high - k * (padded[last + 1] - padded[last]) / parts
+        for b in range(max(first, 1), min(last, buckets - 2) + 1):
+            width = (padded[b + 1] - padded[b]) / parts
+            for j in range(parts):
+                a = padded[b] + j * width
+                if a + width > low and a < high:
+                    pieces += ((float(max(a, low)), float(min(a + width, high)),
+                                float(max(noisy_parts[b, j], 0.0))),)
     if integer_valued(spec):
+        low = float(math.floor(low))
+        high = float(math.ceil(high))
         high = high - 1 if high > low + 1 else high  # [low, high) holds integers up to high - 1
     span = sql_type_range(spec.sql_type)
     if span is not None:  # post-processing: values the declared type cannot hold are clamped
@@ -360,7 +447,20 @@ def dp_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float,
             low, high = (span[1] - 1.0, float(span[1])) if low >= span[1] else (low, low + 1.0)
     if high <= low:
         high = low + 1.0
-    return low, high
+    return (float(low), float(high)), pieces
+
+
+Z_TIGHTEN = 2.0
+CLAMP_SHARE = 0.01
+
+
+def _tighten(noisy_parts: np.ndarray, sigma: float, total: float) -> int:
+    """How many parts, from the outside, the bound may skip: the largest k such that for every
+    j <= k the noisy count of the first j parts plus Z_TIGHTEN sigma sqrt(j) (an upper
+    confidence bound on the rows a bound at part j clamps) stays within CLAMP_SHARE * total."""
+    j = np.arange(1, noisy_parts.size + 1)
+    fits_ = np.cumsum(noisy_parts) + Z_TIGHTEN * sigma * np.sqrt(j) <= CLAMP_SHARE * total
+    return int(np.argmin(fits_)) if not fits_.all() else int(noisy_parts.size)
 
 
 # ------------------------------------------------------------------------------ PrivTree

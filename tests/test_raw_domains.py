@@ -1,0 +1,108 @@
+"""Learned domains of raw tables (only kinds declared) on small tables with known distributions:
+tight DP bounds, discovered categories that survive a small table, boolean spellings, and the
+preprocessing spend against OpenDP's own maps."""
+
+import math
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pytest
+
+from dp_synth_assets.api import Synthesizer
+from dp_synth_assets.core.budget import DatasetBudget
+from dp_synth_assets.core.config import ColumnSpec
+from dp_synth_assets.core.opendp_api import dp
+from dp_synth_assets.core.preprocess import preprocess
+
+EPSILON = 1.0
+FIT = {"epsilon": EPSILON, "delta": 1e-9, "model": {"iterations": 200}}
+
+
+def small_table(n: int, seed: int) -> pd.DataFrame:
+    """Titanic-like: a two-valued and a three-valued category, an age in 18..79, a fare."""
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame({
+        "sex": rng.choice(["male", "female"], n, p=[0.64, 0.36]),
+        "cls": rng.choice(["1", "2", "3"], n, p=[0.25, 0.21, 0.54]),
+        "age": rng.integers(18, 80, n),
+        "fare": rng.gamma(2.0, 15.0, n),
+    })
+
+
+KINDS = {"sex": {"kind": "categorical"}, "cls": {"kind": "categorical"},
+         "age": {"kind": "integer"}, "fare": {"kind": "float"}}
+
+
+class Recorder:
+    def __init__(self):
+        self.spends = []
+
+    def __call__(self, spend, **params):
+        self.spends.append((spend, params))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_learned_integer_bounds_hold_the_rows_and_are_tighter_than_the_power_of_two_buckets(seed):
+    # 20,000 ages uniform in 18..79 (range 61), one bounds task at the rho epsilon 1 gives a raw
+    # table's preprocessing: the power-of-two buckets alone give [16, 127], 1.8x the range; the
+    # parts of [16, 32) and [64, 128) may be skipped while an upper confidence bound on the rows
+    # they hold (2 sigma sqrt(parts), sigma ~ 26) stays within 1% of the rows (~200): at most
+    # (200 / 52)^2 ~ 14 parts of 2 (fewer as the noisy counts add up), so ~[18, 100 .. 112]
+    frame = pd.DataFrame({"age": np.random.default_rng(seed).integers(18, 80, 20000)})
+    con = duckdb.connect()
+    con.register("t", frame)
+    columns = {"age": ColumnSpec(kind="integer")}
+    two = {"age": {"kind": "integer"}, "flag": {"kind": "boolean"}}  # one task: bounds
+    rho = DatasetBudget.of(Synthesizer(two, epsilon=EPSILON).spec).preprocess
+    (bounds,) = [d.bounds for d in preprocess(con, "t", columns, rho, 0.0, Recorder()).values()]
+    low, high = bounds
+    inside = ((frame.age >= low) & (frame.age <= high)).mean()
+    assert inside >= 0.99, bounds
+    assert high - low <= 1.7 * (79 - 18), bounds
+
+
+def test_a_yes_no_column_on_a_small_table_comes_back_with_both_values():
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame({"flag": np.where(rng.random(300) < 0.3, "yes", "no"),
+                          "x": rng.integers(0, 5, 300)})
+    synth = Synthesizer({"flag": {"kind": "categorical"}, "x": {"kind": "integer"}}, seed=1, **FIT)
+    synth.fit(frame)
+    assert {"yes", "no"} <= set(synth.plan["flag"].categories)
+    values = set(synth.sample(2000).column("flag").to_pylist())
+    assert {"yes", "no"} <= values
+
+
+def test_every_category_of_a_small_table_is_kept_or_merged_never_dropped_into_other():
+    # 900 rows: the smallest category has ~190 rows, below main's discovery threshold (~311)
+    frame = small_table(900, 4)
+    synth = Synthesizer(KINDS, seed=1, **FIT)
+    synth.fit(frame)
+    for column in ("sex", "cls"):
+        e = synth.plan[column]
+        released = set(e.categories) | {m for m, _ in (e.rare or ())}
+        assert released == set(frame[column]), (column, released)
+
+
+def test_preprocessing_charges_exactly_what_the_opendp_maps_say_and_sums_to_its_share():
+    frame = small_table(900, 5)
+    synth = Synthesizer(KINDS, seed=1, **FIT)
+    synth.fit(frame)
+    budget = DatasetBudget.of(synth.spec)
+    charges = [c for c in synth.report.to_dict()["charges"] if c["stage"] == "preprocessed"]
+    assert math.isclose(sum(c["rho"] for c in charges), budget.preprocess, rel_tol=1e-9)
+    # the integer threshold's delta (OpenDP's map) is at most the share set aside
+    assert 0 < sum(c["delta_extra"] for c in charges) <= budget.run_delta_extra
+    for c in charges:
+        if c["mechanism"] == "gaussian_threshold":
+            meas = dp.m.make_gaussian_threshold(
+                dp.map_domain(dp.atom_domain(T=str), dp.atom_domain(T="i64")),
+                dp.l02inf_distance(dp.absolute_distance(T="i64")), scale=c["scale"],
+                threshold=c["threshold"])
+            rho, delta = meas.map((1, 1, 1))
+            assert (c["rho"], c["delta_extra"]) == (pytest.approx(rho, rel=1e-12),
+                                                    pytest.approx(delta, rel=1e-12))
+        else:  # DP bounds: the bucket and the part histograms, each a Gaussian at this scale
+            meas = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T="i64")),
+                                      dp.l2_distance(T="i64"), scale=c["scale"])
+            assert c["rho"] == pytest.approx(2 * meas.map(1), rel=1e-12)
