@@ -93,6 +93,7 @@ REFERENCES = ("bootstrap", "independent")  # exact data, per seed
 NOISY_INDEPENDENT = "noisy-independent"
 ANCHORS = ("pgm-mst", "dpmm-mst", "dpmm-aim", "opendp-aim", "opendp-mst")
 MST_ANCHORS = ("pgm-mst", "dpmm-mst", "opendp-mst")
+FREE = "given the evaluation discretization as a free domain"
 WIDE_ROWS = 30_000
 # kinds of the two raw tables datasets.yaml does not declare
 RAW_KINDS = {
@@ -441,7 +442,7 @@ def run_one(table: Table, method: str, epsilon: float, seed: int, args) -> dict:
               if k not in ("status", "seconds", "peak_mb", "rows", "note")}
     note = res.get("note", "")
     if method in ANCHORS and table.raw_csv and not method.startswith("dpmm"):
-        note = "; ".join(n for n in (note, "given the evaluation discretization as a free domain") if n)
+        note = "; ".join(n for n in (note, FREE) if n)
     return {**record, **scores, "seconds": res["seconds"], "peak_mb": res["peak_mb"],
             "rows": res["rows"], "note": note, **extras}
 
@@ -499,9 +500,13 @@ def ratio(a, b) -> str:
     return "" if a is None or not b else f"{a / b:.2f}"
 
 
-def best_anchor(summary: dict, dataset: str, epsilon: float) -> tuple[str, dict] | None:
+def best_anchor(summary: dict, dataset: str, epsilon: float,
+                paid: bool = False) -> tuple[str, dict] | None:
+    """The anchor with the least mean tvd2; `paid`: only anchors that learned their own domain
+    or were given the table's public one (not the evaluation discretization for free)."""
     found = [(m, summary[(dataset, m, epsilon)]) for m in ANCHORS
-             if (dataset, m, epsilon) in summary and summary[(dataset, m, epsilon)]["tvd2"] is not None]
+             if (dataset, m, epsilon) in summary and summary[(dataset, m, epsilon)]["tvd2"] is not None
+             and not (paid and any(FREE in n for n in summary[(dataset, m, epsilon)]["notes"]))]
     return min(found, key=lambda x: x[1]["tvd2"]) if found else None
 
 
@@ -517,13 +522,20 @@ def goals(summary: dict) -> list[str]:
         if ours is None or best is None or noisy is None:
             continue
         measured += 1
+        paid = best_anchor(summary, d, e, paid=True)
         if ours > 0.75 * best[1]["tvd2"] or ours > noisy:
             failures.append(f"{d} eps {e:g}: {ours:.4f} vs 0.75 x {best[0]} "
                             f"{best[1]['tvd2']:.4f} = {0.75 * best[1]['tvd2']:.4f} and "
-                            f"noisy-independent {noisy:.4f}")
+                            f"noisy-independent {noisy:.4f}"
+                            + ("" if paid is None or paid[0] == best[0] else
+                               f" (best anchor that paid for its domain: {paid[0]} "
+                               f"{paid[1]['tvd2']:.4f})"))
     status = "not measured" if not measured else ("met" if not failures else "**not met**")
     lines.append(f"- Default's tvd2 <= 0.75 x best anchor's and <= noisy-independent, every "
-                 f"table and epsilon: {status} ({measured} (table, epsilon) cells measured)"
+                 f"table and epsilon: {status} ({measured} (table, epsilon) cells measured; on "
+                 f"tables that are not discretized, pgm-mst and opendp are given the evaluation "
+                 f"discretization as their domain and scored in it: a bound no private pipeline "
+                 f"that learns its own domain can be expected to reach)"
                  + "".join(f"\n  - {f}" for f in failures))
     for e, target, strict in ((1.0, 0.035, False), (0.2, 0.078, True)):
         s = summary.get(("adult", "default", e), {}).get("tvd2")
