@@ -14,8 +14,9 @@ code server does, and timed in phases:
   built);
 - `repository_seconds`: `Definitions.get_repository_def()` (the asset graph resolved, resources
   bound, jobs and the implicit asset job built: what `Definitions.validate_loadable` does);
-- `snapshot_seconds`: `RepositorySnap.from_def(...)`, the serialized repository a code server
-  hands the webserver and daemon at start;
+- `snapshot_seconds`: `RepositorySnap.from_def(..., defer_snapshots=True)`, the repository
+  description a code server hands the webserver and daemon at start (`dagster dev`; each job's
+  snapshot id is computed, its full snapshot deferred);
 - `seconds`: the sum; `load1`: the machine's 1-minute load average at the start (the times
   scale with it); `peak_mb`: the process's peak resident memory;
 - `heavy_modules`: which of great_expectations, jax, mbi, sklearn, matplotlib were imported
@@ -53,7 +54,7 @@ t2 = time.perf_counter()
 repo = defs.get_repository_def()
 t3 = time.perf_counter()
 from dagster._core.remote_representation.external_data import RepositorySnap
-RepositorySnap.from_def(repo)
+RepositorySnap.from_def(repo, defer_snapshots=True)
 t4 = time.perf_counter()
 print(json.dumps({
     "import_seconds": t1 - t0, "build_seconds": t2 - t1, "repository_seconds": t3 - t2,
