@@ -43,11 +43,16 @@ IO_FOLDER = ".dp_synth_io"
 def _check_shared_limits(registry: dict, units: dict[str, str]) -> None:
     """Entries of one unit must meet one ledger limit: the same rho and delta_extra limits (a
     column discovered by thresholding sets half of the limit's delta aside for delta_extra)."""
-    by_unit: dict[str, dict[str, tuple[float, float]]] = {}
+    members: dict[str, list[str]] = {}
     for name, unit in units.items():
-        budget = DatasetBudget.of(registry[name])
-        by_unit.setdefault(unit, {})[name] = (budget.limit_rho, budget.limit_delta_extra)
-    for unit, limits in by_unit.items():
+        members.setdefault(unit, []).append(name)
+    for unit, shared in members.items():
+        if len(shared) < 2:
+            continue  # one entry meets its own limit: nothing to compare
+        limits = {}
+        for name in shared:
+            budget = DatasetBudget.of(registry[name])
+            limits[name] = (budget.limit_rho, budget.limit_delta_extra)
         if len(set(limits.values())) > 1:
             raise RegistryError(
                 f"datasets {' and '.join(map(repr, limits))} share budget group "

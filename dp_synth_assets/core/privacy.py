@@ -62,12 +62,14 @@ def epsilon_from_rho(rho: float, delta: float, accounting: str = "tight") -> flo
     return float(_profile_at(float(rho)).epsilon(delta))
 
 
+@lru_cache(maxsize=4096)
 def rho_from_epsilon_delta(epsilon: float, delta: float, accounting: str = "tight") -> float:
     """The largest rho whose zCDP guarantee implies (epsilon, delta)-DP.
 
     "paper": solve rho + 2 sqrt(rho log(1/delta)) = epsilon in closed form (ABSyn Thm 4).
     "tight": bisection on OpenDP's profile (monotone in rho); the result is rounded down so that
-    epsilon_from_rho(result) <= epsilon always holds.
+    epsilon_from_rho(result) <= epsilon always holds. Memoized: a pure function of its
+    arguments, asked once per dataset, stage split and check, often with one (epsilon, delta).
     """
     _check_epsilon_delta(epsilon, delta)
     if accounting == "paper":
