@@ -177,3 +177,71 @@ def test_exact_aggregates_equal_duckdbs(postgres):
         # structural: no query returned more rows than the largest counted marginal has cells
         assert engine.fetched <= max(from_pg[c].size for c in cliques)
 
+
+
+def test_the_example_synthesizes_end_to_end_with_the_rows_left_in_postgres(postgres, monkeypatch):
+    """`engine: postgres` through the notebook API: every private scan runs in PostgreSQL and
+    no query returns more rows than the cells of the marginals the method counts, a number set
+    by the domain, not by the rows: the Python process never holds the source's rows."""
+    from dp_synth_assets.api import Synthesizer
+    from dp_synth_assets.core.measure import clique_size
+    from dp_synth_assets.core.select import required_cliques
+
+    fetched = []
+    original = scans.PostgresEngine.fetchnumpy
+
+    def recording(self, statement, params=None):
+        out = original(self, statement, params)
+        fetched.append(max((len(v) for v in out.values()), default=0))
+        return out
+
+    monkeypatch.setattr(scans.PostgresEngine, "fetchnumpy", recording)
+    synth = Synthesizer.from_spec(_spec(postgres))
+    synth.fit(TABLE)
+    rows = synth.sample(500, seed=1)
+    assert rows.num_rows == 500 and rows.column_names == list(synth.spec.columns)
+    assert 0.5 * ROWS < synth.noisy_total < 1.5 * ROWS
+    # a bound set by the domain alone: the cells of every marginal the method counts (one
+    # batch of them a query), at least one row per value of the preprocessing counts
+    domain = synth.plan.domain
+    cells = sum(clique_size(c, domain) for c in required_cliques(
+        synth.spec.method, domain, synth.spec.selection))
+    assert fetched and max(fetched) <= cells
+    with psycopg.connect(postgres, autocommit=True) as con:  # the run's view is gone
+        assert con.execute("SELECT count(*) FROM pg_views WHERE schemaname = 'dp_synth' "
+                           "AND viewname LIKE 'dp_synth_%'").fetchone()[0] == 0
+
+
+def test_a_postgres_error_quoting_a_value_stays_in_the_private_log(postgres, tmp_path):
+    """A source value PostgreSQL cannot cast makes its error quote the value: the stage's public
+    failure is generic and the value is only in private/<dataset>/private.log."""
+    import dagster as dg
+
+    from dp_synth_assets.core import stages
+    from dp_synth_assets.core.budget import DatasetBudget
+    from dp_synth_assets.pipeline import source_connection
+    from dp_synth_assets.private_log import private_errors, private_log_path
+    from dp_synth_assets.resources.warehouse import WarehouseResource
+
+    secret = "SECRET-AGE-9931"
+    with psycopg.connect(postgres, autocommit=True) as con:
+        con.execute("CREATE TABLE public.bad AS SELECT CAST(age AS TEXT) AS age_text, * "
+                    "FROM public.example")
+        con.execute(f"UPDATE public.bad SET age_text = '{secret}' WHERE ctid IN "
+                    "(SELECT ctid FROM public.bad LIMIT 1)")
+    entry = example_entry(source={"table": "public.bad"}, report=None,
+                          engine={"type": "postgres", "dsn": postgres})
+    entry["columns"] = {**entry["columns"], "age_text": {"kind": "integer", "bounds": [17, 90]}}
+    spec = DatasetSpec.model_validate(entry)
+    warehouse = WarehouseResource(database=str(tmp_path / "warehouse.duckdb"),
+                                  public_dir=str(tmp_path / "public"), base_dir=str(tmp_path))
+    with pytest.raises(dg.Failure) as failure:
+        with private_errors(warehouse, "bad", "preprocessed", "run-1"):
+            with source_connection(warehouse, spec, "bad") as engine:
+                assert isinstance(engine, scans.PostgresEngine)
+                stages.preprocess(engine, spec, "bad", tmp_path, "private.bad_encoded",
+                                  DatasetBudget.of(spec), lambda *a, **k: None)
+    public = failure.value.description
+    assert secret not in public and "does not match its declared spec" in public
+    log = private_log_path(warehouse, "bad").read_text()
+    assert secret in log and "PostgreSQL" in log
