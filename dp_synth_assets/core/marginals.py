@@ -1,6 +1,8 @@
-"""Exact marginals of the encoded view, counted inside DuckDB (private zone).
+"""Exact marginals of the encoded view, counted inside the dataset's scan engine (private zone).
 
-Everything here runs inside DuckDB and returns aggregates: marginal count vectors, never rows.
+The counts run where the rows are (DuckDB, or another scan engine: core/scans.py, whose store is
+the DuckDB connection holding the marginal tables) and return aggregates: marginal count
+vectors, never rows.
 `compute_marginals` computes many marginals in a few GROUPING SETS queries over one copy of the
 codes and stores them in a private-zone table whose column names are all bookkeeping names
 (`MarginalTable`), so no user column name (`n`, `gid`, `c0`, ...) can be confused with them;
