@@ -48,6 +48,7 @@ from pydantic import ValidationError
 
 from .core import generate
 from .core import marginals as margs
+from .core import scans
 from .core import stages
 from .core.budget import PRIVATE_STAGES, DatasetBudget
 from .core.config import CsvSource, DatasetSpec, ParquetSource, RegistryError, TableSource
@@ -220,6 +221,17 @@ def open_source(spec: DatasetSpec, source, connection: duckdb.DuckDBPyConnection
     name is read on `connection`; a path is a Parquet or CSV source (`csv`: the options of
     datasets.yaml's `source: {csv: ...}`)."""
     base_dir = Path.cwd()
+    if spec.engine.type != "duckdb":  # a table of the scan engine; the store is in memory
+        if not isinstance(source, str):
+            raise SpecError(f"argument 'source': engine {spec.engine.type} reads a table of its "
+                            "database: pass its name ('schema.table')")
+        con = duckdb.connect(":memory:")
+        try:
+            yield con, spec.model_copy(update={"source": _validated(
+                TableSource, {"table": source}, "source")}), base_dir
+        finally:
+            con.close()
+        return
     if isinstance(source, (str, Path)) and connection is not None:
         src = _validated(TableSource, {"table": str(source)}, "source")
         yield connection, spec.model_copy(update={"source": src}), base_dir
@@ -391,12 +403,14 @@ class Synthesizer:
                 self.budget.limit_delta_extra, delta=self.budget.delta)
         reason = "failed"
         try:
-            with open_source(self.spec, source, connection, csv) as (con, spec, base_dir):
+            with open_source(self.spec, source, connection, csv) as (con, spec, base_dir), \
+                    scans.open_engine(spec.engine, con, drop_views=True) as engine:
                 # the encoded view and the marginals live in an in-memory database of their own
                 catalog = f"dp_synth_{uuid.uuid4().hex[:12]}"
                 con.execute(sql("attach_memory", catalog=ident(catalog)))
                 try:
-                    yield PrivateRun(spec, self.budget, con, base_dir, accountant,
+                    yield PrivateRun(spec, self.budget, engine if engine.name != "duckdb" else con,
+                                     base_dir, accountant,
                                      self.dataset, f"{catalog}.main")
                 finally:
                     con.execute(sql("detach_database", catalog=ident(catalog)))

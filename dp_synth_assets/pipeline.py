@@ -26,6 +26,7 @@ from .artifacts import artifacts, holding, synthetic_table  # noqa: F401 - synth
 from .budget import DatasetBudget, budget_metadata, ledger_metadata, private_stage
 from .core import change
 from .core import generate
+from .core import scans
 from .core import stages
 from .core.config import AttachSource, DatasetSpec, TableSource
 from .core.source import attach_source, describe_source, source_path, source_relation
@@ -52,12 +53,18 @@ def source_connection(warehouse: WarehouseResource, spec: DatasetSpec, dataset: 
                       read_only: bool = False, lock_timeout_seconds: float | None = None):
     """A warehouse connection that can read the dataset's source and its encoded view: with an
     `attach:` source, the source database is attached to it first (`source.attach_source`,
-    whose `SourceError` the stage's `private_errors` turns into a public failure)."""
+    whose `SourceError` the stage's `private_errors` turns into a public failure). With an
+    `engine:` other than duckdb, the dataset's scan engine over it (core/scans.py)."""
     # a table source lives in the warehouse: a missing warehouse is an error, never created
     with warehouse.connect(read_only=read_only, lock_timeout_seconds=lock_timeout_seconds,
-                           create=not isinstance(spec.source, TableSource)) as con:
+                           create=not isinstance(spec.source, TableSource)
+                           or spec.engine.type != "duckdb") as con:
         attach_source(con, spec, Path(warehouse.base_dir), dataset)
-        yield con
+        if spec.engine.type == "duckdb":
+            yield con
+            return
+        with scans.open_engine(spec.engine, con) as engine:
+            yield engine
 
 
 def secret_path(warehouse: WarehouseResource) -> Path:

@@ -376,6 +376,32 @@ class AttachSource(_SourceBase):
 Source = Union[TableSource, ParquetSource, CsvSource, AttachSource]
 
 
+class EngineSpec(_Strict):
+    """Where the private scans run (core/scans.py): `duckdb` (the default: the warehouse's DuckDB
+    reads the source), or `postgres` (the source is `table:` in a PostgreSQL database, read
+    through its own SQL; `dsn_env` names the environment variable holding the connection
+    string, or `dsn` gives it; the encoded view is created in `schema`)."""
+
+    type: Literal["duckdb", "postgres"] = "duckdb"
+    dsn: str | None = None
+    dsn_env: str | None = None
+    # `schema:` in datasets.yaml (a field named `schema` would shadow pydantic's)
+    schema_: str = Field(default="dp_synth", alias="schema", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    @model_validator(mode="after")
+    def _connection(self) -> "EngineSpec":
+        if self.type == "duckdb" and (self.dsn or self.dsn_env):
+            raise ValueError("engine duckdb reads the warehouse: dsn and dsn_env are for postgres")
+        if self.type == "postgres" and not (self.dsn or self.dsn_env):
+            raise ValueError("engine postgres needs dsn_env (the environment variable holding "
+                             "the connection string) or dsn")
+        return self
+
+
+def _engine(value):
+    return {"type": value} if isinstance(value, str) else value
+
+
 class Limit(_Strict):
     epsilon: Epsilon = Field(gt=0, allow_inf_nan=False)
     delta: Number = Field(gt=0, lt=1, allow_inf_nan=False)
@@ -471,6 +497,8 @@ class DatasetSpec(_Strict):
     # default: the best accuracy at epsilon 1 on adult (bench/compare_methods.py, README)
     method: str = "absyn"  # a key of core.methods.METHODS (checked below)
     generator: str = "auto"  # a key of core.engines.ENGINES or auto (checked below)
+    # where the private scans run (core/scans.py): duckdb | postgres | {type: postgres, ...}
+    engine: Annotated[EngineSpec, BeforeValidator(_engine)] = EngineSpec()
     rows: Literal["same"] | Annotated[int, Field(ge=1, le=1_000_000_000)] = "same"
     seed: Annotated[int, BeforeValidator(_integer), Field(ge=0, lt=2 ** 63)] | None = None
     schedule: str | None = None
@@ -524,6 +552,13 @@ class DatasetSpec(_Strict):
             if self.report.holdout <= 0:
                 raise ValueError("report.target needs held-out rows to test on: set "
                                  "report.holdout (e.g. 0.2)")
+        if self.engine.type != "duckdb":
+            if not isinstance(self.source, TableSource) or self.source.asset is not None:
+                raise ValueError(f"engine {self.engine.type} reads `source: {{table: ...}}`, a "
+                                 "table of its database")
+            if self.report is not None:
+                raise ValueError(f"the owner-only report reads the source through DuckDB: "
+                                 f"remove `report:` for engine {self.engine.type}")
         if self.method == "manual":
             if self.selection.marginals is None:
                 raise ValueError("method manual measures the marginals you declare: set "

@@ -1,6 +1,8 @@
-"""Exact marginals of the encoded view, counted inside DuckDB (private zone).
+"""Exact marginals of the encoded view, counted inside the dataset's scan engine (private zone).
 
-Everything here runs inside DuckDB and returns aggregates: marginal count vectors, never rows.
+The counts run where the rows are (DuckDB, or another scan engine: core/scans.py, whose store is
+the DuckDB connection holding the marginal tables) and return aggregates: marginal count
+vectors, never rows.
 `compute_marginals` computes many marginals in a few GROUPING SETS queries over one copy of the
 codes and stores them in a private-zone table whose column names are all bookkeeping names
 (`MarginalTable`), so no user column name (`n`, `gid`, `c0`, ...) can be confused with them;
@@ -15,6 +17,7 @@ import duckdb
 import numpy as np
 
 from .domain import Clique
+from .scans import as_engine, store_of
 from .sql import bookkeeping, ident, qualified, sql
 
 
@@ -81,12 +84,16 @@ def compute_marginals(con: duckdb.DuckDBPyConnection, view: str, table: str,
     in a few GROUPING SETS queries (`_batches`), stored in `table`."""
     definitions = ", ".join(f"c{i} {_code_type((domain or {}).get(c))}"
                             for i, c in enumerate(columns))
-    con.execute(sql("create_schema", schema=qualified(table.rsplit(".", 1)[0])))
-    con.execute(sql("marginals", table=qualified(table), columns=definitions))
-    with narrow_codes(con, qualified(view), columns, domain) as codes:
+    engine, store = as_engine(con), store_of(con)
+    store.execute(sql("create_schema", schema=qualified(table.rsplit(".", 1)[0])))
+    store.execute(sql("marginals", table=qualified(table), columns=definitions))
+    if not engine.copies:  # the engine groups the view in place (core/scans.py)
         for batch in _batches(columns, cliques):
-            con.execute(sql("append_marginals", table=qualified(table),
-                            counts=_count_query(codes, columns, batch)))
+            engine.append_counts(table, _count_query(engine.relation(view), columns, batch))
+        return MarginalTable(table, tuple(columns), tuple(tuple(cl) for cl in cliques))
+    with narrow_codes(store, qualified(view), columns, domain) as codes:
+        for batch in _batches(columns, cliques):
+            engine.append_counts(table, _count_query(codes, columns, batch))
     return MarginalTable(table, tuple(columns), tuple(tuple(cl) for cl in cliques))
 
 
@@ -140,12 +147,13 @@ class MarginalStore:
     appended to the table, so later requests and the `measurements` stage reuse them.
     `on_demand` lists them (public: clique names only)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, view: str, table: str,
-                 columns: list[str], domain: dict[str, int]):
-        self.con, self.view, self.domain = con, view, domain
+    def __init__(self, con, view: str, table: str, columns: list[str],
+                 domain: dict[str, int]):
+        # `con`: a DuckDB connection or a scan engine (core/scans.py), whose store keeps `table`
+        self.engine, self.con, self.view, self.domain = as_engine(con), store_of(con), view, domain
         self.table = MarginalTable(table, tuple(columns), ())
-        self.stored = {str(g) for (g,) in con.execute(sql("stored_marginals",
-                                                          table=qualified(table))).fetchall()}
+        self.stored = {str(g) for (g,) in self.con.execute(sql(
+            "stored_marginals", table=qualified(table))).fetchall()}
         self.on_demand: list[Clique] = []
 
     def __call__(self, cliques: list[Clique]) -> dict[Clique, np.ndarray]:
@@ -159,8 +167,8 @@ class MarginalStore:
         if missing:
             columns = list(self.table.columns)
             for batch in _batches(columns, missing):
-                self.con.execute(sql("append_marginals", table=qualified(self.table.table),
-                                     counts=_count_query(qualified(self.view), columns, batch)))
+                self.engine.append_counts(self.table.table, _count_query(
+                    self.engine.relation(self.view), columns, batch))
             self.stored |= keys
             self.on_demand += missing
         return _read_stored(self.con, self.table, cliques, self.domain)

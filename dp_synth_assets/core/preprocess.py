@@ -66,8 +66,10 @@ from .opendp_api import dp
 
 from .config import ColumnSpec, DatasetSpec, sql_type_range
 from .domain import (Derived, EncodingPlan, SchemaError, build_plan, check_columns,
-                     encode_view_sql, integer_valued, is_null_condition, value_expression)
+                     encode_view_sql, encoded_columns, integer_valued, is_null_condition,
+                     value_expression)
 from .privacy import Spend, gaussian_counts, gaussian_scale
+from .scans import as_engine
 from .source import (SourceError, describe_source, holdout_relation, training_relation,
                      validate_source)
 from .sql import bookkeeping, ident, qualified, sql
@@ -205,17 +207,23 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: 
         sizes.append(size)
     labels = [f"k{i}" for i, size in enumerate(sizes) if size is None]
     codes = [f"k{i}" for i, size in enumerate(sizes) if size is not None]
+    engine = as_engine(con)  # a temporary copy of the keys where the engine makes them
     keys_table = ident(bookkeeping("preprocess_keys"))
-    con.execute(sql("preprocess_keys", keys_table=keys_table, values=", ".join(values),
-                    keys=", ".join(keys), source=relation))
+    if engine.copies:
+        engine.execute(sql("preprocess_keys", keys_table=keys_table, values=", ".join(values),
+                           keys=", ".join(keys), source=relation))
+    else:
+        keys_table = sql("preprocess_keys_relation", values=", ".join(values),
+                         keys=", ".join(keys), source=relation)
     try:
-        result = con.execute(sql(
+        result = engine.fetchnumpy(sql(
             "preprocess_counts", keys_table=keys_table,
             groupings=", ".join(f"GROUPING(k{i})" for i in range(len(tasks))),
             sets=", ".join(f"(k{i})" for i in range(len(tasks))),
-            label=_coalesce(labels, "VARCHAR"), code=_coalesce(codes, "BIGINT"))).fetchnumpy()
+            label=_coalesce(labels, "VARCHAR"), code=_coalesce(codes, "BIGINT")))
     finally:
-        con.execute(sql("drop_table", table=keys_table))
+        if engine.copies:
+            engine.execute(sql("drop_table", table=keys_table))
     task_of, n = np.asarray(result["task"]), np.asarray(result["n"], dtype=np.int64)
     exact: dict[Task, dict[str, int] | np.ndarray] = {}
     for i, (t, size) in enumerate(zip(tasks, sizes)):
@@ -560,8 +568,11 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
     except SchemaError as e:
         raise SchemaError(f"dataset {dataset!r}: {e}") from None
     schema = view.rsplit(".", 1)[0]
-    con.execute(sql("create_schema", schema=qualified(schema)))
-    con.execute(encode_view_sql(plan, view, relation))
+    engine = as_engine(con)
+    if engine.copies:
+        con.execute(sql("create_schema", schema=qualified(schema)))
+    engine.create_view(view, sql("encode_view", view=engine.relation(view),
+                                 expressions=encoded_columns(plan), source=relation))
     holdout = holdout_relation(spec, base_dir, dataset)
     if holdout is not None:
         con.execute(encode_view_sql(plan, view + "_holdout", holdout))

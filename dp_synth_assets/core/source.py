@@ -9,6 +9,7 @@ import duckdb
 
 from .config import AttachSource, ColumnSpec, CsvSource, DatasetSpec, ParquetSource, TableSource
 from .domain import boolean_value, cast_type, is_null_condition
+from .scans import ScanError, as_engine
 from .sql import ident, literal, qualified, sql
 
 
@@ -156,19 +157,20 @@ def source_available(spec: DatasetSpec, base_dir: Path) -> bool:
     return path is None or any(path.parent.glob(path.name))
 
 
-def describe_source(con: duckdb.DuckDBPyConnection, relation: str, dataset: str) -> dict[str, str]:
-    """Column name -> SQL type of the source, reading no rows."""
+def describe_source(con, relation: str, dataset: str) -> dict[str, str]:
+    """Column name -> SQL type of the source, reading no rows (`con`: a DuckDB connection or a
+    scan engine, core/scans.py)."""
+    engine = as_engine(con)
     try:
-        rows = con.execute(sql("describe_source", source=relation)).fetchall()
-    except duckdb.Error as e:
+        return engine.describe(relation)
+    except engine.errors as e:
         raise SourceError(
             f"dataset {dataset!r}: cannot read its source {relation}: no such table or file, or "
             "it cannot be opened. Check `source:` in datasets.yaml (table name, or the "
             "Parquet/CSV path)", detail=str(e)) from None
-    return {name: sql_type for name, sql_type, *_ in rows}
 
 
-def validate_source(con: duckdb.DuckDBPyConnection, relation: str,
+def validate_source(con, relation: str,
                     columns: dict[str, ColumnSpec], dataset: str) -> None:
     """Refuse a source that is empty, has uncastable values or NULLs where none are declared.
 
@@ -177,7 +179,15 @@ def validate_source(con: duckdb.DuckDBPyConnection, relation: str,
     its public text says only that the source does not match its declared spec.
     """
     mismatch = f"dataset {dataset!r}: the source does not match its declared spec"
-    if not con.execute(sql("check_not_empty", source=relation)).fetchone()[0]:
+    engine = as_engine(con)
+    try:
+        _validate(engine, relation, columns, mismatch)
+    except ScanError as e:  # an engine without TRY_CAST fails on the value (core/scans.py)
+        raise SourceError(mismatch, detail=str(e)) from None
+
+
+def _validate(engine, relation: str, columns: dict[str, ColumnSpec], mismatch: str) -> None:
+    if not engine.fetchone(sql("check_not_empty", source=relation))[0]:
         raise SourceError(mismatch, detail=f"the source {relation} has no rows; load data first")
     checks, problems = [], []
     for i, (name, spec) in enumerate(columns.items()):
@@ -210,7 +220,7 @@ def validate_source(con: duckdb.DuckDBPyConnection, relation: str,
                             "add `nullable: true` to its spec")
     if not checks:
         return
-    flags = con.execute(sql("check_source", checks=", ".join(checks), source=relation)).fetchone()
+    flags = engine.fetchone(sql("check_source", checks=", ".join(checks), source=relation))
     found = [p for p, flag in zip(problems, flags) if flag]
     if found:
         raise SourceError(mismatch, detail="; ".join(found))

@@ -1,0 +1,297 @@
+"""Scan engines: where a dataset's private scans run (`engine:` in datasets.yaml).
+
+Vocabulary. A **scan engine** is the database that holds a dataset's source rows and runs every
+aggregate query over them: the source check, the preprocessing counts, the marginals' GROUPING
+SETS and the on-demand cliques of `marginals.MarginalStore`. It is chosen per dataset with
+`engine:` (`duckdb`, the default, or `postgres`). It is not a **generation engine** (`generator:`,
+`core/engines.py`: pgm, gum...), which fits the model on public measurements. The **store** is
+the DuckDB connection (the warehouse, or the notebook API's in-memory database) that keeps
+dp-synth's own private tables, the exact marginals: a scan engine returns aggregates to it,
+never rows.
+
+The contract of a `ScanEngine`: `fetchone` and `fetchnumpy` run one aggregate query and return
+its result (a row of flags, count vectors, small frames whose size is bounded by the domain,
+never by the rows); `describe` gives a relation's column names and types, reading no row;
+`execute` runs a statement that creates a view or a temporary object in the engine;
+`relation(view)` names an engine-side view; `append_counts` adds the result of a count query to
+a marginal table of the store. Every statement is a template of `sql/` written once in DuckDB's
+dialect; `translate` turns it into the engine's (sqlglot, plus `POSTGRES_REWRITES`). Errors of
+the engine are its `errors`; a `ScanError` keeps the engine's message (which can quote a value)
+for the private log only.
+
+DuckDB constructs and their PostgreSQL translation (this table is the one place that says it):
+- `TRY_CAST(x AS t)`: no equivalent in PostgreSQL 15. It becomes `CAST`, so a value that does
+  not cast fails the query instead of reading as NULL: the source check then refuses the source
+  (public: "does not match its declared spec"; the engine's message, which quotes the value,
+  goes to the private log). Declare the source's columns with the types of their kinds.
+- `isnan(x)` -> `x = 'NaN'::double precision`; `round_even(x, 0)` -> `round(x)` (PostgreSQL
+  rounds a double half to even); `list_contains` -> `= ANY(ARRAY[...])` and `list_position` ->
+  `array_position`; an empty list -> `ARRAY[]::text[]`; `a // b` -> `div(a, b)` (operands are
+  never negative in the templates); `HUGEINT` -> `NUMERIC`; `epoch(x)` -> `extract(epoch ...)`.
+- `typeof(x)` -> `'VARCHAR'` for PostgreSQL's text types, else the upper-cased `pg_typeof`
+  (booleans stored as text read by their spelling, as in DuckDB; an ENUM column is cast).
+- a subquery in FROM gets an alias (PostgreSQL 15 requires one).
+- `hash(...)` has no equivalent with DuckDB's values: the report's holdout split
+  (sql/holdout_split.sql), the change detection's content summary (sql/content_summary.sql) and
+  `marginals.repeated_rows` stay DuckDB's (config refuses a holdout on other engines).
+- Temporary copies (sql/preprocess_keys.sql, sql/encoded_codes.sql) are DuckDB's: other engines
+  read the expressions as subqueries (`copies` is False) and group them in one query.
+- the encoded view is created in the engine's working schema (`EngineSpec.schema`), a view over
+  the source: no row is copied; `relation(view)` names it.
+"""
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import duckdb
+import numpy as np
+
+from .sql import bookkeeping, ident, qualified, sql
+
+
+class ScanError(RuntimeError):
+    """A scan engine refused a statement. The message is the engine's own (it can quote a
+    value of the source): private, for the private log only."""
+
+
+class ScanValueError(ScanError, ValueError):
+    """The engine could not convert a value of the source (a cast, a range): the public kind
+    is "a value does not fit its declared spec" (private_log.problem_kind)."""
+
+
+class Untranslatable(ValueError):
+    """A template uses a construct the engine's dialect has no equivalent for (module doc)."""
+
+
+# --------------------------------------------------------------------------------- translation
+
+_TEXT_TYPES = ("text", "character varying", "character", "name")
+
+
+def _postgres_rewrite(node):
+    """One node of a DuckDB statement as PostgreSQL reads it (module doc's table)."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Anonymous):
+        name = node.name.lower()
+        if name == "list_position":
+            return exp.Anonymous(this="array_position", expressions=node.expressions)
+        if name == "round_even":
+            return exp.Anonymous(this="round", expressions=node.expressions[:1])
+        if name == "hash":
+            raise Untranslatable("hash(...) has no PostgreSQL equivalent (module doc)")
+    if isinstance(node, exp.IsNan):
+        return exp.paren(exp.EQ(this=node.this.copy(), expression=exp.cast(
+            exp.Literal.string("NaN"), exp.DataType.build("DOUBLE"))), copy=False)
+    if isinstance(node, exp.Typeof):
+        kind = exp.cast(exp.Anonymous(this="pg_typeof", expressions=[node.this.copy()]), "TEXT")
+        return exp.Case(ifs=[exp.If(this=exp.In(this=kind, expressions=[
+            exp.Literal.string(t) for t in _TEXT_TYPES]), true=exp.Literal.string("VARCHAR"))],
+            default=exp.Upper(this=kind.copy()))
+    if isinstance(node, exp.Array) and not node.expressions:
+        return exp.cast(node.copy(), exp.DataType.build("TEXT[]", dialect="postgres"))
+    if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.INT128:
+        return exp.DataType.build("DECIMAL")
+    if isinstance(node, exp.Subquery) and not node.alias and isinstance(node.parent, (exp.From,
+                                                                                    exp.Join)):
+        node.set("alias", exp.TableAlias(this=exp.to_identifier(f"_q{id(node) % 10 ** 8}")))
+    return node
+
+
+REWRITES = {"postgres": _postgres_rewrite}
+
+
+@lru_cache(maxsize=4096)
+def translate(statement: str, dialect: str) -> str:
+    """`statement` (DuckDB's dialect, as written in sql/) in `dialect`, through sqlglot and the
+    dialect's rewrites; `duckdb` returns it unchanged."""
+    if dialect == "duckdb":
+        return statement
+    import sqlglot
+
+    tree = sqlglot.parse_one(statement, read="duckdb")
+    rewrite = REWRITES.get(dialect)
+    if rewrite is not None:
+        tree = tree.transform(rewrite)
+    return tree.sql(dialect=dialect)
+
+
+# --------------------------------------------------------------------------------- the engines
+
+
+@dataclass
+class DuckDBEngine:
+    """The default: the source is read by the store's own DuckDB connection (a warehouse table,
+    Parquet, CSV, or a database attached through a DuckDB extension)."""
+
+    store: duckdb.DuckDBPyConnection
+    name = "duckdb"
+    copies = True
+    errors = (duckdb.Error,)
+
+    def fetchone(self, statement: str, params=None) -> tuple:
+        return self.store.execute(statement, params).fetchone()
+
+    def fetchnumpy(self, statement: str, params=None) -> dict[str, np.ndarray]:
+        return self.store.execute(statement, params).fetchnumpy()
+
+    def execute(self, statement: str) -> None:
+        self.store.execute(statement)
+
+    def describe(self, relation: str) -> dict[str, str]:
+        rows = self.store.execute(sql("describe_source", source=relation)).fetchall()
+        return {name: sql_type for name, sql_type, *_ in rows}
+
+    def relation(self, view: str) -> str:
+        return qualified(view)
+
+    def create_view(self, view: str, statement: str) -> None:
+        self.store.execute(statement)
+
+    def append_counts(self, table: str, counts: str) -> None:
+        self.store.execute(sql("append_marginals", table=qualified(table), counts=counts))
+
+
+@dataclass
+class PostgresEngine:
+    """A PostgreSQL database read through its own SQL (psycopg 3): every aggregate runs in
+    PostgreSQL, GROUPING SETS included, and only its result crosses the connection. The
+    encoded view is a view in `schema` (created if missing). `fetched` is the largest number
+    of rows one query returned (aggregates: bounded by the domain)."""
+
+    store: duckdb.DuckDBPyConnection
+    connection: object
+    schema: str = "dp_synth"
+    name = "postgres"
+    copies = False
+    fetched: int = 0
+    errors: tuple = field(default=())
+    created: list = field(default_factory=list)  # the views `create_view` made
+
+    def __post_init__(self):
+        import psycopg
+
+        self.errors = (psycopg.Error, ScanError, Untranslatable)
+
+    def _run(self, statement: str, params=None):
+        import psycopg
+
+        text = translate(statement, "postgres")
+        try:
+            cursor = self.connection.execute(text, params)
+        except psycopg.Error as e:
+            kind = ScanValueError if isinstance(e, psycopg.errors.DataError) else ScanError
+            raise kind(f"PostgreSQL: {e}") from None
+        return cursor
+
+    def fetchone(self, statement: str, params=None) -> tuple:
+        row = self._run(statement, params).fetchone()
+        self.fetched = max(self.fetched, 1)
+        return row
+
+    def fetchnumpy(self, statement: str, params=None) -> dict[str, np.ndarray]:
+        cursor = self._run(statement, params)
+        names = [d.name for d in cursor.description]
+        rows = cursor.fetchall()
+        self.fetched = max(self.fetched, len(rows))
+        columns = list(zip(*rows)) if rows else [()] * len(names)
+        out = {}
+        for name, values in zip(names, columns):
+            array = np.empty(len(values), dtype=object)
+            array[:] = values
+            out[name] = array
+        return out
+
+    def execute(self, statement: str) -> None:
+        self._run(statement)
+
+    def describe(self, relation: str) -> dict[str, str]:
+        cursor = self._run(sql("read_columns", columns="*", source=relation, limit=0))
+        cursor.fetchall()
+        types = self.connection.adapters.types
+        return {d.name: (types.get(d.type_code).name if types.get(d.type_code) else
+                         str(d.type_code)) for d in cursor.description}
+
+    def relation(self, view: str) -> str:
+        """The engine-side name of a view named `view` in the store's terms (its dots become
+        underscores inside the working schema)."""
+        return ident(self.schema) + "." + ident(view.replace(".", "__"))
+
+    def create_view(self, view: str, statement: str) -> None:
+        self.execute(sql("create_schema", schema=ident(self.schema)))
+        self.execute(sql("drop_view", view=self.relation(view)))
+        self.execute(statement)
+        self.created.append(view)
+
+    def drop_views(self) -> None:
+        """Drop the views this engine created (a notebook run's, which end with it)."""
+        for view in self.created:
+            self.execute(sql("drop_view", view=self.relation(view)))
+        self.created.clear()
+
+    def append_counts(self, table: str, counts: str) -> None:
+        """Run the count query in PostgreSQL and add its cells to the store's table."""
+        import pyarrow as pa
+
+        result = self.fetchnumpy(counts)
+        frame = pa.table({name: pa.array(list(values)) for name, values in result.items()})
+        staged = bookkeeping("counts")
+        self.store.register(staged, frame)
+        try:
+            self.store.execute(sql("append_marginals", table=qualified(table),
+                                   counts=sql("read_columns", columns="*", source=ident(staged),
+                                              limit="ALL")))
+        finally:
+            self.store.unregister(staged)
+
+
+ScanEngine = DuckDBEngine | PostgresEngine
+
+
+def as_engine(con) -> ScanEngine:
+    """A scan engine as is; a DuckDB connection as the DuckDB engine over it."""
+    return con if isinstance(con, (DuckDBEngine, PostgresEngine)) else DuckDBEngine(con)
+
+
+def store_of(con) -> duckdb.DuckDBPyConnection:
+    """The store connection of an engine (a DuckDB connection is its own)."""
+    return con.store if isinstance(con, (DuckDBEngine, PostgresEngine)) else con
+
+
+def postgres_dsn(spec) -> str:
+    """The connection string of a `postgres` engine: `dsn_env`'s environment variable (so no
+    password sits in datasets.yaml), else `dsn`."""
+    if spec.dsn_env is not None:
+        value = os.environ.get(spec.dsn_env)
+        if not value:
+            raise ScanError(f"the environment variable {spec.dsn_env} (engine.dsn_env) is not "
+                            "set; set it to the PostgreSQL connection string")
+        return value
+    return spec.dsn or ""
+
+
+@contextmanager
+def open_engine(engine_spec, store: duckdb.DuckDBPyConnection, drop_views: bool = False):
+    """The scan engine of a dataset (`DatasetSpec.engine`) over the store connection `store`;
+    the engine's own connection, if any, is closed when the block ends, after dropping the
+    views it created when `drop_views` (the notebook API's, whose store ends with the run; the
+    pipeline's encoded view stays for the next stages)."""
+    if engine_spec is None or engine_spec.type == "duckdb":
+        yield DuckDBEngine(store)
+        return
+    import psycopg
+
+    try:
+        connection = psycopg.connect(postgres_dsn(engine_spec), autocommit=True)
+    except psycopg.Error as e:
+        raise ScanError(f"PostgreSQL: cannot connect: {e}") from None
+    engine = PostgresEngine(store, connection, engine_spec.schema_)
+    try:
+        yield engine
+        if drop_views:
+            engine.drop_views()
+    finally:
+        connection.close()
+
