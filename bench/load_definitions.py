@@ -67,18 +67,31 @@ print(json.dumps({
 """.replace("HEAVY_NAMES", repr(HEAVY))
 
 
-def write_registry(n: int, distinct_epsilon: bool) -> Path:
-    """N copies of the example's entry, each on its own table (module docstring)."""
+AUTOMATION = {
+    # the example's entry as it is: an external table resynthesized by its source-change sensor
+    # (a sensor and a job per dataset)
+    "sensor": lambda i: {"source": {"table": f"main.example_{i}"}},
+    # a host asset's table, resynthesized by declarative automation (one sensor in all, no job)
+    "asset": lambda i: {"source": {"asset": ["host", f"example_{i}"],
+                                   "table": f"main.example_{i}"}},
+    # an external table materialized on demand (no sensor, no job)
+    "none": lambda i: {"source": {"table": f"main.example_{i}"}, "on_source_change": "ignore"},
+}
+
+
+def write_registry(n: int, distinct_epsilon: bool, automation: str = "sensor") -> Path:
+    """N copies of the example's entry, each on its own table (module docstring), automated as
+    `automation` says (AUTOMATION)."""
     sys.path.insert(0, str(ROOT))
     import yaml
 
     from tests.helpers import example_entry
 
-    folder = WORK / f"n{n}{'_eps' if distinct_epsilon else ''}"
+    folder = WORK / f"n{n}{'_eps' if distinct_epsilon else ''}_{automation}"
     folder.mkdir(parents=True, exist_ok=True)
     datasets = {}
     for i in range(n):
-        entry = example_entry(source={"table": f"main.example_{i}"})
+        entry = example_entry(**AUTOMATION[automation](i))
         if distinct_epsilon:
             entry["privacy"] = {**entry["privacy"], "epsilon": round(1.0 + i / 1000, 6)}
         datasets[f"example_{i}"] = entry
@@ -86,13 +99,13 @@ def write_registry(n: int, distinct_epsilon: bool) -> Path:
     return folder
 
 
-def measure(n: int, distinct_epsilon: bool) -> dict:
-    folder = write_registry(n, distinct_epsilon)
+def measure(n: int, distinct_epsilon: bool, automation: str = "sensor") -> dict:
+    folder = write_registry(n, distinct_epsilon, automation)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_ENABLE_COMPILATION_CACHE": "false"}
     out = subprocess.run([sys.executable, "-c", CHILD, str(folder)], cwd=ROOT, env=env,
                          capture_output=True, text=True, check=True)
     record = json.loads(out.stdout.strip().splitlines()[-1])
-    return {"n": n, "distinct_epsilon": distinct_epsilon,
+    return {"n": n, "distinct_epsilon": distinct_epsilon, "automation": automation,
             **{k: round(v, 3) if isinstance(v, float) else v for k, v in record.items()}}
 
 
@@ -100,17 +113,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, nargs="+", default=[1, 25, 100, 500])
     parser.add_argument("--distinct-epsilon", action="store_true")
+    parser.add_argument("--automation", choices=sorted(AUTOMATION), default="sensor",
+                        help="how each entry is automated (sensor: a sensor and a job each)")
     parser.add_argument("--label", default="", help="stored with each record (e.g. a revision)")
     args = parser.parse_args()
     records = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
     for n in args.n:
-        record = {**measure(n, args.distinct_epsilon), "label": args.label}
+        record = {**measure(n, args.distinct_epsilon, args.automation), "label": args.label}
         print(json.dumps(record))
-        records = [r for r in records if (r["n"], r["distinct_epsilon"], r.get("label", "")) !=
-                   (n, args.distinct_epsilon, args.label)] + [record]
+        key = (n, args.distinct_epsilon, args.automation, args.label)
+        records = [r for r in records if (r["n"], r["distinct_epsilon"],
+                                          r.get("automation", "sensor"), r.get("label", "")) != key]
+        records.append(record)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(sorted(records, key=lambda r: (r.get("label", ""),
-                                                                  r["distinct_epsilon"], r["n"])),
+    RESULTS.write_text(json.dumps(sorted(records, key=lambda r: (
+        r.get("label", ""), r.get("automation", "sensor"), r["distinct_epsilon"], r["n"])),
                                   indent=1) + "\n")
 
 

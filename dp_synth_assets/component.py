@@ -123,6 +123,10 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
     pool: Annotated[str | None, _doc(
         "Concurrency pool of the steps that open the warehouse (null: none).")] = Names.pool
 
+    dataset_jobs: Annotated[bool, _doc(
+        "A job `<dataset>_synthesis` for every dataset (default: only where a schedule, a "
+        "source-change sensor or a multiprocess fit needs one).")] = False
+
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         folder = Path(context.path)
         folder = folder if folder.is_dir() else folder.parent
@@ -139,7 +143,7 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
             owners=self.owners, automation_condition=self.automation_condition,
             warehouse_resource_key=self.warehouse_resource_key,
             ledger_resource_key=self.ledger_resource_key, io_manager_key=self.io_manager_key,
-            pool=self.pool)
+            pool=self.pool, dataset_jobs=self.dataset_jobs)
 
 
 __all__ = ["DpSynthComponent", "DpSynthScaffolder"]

@@ -63,6 +63,18 @@ def _check_shared_limits(registry: dict, units: dict[str, str]) -> None:
                 f"separate budget groups (only if they read different sources).")
 
 
+def needs_job(spec: DatasetSpec) -> bool:
+    """Whether the dataset needs a job of its own: its schedule or source-change sensor launch
+    one (an external table's automation), or its fit's units run on the multiprocess executor
+    the job declares (`automation.build_job`). Any other dataset runs in the location's implicit
+    asset job: materialized from the UI, the CLI or declarative automation."""
+    from .core.generate import multiprocess
+
+    external = spec.source.asset is None and bool(
+        spec.schedule or spec.on_source_change == "resynthesize")
+    return external or multiprocess(spec.generator, spec.model)
+
+
 def dp_synth_definitions(
         datasets: str | Path | Mapping[str, DatasetSpec | Mapping], warehouse: str | Path,
         ledger: str | Path, public_dir: str | Path,
@@ -75,7 +87,7 @@ def dp_synth_definitions(
         ledger_resource_key: str = "dp_synth_ledger",
         io_manager_key: str = "dp_synth_io_manager",
         io_manager: dg.ConfigurableIOManager | dg.IOManagerDefinition | None = None,
-        pool: str | None = "dp_synth_warehouse") -> dg.Definitions:
+        pool: str | None = "dp_synth_warehouse", dataset_jobs: bool = False) -> dg.Definitions:
     """The dp-synth definitions of the registry `datasets`, to merge with the host's (module
     docstring): a datasets.yaml path, or a mapping of dataset names to entries of that schema
     (validated by the same model, `core.config.parse_registry`, errors prefixed by `origin`;
@@ -93,7 +105,9 @@ def dp_synth_definitions(
     ledger and the IO manager of the model's units are provided. `io_manager`: that IO manager
     (default: pickles under `<public_dir>/.dp_synth_io`; the units are public, post-processing of
     the noisy measurements). `pool`: the concurrency pool of the steps that open the warehouse
-    (None: no pool)."""
+    (None: no pool). `dataset_jobs`: a job `<dataset>_synthesis` for every dataset; by default
+    only where one is needed (`needs_job`): Dagster resolves each job against the whole asset
+    graph when the code location loads, a cost that grows with the square of the datasets."""
     names = make_names(key_prefix, group_name=group_name, tags=tags, owners=owners,
                        automation_condition=automation_condition,
                        warehouse=warehouse_resource_key, ledger=ledger_resource_key,
@@ -126,6 +140,8 @@ def dp_synth_definitions(
             automated += keys
         assets += built
         checks.append(build_synthetic_checks(name, spec, names))
+        if not (dataset_jobs or needs_job(spec)):
+            continue
         materializable = [a for a in built if isinstance(a, dg.AssetsDefinition)]
         job = build_job(name, spec, names, materializable)
         jobs.append(job)

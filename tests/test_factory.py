@@ -66,7 +66,8 @@ def host_project(tmp_path, source: dict | None = None, **factory_args):
 
 def test_the_host_asset_is_the_source_and_the_lineage_runs_from_it(tmp_path):
     host, ours, defs = host_project(tmp_path, key_prefix=PREFIX, group_name="privacy",
-                                    tags={"team": "platform"}, owners=["team:platform"])
+                                    tags={"team": "platform"}, owners=["team:platform"],
+                                    dataset_jobs=True)
     graph = defs.resolve_asset_graph()
     keys = graph.get_all_asset_keys()
     preprocessed = dg.AssetKey([*PREFIX, "customers", "preprocessed"])
@@ -94,8 +95,34 @@ def test_the_factory_claims_no_executor_and_no_generic_resource_key(tmp_path):
     assert isinstance(defs.resources["warehouse"], HostWarehouse)
     assert isinstance(defs.resources["io_manager"], RaisingIOManager)
     defs.resolve_all_job_defs()  # every job resolves: all resource keys are provided
-    # each dp-synth job declares its own executor (in process here: a chain of stages)
-    assert defs.resolve_job_def("customers_synthesis").executor_def is dg.in_process_executor
+    # a dataset that needs no job of its own (its source is a host asset, its fit one process)
+    # runs in the implicit asset job; asked for one, the job declares its own executor
+    assert not list(ours.jobs or [])
+    (tmp_path / "jobs").mkdir()
+    _, asked, _ = host_project(tmp_path / "jobs", dataset_jobs=True)
+    [job] = asked.jobs
+    assert job.name == "customers_synthesis" and job.executor_def is dg.in_process_executor
+
+
+def test_a_job_is_built_where_a_schedule_a_sensor_or_a_multiprocess_fit_needs_one(tmp_path):
+    external = {"table": "main.customers"}
+    cases = {"host asset, one process": ({}, None, False),
+             "external table, schedule": ({"schedule": "0 3 * * *"}, external, True),
+             "external table, sensor": ({"on_source_change": "resynthesize"}, external, True),
+             "external table, neither": ({}, external, False),
+             "host asset, parallel fit": ({"generator": "parallel_pgm",
+                                           "model": {"iterations": 50, "workers": 2}}, None, True)}
+    for case, (entry, source, expected) in cases.items():
+        folder = tmp_path / case.replace(" ", "_").replace(",", "")
+        folder.mkdir()
+        datasets = folder / "datasets.yaml"
+        spec = example_entry(**{"source": source or {"asset": list(HOST_KEY.path),
+                                                      "table": "main.customers"},
+                                "on_source_change": None, "report": None, **entry})
+        datasets.write_text(yaml.safe_dump({"datasets": {"customers": spec}}, sort_keys=False))
+        ours = dp_synth_definitions(datasets=datasets, warehouse=folder / "w.duckdb",
+                                    ledger=folder / "l.sqlite", public_dir=folder / "public")
+        assert [j.name for j in ours.jobs or []] == (["customers_synthesis"] if expected else []), case
 
 
 def test_resource_keys_are_configurable(tmp_path):
