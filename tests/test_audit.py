@@ -35,7 +35,9 @@ def test_audit_lower_bound_stays_below_the_claimed_epsilon_and_catches_a_broken_
         assert result["epsilon_lower_bound"] > claimed, result
     else:
         assert result["epsilon_lower_bound"] < claimed, result
-        assert result["runs_measuring_the_pair"] > 0.9  # the target's cell got most of rho
+        # the target's cell got most of rho in most runs (absyn skips the pair when its noisy
+        # score is within 2 noise sd of independence: about one run in ten here)
+        assert result["runs_measuring_the_pair"] > 0.8
 
 
 def test_clopper_pearson_bounds_are_exact_beta_quantiles():

@@ -224,7 +224,10 @@ def test_no_schedule_without_cron_and_no_sensor_when_changes_are_ignored(tmp_pat
     repo = project.defs_fn().get_repository_def()
     assert repo.schedule_defs == []
     assert repo.sensor_defs == []
-    assert repo.has_job(JOB)  # the job is there for manual runs
+    # nothing launches a job of its own: manual runs use the location's implicit asset job
+    assert not repo.has_job(JOB)
+    assert repo.get_implicit_global_asset_job_def().asset_layer.has(dg.AssetKey([DATASET,
+                                                                                  "synthetic"]))
 
     project = make_project(tmp_path / "default", rows=200)  # the repo's entry: sensor, no cron
     repo = project.defs_fn().get_repository_def()
