@@ -38,44 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-RUNNER = """
-import json, sys
-from pathlib import Path
-import dagster as dg
-from dp_synth_assets.definitions import build_definitions
-
-datasets, warehouse, ledger, public = sys.argv[1:5]
-stages = sys.argv[5:]
-defs = build_definitions(datasets, warehouse, ledger, public)
-stages = stages or ["preprocessed", "marginals", "selection", "measurements", "model",
-                    "synthetic"]  # no utility report: slow, and not what is checked here
-selection = [dg.AssetKey(["example", s]) for s in stages]
-result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
-                        selection=selection, raise_on_error=False)
-metadata = {}
-for event in result.get_asset_materialization_events():
-    m = event.step_materialization_data.materialization
-    metadata[m.asset_key.path[-1]] = {k: getattr(v, "value", v) for k, v in m.metadata.items()}
-parquet = str(metadata.get("synthetic", {}).get("parquet"))
-# the run's own folder, read as soon as the run ends (a later run prunes old folders when it
-# publishes, keeping the last few): the exact noisy count, the Parquet's rows, the stored checks
-own = {}
-folder = Path(parquet).parent
-if (folder / "measurements.json").exists():
-    import pyarrow.parquet as pq
-    own = {"folder": folder.name,
-           "exact_total": json.loads((folder / "measurements.json").read_text())["noisy_total"],
-           "parquet_rows": pq.read_metadata(parquet).num_rows,
-           "stored_checks": [json.loads(p.read_text()).get("success")
-                             for p in (folder / "checks").glob("*.json")]}
-print(json.dumps({
-    "run_id": result.run_id, "success": result.success,
-    "noisy_total": metadata.get("measurements", {}).get("noisy_total"),
-    "rows": metadata.get("synthetic", {}).get("dagster/row_count"),
-    "parquet": parquet, "own": own,
-    "checks": {e.check_name: e.passed for e in result.get_asset_check_evaluations()},
-}, default=str))
-"""
+RUN_ONCE = ROOT / "tests" / "run_once.py"  # one materialization in its own process
 
 
 def start(project, script: Path, *stages: str) -> subprocess.Popen:
@@ -225,8 +188,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(dir=args.workdir))
     project = make_project(work, rows=args.rows, privacy={
         "epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 1e4, "delta": 1e-6}})
-    script = work / "run_once.py"
-    script.write_text(RUNNER)
+    script = RUN_ONCE
 
     started = time.perf_counter()
     first = finish(start(project, script))

@@ -15,6 +15,7 @@ Writes bench/results/auto_rule.json (records) and prints a markdown table.
 import argparse
 import itertools
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -28,7 +29,10 @@ from dp_synth_assets.core.privacy import rho_from_epsilon_delta
 from dp_synth_assets.core.select import METHODS, Budget, select
 
 ROOT = Path(__file__).resolve().parent.parent
-DATASETS = Path("/work/shared/datasets")
+sys.path.insert(0, str(ROOT))
+from tests.helpers import counting_oracle  # noqa: E402  (the in-memory marginal oracle)
+
+DATASETS = ROOT.parent / "shared" / "datasets"
 
 
 def chain_table(n: int, d: int, flip: float, seed: int) -> dict[str, np.ndarray]:
@@ -78,17 +82,6 @@ def pd_qcut(col, q):
     return pd.qcut(col.rank(method="first"), q, labels=False).fillna(0).astype(int)
 
 
-def oracle_of(data, domain):
-    def oracle(cliques):
-        out = {}
-        for clique in cliques:
-            counts = np.zeros(tuple(domain[a] for a in clique), dtype=np.int64)
-            np.add.at(counts, tuple(data[a] for a in clique), 1)
-            out[tuple(clique)] = counts
-        return out
-    return oracle
-
-
 def pair_tvd(data, domain, estimate) -> float:
     """Average 2-way TVD; `estimate(a, b)` is a probability table of the pair."""
     n = len(next(iter(data.values())))
@@ -101,7 +94,7 @@ def pair_tvd(data, domain, estimate) -> float:
 
 
 def run_independent(data, domain, rho):
-    oracle = oracle_of(data, domain)
+    oracle = counting_oracle(data, domain)
     rhos = optimal_split(rho, [domain[a] for a in domain])
     probs = {}
     for a, r in zip(domain, rhos):
@@ -115,7 +108,7 @@ def run_method(data, domain, method, rho, iterations, use_guard=True):
     info = METHODS[method]
     one_way, score = info.one_way_share * rho, info.score_share * rho
     budget = Budget(one_way, score, rho - one_way - score)
-    oracle = oracle_of(data, domain)
+    oracle = counting_oracle(data, domain)
     noop = lambda *a, **k: None  # noqa: E731
     chosen = select(method, domain, oracle, budget, SelectionSettings(), noop)
     from dp_synth_assets.core.stages import cover_columns

@@ -64,10 +64,7 @@ import argparse
 import itertools
 import json
 import os
-import signal
-import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,6 +72,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import yaml
+
+from bounded import log_tail, run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -316,51 +315,6 @@ def reference_records(table: Table, seed: int) -> list[dict]:
             for name, codes in (("bootstrap", boot), ("independent", indep))]
 
 
-# ---- subprocesses ------------------------------------------------------------------------------
-
-
-def run_bounded(cmd: list[str], log: Path, timeout_s: float) -> dict:
-    """Run `cmd` in its own process group (stdout+stderr to `log`), killed at `timeout_s`: its
-    parsed `RESULT {json}` line (or None), exit code, timed_out, wall seconds, maximum RSS (MB,
-    from wait4: this child's own) and the highest 1-minute load average seen while it ran."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_ENABLE_COMPILATION_CACHE": "false"}
-    started = time.perf_counter()
-    load = os.getloadavg()[0]
-    timed_out = False
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=env,
-                                start_new_session=True)
-        try:
-            while True:
-                load = max(load, os.getloadavg()[0])
-                pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-                if pid:
-                    break
-                if time.perf_counter() - started > timeout_s:
-                    timed_out = True
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    pid, status, usage = os.wait4(proc.pid, 0)
-                    break
-                time.sleep(0.5)
-        except BaseException:  # Ctrl-C or an error here: do not leave the run behind
-            os.killpg(proc.pid, signal.SIGKILL)
-            os.wait4(proc.pid, 0)
-            raise
-    result = None
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT "):])
-    return {"result": result, "code": os.waitstatus_to_exitcode(status), "timed_out": timed_out,
-            "wall": time.perf_counter() - started, "maxrss_mb": usage.ru_maxrss / 1024.0,
-            "load1": round(load, 2)}
-
-
-def log_tail(log: Path, lines: int = 2) -> str:
-    text = log.read_text(errors="replace").strip().splitlines() if log.exists() else []
-    return " | ".join(line.strip()[:240] for line in text[-lines:])
-
-
 # ---- one run ------------------------------------------------------------------------------------
 
 
@@ -425,16 +379,17 @@ def run_one(table: Table, method: str, epsilon: float, seed: int, args) -> dict:
         return {**base, "tvd1": None, "tvd2": None, "tvd3": None, "seconds": None,
                 "peak_mb": None, "load1": None, "rows": None,
                 "note": f"skipped: {python} missing (see bench/anchors/{method.split('-')[0]}_run.py)"}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "JAX_ENABLE_COMPILATION_CACHE": "false"}
     run = run_bounded(command(table, method, epsilon, seed, out, run_dir, args), log,
-                      args.timeout_minutes * 60)
+                      args.timeout_minutes * 60, env)
     res = run["result"] or {}
     record = {**base, "tvd1": None, "tvd2": None, "tvd3": None, "seconds": run["wall"],
-              "peak_mb": run["maxrss_mb"], "load1": run["load1"], "rows": None,
+              "peak_mb": run["maxrss_mb"], "load1": run["max_load1"], "rows": None,
               "process_seconds": run["wall"]}
     if run["timed_out"]:
         return {**record, "note": f"timeout: killed after {args.timeout_minutes:g} min"}
     if run["code"] != 0 or res.get("status") != "ok" or not out.exists():
-        return {**record, "note": f"failed (exit {run['code']}): {log_tail(log)}"}
+        return {**record, "note": f"failed (exit {run['code']}): {log_tail(log, 2, 240)}"}
     scores = (table.evaluation.of_table(pd.read_parquet(out)) if ours
               else table.evaluation.of_table(pd.read_csv(out)) if method.startswith("dpmm")
               and table.raw_csv else table.evaluation.of_codes_csv(out))

@@ -17,7 +17,7 @@ import yaml
 from dp_synth_assets.api import Synthesizer
 from dp_synth_assets.core.config import RegistryError, parse_registry
 from dp_synth_assets.definitions import build_definitions
-from tests.helpers import example_entry
+from tests.helpers import counting_oracle, example_entry
 
 ROWS = 3000
 MODEL = {"iterations": 200}
@@ -85,9 +85,7 @@ def brute_codes(frame: pd.DataFrame, columns: dict, plan) -> dict[str, np.ndarra
 
 
 def brute_marginal(codes: dict, domain: dict, clique) -> np.ndarray:
-    counts = np.zeros([domain[c] for c in clique], dtype=np.int64)
-    np.add.at(counts, tuple(codes[c] for c in clique), 1)
-    return counts
+    return counting_oracle(codes, domain)([clique])[tuple(clique)]
 
 
 def exact_marginals(synth: Synthesizer, frame, cliques):

@@ -11,6 +11,7 @@ from dp_synth_assets.core.measure import Measurement
 from dp_synth_assets.core.select import Selection
 from dp_synth_assets.core.select.guard import guard, justified, statistic
 from dp_synth_assets.core.stages import measure
+from tests.helpers import counting_oracle
 
 
 def test_statistic_of_a_two_by_two_table_is_closed_form():
@@ -66,13 +67,7 @@ def test_measure_stage_drops_the_marginals_of_independent_columns():
     data = {c: rng.integers(0, 3, n) for c in "abcd"}
     domain = {c: 3 for c in data}
 
-    def oracle(cliques):
-        out = {}
-        for clique in cliques:
-            counts = np.zeros(tuple(domain[a] for a in clique), dtype=np.int64)
-            np.add.at(counts, tuple(data[a] for a in clique), 1)
-            out[tuple(clique)] = counts
-        return out
+    oracle = counting_oracle(data, domain)
 
     from dp_synth_assets.core.measure import measure_marginal
     one_way = tuple(measure_marginal(oracle([(a,)])[(a,)], (a,), 0.0005, lambda *a, **k: None)
