@@ -28,7 +28,7 @@ TABLE = "lake.example"
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
-    """One local Spark session for the module (one core, two shuffle partitions, no UI), the
+    """One local Spark session for the module (one core, one shuffle partition, no UI), the
     example's rows as a Parquet file and as the catalog table `lake.example` over it."""
     from pyspark.sql import SparkSession
 
@@ -36,7 +36,13 @@ def spark(tmp_path_factory):
     session = (SparkSession.builder.master("local[1]").appName("dp-synth-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.shuffle.partitions", "1")
+               # small one-shot queries: no adaptive re-planning, no whole-stage compilation,
+               # the JVM's quick compiler only
+               .config("spark.sql.adaptive.enabled", "false")
+               .config("spark.sql.codegen.wholeStage", "false")
+               .config("spark.driver.extraJavaOptions",
+                       "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.warehouse.dir", str(base / "warehouse"))
                .getOrCreate())

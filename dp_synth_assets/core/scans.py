@@ -475,10 +475,10 @@ def _views_table(view: str) -> str:
 
 def _saved_view(store: duckdb.DuckDBPyConnection, view: str) -> str | None:
     try:
-        row = store.execute(sql("engine_view_read", table=_views_table(view)), [view]).fetchone()
+        rows = store.execute(sql("engine_view_read", table=_views_table(view)), [view]).fetchall()
     except duckdb.CatalogException:
         return None
-    return row[0] if row else None
+    return rows[0][0] if rows else None
 
 
 def spark_session(spec):
