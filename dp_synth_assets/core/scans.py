@@ -3,7 +3,7 @@
 Vocabulary. A **scan engine** is the database that holds a dataset's source rows and runs every
 aggregate query over them: the source check, the preprocessing counts, the marginals' GROUPING
 SETS and the on-demand cliques of `marginals.MarginalStore`. It is chosen per dataset with
-`engine:` (`duckdb`, the default, or `postgres`). It is not a **generation engine** (`generator:`,
+`engine:` (`duckdb`, the default, `postgres` or `spark`). It is not a **generation engine** (`generator:`,
 `core/engines.py`: pgm, gum...), which fits the model on public measurements. The **store** is
 the DuckDB connection (the warehouse, or the notebook API's in-memory database) that keeps
 dp-synth's own private tables, the exact marginals: a scan engine returns aggregates to it,
@@ -38,6 +38,29 @@ DuckDB constructs and their PostgreSQL translation (this table is the one place 
   read the expressions as subqueries (`copies` is False) and group them in one query.
 - the encoded view is created in the engine's working schema (`EngineSpec.schema`), a view over
   the source: no row is copied; `relation(view)` names it.
+
+DuckDB constructs and their Spark SQL translation (sqlglot's `spark` dialect plus
+`_spark_rewrite`; tested with Spark 4.3):
+- `TRY_CAST` stays `try_cast` (NULL where a value does not cast, as in DuckDB; Spark's own
+  rules decide what casts: a text '3.0' is not a BIGINT under ANSI mode).
+- `list_contains` -> `array_contains`, `list_position` -> `array_position` (0 when absent;
+  the templates only ask for present values), `list[i]` -> `try_element_at(list, i)` (both
+  1-based; the list index is read as written), `round_even(x, 0)` -> `bround(x, 0)`,
+  `a // b` -> `a div b`, `HUGEINT` -> `DECIMAL(38, 0)`, `VARCHAR` -> `STRING`.
+- `typeof(x)` -> `'VARCHAR'` for Spark's string types, else the upper-cased `typeof`.
+- `isfinite(x)` -> `x IS NOT NULL` for dates and timestamps (Spark has no infinite ones), else
+  `abs(x) < inf`; `epoch(x)` -> `unix_date(x) * 86400` for a DATE, else the microseconds since
+  1970-01-01 of the TIMESTAMP_NTZ (no time zone, as DuckDB's TIMESTAMP).
+- `SELECT EXISTS (...)` -> `SELECT count(*) > 0 FROM (... LIMIT 1)`.
+- `read_parquet('path')` -> ``parquet.`path` `` (Spark reads the files, a glob allowed).
+- `hash(...)`: Spark's hash is not DuckDB's, so, as for PostgreSQL, the holdout split, the
+  content summary and `repeated_rows` stay DuckDB's (config refuses a holdout on Spark).
+- the encoded view is a TEMPORARY view of the session (nothing is written to the catalog);
+  its statement is kept in the store (sql/engine_views.sql) and created again by an engine of
+  another process (a later pipeline stage); `relation(view)` names it.
+- an error is a `ScanError` (a `ScanValueError` for SQLSTATE class 22, data exceptions);
+  pyspark's error loggers are disabled and a local session's JVM logs only fatal errors, since
+  both write a failed query's message, which can quote a value, to this process's stderr.
 """
 
 import os
@@ -344,10 +367,13 @@ class SparkEngine:
         self.errors = self.native + (ScanError, Untranslatable)
         # pyspark logs an error's message (which can quote a value) to stderr, which Dagster
         # captures: the message goes to the private log through ScanError instead
-        from pyspark.logger import PySparkLogger
-
+        try:
+            from pyspark.logger import PySparkLogger
+        except ImportError:  # Spark 3.5 has no such loggers
+            PySparkLogger = None
         for logger in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
-            PySparkLogger.getLogger(logger).disabled = True
+            if PySparkLogger is not None:
+                PySparkLogger.getLogger(logger).disabled = True
         # in local mode the executors log a failed task's error (and its value) to this
         # process's stderr: only fatal errors are logged there
         context = getattr(self.session, "sparkContext", None) if not _is_remote(
