@@ -380,11 +380,19 @@ class EngineSpec(_Strict):
     """Where the private scans run (core/scans.py): `duckdb` (the default: the warehouse's DuckDB
     reads the source), or `postgres` (the source is `table:` in a PostgreSQL database, read
     through its own SQL; `dsn_env` names the environment variable holding the connection
-    string, or `dsn` gives it; the encoded view is created in `schema`)."""
+    string, or `dsn` gives it; the encoded view is created in `schema`), or `spark` (the
+    source is `table:` in the Spark session's catalog or `parquet:` read by Spark; the session
+    is Spark Connect's `remote`, or built with `master` and `conf`, or the process's active
+    one)."""
 
-    type: Literal["duckdb", "postgres"] = "duckdb"
+    type: Literal["duckdb", "postgres", "spark"] = "duckdb"
     dsn: str | None = None
     dsn_env: str | None = None
+    # spark: Spark Connect's `remote` (sc://host:15002), or the builder's `master` and `conf`;
+    # neither: the process's active session, or a local one
+    master: str | None = None
+    remote: str | None = Field(default=None, pattern=r"^sc://")
+    conf: dict[str, str] = {}
     # `schema:` in datasets.yaml (a field named `schema` would shadow pydantic's)
     schema_: str = Field(default="dp_synth", alias="schema", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -395,6 +403,13 @@ class EngineSpec(_Strict):
         if self.type == "postgres" and not (self.dsn or self.dsn_env):
             raise ValueError("engine postgres needs dsn_env (the environment variable holding "
                              "the connection string) or dsn")
+        if self.type != "spark" and (self.master or self.remote or self.conf):
+            raise ValueError("master, remote and conf are for engine spark")
+        if self.type == "spark" and (self.dsn or self.dsn_env):
+            raise ValueError("engine spark reads its session's catalog: dsn and dsn_env are "
+                             "for postgres")
+        if self.master and self.remote:
+            raise ValueError("engine spark takes `remote` (Spark Connect) or `master`, not both")
         return self
 
 
@@ -497,7 +512,7 @@ class DatasetSpec(_Strict):
     # default: the best accuracy at epsilon 1 on adult (bench/compare_methods.py, README)
     method: str = "absyn"  # a key of core.methods.METHODS (checked below)
     generator: str = "auto"  # a key of core.engines.ENGINES or auto (checked below)
-    # where the private scans run (core/scans.py): duckdb | postgres | {type: postgres, ...}
+    # where the private scans run (core/scans.py): duckdb | postgres | spark | {type: ..., ...}
     engine: Annotated[EngineSpec, BeforeValidator(_engine)] = EngineSpec()
     rows: Literal["same"] | Annotated[int, Field(ge=1, le=1_000_000_000)] = "same"
     seed: Annotated[int, BeforeValidator(_integer), Field(ge=0, lt=2 ** 63)] | None = None
@@ -553,9 +568,12 @@ class DatasetSpec(_Strict):
                 raise ValueError("report.target needs held-out rows to test on: set "
                                  "report.holdout (e.g. 0.2)")
         if self.engine.type != "duckdb":
-            if not isinstance(self.source, TableSource) or self.source.asset is not None:
+            parquet = self.engine.type == "spark" and isinstance(self.source, ParquetSource)
+            if not (isinstance(self.source, TableSource) or parquet) or self.source.asset \
+                    is not None:
                 raise ValueError(f"engine {self.engine.type} reads `source: {{table: ...}}`, a "
-                                 "table of its database")
+                                 "table of its database" + (", or `source: {parquet: path}`"
+                                                            if self.engine.type == "spark" else ""))
             if self.report is not None:
                 raise ValueError(f"the owner-only report reads the source through DuckDB: "
                                  f"remove `report:` for engine {self.engine.type}")

@@ -3,7 +3,7 @@
 Vocabulary. A **scan engine** is the database that holds a dataset's source rows and runs every
 aggregate query over them: the source check, the preprocessing counts, the marginals' GROUPING
 SETS and the on-demand cliques of `marginals.MarginalStore`. It is chosen per dataset with
-`engine:` (`duckdb`, the default, or `postgres`). It is not a **generation engine** (`generator:`,
+`engine:` (`duckdb`, the default, `postgres` or `spark`). It is not a **generation engine** (`generator:`,
 `core/engines.py`: pgm, gum...), which fits the model on public measurements. The **store** is
 the DuckDB connection (the warehouse, or the notebook API's in-memory database) that keeps
 dp-synth's own private tables, the exact marginals: a scan engine returns aggregates to it,
@@ -38,6 +38,29 @@ DuckDB constructs and their PostgreSQL translation (this table is the one place 
   read the expressions as subqueries (`copies` is False) and group them in one query.
 - the encoded view is created in the engine's working schema (`EngineSpec.schema`), a view over
   the source: no row is copied; `relation(view)` names it.
+
+DuckDB constructs and their Spark SQL translation (sqlglot's `spark` dialect plus
+`_spark_rewrite`; tested with Spark 4.3):
+- `TRY_CAST` stays `try_cast` (NULL where a value does not cast, as in DuckDB; Spark's own
+  rules decide what casts: a text '3.0' is not a BIGINT under ANSI mode).
+- `list_contains` -> `array_contains`, `list_position` -> `array_position` (0 when absent;
+  the templates only ask for present values), `list[i]` -> `try_element_at(list, i)` (both
+  1-based; the list index is read as written), `round_even(x, 0)` -> `bround(x, 0)`,
+  `a // b` -> `a div b`, `HUGEINT` -> `DECIMAL(38, 0)`, `VARCHAR` -> `STRING`.
+- `typeof(x)` -> `'VARCHAR'` for Spark's string types, else the upper-cased `typeof`.
+- `isfinite(x)` -> `x IS NOT NULL` for dates and timestamps (Spark has no infinite ones), else
+  `abs(x) < inf`; `epoch(x)` -> `unix_date(x) * 86400` for a DATE, else the microseconds since
+  1970-01-01 of the TIMESTAMP_NTZ (no time zone, as DuckDB's TIMESTAMP).
+- `SELECT EXISTS (...)` -> `SELECT count(*) > 0 FROM (... LIMIT 1)`.
+- `read_parquet('path')` -> ``parquet.`path` `` (Spark reads the files, a glob allowed).
+- `hash(...)`: Spark's hash is not DuckDB's, so, as for PostgreSQL, the holdout split, the
+  content summary and `repeated_rows` stay DuckDB's (config refuses a holdout on Spark).
+- the encoded view is a TEMPORARY view of the session (nothing is written to the catalog);
+  its statement is kept in the store (sql/engine_views.sql) and created again by an engine of
+  another process (a later pipeline stage); `relation(view)` names it.
+- an error is a `ScanError` (a `ScanValueError` for SQLSTATE class 22, data exceptions);
+  pyspark's error loggers are disabled and a local session's JVM logs only fatal errors, since
+  both write a failed query's message, which can quote a value, to this process's stderr.
 """
 
 import os
@@ -100,7 +123,70 @@ def _postgres_rewrite(node):
     return node
 
 
-REWRITES = {"postgres": _postgres_rewrite}
+def _spark_rewrite(node):
+    """One node of a DuckDB statement as Spark SQL reads it (module doc's table)."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Anonymous):
+        name = node.name.lower()
+        if name == "list_position":
+            return exp.Anonymous(this="array_position", expressions=node.expressions)
+        if name == "round_even":
+            return exp.Anonymous(this="bround", expressions=node.expressions)
+        if name == "isfinite":
+            value = node.expressions[0]
+            if isinstance(value, (exp.Cast, exp.TryCast)) and value.to.is_type(
+                    *exp.DataType.TEMPORAL_TYPES):
+                return exp.paren(exp.Not(this=exp.Is(this=value.copy(), expression=exp.Null())),
+                                 copy=False)
+            return exp.paren(exp.LT(this=exp.Abs(this=value.copy()), expression=exp.cast(
+                exp.Literal.string("inf"), "DOUBLE")), copy=False)
+        if name == "hash":
+            raise Untranslatable("hash(...) has no Spark equivalent with DuckDB's values "
+                                 "(module doc)")
+    if isinstance(node, exp.TimeToUnix):  # epoch(x): seconds since 1970, no time zone
+        value = node.this
+        if isinstance(value, (exp.Cast, exp.TryCast)) and value.to.is_type("DATE"):
+            return exp.Mul(this=exp.cast(exp.Anonymous(this="unix_date", expressions=[
+                value.copy()]), "DOUBLE"), expression=exp.Literal.number(86400))
+        return exp.Div(this=exp.cast(exp.Anonymous(this="timestampdiff", expressions=[
+            exp.var("MICROSECOND"), exp.cast(exp.Literal.string("1970-01-01 00:00:00"),
+                                             exp.DataType.build("TIMESTAMP_NTZ", dialect="spark")),
+            value.copy()]), "DOUBLE"), expression=exp.Literal.number(1_000_000))
+    if isinstance(node, exp.Typeof):
+        kind = exp.Anonymous(this="typeof", expressions=[node.this.copy()])
+        return exp.Case(ifs=[exp.If(this=exp.or_(*(exp.Like(
+            this=kind.copy(), expression=exp.Literal.string(f"{t}%")) for t in (
+                "string", "varchar", "char"))), true=exp.Literal.string("VARCHAR"))],
+            default=exp.Upper(this=kind.copy()))
+    if isinstance(node, exp.Bracket) and len(node.expressions) == 1:  # lists are 1-based
+        return exp.Anonymous(this="try_element_at", expressions=[node.this.copy(),
+                                                                 node.expressions[0].copy()])
+    if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.INT128:
+        return exp.DataType.build("DECIMAL(38, 0)")
+    if isinstance(node, exp.Select) and len(node.expressions) == 1 and isinstance(
+            node.expressions[0], exp.Exists):  # EXISTS as a value: one row or none
+        inner = node.expressions[0].this.copy().limit(1)
+        return exp.select(exp.GT(this=exp.Count(this=exp.Star()),
+                                 expression=exp.Literal.number(0))).from_(inner.subquery("_e"))
+    if isinstance(node, exp.Create) and node.kind == "VIEW":  # session-scoped: no catalog write
+        node.set("properties", exp.Properties(expressions=[exp.TemporaryProperty()]))
+    return node
+
+
+REWRITES = {"postgres": _postgres_rewrite, "spark": _spark_rewrite}
+
+
+@lru_cache(maxsize=None)
+def _read_dialect(dialect: str):
+    """DuckDB's dialect as sqlglot reads it for `dialect`; for Spark, list indexes stay as
+    written (1-based), which `_spark_rewrite` turns into element_at: sqlglot's own shift to
+    0-based applies only where it can type the index, so `edges[(b)]` would stay 1-based."""
+    if dialect != "spark":
+        return "duckdb"
+    from sqlglot.dialects.duckdb import DuckDB
+
+    return type("DuckDBIndexesAsWritten", (DuckDB,), {"INDEX_OFFSET": 0})
 
 
 @lru_cache(maxsize=4096)
@@ -111,7 +197,7 @@ def translate(statement: str, dialect: str) -> str:
         return statement
     import sqlglot
 
-    tree = sqlglot.parse_one(statement, read="duckdb")
+    tree = sqlglot.parse_one(statement, read=_read_dialect(dialect))
     rewrite = REWRITES.get(dialect)
     if rewrite is not None:
         tree = tree.transform(rewrite)
@@ -247,17 +333,211 @@ class PostgresEngine:
             self.store.unregister(staged)
 
 
-ScanEngine = DuckDBEngine | PostgresEngine
+def _spark_errors() -> tuple:
+    from pyspark.errors import PySparkException
+
+    try:
+        from py4j.protocol import Py4JError
+    except ImportError:  # Spark Connect's client has no JVM gateway
+        return (PySparkException,)
+    return (PySparkException, Py4JError)
+
+
+@dataclass
+class SparkEngine:
+    """A Spark session (local, a cluster master, or Spark Connect) that runs every aggregate
+    as Spark SQL: the source is a table of its catalog or a Parquet path read by Spark, and
+    only the aggregates' results are collected. The encoded view is a temporary view of the
+    session (nothing is written to the catalog); its statement is kept in the store
+    (`sql/engine_views.sql`), so an engine of another process (a later pipeline stage)
+    creates it again in its own session. `fetched` is the largest number of rows one query
+    returned (aggregates: bounded by the domain)."""
+
+    store: duckdb.DuckDBPyConnection
+    session: object
+    name = "spark"
+    copies = False
+    fetched: int = 0
+    errors: tuple = field(default=())
+    native: tuple = field(default=())  # pyspark's own errors
+    created: list = field(default_factory=list)  # the views this engine created
+
+    def __post_init__(self):
+        self.native = _spark_errors()
+        self.errors = self.native + (ScanError, Untranslatable)
+        # pyspark logs an error's message (which can quote a value) to stderr, which Dagster
+        # captures: the message goes to the private log through ScanError instead
+        try:
+            from pyspark.logger import PySparkLogger
+        except ImportError:  # Spark 3.5 has no such loggers
+            PySparkLogger = None
+        for logger in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+            if PySparkLogger is not None:
+                PySparkLogger.getLogger(logger).disabled = True
+        # in local mode the executors log a failed task's error (and its value) to this
+        # process's stderr: only fatal errors are logged there
+        context = getattr(self.session, "sparkContext", None) if not _is_remote(
+            self.session) else None
+        if context is not None and context.master.startswith("local"):
+            context.setLogLevel("FATAL")
+
+    def _frame(self, statement: str):
+        text = translate(statement, "spark")
+        try:
+            return self.session.sql(text)
+        except self.native as e:
+            raise _spark_error(e) from None
+
+    def _collect(self, statement: str) -> tuple[list[str], list]:
+        frame = self._frame(statement)
+        try:
+            return frame.columns, frame.collect()
+        except self.native as e:
+            raise _spark_error(e) from None
+
+    def fetchone(self, statement: str, params=None) -> tuple:
+        _, rows = self._collect(_bind(statement, params))
+        self.fetched = max(self.fetched, len(rows))
+        return tuple(rows[0]) if rows else None
+
+    def fetchnumpy(self, statement: str, params=None) -> dict[str, np.ndarray]:
+        names, rows = self._collect(_bind(statement, params))
+        self.fetched = max(self.fetched, len(rows))
+        return _object_columns(names, [tuple(r) for r in rows])
+
+    def execute(self, statement: str) -> None:
+        self._collect(statement)
+
+    def describe(self, relation: str) -> dict[str, str]:
+        frame = self._frame(sql("read_columns", columns="*", source=relation, limit=0))
+        try:
+            return {f.name: f.dataType.simpleString().upper() for f in frame.schema.fields}
+        except self.native as e:
+            raise _spark_error(e) from None
+
+    def relation(self, view: str) -> str:
+        """The session's temporary view for the store's view name `view` (its dots become
+        double underscores), created again from the store's statement if this session lacks
+        it."""
+        if view not in self.created:
+            statement = _saved_view(self.store, view)
+            if statement is not None:
+                try:  # a stale statement (the source changed) is replaced by create_view
+                    self.execute(statement)
+                    self.created.append(view)
+                except ScanError:
+                    pass
+        return ident(view.replace(".", "__"))
+
+    def create_view(self, view: str, statement: str) -> None:
+        self.execute(statement)
+        self.created.append(view)
+        schema = view.rsplit(".", 1)[0]
+        self.store.execute(sql("create_schema", schema=qualified(schema)))
+        table = _views_table(view)
+        self.store.execute(sql("engine_views", table=table))
+        self.store.execute(sql("engine_view_save", table=table), [view, statement])
+
+    def drop_views(self) -> None:
+        """Drop the views this engine created (a notebook run's, which end with it)."""
+        for view in self.created:
+            self.execute(sql("drop_view", view=ident(view.replace(".", "__"))))
+        self.created.clear()
+
+    def append_counts(self, table: str, counts: str) -> None:
+        """Run the count query in Spark and add its cells to the store's table."""
+        _append_result(self.store, table, self.fetchnumpy(counts))
+
+
+def _is_remote(session) -> bool:
+    """A Spark Connect session (no JVM in this process)."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def _bind(statement: str, params) -> str:
+    if params:
+        raise ScanError("the Spark engine runs statements without parameters")
+    return statement
+
+
+def _spark_error(e: Exception) -> ScanError:
+    """A Spark error as a private ScanError: a value error when its SQLSTATE is of class 22
+    (data exception: a cast, an overflow), as PostgreSQL's DataError."""
+    state = getattr(e, "getSqlState", lambda: None)() or ""
+    kind = ScanValueError if state.startswith("22") else ScanError
+    return kind(f"Spark: {e}")
+
+
+def _object_columns(names: list[str], rows: list[tuple]) -> dict[str, np.ndarray]:
+    columns = list(zip(*rows)) if rows else [()] * len(names)
+    out = {}
+    for name, values in zip(names, columns):
+        array = np.empty(len(values), dtype=object)
+        array[:] = values
+        out[name] = array
+    return out
+
+
+def _append_result(store: duckdb.DuckDBPyConnection, table: str,
+                   result: dict[str, np.ndarray]) -> None:
+    """Add the cells of a count query's result to the store's marginal table `table`."""
+    import pyarrow as pa
+
+    frame = pa.table({name: pa.array(list(values)) for name, values in result.items()})
+    staged = bookkeeping("counts")
+    store.register(staged, frame)
+    try:
+        store.execute(sql("append_marginals", table=qualified(table),
+                          counts=sql("read_columns", columns="*", source=ident(staged),
+                                     limit="ALL")))
+    finally:
+        store.unregister(staged)
+
+
+def _views_table(view: str) -> str:
+    """The store's table of engine view statements, beside the view's own store name."""
+    return qualified(view.rsplit(".", 1)[0]) + "." + ident(bookkeeping("engine_views"))
+
+
+def _saved_view(store: duckdb.DuckDBPyConnection, view: str) -> str | None:
+    try:
+        rows = store.execute(sql("engine_view_read", table=_views_table(view)), [view]).fetchall()
+    except duckdb.CatalogException:
+        return None
+    return rows[0][0] if rows else None
+
+
+def spark_session(spec):
+    """The Spark session of a `spark` engine: Spark Connect at `remote`, else the builder's
+    session with `master` and `conf` (the process's active session when there is one: a
+    session the user created first is the one used)."""
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    if spec.remote is not None:
+        builder = builder.remote(spec.remote)
+    elif spec.master is not None:
+        builder = builder.master(spec.master)
+    for key, value in spec.conf.items():
+        builder = builder.config(key, value)
+    try:
+        return builder.getOrCreate()
+    except _spark_errors() as e:
+        raise ScanError(f"Spark: cannot start or reach the session: {e}") from None
+
+
+ScanEngine = DuckDBEngine | PostgresEngine | SparkEngine
+_ENGINES = (DuckDBEngine, PostgresEngine, SparkEngine)
 
 
 def as_engine(con) -> ScanEngine:
     """A scan engine as is; a DuckDB connection as the DuckDB engine over it."""
-    return con if isinstance(con, (DuckDBEngine, PostgresEngine)) else DuckDBEngine(con)
+    return con if isinstance(con, _ENGINES) else DuckDBEngine(con)
 
 
 def store_of(con) -> duckdb.DuckDBPyConnection:
     """The store connection of an engine (a DuckDB connection is its own)."""
-    return con.store if isinstance(con, (DuckDBEngine, PostgresEngine)) else con
+    return con.store if isinstance(con, _ENGINES) else con
 
 
 def postgres_dsn(spec) -> str:
@@ -280,6 +560,12 @@ def open_engine(engine_spec, store: duckdb.DuckDBPyConnection, drop_views: bool 
     pipeline's encoded view stays for the next stages)."""
     if engine_spec is None or engine_spec.type == "duckdb":
         yield DuckDBEngine(store)
+        return
+    if engine_spec.type == "spark":  # the session outlives the run (it is the process's)
+        engine = SparkEngine(store, spark_session(engine_spec))
+        yield engine
+        if drop_views:
+            engine.drop_views()
         return
     import psycopg
 

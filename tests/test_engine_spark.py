@@ -1,0 +1,285 @@
+"""The Spark scan engine (core/scans.py): the private scans run as Spark SQL in one local
+session (its JVM started once for the module), the translated constructs give DuckDB's values,
+the exact aggregates equal DuckDB's on the same rows, the example synthesizes end to end with
+`engine: spark` while no query returns more rows than an aggregate's cells, and a Spark error
+that quotes a value stays out of the public failure and of the process's output."""
+
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from dp_synth_assets.core import scans
+from dp_synth_assets.core.config import ColumnSpec, DatasetSpec
+from dp_synth_assets.core.domain import boolean_value, is_null_condition, value_expression
+from dp_synth_assets.core.marginals import MarginalStore, compute_marginals
+from dp_synth_assets.core.preprocess import Task, exact_aggregates, prepare_encoded_view
+from dp_synth_assets.core.sql import sql
+from dp_synth_assets.example import generate_example
+from tests.helpers import example_entry
+
+pytest.importorskip("pyspark", reason="pyspark is not installed (pyproject extra: spark)")
+
+ROWS = 3000
+TABLE = "lake.example"
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    """One local Spark session for the module (one core, one shuffle partition, no UI), the
+    example's rows as a Parquet file and as the catalog table `lake.example` over it."""
+    from pyspark.sql import SparkSession
+
+    base = tmp_path_factory.mktemp("spark")
+    session = (SparkSession.builder.master("local[1]").appName("dp-synth-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "1")
+               # small one-shot queries: no adaptive re-planning, no whole-stage compilation,
+               # the JVM's quick compiler only
+               .config("spark.sql.adaptive.enabled", "false")
+               .config("spark.sql.codegen.wholeStage", "false")
+               .config("spark.driver.extraJavaOptions",
+                       "-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Xshare:auto")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.warehouse.dir", str(base / "warehouse"))
+               .getOrCreate())
+    parquet = base / "example.parquet"
+    pq.write_table(generate_example(ROWS), parquet)
+    session.sql("CREATE DATABASE IF NOT EXISTS lake")
+    session.sql(f"CREATE TABLE {TABLE} USING parquet LOCATION '{parquet}'")
+    session.parquet_path = parquet
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def _duckdb_source() -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(":memory:")
+    con.register("arrow_example", generate_example(ROWS))
+    con.execute("CREATE TABLE main.example AS SELECT * FROM arrow_example")
+    return con
+
+
+def _spec(**overrides) -> DatasetSpec:
+    return DatasetSpec.model_validate(example_entry(
+        **{"source": {"table": TABLE}, "report": None, "engine": "spark", **overrides}))
+
+
+def test_config_takes_spark_sessions_and_refuses_what_spark_cannot_read():
+    """`engine: spark` takes a table or a Parquet path, a master with conf or a Spark Connect
+    remote; not both, not a dsn, not the owner report (its holdout split is DuckDB's hash)."""
+    spec = _spec(engine={"type": "spark", "master": "local[2]",
+                         "conf": {"spark.sql.shuffle.partitions": "8"}})
+    assert spec.engine.master == "local[2]" and spec.engine.conf
+    assert _spec(source={"parquet": "data/*.parquet"}).engine.type == "spark"
+    assert _spec(engine={"type": "spark", "remote": "sc://spark:15002"}).engine.remote
+    for bad in ({"type": "spark", "master": "local", "remote": "sc://h:15002"},
+                {"type": "spark", "dsn": "host=x"}, {"type": "postgres", "dsn": "host=x",
+                                                      "master": "local"}):
+        with pytest.raises(ValueError):
+            _spec(engine=bad)
+    with pytest.raises(ValueError, match="parquet"):
+        _spec(source={"csv": "data.csv"})
+    with pytest.raises(ValueError, match="report"):
+        _spec(report={"holdout": 0.2})
+
+
+def test_every_template_the_scans_run_translates_to_spark():
+    """Each sql/ template of the private scans, filled as the code fills it, comes out in Spark
+    SQL's spelling: no DuckDB-only function is left, lists are 1-based through element_at, the
+    encoded view is a session's temporary view, and hash is refused."""
+    cases = {
+        "check_cast": sql("check_cast", column='"a"', is_null='"a" IS NULL', sql_type="DOUBLE",
+                          alias="x"),
+        "check_outside": sql("check_outside", column='"a"', is_null="false",
+                             categories="['u', 'v']", alias="x"),
+        "check_not_empty": sql("check_not_empty", source='"lake"."t"'),
+        "preprocess_counts": sql("preprocess_counts", keys_table="t",
+                                 groupings="GROUPING(k0), GROUPING(k1)", sets="(k0), (k1)",
+                                 label="k0", code="k1"),
+        "fine_bucket": "SELECT " + sql("preprocess_fine_bucket", v="v", bucket="b", sub=4,
+                                       outer=3, edges="[1.0, 2.0]"),
+        "encode_categorical": "SELECT " + sql(
+            "encode_categorical", column='"a"', is_null='"a" IS NULL', null_code=3,
+            categories="['u']", rare="[]", rare_code="NULL", other_code=2),
+        "encode_integer_bins": "SELECT " + sql(
+            "encode_integer_bins", is_null="false", null_code="NULL",
+            value=value_expression("a", "integer", "BIGINT"), low=0, high=9, bins=5, span=10,
+            wide="HUGEINT"),
+        "encode_days": "SELECT " + value_expression("a", "datetime", "DATE"),
+        "encode_view": sql("encode_view", view='"w__encoded"', expressions="1 AS a",
+                           source="read_parquet('/data/x/*.parquet')"),
+        "count_marginals": sql("count_marginals", columns="c0, ", key="concat_ws(',', '0')",
+                               renames='"a" AS c0', source="t", grouping_sets="(c0)"),
+        "boolean_value": "SELECT " + boolean_value("a"),
+    }
+    out = {name: scans.translate(text, "spark") for name, text in cases.items()}
+    assert "ARRAY_POSITION(" in out["preprocess_counts"]
+    assert "TRY_ELEMENT_AT(" in out["fine_bucket"] and "]" not in out["fine_bucket"]
+    assert "DECIMAL(38, 0)" in out["encode_integer_bins"] and " DIV " in out["encode_integer_bins"]
+    assert "BROUND(" in out["encode_integer_bins"]
+    assert "UNIX_DATE(" in out["encode_days"] and "ISFINITE" not in out["encode_days"]
+    assert "EXISTS" not in out["check_not_empty"] and "LIMIT 1" in out["check_not_empty"]
+    assert out["encode_view"].startswith("CREATE OR REPLACE TEMPORARY VIEW")
+    assert "parquet.`/data/x/*.parquet`" in out["encode_view"]
+    assert "TYPEOF(" in out["boolean_value"] and "'string%'" in out["boolean_value"]
+    for text in out.values():
+        assert "LIST_" not in text and "ROUND_EVEN" not in text and "INT128" not in text
+        assert '"' not in text  # identifiers in backticks
+    with pytest.raises(scans.Untranslatable):
+        scans.translate("SELECT hash(a) FROM t", "spark")
+
+
+def test_translated_constructs_give_duckdbs_values(spark):
+    """The expressions whose spelling differs (rounding half to even, typeof on text, booleans
+    from text and numbers, 1-based list indexing, days since 1970 of dates and timestamps,
+    NaN as missing, exact integer bins) give the same values in Spark as in DuckDB."""
+    rows = ("VALUES ('2.5', 1, 1.5, '2024-03-01', '2024-03-01 12:00:00', 'yes'), "
+            "('3.5', 0, CAST('NaN' AS DOUBLE), '1969-12-31', '1960-01-01 06:00:00', 'F'), "
+            "('x', 7, -2.0, 'bad', 'bad', ' 1 '), (NULL, NULL, NULL, NULL, NULL, NULL)")
+    edges = "[0.0, 1.0, 3.0]"
+    bucket = sql("preprocess_bucket", v="f", comparisons=" + ".join(
+        f"CAST({e} <= f AS INTEGER)" for e in (0.0, 1.0, 3.0)))
+    expressions = [
+        value_expression("s", "integer", "BIGINT"),
+        value_expression("d", "datetime", "DATE"),
+        value_expression("t", "datetime", "TIMESTAMP"),
+        boolean_value("b"), boolean_value("i"),
+        is_null_condition("f", [], "float"),
+        sql("preprocess_fine_bucket", v="f", bucket=bucket, sub=4, outer=3, edges=edges),
+        sql("encode_integer_bins", is_null="false", null_code="NULL",
+            value=value_expression("i", "integer", "BIGINT"), low=0, high=9, bins=5, span=10,
+            wide="HUGEINT"),
+        sql("encode_categorical", column='"b"', is_null='"b" IS NULL', null_code=9,
+            categories="['yes', 'F']", rare="[]", rare_code="NULL", other_code=8),
+    ]
+    query = ("SELECT " + ", ".join(f"{e} AS e{i}" for i, e in enumerate(expressions))
+             + f" FROM ({rows}) AS v(s, i, f, d, t, b)")
+    duck = duckdb.connect(":memory:").execute(query).fetchall()
+    engine = scans.SparkEngine(duckdb.connect(":memory:"), spark)
+    result = engine.fetchnumpy(query)
+    got = list(zip(*(result[f"e{i}"] for i in range(len(expressions)))))
+    assert len(got) == len(duck) == 4
+    for ours, theirs in zip(got, duck):
+        for a, b in zip(ours, theirs):
+            if isinstance(b, float) and np.isnan(b):
+                assert a is not None and np.isnan(a)
+            elif isinstance(b, float):
+                assert a == pytest.approx(b, rel=1e-12), (list(ours), list(theirs))
+            else:
+                assert a == b, repr((ours, theirs))
+
+
+def test_exact_aggregates_equal_duckdbs(spark):
+    """The preprocessing counts, the stored marginals and the on-demand cliques counted by
+    Spark equal DuckDB's on the same rows, read from the catalog table or the Parquet path."""
+    duck = _duckdb_source()
+    spec = _spec()
+    columns = {**spec.columns, "country": ColumnSpec(kind="categorical", nullable=True),
+               "income": ColumnSpec(kind="float", nullable=True),
+               "age": ColumnSpec(kind="integer")}
+    tasks = [Task("country", "discover"), Task("race", "rare"), Task("income", "bounds"),
+             Task("age", "bounds")]
+    engine = scans.SparkEngine(duckdb.connect(":memory:"), spark)
+    ours = exact_aggregates(engine, TABLE, columns, tasks, {})
+    local = exact_aggregates(duck, "main.example", columns, tasks, {})
+    for t in tasks:
+        if isinstance(local[t], dict):
+            assert ours[t] == local[t], t
+        else:
+            np.testing.assert_array_equal(ours[t], local[t])
+    assert sum(ours[Task("age", "bounds")]) == ROWS
+
+    parquet = _spec(source={"parquet": str(spark.parquet_path)})
+    duck_spec = DatasetSpec.model_validate(example_entry(source={"table": "main.example"},
+                                                         report=None))
+    plan = prepare_encoded_view(engine, parquet, "example", Path.cwd(), "work.encoded")
+    plan_duck = prepare_encoded_view(duck, duck_spec, "example", Path.cwd(), "work.encoded")
+    assert plan == plan_duck
+    cliques = [("age",), ("sex", "race"), ("country", "income"),
+               ("signup_date", "newsletter", "household_size"), ("occupation", "hours_per_week")]
+    compute_marginals(engine, "work.encoded", "work.marginals", plan.columns, cliques[:2],
+                      plan.domain)
+    compute_marginals(duck, "work.encoded", "work.marginals", plan_duck.columns, cliques[:2],
+                      plan_duck.domain)
+    # another engine over the same store (a later pipeline stage's process) recreates the view
+    later = scans.SparkEngine(engine.store, spark)
+    spark.sql("DROP VIEW IF EXISTS work__encoded")
+    from_spark = MarginalStore(later, "work.encoded", "work.marginals", plan.columns,
+                               plan.domain)(cliques)  # three of them counted on demand
+    from_duck = MarginalStore(duck, "work.encoded", "work.marginals", plan_duck.columns,
+                              plan_duck.domain)(cliques)
+    for clique in cliques:
+        np.testing.assert_array_equal(from_spark[clique], from_duck[clique])
+        assert from_spark[clique].sum() == ROWS
+    assert max(engine.fetched, later.fetched) <= max(from_spark[c].size for c in cliques)
+
+
+def test_the_example_synthesizes_end_to_end_with_the_rows_left_in_spark(spark, monkeypatch):
+    """`engine: spark` through the notebook API: every private scan runs in Spark and no query
+    returns more rows than the cells of the marginals the method counts, a number set by the
+    domain, not by the rows; the run's temporary view is dropped when it ends."""
+    from dp_synth_assets.api import Synthesizer
+    from dp_synth_assets.core.measure import clique_size
+    from dp_synth_assets.core.select import required_cliques
+
+    fetched = []
+    original = scans.SparkEngine.fetchnumpy
+
+    def recording(self, statement, params=None):
+        out = original(self, statement, params)
+        fetched.append(max((len(v) for v in out.values()), default=0))
+        return out
+
+    monkeypatch.setattr(scans.SparkEngine, "fetchnumpy", recording)
+    synth = Synthesizer.from_spec(_spec())
+    synth.fit(TABLE)
+    rows = synth.sample(500, seed=1)
+    assert rows.num_rows == 500 and rows.column_names == list(synth.spec.columns)
+    assert 0.5 * ROWS < synth.noisy_total < 1.5 * ROWS
+    domain = synth.plan.domain
+    cells = sum(clique_size(c, domain) for c in required_cliques(
+        synth.spec.method, domain, synth.spec.selection))
+    assert fetched and max(fetched) <= cells
+    assert not [t for t in spark.catalog.listTables() if t.isTemporary
+                and t.name.startswith("dp_synth_")]
+
+
+def test_a_spark_error_quoting_a_value_stays_in_the_private_log(spark, tmp_path, capfd):
+    """A source whose view casts strictly makes Spark's error quote the value: the stage's
+    public failure is generic, the value is only in private/<dataset>/private.log, and neither
+    pyspark nor the local JVM prints it on the process's output."""
+    import dagster as dg
+
+    from dp_synth_assets.core import stages
+    from dp_synth_assets.core.budget import DatasetBudget
+    from dp_synth_assets.pipeline import source_connection
+    from dp_synth_assets.private_log import private_errors, private_log_path
+    from dp_synth_assets.resources.warehouse import WarehouseResource
+
+    secret = "SECRET-AGE-9931"
+    spark.sql("CREATE OR REPLACE VIEW lake.bad AS SELECT CAST(age_text AS INT) AS age_int, * "
+              "FROM (SELECT CASE WHEN age = 40 THEN '" + secret + "' ELSE CAST(age AS STRING) "
+              "END AS age_text, * FROM lake.example)")
+    entry = example_entry(source={"table": "lake.bad"}, report=None, engine="spark")
+    entry["columns"] = {**entry["columns"], "age_int": {"kind": "integer", "bounds": [17, 90]}}
+    spec = DatasetSpec.model_validate(entry)
+    warehouse = WarehouseResource(database=str(tmp_path / "warehouse.duckdb"),
+                                  public_dir=str(tmp_path / "public"), base_dir=str(tmp_path))
+    capfd.readouterr()
+    with pytest.raises(dg.Failure) as failure:
+        with private_errors(warehouse, "bad", "preprocessed", "run-1"):
+            with source_connection(warehouse, spec, "bad") as engine:
+                assert isinstance(engine, scans.SparkEngine)
+                stages.preprocess(engine, spec, "bad", tmp_path, "private.bad_encoded",
+                                  DatasetBudget.of(spec), lambda *a, **k: None)
+    public = failure.value.description
+    assert secret not in public and "does not match its declared spec" in public
+    log = private_log_path(warehouse, "bad").read_text()
+    assert secret in log and "Spark" in log
+    out, err = capfd.readouterr()
+    assert secret not in out + err
