@@ -362,7 +362,10 @@ def test_the_dagster_pipeline_runs_end_to_end_with_the_rows_left_in_postgres(
         monkeypatch.setattr(scans.PostgresEngine, method, recording)
     big = "public.example_big"  # more rows than the marginals have cells
     _load_example(postgres, big, BIG_ROWS)
-    project = _pipeline_project(tmp_path, postgres, monkeypatch, table=big, rows=1000)
+    kept = ("age", "sex", "race", "income", "signup_date", "newsletter")  # each kind, a quick fit
+    columns = {k: v for k, v in example_entry()["columns"].items() if k in kept}
+    project = _pipeline_project(tmp_path, postgres, monkeypatch, table=big, rows=1000,
+                                columns=columns)
     defs, instance = project.defs, dg.DagsterInstance.ephemeral()
     source = _source_asset(defs)
 
