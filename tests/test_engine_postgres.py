@@ -128,6 +128,8 @@ def test_every_template_the_scans_run_translates_to_postgres():
     assert "PG_TYPEOF" in out["boolean_value"] and "TYPEOF(" not in out["boolean_value"].replace(
         "PG_TYPEOF(", "")
     assert " AS _q" in out["count_marginals"]  # the subquery in FROM has an alias
+    # TRY_CAST is guarded, nested ones too (rewrites run on a node's children first)
+    assert "~*" in out["check_cast"] and "~*" in out["encode_integer_bins"]
     for text in out.values():
         assert "TRY_CAST" not in text and "LIST_" not in text
     with pytest.raises(scans.Untranslatable):

@@ -177,7 +177,7 @@ def translate(statement: str, dialect: str) -> str:
             if node is tree:
                 tree = new
             else:
-                node.replace(new)
+                node.parent.set(node.arg_key, new, node.index)
     return tree.sql(dialect=dialect)
 
 
