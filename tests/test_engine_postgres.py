@@ -1,8 +1,9 @@
 """The PostgreSQL scan engine (core/scans.py): the private scans run inside a throwaway
 PostgreSQL server (Debian's binaries, loopback, a temporary data directory), their exact
-aggregates equal DuckDB's on the same rows, the example synthesizes end to end with
-`engine: postgres` while no query returns more rows than an aggregate's cells, and an error of
-PostgreSQL that quotes a value stays out of the public failure."""
+aggregates equal DuckDB's on the same rows, TRY_CAST reads what DuckDB reads or NULL, the
+example synthesizes end to end with `engine: postgres` (notebook API and Dagster pipeline,
+change detection included) while no query returns more rows than an aggregate's cells, and an
+error of PostgreSQL that quotes a value stays out of everything public."""
 
 import os
 import shutil

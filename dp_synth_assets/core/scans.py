@@ -23,20 +23,18 @@ the connection, and core/change.py keeps only its HMAC). Every statement is a te
 
 DuckDB constructs and their PostgreSQL translation (this table is the one place that says it):
 - `TRY_CAST(x AS t)`: PostgreSQL 15 has no safe cast (`pg_input_is_valid` is 16+), so it
-  becomes `CASE` guarded by a pattern (`SAFE_CAST_PATTERNS`): a value of a non-text type is
-  cast (those casts do not fail on a value), a text value is cast only when its text matches
-  the pattern of the target, else it reads as NULL, as in DuckDB. A pattern accepts only text
-  that PostgreSQL's input function casts without error: numbers in decimal or scientific
-  notation whose magnitude the pattern keeps inside a double's range (up to 10^307, down to
-  10^-299), `nan`, `inf`, `infinity`; ISO dates of the calendar (`YYYY-MM-DD`, leap years
-  checked, years 1 to 9999) with an optional time and UTC offset (surrounding spaces only for
-  a DATE, as in DuckDB); booleans
-  spelled `t`, `true`, `f`, `false`, `y`, `yes`, `n`, `no`, `1`, `0` (any type goes through
-  its text, so a BIGINT 0/1 column reads as boolean). Text DuckDB reads and the pattern does
-  not (`1_000`, `2020/01/05`, `infinity` as a date, numbers beyond the pattern's digits) reads
-  as NULL, so the source check refuses it by column, as for any uncastable value. A target
-  without a pattern stays `CAST` (a value that does not cast fails the query: the source is
-  refused, the engine's message goes to the private log).
+  becomes a `CASE` guarded by a pattern (`SAFE_CAST_PATTERNS`): a value of a non-text type is
+  cast as is, a text value only when its text matches the target's pattern, else it reads as
+  NULL, as in DuckDB. A pattern accepts only text PostgreSQL's input function reads without
+  error: numbers in decimal or scientific notation kept inside a double's range (10^-299 to
+  10^307), `nan`, `inf`, `infinity`; calendar dates `YYYY-MM-DD` (leap years checked, years 1
+  to 9999) with an optional time and UTC offset (surrounding spaces only for a DATE); booleans
+  `t`, `true`, `f`, `false`, `y`, `yes`, `n`, `no`, `1`, `0` in any case (every type through
+  its text, so a BIGINT 0/1 column reads as boolean). Text DuckDB reads and no pattern accepts
+  (`1_000`, `1e+300`, `2020/01/05`, `infinity` as a date) reads as NULL: the source check
+  refuses it by column, as any uncastable value. What still fails the query (the source is
+  refused, the engine's message goes to the private log): a target without a pattern, and a
+  non-text value out of the target's range (a NUMERIC beyond a double's).
 - `isnan(x)` -> `x = 'NaN'::double precision`; `round_even(x, 0)` -> `round(x)` (PostgreSQL
   rounds a double half to even); `list_contains` -> `= ANY(ARRAY[...])` and `list_position` ->
   `array_position`; an empty list -> `ARRAY[]::text[]`; `a // b` -> `div(a, b)` (operands are
