@@ -55,10 +55,12 @@ def source_connection(warehouse: WarehouseResource, spec: DatasetSpec, dataset: 
     `attach:` source, the source database is attached to it first (`source.attach_source`,
     whose `SourceError` the stage's `private_errors` turns into a public failure). With an
     `engine:` other than duckdb, the dataset's scan engine over it (core/scans.py)."""
-    # a table source lives in the warehouse: a missing warehouse is an error, never created
-    with warehouse.connect(read_only=read_only, lock_timeout_seconds=lock_timeout_seconds,
-                           create=not isinstance(spec.source, TableSource)
-                           or spec.engine.type != "duckdb") as con:
+    # a table source lives in the warehouse: a missing warehouse is an error, never created;
+    # another engine's store only receives counts: writable, created on first use
+    elsewhere = spec.engine.type != "duckdb"
+    with warehouse.connect(read_only=read_only and not elsewhere,
+                           lock_timeout_seconds=lock_timeout_seconds,
+                           create=not isinstance(spec.source, TableSource) or elsewhere) as con:
         attach_source(con, spec, Path(warehouse.base_dir), dataset)
         if spec.engine.type == "duckdb":
             yield con
@@ -79,17 +81,19 @@ def change_state_path(warehouse: WarehouseResource, dataset: str) -> Path:
 def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec,
                 lock_timeout_seconds: float | None = None, dataset: str = "") -> str:
     """The private MAC of the source's change signal, HMAC-SHA256 under the installation's
-    secret (`core/change.py`). The signal: for a table (local or in an attached database), its
-    schema and an order-independent sum of row hashes (one scan in DuckDB,
-    sql/content_summary.sql); for Parquet/CSV files, their names, sizes and modification times
-    (no scan). Private: it is kept in the private zone and never published; `source_version`
-    turns it into the public, content-free version id."""
+    secret (`core/change.py`). The signal: for a table (local, in an attached database or in
+    the dataset's scan engine), its schema and the engine's content summary, an
+    order-independent aggregate of per-row digests computed where the rows are
+    (`ScanEngine.content_summary`, one scan); for Parquet/CSV files, their names, sizes and
+    modification times (no scan). Private: it is kept in the private zone and never published;
+    `source_version` turns it into the public, content-free version id."""
     if isinstance(spec.source, (TableSource, AttachSource)):
         with source_connection(warehouse, spec, dataset, read_only=True,
                                lock_timeout_seconds=lock_timeout_seconds) as con:
+            engine = scans.as_engine(con)
             relation = source_relation(spec, Path(warehouse.base_dir))
-            schema = describe_source(con, relation, dataset)
-            summary = con.execute(sql("content_summary", source=relation)).fetchone()[0]
+            schema = describe_source(engine, relation, dataset)
+            summary = engine.content_summary(relation)
         signal = json.dumps({"schema": schema, "content": summary})
     else:
         path = source_path(spec, Path(warehouse.base_dir))
@@ -136,7 +140,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
 
     @dg.asset(key=key("preprocessed"), deps=[upstream_key(dataset, spec, names)],
               **names.asset_args(dataset, PRIVATE), required_resource_keys=both, **pool,
-              kinds={"duckdb"}, description="Public encoding plan and the encoded view (private).")
+              kinds={spec.engine.type}, description="Public encoding plan and the encoded view (private).")
     @names.bind("warehouse", "ledger")
     @private_step(dataset, "preprocessed")
     def preprocessed(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
@@ -158,7 +162,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
 
     @dg.asset(key=key("marginals"), deps=[key("preprocessed")], **names.asset_args(dataset, PRIVATE),
               required_resource_keys=both, **pool,
-              kinds={"duckdb"}, description="Exact marginals the method needs, in one scan (private zone).")
+              kinds={spec.engine.type}, description="Exact marginals the method needs, in one scan (private zone).")
     @names.bind("warehouse", "ledger")
     @private_step(dataset, "marginals")
     def marginals(context: dg.AssetExecutionContext, warehouse: WarehouseResource,

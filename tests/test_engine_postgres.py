@@ -1,8 +1,9 @@
 """The PostgreSQL scan engine (core/scans.py): the private scans run inside a throwaway
 PostgreSQL server (Debian's binaries, loopback, a temporary data directory), their exact
-aggregates equal DuckDB's on the same rows, the example synthesizes end to end with
-`engine: postgres` while no query returns more rows than an aggregate's cells, and an error of
-PostgreSQL that quotes a value stays out of the public failure."""
+aggregates equal DuckDB's on the same rows, TRY_CAST reads what DuckDB reads or NULL, the
+example synthesizes end to end with `engine: postgres` (notebook API and Dagster pipeline,
+change detection included) while no query returns more rows than an aggregate's cells, and an
+error of PostgreSQL that quotes a value stays out of everything public."""
 
 import os
 import shutil
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import duckdb
 import numpy as np
@@ -26,6 +28,7 @@ psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pypro
 
 PG_BIN = Path(os.environ.get("DP_SYNTH_PG_BIN", "/usr/lib/postgresql/15/bin"))
 ROWS = 3000
+BIG_ROWS = 20_000
 TABLE = "public.example"
 _TYPES = {"int64": "BIGINT", "int32": "INTEGER", "double": "DOUBLE PRECISION", "string": "TEXT",
           "large_string": "TEXT", "bool": "BOOLEAN", "date32[day]": "DATE"}
@@ -70,13 +73,13 @@ def postgres(tmp_path_factory):
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _load_example(dsn: str) -> None:
+def _load_example(dsn: str, name: str = TABLE, rows: int = ROWS) -> None:
     """The bundled example's rows as a PostgreSQL table of the matching column types."""
-    table = generate_example(ROWS)
+    table = generate_example(rows)
     columns = ", ".join(f'"{f.name}" {_TYPES[str(f.type)]}' for f in table.schema)
     with psycopg.connect(dsn, autocommit=True) as con:
-        con.execute(f"CREATE TABLE {TABLE} ({columns})")
-        with con.cursor().copy(f"COPY {TABLE} FROM STDIN") as copy:
+        con.execute(f"CREATE TABLE {name} ({columns})")
+        with con.cursor().copy(f"COPY {name} FROM STDIN") as copy:
             for row in zip(*(table.column(i).to_pylist() for i in range(table.num_columns))):
                 copy.write_row(row)
 
@@ -126,6 +129,8 @@ def test_every_template_the_scans_run_translates_to_postgres():
     assert "PG_TYPEOF" in out["boolean_value"] and "TYPEOF(" not in out["boolean_value"].replace(
         "PG_TYPEOF(", "")
     assert " AS _q" in out["count_marginals"]  # the subquery in FROM has an alias
+    # TRY_CAST is guarded, nested ones too (rewrites run on a node's children first)
+    assert "~*" in out["check_cast"] and "~*" in out["encode_integer_bins"]
     for text in out.values():
         assert "TRY_CAST" not in text and "LIST_" not in text
     with pytest.raises(scans.Untranslatable):
@@ -212,9 +217,55 @@ def test_the_example_synthesizes_end_to_end_with_the_rows_left_in_postgres(postg
                            "AND viewname LIKE 'dp_synth_%'").fetchone()[0] == 0
 
 
-def test_a_postgres_error_quoting_a_value_stays_in_the_private_log(postgres, tmp_path):
-    """A source value PostgreSQL cannot cast makes its error quote the value: the stage's public
-    failure is generic and the value is only in private/<dataset>/private.log."""
+def test_try_cast_reads_text_postgres_cannot_cast_as_null_as_duckdb_does(postgres):
+    """TRY_CAST on PostgreSQL 15 never fails on a value: a text value reads as DuckDB's
+    TRY_CAST reads it, or as NULL where the module doc says PostgreSQL's pattern is narrower
+    (never a different value, never an error); a BIGINT 0/1 column reads as booleans."""
+    duck = duckdb.connect(":memory:")
+    cases = {
+        "DOUBLE": (["1.5", " 2 ", "-3e5", ".5", "5.", "+7", "nan", "-Infinity", "inf", "1e99",
+                    "9.99e299", "1.5e-299", "abc", "", "1,5", "0x10", "1e", "- 5"],
+                   ["1e400", "1e-400", "1_000", "1e+300"]),
+        "DATE": (["2020-01-05", " 2020-1-5 ", "2020-02-29", "2000-02-29", "2020-01-05 10:00:00",
+                  "2020-02-30", "2019-02-29", "1900-02-29", "2020-04-31", "20200105",
+                  "Jan 5 2020", "2020-01-05 25:00:00"],
+                 ["2020/01/05", "infinity", "0000-01-01", "12020-01-05"]),
+        "TIMESTAMP": (["2020-01-05", "2020-01-05T10:00:00", "2020-01-05 10:00:00.123456",
+                       "2020-01-05 10:00+05", "2020-02-30 10:00", "2020-01-05 25:00:00",
+                       "2020-01-05 "], ["-infinity", "2020-01-05 24:00:00", " 2020-01-05"]),
+        "BOOLEAN": (["t", "TRUE", "yes", "n", "1", "0", "on", "2", " f"], []),
+    }
+    with psycopg.connect(postgres, autocommit=True) as con:
+        con.execute("CREATE TEMP TABLE casts (k int, target text, v text)")
+        rows = [(k, t, v) for t, (same, narrower) in cases.items()
+                for k, v in enumerate(same + narrower)]
+        with con.cursor().copy("COPY casts FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+        for target, (same, narrower) in cases.items():
+            got = dict(con.execute(scans.translate(
+                f"SELECT k, TRY_CAST(v AS {target}) FROM casts WHERE target = '{target}'",
+                "postgres")).fetchall())
+            for k, value in enumerate(same + narrower):
+                local = duck.execute(f"SELECT TRY_CAST(? AS {target})", [value]).fetchone()[0]
+                expected = local if value in same else None
+                assert got[k] == expected or (got[k] != got[k] and local != local), \
+                    (target, value, got[k], local)
+        assert [v for v in cases["DOUBLE"][1]] and all(
+            duck.execute("SELECT TRY_CAST(? AS DOUBLE)", [v]).fetchone()[0] is not None
+            for v in cases["DOUBLE"][1])  # the narrower cases are real differences
+        flags = con.execute(scans.translate(
+            "SELECT TRY_CAST(b AS BOOLEAN) FROM (SELECT CAST(1 AS BIGINT) AS b UNION ALL "
+            "SELECT CAST(0 AS BIGINT) UNION ALL SELECT CAST(2 AS BIGINT)) AS t",
+            "postgres")).fetchall()
+        assert [f for (f,) in flags] == [True, False, None]
+
+
+def test_an_uncastable_text_value_is_refused_by_its_column_as_in_duckdb(postgres, tmp_path):
+    """A text column declared integer holding a value that is no number: the source check
+    refuses the source as DuckDB's does, naming the column in the private log (the value itself
+    never leaves PostgreSQL); the public failure is generic. Listed under `missing:`, the same
+    value reads as NULL and the source is accepted."""
     import dagster as dg
 
     from dp_synth_assets.core import stages
@@ -235,13 +286,155 @@ def test_a_postgres_error_quoting_a_value_stays_in_the_private_log(postgres, tmp
     spec = DatasetSpec.model_validate(entry)
     warehouse = WarehouseResource(database=str(tmp_path / "warehouse.duckdb"),
                                   public_dir=str(tmp_path / "public"), base_dir=str(tmp_path))
+
+    def preprocess(spec):
+        with source_connection(warehouse, spec, "bad") as engine:
+            assert isinstance(engine, scans.PostgresEngine)
+            return stages.preprocess(engine, spec, "bad", tmp_path, "private.bad_encoded",
+                                     DatasetBudget.of(spec), lambda *a, **k: None)
+
     with pytest.raises(dg.Failure) as failure:
         with private_errors(warehouse, "bad", "preprocessed", "run-1"):
-            with source_connection(warehouse, spec, "bad") as engine:
-                assert isinstance(engine, scans.PostgresEngine)
-                stages.preprocess(engine, spec, "bad", tmp_path, "private.bad_encoded",
-                                  DatasetBudget.of(spec), lambda *a, **k: None)
+            preprocess(spec)
     public = failure.value.description
     assert secret not in public and "does not match its declared spec" in public
     log = private_log_path(warehouse, "bad").read_text()
+    assert "column 'age_text' has values that cannot be cast to DOUBLE" in log
+    assert secret not in log
+    entry["columns"]["age_text"] = {**entry["columns"]["age_text"], "missing": [secret],
+                                    "nullable": True}
+    plan = preprocess(DatasetSpec.model_validate(entry))
+    assert "age_text" in plan.columns
+
+
+# ------------------------------------------------------------------------- the Dagster pipeline
+
+
+def _pipeline_project(tmp_path, postgres, monkeypatch, table: str = TABLE, **overrides):
+    """A datasets.yaml whose `example` reads `table` through `engine: postgres` (the DSN in an
+    environment variable, as a user configures it), and its Definitions."""
+    import yaml
+
+    from dp_synth_assets.definitions import build_definitions
+
+    monkeypatch.setenv("DP_SYNTH_TEST_PG_DSN", postgres)
+    entry = example_entry(source={"table": table}, report=None,
+                          engine={"type": "postgres", "dsn_env": "DP_SYNTH_TEST_PG_DSN"},
+                          **overrides)
+    datasets = tmp_path / "datasets.yaml"
+    datasets.write_text(yaml.safe_dump({"datasets": {"example": entry}}, sort_keys=False))
+    project = SimpleNamespace(datasets=datasets, warehouse=tmp_path / "warehouse.duckdb",
+                              ledger=tmp_path / "ledger.sqlite", public=tmp_path / "public")
+    project.defs = build_definitions(datasets, project.warehouse, project.ledger, project.public)
+    return project
+
+
+def _source_asset(defs):
+    import dagster as dg
+
+    return next(a for a in defs.assets if getattr(a, "key", None) == dg.AssetKey(["example",
+                                                                                 "source"]))
+
+
+def test_the_dagster_pipeline_runs_end_to_end_with_the_rows_left_in_postgres(
+        postgres, tmp_path, monkeypatch):
+    """`engine: postgres` under dagster.materialize: the source observation (its change signal
+    computed in PostgreSQL), every asset of the chain and every check succeed; no query returns
+    more rows than the cells of the marginals the method counts, fewer than the source's rows
+    (the Dagster process never holds the rows, so its memory does not grow with them) and the
+    warehouse holds no copy of the source; a changed row gives the source a new version, an unchanged source
+    keeps it."""
+    import dagster as dg
+    from dagster._core.definitions.observe import observe
+
+    from dp_synth_assets.checks.suites import CHECKS
+    from dp_synth_assets.core.config import load_registry
+    from dp_synth_assets.artifacts import artifacts
+    from dp_synth_assets.core.measure import clique_size
+    from dp_synth_assets.core.select import required_cliques
+
+    fetched = []
+    for method in ("fetchnumpy", "fetchone"):
+        original = getattr(scans.PostgresEngine, method)
+
+        def recording(self, statement, params=None, _original=original):
+            out = _original(self, statement, params)
+            fetched.append(max((len(v) for v in out.values()), default=0)
+                           if isinstance(out, dict) else 1)
+            return out
+        monkeypatch.setattr(scans.PostgresEngine, method, recording)
+    big = "public.example_big"  # more rows than the marginals have cells
+    _load_example(postgres, big, BIG_ROWS)
+    kept = ("age", "sex", "race", "income", "signup_date", "newsletter")  # each kind, a quick fit
+    columns = {k: v for k, v in example_entry()["columns"].items() if k in kept}
+    project = _pipeline_project(tmp_path, postgres, monkeypatch, table=big, rows=1000,
+                                columns=columns)
+    defs, instance = project.defs, dg.DagsterInstance.ephemeral()
+    source = _source_asset(defs)
+
+    def version():
+        result = observe([source], resources=defs.resources, instance=instance)
+        assert result.success
+        [event] = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+        return event.event_specific_data.asset_observation.data_version
+
+    first = version()
+    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                            instance=instance, raise_on_error=False)
+    assert result.success
+    evaluations = result.get_asset_check_evaluations()
+    assert sorted(e.check_name for e in evaluations) == sorted(CHECKS)
+    assert (project.public / "example" / "synthetic.parquet").exists()
+    materialized = {tuple(e.asset_key.path) for e in result.get_asset_materialization_events()}
+    assert {("example", s) for s in ("preprocessed", "marginals", "selection", "measurements",
+                                     "model", "synthetic")} <= materialized
+
+    spec = load_registry(project.datasets)["example"]
+    warehouse = defs.resources["warehouse"]
+    domain = artifacts(warehouse, "example").plan().domain
+    cells = sum(clique_size(c, domain) for c in required_cliques(spec.method, domain,
+                                                                 spec.selection))
+    assert fetched and max(fetched) <= cells < BIG_ROWS
+    with duckdb.connect(str(project.warehouse), read_only=True) as con:
+        tables = set(con.execute("SELECT table_schema, table_name "
+                                 "FROM information_schema.tables").fetchall())
+    assert tables == {("synthetic", "example"), ("private", "example_marginals")}
+
+    assert version() == first  # nothing changed in PostgreSQL
+    with psycopg.connect(postgres, autocommit=True) as con:
+        con.execute(f"UPDATE {big} SET hours_per_week = hours_per_week + 1 "
+                    f"WHERE ctid IN (SELECT ctid FROM {big} LIMIT 1)")
+    changed = version()
+    assert changed != first
+    assert version() == changed
+
+
+def test_a_postgres_error_in_a_dagster_run_publishes_no_value(postgres, tmp_path, monkeypatch):
+    """A NUMERIC value beyond a double's range makes PostgreSQL's cast fail with a message
+    that quotes the value: the Dagster run fails with the generic public message; the value is
+    nowhere in the run's event log, its tags or the public files, and only in the private log."""
+    import dagster as dg
+
+    from dp_synth_assets.private_log import private_log_path
+    from dp_synth_assets.resources.warehouse import WarehouseResource
+    from tests.test_leak_scan import published_texts
+
+    secret = "99318877"
+    with psycopg.connect(postgres, autocommit=True) as con:
+        con.execute("CREATE TABLE public.huge AS SELECT * FROM public.example")
+        con.execute("ALTER TABLE public.huge ALTER income TYPE NUMERIC")
+        con.execute(f"UPDATE public.huge SET income = {secret} * 10::numeric ^ 400 WHERE ctid "
+                    "IN (SELECT ctid FROM public.huge LIMIT 1)")
+    project = _pipeline_project(tmp_path, postgres, monkeypatch, table="public.huge")
+    defs, instance = project.defs, dg.DagsterInstance.ephemeral()
+    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                            instance=instance, raise_on_error=False)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    message = failure.event_specific_data.error.message
+    assert "stage 'preprocessed'" in message and "PostgreSQL" not in message
+    assert secret not in "\n".join(published_texts(instance, project, [result.run_id]))
+    warehouse = WarehouseResource(database=str(project.warehouse),
+                                  public_dir=str(project.public), base_dir=str(tmp_path))
+    log = private_log_path(warehouse, "example").read_text()
     assert secret in log and "PostgreSQL" in log

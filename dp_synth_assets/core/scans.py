@@ -14,16 +14,27 @@ its result (a row of flags, count vectors, small frames whose size is bounded by
 never by the rows); `describe` gives a relation's column names and types, reading no row;
 `execute` runs a statement that creates a view or a temporary object in the engine;
 `relation(view)` names an engine-side view; `append_counts` adds the result of a count query to
-a marginal table of the store. Every statement is a template of `sql/` written once in DuckDB's
-dialect; `translate` turns it into the engine's (sqlglot, plus `POSTGRES_REWRITES`). Errors of
-the engine are its `errors`; a `ScanError` keeps the engine's message (which can quote a value)
-for the private log only.
+a marginal table of the store; `content_summary` returns the private change signal of a
+relation (a string that changes whenever any row does, computed in the engine: only it crosses
+the connection, and core/change.py keeps only its HMAC). Every statement is a template of
+`sql/` written once in DuckDB's dialect; `translate` turns it into the engine's (sqlglot, plus
+`REWRITES`). Errors of the engine are its `errors`; a `ScanError` keeps the engine's message
+(which can quote a value) for the private log only.
 
 DuckDB constructs and their PostgreSQL translation (this table is the one place that says it):
-- `TRY_CAST(x AS t)`: no equivalent in PostgreSQL 15. It becomes `CAST`, so a value that does
-  not cast fails the query instead of reading as NULL: the source check then refuses the source
-  (public: "does not match its declared spec"; the engine's message, which quotes the value,
-  goes to the private log). Declare the source's columns with the types of their kinds.
+- `TRY_CAST(x AS t)`: PostgreSQL 15 has no safe cast (`pg_input_is_valid` is 16+), so it
+  becomes a `CASE` guarded by a pattern (`SAFE_CAST_PATTERNS`): a value of a non-text type is
+  cast as is, a text value only when its text matches the target's pattern, else it reads as
+  NULL, as in DuckDB. A pattern accepts only text PostgreSQL's input function reads without
+  error: numbers in decimal or scientific notation kept inside a double's range (10^-299 to
+  10^307), `nan`, `inf`, `infinity`; calendar dates `YYYY-MM-DD` (leap years checked, years 1
+  to 9999) with an optional time and UTC offset (surrounding spaces only for a DATE); booleans
+  `t`, `true`, `f`, `false`, `y`, `yes`, `n`, `no`, `1`, `0` in any case (every type through
+  its text, so a BIGINT 0/1 column reads as boolean). Text DuckDB reads and no pattern accepts
+  (`1_000`, `1e+300`, `2020/01/05`, `infinity` as a date) reads as NULL: the source check
+  refuses it by column, as any uncastable value. What still fails the query (the source is
+  refused, the engine's message goes to the private log): a target without a pattern, and a
+  non-text value out of the target's range (a NUMERIC beyond a double's).
 - `isnan(x)` -> `x = 'NaN'::double precision`; `round_even(x, 0)` -> `round(x)` (PostgreSQL
   rounds a double half to even); `list_contains` -> `= ANY(ARRAY[...])` and `list_position` ->
   `array_position`; an empty list -> `ARRAY[]::text[]`; `a // b` -> `div(a, b)` (operands are
@@ -32,8 +43,10 @@ DuckDB constructs and their PostgreSQL translation (this table is the one place 
   (booleans stored as text read by their spelling, as in DuckDB; an ENUM column is cast).
 - a subquery in FROM gets an alias (PostgreSQL 15 requires one).
 - `hash(...)` has no equivalent with DuckDB's values: the report's holdout split
-  (sql/holdout_split.sql), the change detection's content summary (sql/content_summary.sql) and
-  `marginals.repeated_rows` stay DuckDB's (config refuses a holdout on other engines).
+  (sql/holdout_split.sql) and `marginals.repeated_rows` stay DuckDB's (config refuses a holdout
+  on other engines). The change detection's content summary is engine-specific: each engine's
+  `content_summary` runs its own template, written in its dialect and not translated
+  (sql/content_summary.sql for DuckDB, sql/content_summary_postgres.sql for PostgreSQL).
 - Temporary copies (sql/preprocess_keys.sql, sql/encoded_codes.sql) are DuckDB's: other engines
   read the expressions as subqueries (`copies` is False) and group them in one query.
 - the encoded view is created in the engine's working schema (`EngineSpec.schema`), a view over
@@ -92,11 +105,52 @@ class Untranslatable(ValueError):
 
 _TEXT_TYPES = ("text", "character varying", "character", "name")
 
+_YEAR = "([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
+_LEAP = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)"
+_DAY = (f"({_YEAR}-(0?[1-9]|1[0-2])-(0?[1-9]|1[0-9]|2[0-8])|{_YEAR}-(0?[13-9]|1[0-2])-(29|30)"
+        f"|{_YEAR}-(0?[13578]|1[02])-31|{_LEAP}-0?2-29)")
+_CLOCK = ("([ T]([01]?[0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\\.[0-9]{1,6})?)?"
+          "(\\s*(z|[+-]([01]?[0-9]|2[0-3])(:?[0-5][0-9])?))?)?")
+_MOMENT = f"^{_DAY}{_CLOCK}$"
+# text PostgreSQL's input function of the type reads without error (module doc); ~* (any case)
+SAFE_CAST_PATTERNS = {
+    # plain (at most 10^299 with a two-digit exponent) or scientific (a nonzero leading digit,
+    # at most 8 before the point, exponent up to 299): never out of a double's range
+    "DOUBLE": "^\\s*([+-]?([0-9]{1,200}(\\.[0-9]{0,200})?(e[+-]?[0-9]{1,2})?|\\.[0-9]{1,200}"
+              "(e[+-]?[0-9]{1,2})?|[1-9][0-9]{0,7}(\\.[0-9]{0,200})?e[+-]?[12]?[0-9]{1,2})"
+              "|nan|[+-]?inf(inity)?)\\s*$",
+    "BOOLEAN": "^(t|true|f|false|y|yes|n|no|1|0)$",
+    "DATE": f"^\\s*{_DAY}{_CLOCK}\\s*$",
+    "TIMESTAMP": _MOMENT, "TIMESTAMPNTZ": _MOMENT, "TIMESTAMPTZ": _MOMENT,
+}
+
+
+def _safe_cast(node):
+    """`TRY_CAST(x AS t)` as PostgreSQL reads it (module doc's table)."""
+    from sqlglot import exp
+
+    value = node.this
+    target = node.to.copy()
+    cast = exp.Cast(this=value.copy(), to=target.copy())
+    pattern = SAFE_CAST_PATTERNS.get(target.this.name)
+    if pattern is None:
+        return cast
+    text = exp.cast(value.copy(), "TEXT")
+    matches = exp.RegexpILike(this=text, expression=exp.Literal.string(pattern))
+    if target.this == exp.DataType.Type.BOOLEAN:  # every type through its text
+        return exp.Case(ifs=[exp.If(this=matches, true=exp.Cast(this=text.copy(), to=target))])
+    kind = exp.cast(exp.Anonymous(this="pg_typeof", expressions=[value.copy()]), "TEXT")
+    typed = exp.Not(this=exp.In(this=kind, expressions=[exp.Literal.string(t)
+                                                        for t in _TEXT_TYPES]))
+    return exp.Case(ifs=[exp.If(this=typed, true=cast), exp.If(this=matches, true=cast.copy())])
+
 
 def _postgres_rewrite(node):
     """One node of a DuckDB statement as PostgreSQL reads it (module doc's table)."""
     from sqlglot import exp
 
+    if isinstance(node, exp.TryCast):
+        return _safe_cast(node)
     if isinstance(node, exp.Anonymous):
         name = node.name.lower()
         if name == "list_position":
@@ -199,8 +253,15 @@ def translate(statement: str, dialect: str) -> str:
 
     tree = sqlglot.parse_one(statement, read=_read_dialect(dialect))
     rewrite = REWRITES.get(dialect)
-    if rewrite is not None:
-        tree = tree.transform(rewrite)
+    if rewrite is not None:  # children first, so a rewritten node holds rewritten children
+        for node in reversed(list(tree.dfs())):
+            new = rewrite(node)
+            if new is node:
+                continue
+            if node is tree:
+                tree = new
+            else:
+                node.parent.set(node.arg_key, new, node.index)
     return tree.sql(dialect=dialect)
 
 
@@ -239,6 +300,10 @@ class DuckDBEngine:
     def append_counts(self, table: str, counts: str) -> None:
         self.store.execute(sql("append_marginals", table=qualified(table), counts=counts))
 
+    def content_summary(self, relation: str) -> str | None:
+        """The change detection's private summary of `relation` (sql/content_summary.sql)."""
+        return self.store.execute(sql("content_summary", source=relation)).fetchone()[0]
+
 
 @dataclass
 class PostgresEngine:
@@ -261,10 +326,12 @@ class PostgresEngine:
 
         self.errors = (psycopg.Error, ScanError, Untranslatable)
 
-    def _run(self, statement: str, params=None):
+    def _run(self, statement: str, params=None, dialect: str = "duckdb"):
+        """Run `statement`, written in `dialect` (sql/'s DuckDB, translated, or PostgreSQL's
+        own for the templates the module doc names)."""
         import psycopg
 
-        text = translate(statement, "postgres")
+        text = translate(statement, "postgres") if dialect == "duckdb" else statement
         try:
             cursor = self.connection.execute(text, params)
         except psycopg.Error as e:
@@ -310,6 +377,12 @@ class PostgresEngine:
         self.execute(sql("drop_view", view=self.relation(view)))
         self.execute(statement)
         self.created.append(view)
+
+    def content_summary(self, relation: str) -> str:
+        """The change detection's private summary of `relation`, computed in PostgreSQL
+        (sql/content_summary_postgres.sql: row count and sums of per-row md5 digests)."""
+        return self._run(sql("content_summary_postgres", source=relation),
+                         dialect="postgres").fetchone()[0]
 
     def drop_views(self) -> None:
         """Drop the views this engine created (a notebook run's, which end with it)."""
