@@ -196,3 +196,45 @@ def test_a_kill_between_table_commit_and_parquet_publish_is_repaired_by_the_next
     assert table_rows == requested(noisy)
     leftovers = [p for p in folder.rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []
+
+
+def test_a_notebook_fit_holds_the_datasets_run_lock_and_waits_for_a_pipeline_run(
+        tmp_path, caplog):
+    """`Synthesizer(public_dir=...)` takes the lock a Dagster run of the dataset takes
+    (`<public_dir>/<dataset>/run.lock`) before it reserves anything: held by a run, the fit
+    waits, says whom for, and gives up naming it, with nothing reserved; free, the fit holds it
+    from its reservation to its release, and frees it."""
+    from dp_synth_assets import Synthesizer
+    from dp_synth_assets.core.ledger import PrivacyLedger
+    from dp_synth_assets.core.runs import DatasetLock, RunWaitTimeout
+    from dp_synth_assets.example import EXAMPLE_COLUMNS, generate_example
+
+    public, path = tmp_path / "public", tmp_path / "ledger.sqlite"
+    columns = {name: EXAMPLE_COLUMNS[name] for name in ("sex", "race", "newsletter")}
+    synth = Synthesizer(columns=columns, epsilon=1.0, delta=1e-9, generator="gum", seed=1,
+                        ledger=path, dataset=DATASET, public_dir=public, run_wait_seconds=1.0)
+    pipeline = DatasetLock(public / DATASET, DATASET)
+    assert pipeline.acquire("dagster-run-1")  # a live process (this one) holds it
+    with caplog.at_level("WARNING", logger="dp_synth"), \
+            pytest.raises(RunWaitTimeout, match="dagster-run-1") as refused:
+        synth.fit(generate_example(500, seed=2))
+    assert "run_wait_seconds" in str(refused.value)
+    assert "waiting for run dagster-run-1" in caplog.text
+    assert PrivacyLedger(path).events(DATASET) == []  # nothing reserved, nothing read
+
+    pipeline.release("dagster-run-1")
+    ledger = PrivacyLedger(path)
+    held = []
+    reserve = ledger.reserve
+
+    def reserving(dataset, run_id, *args, **kwargs):
+        held.append((run_id, pipeline.holder()["run_id"]))
+        return reserve(dataset, run_id, *args, **kwargs)
+
+    ledger.reserve = reserving
+    synth.ledger = ledger
+    synth.fit(generate_example(500, seed=2))
+    [(run_id, holder)] = held
+    assert holder == run_id and run_id.startswith("api-")
+    assert pipeline.holder() is None  # freed after the release
+    assert ledger.summary(DATASET).reserved_rho == 0
