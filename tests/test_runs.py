@@ -238,3 +238,44 @@ def test_a_notebook_fit_holds_the_datasets_run_lock_and_waits_for_a_pipeline_run
     assert holder == run_id and run_id.startswith("api-")
     assert pipeline.holder() is None  # freed after the release
     assert ledger.summary(DATASET).reserved_rho == 0
+
+
+def test_four_cli_runs_at_once_on_a_fresh_dagster_home_work_or_fail_before_spending(tmp_path):
+    """Four `dagster asset materialize` processes started at once on a DAGSTER_HOME that no
+    process has opened: Dagster's CLI creates the instance's storages (SQLite + alembic
+    migrations) before it loads any code location, and processes that do it at once can fail
+    there (`alembic_version` races). Each process either runs, or fails in that storage
+    initialization, before dp-synth's definitions are loaded: the ledger holds exactly the
+    successful runs, each reserved and released, none left open. (`make run` / `make dev`
+    initialize a fresh DAGSTER_HOME first; so does `dagster instance migrate`.)"""
+    import re
+
+    from dp_synth_assets.core.ledger import PrivacyLedger
+    from tests.helpers import dagster_env
+
+    project = make_project(tmp_path / "project", rows=500)
+    env = dagster_env(project, tmp_path / "home")
+    dagster = Path(sys.executable).parent / "dagster"
+    select = ",".join(f"{DATASET}/{s}" for s in ("preprocessed", "marginals", "selection"))
+    processes = [subprocess.Popen(
+        [str(dagster), "asset", "materialize", "-f", str(REPO / "definitions.py"), "--select",
+         select], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True) for _ in range(4)]
+    succeeded = []
+    for process in processes:
+        out, _ = process.communicate(timeout=300)
+        if process.returncode == 0:
+            [run_id] = re.findall(r" - ([0-9a-f-]{36}) - \d+ - RUN_SUCCESS", out)
+            succeeded.append(run_id)
+            continue
+        # failed while the CLI created the instance's storages: no code location loaded yet
+        assert "create_instance" in out or "get_instance_for_cli" in out, out[-3000:]
+        assert "alembic" in out or "sqlite3" in out, out[-3000:]
+        assert "dp_synth_assets" not in out and "RUN_START" not in out, out[-3000:]
+    ledger = PrivacyLedger(project.ledger)
+    summary = ledger.summary(DATASET)
+    assert set(summary.runs) == set(succeeded)
+    assert summary.reserved_rho == 0
+    for run_id in succeeded:
+        kinds = [e["kind"] for e in ledger.events(DATASET) if e["run_id"] == run_id]
+        assert kinds[0] == "reserve" and kinds[-1] == "release" and "charge" in kinds
