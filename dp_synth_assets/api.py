@@ -32,10 +32,17 @@ Guarantees:
   the ledger's `BudgetExceeded` and nothing is read or spent. The ledger keys the spend by
   `dataset` (its privacy unit, unless the ledger's `units` say otherwise); `limit` is the
   lifetime limit it enforces (default: one run's epsilon and delta).
+- With `public_dir=` (the pipeline's public folder, DP_SYNTH_PUBLIC), a fit holds the dataset's
+  run lock (`core.runs.DatasetLock`, `<public_dir>/<dataset>/run.lock`) from before the
+  reservation to the release, as a Dagster run of that dataset does: a notebook fit and a
+  pipeline run of one dataset never interleave. A fit that finds it held says whom it waits
+  for (the `dp_synth` logger, a warning) and raises `RunWaitTimeout` after `run_wait_seconds`;
+  nothing is reserved or read before it holds the lock.
 - Sampling and the model fit read only public records (the encoding plan and the consistent
   measurements), so `sample` may be called any number of times at no cost.
 """
 
+import logging
 import math
 import uuid
 from collections.abc import Iterator, Mapping
@@ -57,6 +64,7 @@ from .core.measure import Measurements
 from .core.privacy import Spend, epsilon_from_rho
 from .core.select import Selection
 from .core.sql import ident, sql
+from .core.runs import DEFAULT_RUN_WAIT_SECONDS, DatasetLock, RunWaitTimeout  # noqa: F401
 from .core.store import MemoryStore
 from .core.synthesize import decode_typed
 
@@ -327,35 +335,44 @@ class Synthesizer:
     `method` (absyn, privsyn, mst, aim, ppsyn, manual), `generator` (auto, pgm, parallel_pgm,
     gum), `rows` (`sample()`'s default: same = the noisy row count), `seed` (sampling; selection
     and noise draws are never seeded), `selection` and `model` (datasets.yaml's blocks of those
-    names), `ledger` (a PrivacyLedger or its path) and `dataset` (the name the ledger records).
+    names), `ledger` (a PrivacyLedger or its path), `dataset` (the name the ledger records),
+    `public_dir` (the pipeline's public folder: a fit then holds the dataset's run lock, module
+    docstring) and `run_wait_seconds` (how long a fit waits for that lock).
     """
 
     def __init__(self, columns: Mapping, *, epsilon: float, delta: float = 1e-9,
                  limit: float | Mapping | None = None, method: str = "absyn",
                  generator: str = "auto", rows: int | str = "same", seed: int | None = None,
                  selection: Mapping | None = None, model: Mapping | None = None,
-                 ledger=None, dataset: str = DEFAULT_DATASET):
+                 ledger=None, dataset: str = DEFAULT_DATASET,
+                 public_dir: str | Path | None = None,
+                 run_wait_seconds: float = DEFAULT_RUN_WAIT_SECONDS):
         spec = dataset_spec(columns, epsilon=epsilon, delta=delta, limit=limit, method=method,
                             generator=generator, rows=rows, seed=seed, selection=selection,
                             model=model)
-        self._init(spec, ledger, dataset)
+        self._init(spec, ledger, dataset, public_dir, run_wait_seconds)
 
     @classmethod
-    def from_spec(cls, spec: DatasetSpec, *, ledger=None,
-                  dataset: str = DEFAULT_DATASET) -> "Synthesizer":
+    def from_spec(cls, spec: DatasetSpec, *, ledger=None, dataset: str = DEFAULT_DATASET,
+                  public_dir: str | Path | None = None,
+                  run_wait_seconds: float = DEFAULT_RUN_WAIT_SECONDS) -> "Synthesizer":
         """A synthesizer with a datasets.yaml entry's settings (`config.load_registry(path)[name]`);
         its `source` is ignored: `fit` takes the source."""
         synth = cls.__new__(cls)
-        synth._init(spec, ledger, dataset)
+        synth._init(spec, ledger, dataset, public_dir, run_wait_seconds)
         return synth
 
-    def _init(self, spec: DatasetSpec, ledger, dataset: str) -> None:
+    def _init(self, spec: DatasetSpec, ledger, dataset: str, public_dir=None,
+              run_wait_seconds: float = DEFAULT_RUN_WAIT_SECONDS) -> None:
         if spec.report is not None:
             spec = spec.model_copy(update={"report": None})  # no holdout: every row trains
         self.spec = spec
         self.budget = DatasetBudget.of(spec)
         self.ledger = _ledger(ledger)
         self.dataset = dataset
+        self.lock = (DatasetLock(Path(public_dir) / dataset, dataset)
+                     if public_dir is not None else None)
+        self.run_wait_seconds = run_wait_seconds
         self.store = MemoryStore(dataset)
         self.choice: generate.Choice | None = None
         self._charges: tuple[Charge, ...] = ()
@@ -392,8 +409,29 @@ class Synthesizer:
     def reading(self, source, *, connection: duckdb.DuckDBPyConnection | None = None,
                 csv: Mapping | None = None) -> Iterator[PrivateRun]:
         """The private stages over `source`, one by one. The run's rho is reserved in the
-        ledger (if any) before the source is opened, and released when the block ends."""
+        ledger (if any) before the source is opened, and released when the block ends; with a
+        `public_dir`, the dataset's run lock is held around both (module docstring)."""
         run_id = f"api-{uuid.uuid4().hex}"
+        with self._holding(run_id):
+            with self._reserved(run_id, source, connection, csv) as run:
+                yield run
+
+    @contextmanager
+    def _holding(self, run_id: str):
+        """The dataset's run lock for `run_id`, when there is a `public_dir`."""
+        if self.lock is None:
+            yield
+            return
+        self.lock.acquire(run_id, timeout=self.run_wait_seconds,
+                          log=logging.getLogger("dp_synth").warning,
+                          wait_setting="Synthesizer(run_wait_seconds=...)")
+        try:
+            yield
+        finally:
+            self.lock.release(run_id)
+
+    @contextmanager
+    def _reserved(self, run_id: str, source, connection, csv) -> Iterator[PrivateRun]:
         accountant = Accountant(self.budget, self.ledger, self.dataset, run_id)
         if self.ledger is not None:
             self.ledger.reserve(

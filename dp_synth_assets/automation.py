@@ -122,12 +122,17 @@ def build_schedule(dataset: str, spec: DatasetSpec, job,
     return _schedule
 
 
-def build_source_sensor(dataset: str, spec: DatasetSpec, job,
+def build_source_sensor(dataset: str, spec: DatasetSpec, target,
                         names: Names = Names()) -> dg.SensorDefinition:
-    """Cursor: {"version": the opaque version id of the source last synthesized, "requested_at":
-    unix time of that request}. Run key: `<dataset>-<version>-<previous requested_at>`."""
+    """What the sensor launches, `target`: the dataset's job, or (when it has none) an
+    `AssetSelection` of its materializable assets, which Dagster runs in the location's implicit
+    asset job (no job of its own to resolve and snapshot when the location loads). Cursor:
+    {"version": the opaque version id of the source last synthesized, "requested_at": unix time
+    of that request}. Run key: `<dataset>-<version>-<previous requested_at>`."""
+    aimed = ({"asset_selection": target} if isinstance(target, dg.AssetSelection)
+             else {"job": target})
 
-    @dg.sensor(name=names.op_name(dataset, "source_change"), job=job, minimum_interval_seconds=30,
+    @dg.sensor(name=names.op_name(dataset, "source_change"), **aimed, minimum_interval_seconds=30,
                required_resource_keys=names.resource_keys("warehouse", "ledger"),
                description=f"Resynthesize {dataset!r} when its source changes, honouring "
                            f"min_interval ({spec.min_interval}) and the privacy budget.")

@@ -124,8 +124,8 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
         "Concurrency pool of the steps that open the warehouse (null: none).")] = Names.pool
 
     dataset_jobs: Annotated[bool, _doc(
-        "A job `<dataset>_synthesis` for every dataset (default: only where a schedule, a "
-        "source-change sensor or a multiprocess fit needs one).")] = False
+        "A job `<dataset>_synthesis` for every dataset (default: only where a schedule or a "
+        "multiprocess fit needs one).")] = False
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         folder = Path(context.path)

@@ -64,14 +64,14 @@ def _check_shared_limits(registry: dict, units: dict[str, str]) -> None:
 
 
 def needs_job(spec: DatasetSpec) -> bool:
-    """Whether the dataset needs a job of its own: its schedule or source-change sensor launch
-    one (an external table's automation), or its fit's units run on the multiprocess executor
-    the job declares (`automation.build_job`). Any other dataset runs in the location's implicit
-    asset job: materialized from the UI, the CLI or declarative automation."""
+    """Whether the dataset needs a job of its own: its schedule launches one (an external
+    table's cron), or its fit's units run on the multiprocess executor the job declares
+    (`automation.build_job`). Any other dataset runs in the location's implicit asset job:
+    materialized from the UI, the CLI, declarative automation or its source-change sensor (which
+    targets the dataset's assets, not a job)."""
     from .core.generate import multiprocess
 
-    external = spec.source.asset is None and bool(
-        spec.schedule or spec.on_source_change == "resynthesize")
+    external = spec.source.asset is None and bool(spec.schedule)
     return external or multiprocess(spec.generator, spec.model)
 
 
@@ -140,17 +140,18 @@ def dp_synth_definitions(
             automated += keys
         assets += built
         checks.append(build_synthetic_checks(name, spec, names))
-        if not (dataset_jobs or needs_job(spec)):
-            continue
         materializable = [a for a in built if isinstance(a, dg.AssetsDefinition)]
-        job = build_job(name, spec, names, materializable)
-        jobs.append(job)
+        job = None
+        if dataset_jobs or needs_job(spec):
+            job = build_job(name, spec, names, materializable)
+            jobs.append(job)
         if spec.source.asset is not None:
             continue  # automated declaratively: the host asset's materialization is the signal
         if spec.schedule:
             schedules.append(build_schedule(name, spec, job, names))
         if spec.on_source_change == "resynthesize":
-            sensors.append(build_source_sensor(name, spec, job, names))
+            target = job if job is not None else dg.AssetSelection.assets(*materializable)
+            sensors.append(build_source_sensor(name, spec, target, names))
     if automated:
         sensors.append(automation_sensor("__".join([*names.key_prefix, "dp_synth_automation"]),
                                          automated))

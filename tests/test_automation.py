@@ -55,8 +55,8 @@ def tick(sensor, instance, defs, cursor=None):
     """One sensor evaluation, as the daemon runs it: the result carries the skip message and
     the cursor the sensor wrote."""
     # `with`: the context opens its own instance from the ref, which must be closed again
-    with dg.build_sensor_context(instance=instance, cursor=cursor,
-                                 resources=defs.resources) as context:
+    with dg.build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources,
+                                 definitions=defs) as context:
         return sensor.evaluate_tick(context)
 
 
@@ -75,7 +75,10 @@ def test_sensor_baseline_unchanged_change_and_min_interval(tmp_path, instance):
     project = make_project(tmp_path, rows=1000, min_interval="1h")
     defs = project.defs_fn()
     sensor = defs.get_sensor_def(SENSOR)
-    assert sensor.job_name == JOB
+    # no job of its own: the sensor targets the dataset's stages, run in the implicit asset job
+    stages = {dg.AssetKey([DATASET, s]) for s in [*STAGES[1:], "utility_report"]}
+    assert sensor.asset_selection.resolve(defs.resolve_asset_graph()) == stages
+    assert not defs.get_repository_def().has_job(JOB)
 
     first = tick(sensor, instance, defs)
     assert first.run_requests == []
@@ -93,7 +96,8 @@ def test_sensor_baseline_unchanged_change_and_min_interval(tmp_path, instance):
     changed = tick(sensor, instance, defs, same.cursor)
     assert changed.skip_message is None
     [request] = changed.run_requests
-    assert request.job_name in (None, JOB)  # None: the sensor's own job, example_synthesis
+    assert request.job_name == "__ASSET_JOB" and set(request.asset_selection) == stages
+    assert {k.asset_key for k in request.asset_check_keys} == {dg.AssetKey([DATASET, "synthetic"])}
     assert request.tags["dp_synth/trigger"] == "source_change"
     written = json.loads(changed.cursor)
     assert written["version"] != baseline["version"]
@@ -262,9 +266,9 @@ def test_asset_graph_of_a_dataset(tmp_path, instance):
     assert all(spec.asset_key == synthetic for spec in checks.values())
     assert {n for n, spec in checks.items() if spec.blocking} == {"schema", "domain"}
 
-    # the job materializes every stage but observes nothing: the source is the sensor's business
-    job = defs.resolve_job_def(JOB)
-    assert set(job.asset_layer.executable_asset_keys) == set(keys[1:]) | {report}
+    # the sensor's runs materialize every stage but observe nothing: the source is its business
+    selected = defs.get_sensor_def(SENSOR).asset_selection.resolve(graph)
+    assert selected == set(keys[1:]) | {report}
 
 
 # ---- a real run, requested by the sensor ---------------------------------------------------------
@@ -279,7 +283,9 @@ def test_a_run_requested_by_the_sensor_charges_the_ledger(tmp_path, instance):
     result = tick(sensor, instance, defs, first.cursor)
     [request] = result.run_requests
 
-    job = defs.resolve_job_def(request.job_name or sensor.job_name)
+    job = defs.resolve_job_def(request.job_name).get_subset(
+        asset_selection=set(request.asset_selection),
+        asset_check_selection=set(request.asset_check_keys))
     run = job.execute_in_process(instance=instance, run_config=request.run_config,
                                  tags=request.tags)
     assert run.success

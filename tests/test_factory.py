@@ -104,11 +104,12 @@ def test_the_factory_claims_no_executor_and_no_generic_resource_key(tmp_path):
     assert job.name == "customers_synthesis" and job.executor_def is dg.in_process_executor
 
 
-def test_a_job_is_built_where_a_schedule_a_sensor_or_a_multiprocess_fit_needs_one(tmp_path):
+def test_a_job_is_built_where_a_schedule_or_a_multiprocess_fit_needs_one(tmp_path):
     external = {"table": "main.customers"}
     cases = {"host asset, one process": ({}, None, False),
              "external table, schedule": ({"schedule": "0 3 * * *"}, external, True),
-             "external table, sensor": ({"on_source_change": "resynthesize"}, external, True),
+             # the sensor targets the dataset's assets (the implicit asset job), not a job
+             "external table, sensor": ({"on_source_change": "resynthesize"}, external, False),
              "external table, neither": ({}, external, False),
              "host asset, parallel fit": ({"generator": "parallel_pgm",
                                            "model": {"iterations": 50, "workers": 2}}, None, True)}

@@ -196,3 +196,86 @@ def test_a_kill_between_table_commit_and_parquet_publish_is_repaired_by_the_next
     assert table_rows == requested(noisy)
     leftovers = [p for p in folder.rglob("*") if p.name.endswith(".tmp")]
     assert leftovers == []
+
+
+def test_a_notebook_fit_holds_the_datasets_run_lock_and_waits_for_a_pipeline_run(
+        tmp_path, caplog):
+    """`Synthesizer(public_dir=...)` takes the lock a Dagster run of the dataset takes
+    (`<public_dir>/<dataset>/run.lock`) before it reserves anything: held by a run, the fit
+    waits, says whom for, and gives up naming it, with nothing reserved; free, the fit holds it
+    from its reservation to its release, and frees it."""
+    from dp_synth_assets import Synthesizer
+    from dp_synth_assets.core.ledger import PrivacyLedger
+    from dp_synth_assets.core.runs import DatasetLock, RunWaitTimeout
+    from dp_synth_assets.example import EXAMPLE_COLUMNS, generate_example
+
+    public, path = tmp_path / "public", tmp_path / "ledger.sqlite"
+    columns = {name: EXAMPLE_COLUMNS[name] for name in ("sex", "race", "newsletter")}
+    synth = Synthesizer(columns=columns, epsilon=1.0, delta=1e-9, generator="gum", seed=1,
+                        ledger=path, dataset=DATASET, public_dir=public, run_wait_seconds=1.0)
+    pipeline = DatasetLock(public / DATASET, DATASET)
+    assert pipeline.acquire("dagster-run-1")  # a live process (this one) holds it
+    with caplog.at_level("WARNING", logger="dp_synth"), \
+            pytest.raises(RunWaitTimeout, match="dagster-run-1") as refused:
+        synth.fit(generate_example(500, seed=2))
+    assert "run_wait_seconds" in str(refused.value)
+    assert "waiting for run dagster-run-1" in caplog.text
+    assert PrivacyLedger(path).events(DATASET) == []  # nothing reserved, nothing read
+
+    pipeline.release("dagster-run-1")
+    ledger = PrivacyLedger(path)
+    held = []
+    reserve = ledger.reserve
+
+    def reserving(dataset, run_id, *args, **kwargs):
+        held.append((run_id, pipeline.holder()["run_id"]))
+        return reserve(dataset, run_id, *args, **kwargs)
+
+    ledger.reserve = reserving
+    synth.ledger = ledger
+    synth.fit(generate_example(500, seed=2))
+    [(run_id, holder)] = held
+    assert holder == run_id and run_id.startswith("api-")
+    assert pipeline.holder() is None  # freed after the release
+    assert ledger.summary(DATASET).reserved_rho == 0
+
+
+def test_four_cli_runs_at_once_on_a_fresh_dagster_home_work_or_fail_before_spending(tmp_path):
+    """Four `dagster asset materialize` processes started at once on a DAGSTER_HOME that no
+    process has opened: Dagster's CLI creates the instance's storages (SQLite + alembic
+    migrations) before it loads any code location, and processes that do it at once can fail
+    there (`alembic_version` races). Each process either runs, or fails in that storage
+    initialization, before dp-synth's definitions are loaded: the ledger holds exactly the
+    successful runs, each reserved and released, none left open. (`make run` / `make dev`
+    initialize a fresh DAGSTER_HOME first; so does `dagster instance migrate`.)"""
+    import re
+
+    from dp_synth_assets.core.ledger import PrivacyLedger
+    from tests.helpers import dagster_env
+
+    project = make_project(tmp_path / "project", rows=500)
+    env = dagster_env(project, tmp_path / "home")
+    dagster = Path(sys.executable).parent / "dagster"
+    select = ",".join(f"{DATASET}/{s}" for s in ("preprocessed", "marginals", "selection"))
+    processes = [subprocess.Popen(
+        [str(dagster), "asset", "materialize", "-f", str(REPO / "definitions.py"), "--select",
+         select], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True) for _ in range(4)]
+    succeeded = []
+    for process in processes:
+        out, _ = process.communicate(timeout=300)
+        if process.returncode == 0:
+            [run_id] = re.findall(r" - ([0-9a-f-]{36}) - \d+ - RUN_SUCCESS", out)
+            succeeded.append(run_id)
+            continue
+        # failed while the CLI created the instance's storages: no code location loaded yet
+        assert "create_instance" in out or "get_instance_for_cli" in out, out[-3000:]
+        assert "alembic" in out or "sqlite3" in out, out[-3000:]
+        assert "dp_synth_assets" not in out and "RUN_START" not in out, out[-3000:]
+    ledger = PrivacyLedger(project.ledger)
+    summary = ledger.summary(DATASET)
+    assert set(summary.runs) == set(succeeded)
+    assert summary.reserved_rho == 0
+    for run_id in succeeded:
+        kinds = [e["kind"] for e in ledger.events(DATASET) if e["run_id"] == run_id]
+        assert kinds[0] == "reserve" and kinds[-1] == "release" and "charge" in kinds

@@ -8,14 +8,17 @@ Measurements behind these choices: docs/great_expectations.md.
 """
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from ..core import marginals as margs
 from ..core.domain import Clique, EncodingPlan, encoded_columns
 from ..core.measure import Measurement
 from ..core.sql import ident, literal, sql
+
+if TYPE_CHECKING:  # pandas loads with the checks' run, not with the definitions
+    import pandas as pd
 
 FRAME_BYTES = 64 * 2 ** 20  # the most of the synthetic table one GX frame holds
 
@@ -74,7 +77,7 @@ class SyntheticTable:
             repeated = margs.repeated_rows(con, codes, plan.domain) if present else 0
         return cls(inputs, con, source, present, total, groups, counts, repeated)
 
-    def frame(self, columns: list[str], limit: int | None = None) -> pd.DataFrame:
+    def frame(self, columns: list[str], limit: int | None = None) -> "pd.DataFrame":
         """Columns of the Parquet copy as pandas (`read_frame`)."""
         return read_frame(self.con, self.source, columns, limit)
 
@@ -91,10 +94,11 @@ def column_groups(columns: list[str], rows: int, frame_bytes: int = FRAME_BYTES)
     return [columns[i:i + per_group] for i in range(0, len(columns), per_group)] or [[]]
 
 
-def read_frame(con, source: str, columns: list[str], limit: int | None = None) -> pd.DataFrame:
+def read_frame(con, source: str, columns: list[str], limit: int | None = None) -> "pd.DataFrame":
     """Columns of a relation as pandas, through Arrow: text as categoricals (a code per row
     instead of a Python string object), integers as int64 and times as datetime64[ns], the dtypes
     GX's pandas engine compares vectorized."""
+    import pandas as pd
     import pyarrow as pa
 
     if not columns:

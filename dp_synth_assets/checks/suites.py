@@ -12,8 +12,7 @@ first line of its function's docstring. `publish` stores a result where the publ
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ..core.domain import allowed_values, value_bounds
 from ..core.sql import qualified
@@ -22,6 +21,9 @@ from .data_docs import write_data_docs
 from .frames import CheckInputs, SyntheticTable, release_memory
 from .gx import Expectation, SuiteOutcome, run_suite, write_outcome
 from .tolerances import duplicate_bound, marginal_tolerance, tolerances
+
+if TYPE_CHECKING:  # pandas loads with the checks' run, not with the definitions
+    import pandas as pd
 
 NO_BOUND = "ExpectColumnPairValuesAToBeGreaterThanB"  # tolerance >= observed, row by row
 
@@ -41,7 +43,7 @@ class CheckResult:
         return bool(self.outcome.success)
 
 
-def expectations_result(name: str, frame: pd.DataFrame, expectations: list, dataset: str,
+def expectations_result(name: str, frame: "pd.DataFrame", expectations: list, dataset: str,
                         metadata: dict) -> CheckResult:
     """Run one suite on `frame`; a suite with nothing to check (no nullable column, no measured
     marginal) passes vacuously, and its stored result says so."""
@@ -58,6 +60,8 @@ def grouped_result(name: str, table: SyntheticTable, by_column: dict, metadata: 
     """One check whose expectations are per column, run group by group (`column_groups`): one GX
     suite per group, `<dataset>_<name>` when one group holds them all, else `_part<k>`; each suite
     has its Data Docs page, and the check passes when every suite does."""
+    import pandas as pd
+
     dataset, docs = table.inputs.dataset, table.inputs.docs_dir
 
     def flat(column):
@@ -93,6 +97,8 @@ def schema(table: SyntheticTable) -> CheckResult:
 
     Two suites: the expected, warehouse and Parquet types side by side (a frame of one row per
     column), and the column list of the Parquet copy's first rows."""
+    import pandas as pd
+
     inputs = table.inputs
     plan, dataset, docs = inputs.plan, inputs.dataset, inputs.docs_dir
     types = pd.DataFrame({
@@ -177,6 +183,8 @@ def null_fraction(table: SyntheticTable) -> CheckResult:
 
 def one_way_tvd(table: SyntheticTable) -> CheckResult:
     """Each column's distribution within a TVD tolerance of its noisy 1-way measurement."""
+    import pandas as pd
+
     inputs = table.inputs
     one_way = {m.clique[0]: m for m in inputs.measurements if len(m.clique) == 1}
     records = []
@@ -198,6 +206,8 @@ def marginal_tvd(table: SyntheticTable) -> CheckResult:
 
     Counted on the synthetic table's encoded codes; each tolerance comes from that measurement's
     own noise scale (`marginal_tolerance`)."""
+    import pandas as pd
+
     inputs = table.inputs
     records = []
     for m in inputs.measurements:
@@ -217,6 +227,8 @@ def duplicates(table: SyntheticTable) -> CheckResult:
 
     Rows are compared on their encoded codes; the bound (`duplicate_bound`) catches a generator
     that copies rows wholesale."""
+    import pandas as pd
+
     inputs = table.inputs
     share = table.repeated / table.total if table.total else 0.0
     allowed, q, source = duplicate_bound(inputs.model, inputs.measurements, inputs.rows)
@@ -243,6 +255,8 @@ def worst(records: list[dict], value: str, name: str) -> dict:
 
 def _bound(value):
     """Bounds as GX compares them with the frame's values: dates as pandas Timestamps."""
+    import pandas as pd
+
     return pd.Timestamp(value) if hasattr(value, "isoformat") else value
 
 

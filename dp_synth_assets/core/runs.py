@@ -57,9 +57,11 @@ class DatasetLock:
 
     def acquire(self, run_id: str, owner: str | None = None,
                 timeout: float = DEFAULT_RUN_WAIT_SECONDS, finished=None, log=None,
-                poll: float = 0.5) -> bool:
+                poll: float = 0.5, wait_setting: str = "warehouse resource, run_wait_seconds"
+                ) -> bool:
         """Hold the dataset for `run_id`; returns True when the run takes it now (its first
-        step, or a stale lock taken over), False when it held it already."""
+        step, or a stale lock taken over), False when it held it already. `wait_setting`: where
+        the caller sets `timeout`, named in the timeout's message."""
         self.root.mkdir(parents=True, exist_ok=True)
         owner = owner or run_owner()
         deadline = time.monotonic() + timeout
@@ -88,7 +90,7 @@ class DatasetLock:
                     f"dataset {self.dataset!r}: run {held['run_id']} (process "
                     f"{held.get('owner', '?')}) still holds it after {timeout:g} s; one run per "
                     f"dataset runs at a time. Retry when it has finished, or raise the wait "
-                    f"(warehouse resource, run_wait_seconds). If that run is dead on another "
+                    f"({wait_setting}). If that run is dead on another "
                     f"host, delete {self.path}")
             time.sleep(poll)
 

@@ -16,10 +16,14 @@ index, `dense`); larger ones sparsely, over the cells that occur (np.unique).
 import math
 from collections.abc import Collection, Mapping, Sequence
 
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING, Union
 
-Table = pd.DataFrame | Mapping[str, np.ndarray]
+import numpy as np
+
+if TYPE_CHECKING:  # a DataFrame works as it is: pandas loads only where one is made
+    import pandas as pd
+
+Table = Union["pd.DataFrame", Mapping[str, np.ndarray]]
 Ordinal = Collection[str] | Mapping[str, int]
 
 MAX_DENSE_CELLS = 1 << 22  # larger marginals are counted sparsely (np.unique)
