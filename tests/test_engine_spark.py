@@ -26,6 +26,20 @@ ROWS = 3000
 TABLE = "lake.example"
 
 
+def test_installing_the_spark_extra_leaves_great_expectations_importable_everywhere():
+    """Great Expectations imports pyspark's Spark Connect module when pyspark is installed, and
+    pyspark 4 exits the process (status 0) from that import when Spark Connect's own
+    dependencies are missing and `__main__` has no file, as in `python -c` (how Dagster starts
+    some step processes): the checks' step then died with SystemExit. The `spark` extra is
+    `pyspark[connect]`, whose dependencies keep the import whole."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", "import great_expectations; print('imported')"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "imported" in done.stdout, done.stderr[-2000:]
+
+
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
     """One local Spark session for the module (one core, one shuffle partition, no UI), the
