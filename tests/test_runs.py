@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from dp_synth_assets.core.sql import literal
-from tests.helpers import REPO, make_project
+from tests.helpers import REPO, example_entry, make_project
 
 DATASET = "example"
 
@@ -86,7 +86,11 @@ def requested(noisy_total: float) -> int:
 
 def test_concurrent_runs_of_one_dataset_each_keep_their_own_table_parquet_measurements_and_checks(
         tmp_path):
-    project = make_project(tmp_path, rows=2000)
+    # four columns of the example (one of each kind): the runs are serialized by the dataset's
+    # lock, so each run's own length is what this test waits for four times
+    columns = example_entry()["columns"]
+    project = make_project(tmp_path, rows=2000, report=None, columns={
+        c: columns[c] for c in ("age", "sex", "signup_date", "newsletter")})
     runs = [report(p) for p in [start_run(project, tmp_path) for _ in range(4)]]
 
     assert all(r["success"] for r in runs), runs
