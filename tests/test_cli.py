@@ -8,7 +8,7 @@ from pathlib import Path
 import dagster as dg
 import duckdb
 
-from tests.helpers import REPO, dagster_env, make_project
+from tests.helpers import REPO, dagster_env, example_entry, make_project
 
 BIN = Path(sys.executable).parent
 
@@ -101,8 +101,12 @@ def test_parallel_pgm_units_run_as_separate_processes_under_dagster(tmp_path):
     """`generator: parallel_pgm` with `model.workers: 2`: the dataset's job runs on Dagster's
     multiprocess executor, and the model's units of work are separate steps, in separate
     processes (no process pool of ours), whose tables make one model."""
+    # the job runs every step in a process of its own: no utility report, seven columns
+    columns = example_entry()["columns"]
     project = make_project(tmp_path / "project", rows=2000, generator="parallel_pgm",
-                           model={"iterations": 200, "workers": 2})
+                           model={"iterations": 200, "workers": 2}, report=None, columns={
+                               c: columns[c] for c in ("age", "sex", "race", "education",
+                                                       "occupation", "income", "newsletter")})
     env = cli_env(tmp_path, project)
     home = Path(env["DAGSTER_HOME"])
     done = run([str(BIN / "dagster"), "job", "execute", "-f", str(REPO / "definitions.py"),
