@@ -47,10 +47,9 @@ BYTES_PER_CELL = 64                # junction-tree cell at the fit's peak
 JAX_BASE_MB = 400.0                # JAX and mbi in the fitting process
 FIT_OVERHEAD_SECONDS = 10.0        # JAX compilation of one fit
 # the numpy estimator (mirror.fit), per iteration: a Python-level cost per clique (junction-tree
-# and measured), and a per-cell cost (measured at 5e-8; doubled, so that large trees, where
-# XLA's fused float32 kernels should win, stay with mbi)
+# and measured) and a cost per junction-tree cell (float64 belief propagation, twice per step)
 NUMPY_SECONDS_PER_CLIQUE_ITERATION = 5e-5
-NUMPY_SECONDS_PER_CELL_ITERATION = 1e-7
+NUMPY_SECONDS_PER_CELL_ITERATION = 1.5e-7
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",  # what JAX reports for one compile
                    "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
