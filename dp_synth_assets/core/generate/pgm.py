@@ -12,10 +12,10 @@ the noisy measurements, in the graphical model of the junction tree of those cli
   they finish.
 - Two implementations of that one estimator: mbi's JAX program (`fit`) and the same mirror
   descent in numpy (`mirror.fit`: the same least-squares loss, Armijo step and known total, on
-  the same junction tree). JAX pays a compilation of about FIT_OVERHEAD_SECONDS per fit, then
-  iterates faster per cell; numpy compiles nothing. `estimator` takes the one with the smaller
-  estimated time (`fit_seconds`): numpy on small junction trees, where the compilation is most
-  of the fit, mbi on large ones. Both run `model.iterations` steps; the fitted model is the
+  the same junction tree). JAX pays a compilation of about FIT_OVERHEAD_SECONDS per fit; numpy
+  compiles nothing but pays Python's overhead per clique and iteration. `estimator` takes the
+  one with the smaller estimated time (`fit_seconds`, constants measured on both): numpy unless
+  the measurements make hundreds of cliques. Both run `model.iterations` steps; the fitted model is the
   estimator's solution either way, so the choice changes time, not what is fitted.
 - The engine's model is a `CliqueTree` (tree.py) of the fitted model's exact maximal-clique
   marginals (`clique_tree`), sampled by forward sampling of the junction tree.
@@ -46,10 +46,12 @@ SECONDS_PER_CELL_ITERATION = 5e-8  # one clique cell, one mirror-descent iterati
 BYTES_PER_CELL = 64                # junction-tree cell at the fit's peak
 JAX_BASE_MB = 400.0                # JAX and mbi in the fitting process
 FIT_OVERHEAD_SECONDS = 10.0        # JAX compilation of one fit
-# the numpy estimator (mirror.fit), per iteration: a Python-level cost per clique (junction-tree
-# and measured) and a cost per junction-tree cell (float64 belief propagation, twice per step)
-NUMPY_SECONDS_PER_CLIQUE_ITERATION = 5e-5
-NUMPY_SECONDS_PER_CELL_ITERATION = 1.5e-7
+# the numpy estimator (mirror.fit), per iteration, in the units of mbi's constants above (both
+# estimators timed on the same trees at the same load: adult's 10.9k cells / 52 cliques and
+# 158k cells / 61 cliques, 1500 iterations): a Python-level cost per clique (junction-tree and
+# measured) and a cost per junction-tree cell
+NUMPY_SECONDS_PER_CLIQUE_ITERATION = 1.2e-5
+NUMPY_SECONDS_PER_CELL_ITERATION = 4.4e-8
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",  # what JAX reports for one compile
                    "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
