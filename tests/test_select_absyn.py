@@ -113,8 +113,8 @@ def test_greedy_error_is_closed_form_and_e0_on_the_candidates_scale():
     """Three binary columns, n = 10,000: one strong pair (R = 5000 counts) and two noise draws
     below 0. The raw sum E_0 = -1000 beats every candidate and nothing would be selected; on the
     candidates' scale (clipped) E_0 = 5000 and selecting (a, b) leaves E = E_eta of one 4-cell
-    marginal = 4 / sqrt(pi rho) (E_cor = 0: the other pairs' scores clip to 0)."""
-    from dp_synth_assets.core.select.absyn import greedy
+    marginal = FIT_NOISE_SHARE 4 / sqrt(pi rho) (E_cor = 0: the other pairs' scores clip to 0)."""
+    from dp_synth_assets.core.select.absyn import FIT_NOISE_SHARE, greedy
 
     pairs = [("a", "b"), ("a", "c"), ("b", "c")]
     domain = {"a": 2, "b": 2, "c": 2}
@@ -122,7 +122,8 @@ def test_greedy_error_is_closed_form_and_e0_on_the_candidates_scale():
     r_bar = normalize_scores(np.array([5000.0, -3000.0, -3000.0]), pairs, domain, n)
     selected, trace = greedy(pairs, r_bar, domain, n, rho, tau=100_000)
     assert selected == [("a", "b")]
-    assert trace[0]["total_error"] == pytest.approx(4 / math.sqrt(math.pi * rho), abs=1e-3)
+    assert FIT_NOISE_SHARE == 0.5
+    assert trace[0]["total_error"] == pytest.approx(0.5 * 4 / math.sqrt(math.pi * rho), abs=1e-3)
     # a second pair would only add noise error: the greedy stops after one round
     assert len(trace) == 1
 

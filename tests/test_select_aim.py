@@ -399,3 +399,34 @@ def test_the_estimator_solves_the_least_squares_fit_of_noisy_marginals():
     _, model = aim_fit.fit(domain, ms, total, 2000)
     for c in cliques:  # the measured marginals of the optimum are unique (strictly convex loss)
         np.testing.assert_allclose(model.project(c), project(best, c), atol=0.05, err_msg=str(c))
+
+
+def test_the_pgm_engine_fits_a_small_tree_in_numpy_and_a_large_one_with_mbi():
+    """The pgm engine's estimator choice (generate/pgm.py `estimator`): the numpy mirror descent
+    where JAX's compilation would be most of the fit, mbi where hundreds of cliques make numpy's
+    per-clique cost larger; the numpy fit is the engine's model (a CliqueTree whose tables are
+    the fitted marginals)."""
+    from dp_synth_assets.core.config import ModelSettings
+    from dp_synth_assets.core.generate import pgm
+    from dp_synth_assets.core.generate.tree import CliqueTree, marginalize
+
+    domain = {"a": 3, "b": 2, "c": 4}
+    truth = np.random.default_rng(SEED).dirichlet(np.ones(24)).reshape(3, 2, 4) * 500
+    names = list(domain)
+
+    def project(c):
+        summed = truth.sum(axis=tuple(i for i, a in enumerate(names) if a not in c))
+        return np.transpose(summed, [[a for a in names if a in c].index(a) for a in c])
+
+    ms = [Measurement(c, project(c), 1.0, 0.5) for c in [("a", "b"), ("b", "c")]]
+    assert pgm.estimator(domain, ms, 1500) == "numpy"
+    model = pgm.fit_unit([0], domain, ms, 500.0, ModelSettings(iterations=1500))
+    assert isinstance(model, CliqueTree)
+    for m in ms:  # consistent marginals of a tree: the fit reproduces them
+        host = next(i for i, c in enumerate(model.cliques) if set(m.clique) <= set(c))
+        np.testing.assert_allclose(500.0 * marginalize(model.tables[host], model.cliques[host],
+                                                       m.clique), m.noisy, atol=0.05)
+    # hundreds of cliques: numpy's per-clique cost per iteration passes JAX's compilation
+    chain = {f"x{i}": 2 for i in range(400)}
+    many = [Measurement((f"x{i}", f"x{i + 1}"), np.zeros((2, 2)), 1.0, 0.5) for i in range(399)]
+    assert pgm.estimator(chain, many, 1500) == "mbi"

@@ -10,12 +10,21 @@ the noisy measurements, in the graphical model of the junction tree of those cli
   `LinearMeasurement` (stddev = its Gaussian sigma) and the noisy total as mbi's `known_total`,
   in one `estimate` call; with a `log` it reports JAX's compile time, then the iterations as
   they finish.
+- Two implementations of that one estimator: mbi's JAX program (`fit`) and the same mirror
+  descent in numpy (`mirror.fit`: the same least-squares loss, Armijo step and known total, on
+  the same junction tree). JAX pays a compilation of about FIT_OVERHEAD_SECONDS per fit; numpy
+  compiles nothing but pays Python's overhead per clique and iteration. `estimator` takes the
+  one with the smaller estimated time (`fit_seconds`, constants measured on both): numpy unless
+  the measurements make hundreds of cliques. Both run `model.iterations` steps; the fitted model is the
+  estimator's solution either way, so the choice changes time, not what is fitted.
 - The engine's model is a `CliqueTree` (tree.py) of the fitted model's exact maximal-clique
   marginals (`clique_tree`), sampled by forward sampling of the junction tree.
-- `estimate`: time = FIT_OVERHEAD_SECONDS + cells x iterations x SECONDS_PER_CELL_ITERATION,
-  memory = JAX_BASE_MB + cells x BYTES_PER_CELL, over the junction tree's cells; the constants
-  were measured with mbi 2.0 (float32) on the 2-core reference machine
-  (bench/results/engines.md).
+- `estimate`: time = the chosen estimator's `fit_seconds` (mbi: FIT_OVERHEAD_SECONDS + cells x
+  iterations x SECONDS_PER_CELL_ITERATION; numpy: iterations x (cliques x
+  NUMPY_SECONDS_PER_CLIQUE_ITERATION + cells x NUMPY_SECONDS_PER_CELL_ITERATION), cliques
+  counting the junction tree's and the distinct measured ones), memory = JAX_BASE_MB + cells x BYTES_PER_CELL, over the
+  junction tree's cells; the constants were measured with mbi 2.0 (float32) and numpy (float64)
+  on the 2-core reference machine (bench/results/engines.md, bench/results/method_notes.md).
 """
 
 import functools
@@ -26,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..measure import Measurement
+from . import mirror
 from .base import Estimate, ModelTooLarge, budget_text, within_budget
 from .tree import CliqueTree, dumps, junction_tree, loads, sample_chunks  # noqa: F401 (engine contract)
 
@@ -36,6 +46,12 @@ SECONDS_PER_CELL_ITERATION = 5e-8  # one clique cell, one mirror-descent iterati
 BYTES_PER_CELL = 64                # junction-tree cell at the fit's peak
 JAX_BASE_MB = 400.0                # JAX and mbi in the fitting process
 FIT_OVERHEAD_SECONDS = 10.0        # JAX compilation of one fit
+# the numpy estimator (mirror.fit), per iteration, in the units of mbi's constants above (both
+# estimators timed on the same trees at the same load: adult's 10.9k cells / 52 cliques and
+# 158k cells / 61 cliques, 1500 iterations): a Python-level cost per clique (junction-tree and
+# measured) and a cost per junction-tree cell
+NUMPY_SECONDS_PER_CLIQUE_ITERATION = 1.2e-5
+NUMPY_SECONDS_PER_CELL_ITERATION = 4.4e-8
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",  # what JAX reports for one compile
                    "/jax/core/compile/jaxpr_to_mlir_module_duration",
                    "/jax/core/compile/backend_compile_duration")
@@ -89,7 +105,7 @@ def estimate(domain: dict[str, int], measurements: list[Measurement], rows: int,
     """One fit over the whole junction tree (see the module docstring); infeasible as well when
     the largest clique is above `model.max_clique_cells` (the guard would refuse it)."""
     sizes = junction_cells(domain, measurements)
-    seconds = FIT_OVERHEAD_SECONDS + sum(sizes) * settings.iterations * SECONDS_PER_CELL_ITERATION
+    seconds = min(fit_seconds(domain, measurements, settings.iterations).values())
     memory = JAX_BASE_MB + sum(sizes) * BYTES_PER_CELL / 2**20
     why = f"junction tree {sum(sizes):,} cells, largest clique {max(sizes):,} {budget_text(settings)}"
     ok = max(sizes) <= settings.max_clique_cells
@@ -108,9 +124,30 @@ def check(domain: dict[str, int], measurements: list[Measurement], settings,
             "model_mb": round(size.megabytes, 4)}
 
 
+def fit_seconds(domain: dict[str, int], measurements: list[Measurement],
+                iterations: int) -> dict[str, float]:
+    """Estimated seconds of one fit of `iterations` steps on the measurements' junction tree, per
+    estimator (module docstring)."""
+    sizes = junction_cells(domain, measurements)
+    cliques = len(sizes) + len({tuple(m.clique) for m in measurements})
+    return {"mbi": FIT_OVERHEAD_SECONDS + sum(sizes) * iterations * SECONDS_PER_CELL_ITERATION,
+            "numpy": iterations * (cliques * NUMPY_SECONDS_PER_CLIQUE_ITERATION
+                                   + sum(sizes) * NUMPY_SECONDS_PER_CELL_ITERATION)}
+
+
+def estimator(domain: dict[str, int], measurements: list[Measurement], iterations: int) -> str:
+    """The estimator with the smaller `fit_seconds` (numpy on a tie)."""
+    seconds = fit_seconds(domain, measurements, iterations)
+    return "numpy" if seconds["numpy"] <= seconds["mbi"] else "mbi"
+
+
 def fit_unit(unit: list[int], domain: dict[str, int], measurements: list[Measurement],
              noisy_total: float, settings, log=None) -> CliqueTree:
-    """The whole fit (pgm has one unit): `fit`, then its clique tree."""
+    """The whole fit (pgm has one unit) by `estimator`'s choice, then its clique tree."""
+    if estimator(domain, measurements, settings.iterations) == "numpy":
+        _, calibrated = mirror.fit(domain, measurements, noisy_total, settings.iterations,
+                                   log=log)
+        return calibrated.clique_tree()
     return clique_tree(fit(domain, measurements, noisy_total, settings.iterations, log=log),
                        domain)
 

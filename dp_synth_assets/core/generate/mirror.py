@@ -1,0 +1,194 @@
+"""Private-PGM's estimator in numpy: a mirror-descent fit of a graphical model on the junction tree
+of the measured cliques, warm-startable, and the fitted model's marginals on any clique. The `pgm`
+engine runs it instead of mbi's JAX program when it is estimated faster (`pgm.estimator`), and AIM
+(`select/aim.py`) refits with it every round; nothing is compiled.
+
+Model (Private-PGM, McKenna, Sheldon, Miklau 2019; AIM section 4): P(x) proportional to
+exp(sum_m theta_m(x_m)) with one log-potential theta_m per distinct measured clique m. Its clique
+marginals come from belief propagation on the junction tree of those cliques (`tree.junction_tree`,
+the tree the pgm engine fits; `tree.calibrate`). mu_m = N P_m, with N the noisy total.
+
+Fit: minimize L(mu) = 1/2 sum_m ||mu_m - y_m||^2 / sigma_m^2 (y_m and sigma_m: the inverse-variance
+pool of the measurements of m, the same least-squares objective as mbi's up to a constant) by
+mirror descent in theta: theta_m <- theta_m - alpha (mu_m - y_m) / sigma_m^2, with Armijo's
+sufficient-decrease test on each step (L(mu) - L(mu') >= 1/2 grad . (mu - mu'); accepted: alpha grows by `STEP_GROWTH`; refused: alpha
+halves and theta stays), as mbi's MirrorDescent does. The first step size is mbi's 2 / (L N) with
+L = max over junction-tree cliques C of sum_{m hosted in C} |C| / (|m| sigma_m^2). A fit starts
+from a previous fit's theta (new cliques start at 0) and from the larger of its step size and
+2 / (L N) (at an optimum every step is refused and alpha collapses, which must not carry over to
+the next round), so an AIM round runs only a bounded number of iterations; nothing is compiled.
+
+Marginals (`Calibrated.project`): of a clique inside a junction-tree clique, a sum of that
+clique's table; otherwise, per connected component, the product of the tables of the smallest
+subtree that covers the query's attributes divided by the marginals on its separators (the
+junction-tree factorization of P restricted to that subtree), summed to the query by np.einsum;
+components are independent, so their parts multiply.
+
+`log`, if given, gets a progress line about every tenth of the iterations ("pgm: iteration
+i/N, s fitting"), the same lines the pgm engine's mbi fit logs.
+"""
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..domain import Clique
+from ..measure import Measurement
+from .tree import (CliqueTree, broadcast_to, calibrate, junction_tree, marginalize,
+                   tree_children)
+
+STEP_GROWTH = 1.05  # Armijo: the step size after an accepted step (mbi: 1.01)
+
+
+# ------------------------------------------------------------------------------ marginals
+
+@dataclass(frozen=True)
+class Calibrated:
+    """A fitted model's junction tree with every clique's probability table and the total N."""
+
+    domain: dict[str, int]
+    cliques: tuple[Clique, ...]
+    separators: tuple[Clique, ...]
+    parents: tuple[int, ...]
+    tables: tuple[np.ndarray, ...]
+    total: float
+
+    def clique_tree(self) -> CliqueTree:
+        """The fitted distribution as a `CliqueTree` (the pgm engine's model): the same junction
+        tree, its calibrated clique tables as the sampling tables."""
+        return CliqueTree(dict(self.domain), self.cliques, self.separators, self.tables)
+
+    def project(self, query: Clique) -> np.ndarray:
+        """N times the model's marginal on `query` (axes in `query` order)."""
+        query = tuple(query)
+        inside = [i for i, c in enumerate(self.cliques) if set(query) <= set(c)]
+        if inside:
+            i = min(inside, key=lambda k: self.tables[k].size)
+            return self.total * marginalize(self.tables[i], self.cliques[i], query)
+        root_of = self._roots()
+        parts: dict[int, list[str]] = {}
+        for a in query:
+            node = next(i for i, c in enumerate(self.cliques) if a in c)
+            parts.setdefault(root_of[node], []).append(a)
+        result, axes = np.ones(()), []
+        for attrs in parts.values():
+            result = np.multiply.outer(result, self._component_marginal(tuple(attrs)))
+            axes += attrs
+        return self.total * np.transpose(result, [axes.index(a) for a in query])
+
+    def _roots(self) -> list[int]:
+        roots = []
+        for i, parent in enumerate(self.parents):
+            roots.append(i if parent < 0 else roots[parent])
+        return roots
+
+    def _component_marginal(self, attrs: Clique) -> np.ndarray:
+        """P on `attrs`, all in one connected component: einsum over the covering subtree."""
+        inside = [i for i, c in enumerate(self.cliques) if set(attrs) <= set(c)]
+        if inside:
+            i = min(inside, key=lambda k: self.tables[k].size)
+            return marginalize(self.tables[i], self.cliques[i], attrs)
+        chosen = {next(i for i, c in enumerate(self.cliques) if a in c) for a in attrs}
+        nodes: set[int] = set()
+        for i in chosen:  # the paths from each chosen clique to the root
+            while i >= 0 and i not in nodes:
+                nodes.add(i)
+                i = self.parents[i]
+        children = tree_children(list(self.parents))
+        top = min(nodes)  # the root (parents come first)
+        while top not in chosen:  # drop the part above the subtree's own top
+            below = [c for c in children[top] if c in nodes]
+            if len(below) != 1:
+                break
+            nodes.discard(top)
+            top = below[0]
+        labels = {a: k for k, a in enumerate(sorted({a for i in nodes for a in self.cliques[i]},
+                                                    key=list(self.domain).index))}
+        operands: list = []
+        for i in sorted(nodes):
+            operands += [self.tables[i], [labels[a] for a in self.cliques[i]]]
+            if i != top:
+                sep = self.separators[i]
+                mass = marginalize(self.tables[i], self.cliques[i], sep)
+                inverse = np.divide(1.0, mass, out=np.zeros_like(mass), where=mass > 0)
+                operands += [inverse, [labels[a] for a in sep]]
+        return np.einsum(*operands, [labels[a] for a in attrs], optimize="greedy")
+
+
+# ------------------------------------------------------------------------------ the fit
+
+@dataclass(frozen=True)
+class FitState:
+    """Where a fit ended: the log-potential of each measured clique and Armijo's step size."""
+
+    theta: dict
+    alpha: float
+
+
+def pool(measurements: list[Measurement]) -> dict[Clique, tuple[np.ndarray, float]]:
+    """Per distinct clique (in order of first appearance): the inverse-variance weighted mean of
+    its measurements and the sum of their weights 1 / sigma^2."""
+    sums: dict[Clique, list] = {}
+    for m in measurements:
+        w = 1.0 / m.sigma ** 2
+        entry = sums.setdefault(tuple(m.clique), [0.0, 0.0])
+        entry[0] = entry[0] + w * np.asarray(m.noisy, dtype=np.float64)
+        entry[1] += w
+    return {c: (s / w, w) for c, (s, w) in sums.items()}
+
+
+def fit(domain: dict[str, int], measurements: list[Measurement], total: float, iterations: int,
+        warm: FitState | None = None, log=None) -> tuple[FitState, Calibrated]:
+    """`iterations` mirror-descent steps (module docstring) from `warm` (or from the uniform
+    distribution); the state to warm-start the next fit from and the calibrated model."""
+    total = max(float(total), 1.0)
+    pooled = pool(measurements)
+    cliques = list(pooled)
+    order, separators, parents = junction_tree(domain, cliques)
+    host = {m: min((i for i, c in enumerate(order) if set(m) <= set(c)),
+                   key=lambda i: len(order[i])) for m in cliques}
+    theta = {m: (warm.theta[m] if warm is not None and m in warm.theta
+                 else np.zeros([domain[a] for a in m])) for m in cliques}
+    lipschitz = [0.0] * len(order)
+    for m, (_, w) in pooled.items():
+        size = math.prod(domain[a] for a in order[host[m]])
+        lipschitz[host[m]] += w * size / math.prod(domain[a] for a in m)
+    alpha = 2.0 / (max(lipschitz) * total)
+    if warm is not None:  # a step that converged fits shrink alpha: never start below 2 / (L N)
+        alpha = max(alpha, warm.alpha)
+
+    def marginals(theta):
+        psi = [np.zeros([domain[a] for a in c]) for c in order]
+        for m, values in theta.items():
+            psi[host[m]] = psi[host[m]] + broadcast_to(values, m, order[host[m]], domain)
+        tables = calibrate(domain, order, separators, parents, psi)
+        mu = {m: total * marginalize(tables[host[m]], order[host[m]], m) for m in cliques}
+        return mu, tables
+
+    def loss(mu):
+        return 0.5 * sum(w * float(((mu[m] - y) ** 2).sum()) for m, (y, w) in pooled.items())
+
+    mu, tables = marginals(theta)
+    current = loss(mu)
+    started, every = time.perf_counter(), max(1, iterations // 10)
+    if log is not None:
+        log(f"pgm: {iterations} iterations on {len(measurements)} measurements (numpy)")
+    for step in range(iterations):
+        grad = {m: w * (mu[m] - y) for m, (y, w) in pooled.items()}
+        trial = {m: theta[m] - alpha * grad[m] for m in cliques}
+        mu2, tables2 = marginals(trial)
+        loss2 = loss(mu2)
+        decrease = 0.5 * sum(float((grad[m] * (mu[m] - mu2[m])).sum()) for m in cliques)
+        if current - loss2 >= decrease:
+            theta, mu, tables, current = trial, mu2, tables2, loss2
+            alpha *= STEP_GROWTH
+        else:
+            alpha *= 0.5
+        if log is not None and ((step + 1) % every == 0 or step + 1 == iterations):
+            log(f"pgm: iteration {step + 1}/{iterations}, "
+                f"{time.perf_counter() - started:.1f}s fitting")
+    calibrated = Calibrated(dict(domain), tuple(order), tuple(separators), tuple(parents),
+                            tuple(tables), total)
+    return FitState(theta, alpha), calibrated
