@@ -172,11 +172,12 @@ def test_a_successful_run_publishes_nothing_derived_from_the_source(planted):
     assert result.success
     sensor = defs.get_sensor_def(f"{DATASET}_source_change")
     texts = []
-    with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
+    with dg.build_sensor_context(instance=instance, resources=defs.resources,
+                                 definitions=defs) as context:
         first = sensor.evaluate_tick(context)
     run_sql(project, "INSERT INTO main.example SELECT * FROM main.example LIMIT 1")
     with dg.build_sensor_context(instance=instance, resources=defs.resources,
-                                 cursor=first.cursor) as context:
+                                 cursor=first.cursor, definitions=defs) as context:
         second = sensor.evaluate_tick(context)
     for tick in (first, second):
         texts += [repr(tick.cursor), repr(tick.skip_message),

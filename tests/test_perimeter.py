@@ -130,8 +130,8 @@ def published(instance: dg.DagsterInstance, project=None) -> str:
 
 
 def tick(defs, instance, cursor=None):
-    with dg.build_sensor_context(instance=instance, cursor=cursor,
-                                 resources=defs.resources) as context:
+    with dg.build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources,
+                                 definitions=defs) as context:
         return defs.get_sensor_def(SENSOR).evaluate_tick(context)
 
 
