@@ -39,7 +39,7 @@ run: install $(DAGSTER_HOME)/dagster.yaml
 TEST_WORKERS ?= 2
 
 test: install
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -f definitions.py
