@@ -287,6 +287,28 @@ def test_a_spark_error_quoting_a_value_stays_in_the_private_log(spark, tmp_path,
     assert secret not in out + err
 
 
+def test_the_spark_content_summary_changes_with_any_value_and_not_with_the_order(spark):
+    """The change signal computed in Spark is the same for the same rows in any order and
+    differs when one value changes: a value moved to a NULL column of the same row (where a
+    hash that skips NULLs would not see it), '' or 'null' for NULL, a double by one ulp, a
+    timestamp by one microsecond."""
+    engine = scans.SparkEngine(duckdb.connect(":memory:"), spark)
+
+    def summary(*rows):
+        values = ", ".join(f"({i}, {a}, {b}, {x}, TIMESTAMP '2020-01-01 00:00:00.{t:06d}')"
+                           for i, a, b, x, t in rows)
+        return engine.content_summary(f"(SELECT * FROM (VALUES {values}) AS v(i, a, b, x, t))")
+
+    rows = [(1, "'u'", "NULL", "0.1", 1), (2, "NULL", "'u'", "2.5", 2), (3, "'v'", "'w'", "1e300", 3)]
+    first = summary(*rows)
+    assert first.startswith("3:") and summary(*reversed(rows)) == first
+    changed = [[(1, "NULL", "'u'", "0.1", 1)], [(1, "''", "NULL", "0.1", 1)],
+               [(1, "'null'", "NULL", "0.1", 1)], [(1, "'u'", "NULL", "0.10000000000000002", 1)],
+               [(1, "'u'", "NULL", "0.1", 2)]]
+    for one in changed:
+        assert summary(*one, *rows[1:]) != first, one
+
+
 # ------------------------------------------------------------------------- the Dagster pipeline
 
 BIG_ROWS = 20_000  # more rows than the pipeline's marginals have cells
