@@ -22,7 +22,9 @@ does not grow with the source). Recorded per engine and row count:
 - `total_seconds`: from opening the source to the sampled table (scans, selection, measurement,
   model fit, sampling); `startup_seconds` (before it): starting the Spark session's JVM;
 - `peak_mb`: the peak resident memory of the Python process (getrusage in the child, the
-  process a Dagster step would be): it holds aggregates only, so it must not grow with the rows.
+  process a Dagster step would be): it holds aggregates only, so it must not grow with the rows;
+  `scan_peak_mb`: the same peak when the private scans end (before the model fit and sampling,
+  whose memory is set by the domain and the sampled rows).
   DuckDB runs inside that process, so its figure includes DuckDB's own buffers; Spark's JVM
   and PostgreSQL's server are other processes, not counted;
 - `max_rows_fetched`: the largest number of rows one query of the engine returned (Spark and
@@ -239,6 +241,7 @@ def child(engine: str, rows: int, columns: int, iterations: int, sample: int) ->
             digest.update(repr(clique).encode())
             digest.update(np.ascontiguousarray(counts[clique], dtype=np.int64).tobytes())
         fetched = getattr(run.con, "fetched", None)
+    scan_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     synth.store.write_plan(plan)
     synth.store.write_selection(chosen)
     synth.store.write_measurements(found)
@@ -251,6 +254,7 @@ def child(engine: str, rows: int, columns: int, iterations: int, sample: int) ->
         "preprocess_seconds": round(preprocess, 2), "marginal_seconds": round(marginal, 2),
         "oracle_seconds": round(oracle.seconds, 2), "total_seconds": round(total, 2),
         "startup_seconds": round(startup, 2), "peak_mb": round(peak, 1),
+        "scan_peak_mb": round(scan_peak, 1),
         "aggregates_sha256": digest.hexdigest(), "marginals": len(cliques),
         "max_rows_fetched": fetched, "sampled": table.num_rows,
         "generator": synth.choice.engine if synth.choice is not None else None}), flush=True)
@@ -294,13 +298,14 @@ def write_markdown(records: list[dict]) -> None:
              "PostgreSQL 15 with `" + PG_SETTINGS.replace("-c ", "") + "`; Spark `local[2]`.",
              "",
              "| rows | columns | engine | scan s | total s | startup s | peak MB (Python) "
-             "| max rows fetched | aggregates equal | load1 |",
-             "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
+             "| after scans MB | max rows fetched | aggregates equal | load1 |",
+             "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |"]
     for r in records:
         fetched = r.get("max_rows_fetched")
         lines.append(f"| {r['rows']:,} | {r['columns']} | {r['engine']} | "
                      f"{_f(r.get('scan_seconds'))} | {_f(r.get('total_seconds'))} | "
                      f"{_f(r.get('startup_seconds'))} | {_f(r.get('peak_mb'), 0)} | "
+                     f"{_f(r.get('scan_peak_mb'), 0)} | "
                      f"{'-' if fetched is None else fetched} | {r.get('aggregates_equal')} | "
                      f"{r.get('load1')} |")
     text = TABLE_MD.read_text() if TABLE_MD.exists() else ""
