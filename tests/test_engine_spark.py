@@ -1,7 +1,8 @@
 """The Spark scan engine (core/scans.py): the private scans run as Spark SQL in one local
 session (its JVM started once for the module), the translated constructs give DuckDB's values,
 the exact aggregates equal DuckDB's on the same rows, the example synthesizes end to end with
-`engine: spark` while no query returns more rows than an aggregate's cells, and a Spark error
+`engine: spark` (notebook API and Dagster pipeline, change detection included: the change
+signal computed in Spark) while no query returns more rows than an aggregate's cells, and a Spark error
 that quotes a value stays out of the public failure and of the process's output."""
 
 from pathlib import Path
