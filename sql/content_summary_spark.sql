@@ -9,8 +9,10 @@
 -- digests collide). Private: it is only ever an input of HMAC-SHA256 under the installation's
 -- secret (dp_synth_assets/core/change.py).
 SELECT concat_ws(':', CAST(count(*) AS STRING),
-       CAST(coalesce(sum(CAST(conv(substr(digest, 1, 16), 16, 10) AS DECIMAL(38, 0))), 0) AS STRING),
-       CAST(coalesce(sum(CAST(conv(substr(digest, 17, 16), 16, 10) AS DECIMAL(38, 0))), 0) AS STRING))
+       CAST(coalesce(sum(CAST(conv(substr(digest, 1, 16), 16, 10) AS DECIMAL(38, 0))), 0)
+            AS STRING),
+       CAST(coalesce(sum(CAST(conv(substr(digest, 17, 16), 16, 10) AS DECIMAL(38, 0))), 0)
+            AS STRING))
 FROM (SELECT md5(to_json(struct(*), map(
         'ignoreNullFields', 'false',
         'timestampFormat', "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",

@@ -2,8 +2,8 @@
 session (its JVM started once for the module), the translated constructs give DuckDB's values,
 the exact aggregates equal DuckDB's on the same rows, the example synthesizes end to end with
 `engine: spark` (notebook API and Dagster pipeline, change detection included: the change
-signal computed in Spark) while no query returns more rows than an aggregate's cells, and a Spark error
-that quotes a value stays out of the public failure and of the process's output."""
+signal computed in Spark) while no query returns more rows than an aggregate's cells, and a
+Spark error that quotes a value stays out of the public failure and of the process's output."""
 
 from pathlib import Path
 from types import SimpleNamespace
@@ -300,7 +300,8 @@ def test_the_spark_content_summary_changes_with_any_value_and_not_with_the_order
                            for i, a, b, x, t in rows)
         return engine.content_summary(f"(SELECT * FROM (VALUES {values}) AS v(i, a, b, x, t))")
 
-    rows = [(1, "'u'", "NULL", "0.1", 1), (2, "NULL", "'u'", "2.5", 2), (3, "'v'", "'w'", "1e300", 3)]
+    rows = [(1, "'u'", "NULL", "0.1", 1), (2, "NULL", "'u'", "2.5", 2),
+            (3, "'v'", "'w'", "1e300", 3)]
     first = summary(*rows)
     assert first.startswith("3:") and summary(*reversed(rows)) == first
     changed = [[(1, "NULL", "'u'", "0.1", 1)], [(1, "''", "NULL", "0.1", 1)],
