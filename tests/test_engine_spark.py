@@ -1,13 +1,16 @@
 """The Spark scan engine (core/scans.py): the private scans run as Spark SQL in one local
 session (its JVM started once for the module), the translated constructs give DuckDB's values,
 the exact aggregates equal DuckDB's on the same rows, the example synthesizes end to end with
-`engine: spark` while no query returns more rows than an aggregate's cells, and a Spark error
-that quotes a value stays out of the public failure and of the process's output."""
+`engine: spark` (notebook API and Dagster pipeline, change detection included: the change
+signal computed in Spark) while no query returns more rows than an aggregate's cells, and a
+Spark error that quotes a value stays out of the public failure and of the process's output."""
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -297,3 +300,157 @@ def test_a_spark_error_quoting_a_value_stays_in_the_private_log(spark, tmp_path,
     assert secret in log and "Spark" in log
     out, err = capfd.readouterr()
     assert secret not in out + err
+
+
+def test_the_spark_content_summary_changes_with_any_value_and_not_with_the_order(spark):
+    """The change signal computed in Spark is the same for the same rows in any order and
+    differs when one value changes: a value moved to a NULL column of the same row (where a
+    hash that skips NULLs would not see it), '' or 'null' for NULL, a double by one ulp, a
+    timestamp by one microsecond."""
+    engine = scans.SparkEngine(duckdb.connect(":memory:"), spark)
+
+    def summary(*rows):
+        values = ", ".join(f"({i}, {a}, {b}, {x}, TIMESTAMP '2020-01-01 00:00:00.{t:06d}')"
+                           for i, a, b, x, t in rows)
+        return engine.content_summary(f"(SELECT * FROM (VALUES {values}) AS v(i, a, b, x, t))")
+
+    rows = [(1, "'u'", "NULL", "0.1", 1), (2, "NULL", "'u'", "2.5", 2),
+            (3, "'v'", "'w'", "1e300", 3)]
+    first = summary(*rows)
+    assert first.startswith("3:") and summary(*reversed(rows)) == first
+    changed = [[(1, "NULL", "'u'", "0.1", 1)], [(1, "''", "NULL", "0.1", 1)],
+               [(1, "'null'", "NULL", "0.1", 1)], [(1, "'u'", "NULL", "0.10000000000000002", 1)],
+               [(1, "'u'", "NULL", "0.1", 2)]]
+    for one in changed:
+        assert summary(*one, *rows[1:]) != first, one
+
+
+# ------------------------------------------------------------------------- the Dagster pipeline
+
+BIG_ROWS = 20_000  # more rows than the pipeline's marginals have cells
+
+
+def _pipeline_project(tmp_path, source: dict):
+    """A datasets.yaml whose `example` reads `source` through `engine: spark` (no session
+    settings: under dagster.materialize's in-process executor the stages run in this process,
+    so the builder returns the module's active session), six columns (each kind, a quick fit),
+    1000 rows out; and its Definitions."""
+    import yaml
+
+    from dp_synth_assets.definitions import build_definitions
+
+    kept = ("age", "sex", "race", "income", "signup_date", "newsletter")
+    columns = {k: v for k, v in example_entry()["columns"].items() if k in kept}
+    entry = example_entry(source=source, report=None, engine="spark", rows=1000, columns=columns)
+    tmp_path.mkdir()
+    datasets = tmp_path / "datasets.yaml"
+    datasets.write_text(yaml.safe_dump({"datasets": {"example": entry}}, sort_keys=False))
+    project = SimpleNamespace(datasets=datasets, warehouse=tmp_path / "warehouse.duckdb",
+                              ledger=tmp_path / "ledger.sqlite", public=tmp_path / "public")
+    project.defs = build_definitions(datasets, project.warehouse, project.ledger, project.public)
+    return project
+
+
+def _observer(project, instance):
+    """A function observing the project's `source` asset, returning its data version."""
+    import dagster as dg
+    from dagster._core.definitions.observe import observe
+
+    defs = project.defs
+    source = next(a for a in defs.assets
+                  if getattr(a, "key", None) == dg.AssetKey(["example", "source"]))
+
+    def version():
+        result = observe([source], resources=defs.resources, instance=instance)
+        assert result.success
+        [event] = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+        return event.event_specific_data.asset_observation.data_version
+    return version
+
+
+def _materialize_all(project, instance):
+    import dagster as dg
+
+    from dp_synth_assets.checks.suites import CHECKS
+
+    defs = project.defs
+    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                            instance=instance, raise_on_error=False)
+    assert result.success
+    assert sorted(e.check_name for e in result.get_asset_check_evaluations()) == sorted(CHECKS)
+    assert (project.public / "example" / "synthetic.parquet").exists()
+    materialized = {tuple(e.asset_key.path) for e in result.get_asset_materialization_events()}
+    assert {("example", s) for s in ("preprocessed", "marginals", "selection", "measurements",
+                                     "model", "synthetic")} <= materialized
+    return result
+
+
+def test_the_dagster_pipeline_runs_end_to_end_with_the_rows_left_in_spark(
+        spark, tmp_path, monkeypatch):
+    """`engine: spark` under dagster.materialize, the source a table of the session's catalog:
+    the source observation (its change signal computed in Spark), every asset of the chain and
+    every check succeed; no query returns more rows than the cells of the marginals the method
+    counts, fewer than the source's rows (the Dagster process never holds the rows) and the
+    warehouse holds no copy of the source; one changed value (same row count) gives the source
+    a new version, an unchanged source keeps it. The same pipeline reads a Parquet path."""
+    import dagster as dg
+
+    from dp_synth_assets.artifacts import artifacts
+    from dp_synth_assets.core.config import load_registry
+    from dp_synth_assets.core.measure import clique_size
+    from dp_synth_assets.core.select import required_cliques
+
+    fetched = []
+    for method in ("fetchnumpy", "fetchone"):
+        original = getattr(scans.SparkEngine, method)
+
+        def recording(self, statement, params=None, _original=original):
+            out = _original(self, statement, params)
+            fetched.append(max((len(v) for v in out.values()), default=0)
+                           if isinstance(out, dict) else 1)
+            return out
+        monkeypatch.setattr(scans.SparkEngine, method, recording)
+    folder = tmp_path / "lake_big"
+    folder.mkdir()
+    rows = generate_example(BIG_ROWS)
+    pq.write_table(rows, folder / "part-0.parquet")
+    spark.sql(f"CREATE TABLE lake.big USING parquet LOCATION '{folder}'")
+
+    project = _pipeline_project(tmp_path / "table", {"table": "lake.big"})
+    instance = dg.DagsterInstance.ephemeral()
+    version = _observer(project, instance)
+    first = version()
+    _materialize_all(project, instance)
+    spec = load_registry(project.datasets)["example"]
+    domain = artifacts(project.defs.resources["warehouse"], "example").plan().domain
+    cells = sum(clique_size(c, domain) for c in required_cliques(spec.method, domain,
+                                                                 spec.selection))
+    assert fetched and max(fetched) <= cells < BIG_ROWS
+    with duckdb.connect(str(project.warehouse), read_only=True) as con:
+        tables = {t for t in con.execute("SELECT table_schema, table_name "
+                                         "FROM information_schema.tables").fetchall()
+                  if not t[1].startswith("dp_synth:")}  # the engine view statements
+    assert tables == {("synthetic", "example"), ("private", "example_marginals")}
+
+    assert version() == first  # nothing changed in Spark
+    hours = rows.column("hours_per_week").to_pylist()
+    hours[0] = (hours[0] or 0) + 1  # one value of one row: the row count stays
+    pq.write_table(rows.set_column(rows.schema.get_field_index("hours_per_week"),
+                                   "hours_per_week", pa.array(hours, rows.schema.field(
+                                       "hours_per_week").type)), folder / "part-0.parquet")
+    spark.sql("REFRESH TABLE lake.big")
+    changed = version()
+    assert changed != first
+    assert version() == changed
+
+    # a Parquet path read by Spark (its change signal: the files' stats): the stages that read
+    # through the engine (the model and the synthetic table only read public measurements)
+    parquet = _pipeline_project(tmp_path / "parquet", {"parquet": str(folder / "*.parquet")})
+    instance = dg.DagsterInstance.ephemeral()
+    assert _observer(parquet, instance)()
+    private = [a for a in parquet.defs.assets if getattr(a, "key", None) in {
+        dg.AssetKey(["example", s]) for s in ("preprocessed", "marginals", "selection",
+                                              "measurements")}]
+    result = dg.materialize(private, resources=parquet.defs.resources, instance=instance,
+                            raise_on_error=False)
+    assert result.success and len(result.get_asset_materialization_events()) == 4

@@ -66,8 +66,13 @@ DuckDB constructs and their Spark SQL translation (sqlglot's `spark` dialect plu
   1970-01-01 of the TIMESTAMP_NTZ (no time zone, as DuckDB's TIMESTAMP).
 - `SELECT EXISTS (...)` -> `SELECT count(*) > 0 FROM (... LIMIT 1)`.
 - `read_parquet('path')` -> ``parquet.`path` `` (Spark reads the files, a glob allowed).
-- `hash(...)`: Spark's hash is not DuckDB's, so, as for PostgreSQL, the holdout split, the
-  content summary and `repeated_rows` stay DuckDB's (config refuses a holdout on Spark).
+- `hash(...)`: Spark's hash is not DuckDB's, so, as for PostgreSQL, the holdout split and
+  `repeated_rows` stay DuckDB's (config refuses a holdout on Spark). The content summary is
+  Spark's own template (sql/content_summary_spark.sql, Spark SQL, not translated): the row
+  count and the exact DECIMAL sums of the two 64-bit halves of md5 over each row's JSON
+  (`to_json(struct(*))` with NULLs written out and timestamps to the microsecond), as
+  PostgreSQL's sums md5 halves of its row text. Not xxhash64 over the columns: it skips a NULL
+  argument, so swapping a value between a column and a NULL one would leave the digest as is.
 - the encoded view is a TEMPORARY view of the session (nothing is written to the catalog);
   its statement is kept in the store (sql/engine_views.sql) and created again by an engine of
   another process (a later pipeline stage); `relation(view)` names it.
@@ -454,15 +459,17 @@ class SparkEngine:
         if context is not None and context.master.startswith("local"):
             context.setLogLevel("FATAL")
 
-    def _frame(self, statement: str):
-        text = translate(statement, "spark")
+    def _frame(self, statement: str, dialect: str = "duckdb"):
+        """The frame of `statement`, written in `dialect` (sql/'s DuckDB, translated, or Spark
+        SQL's own for the templates the module doc names)."""
+        text = translate(statement, "spark") if dialect == "duckdb" else statement
         try:
             return self.session.sql(text)
         except self.native as e:
             raise _spark_error(e) from None
 
-    def _collect(self, statement: str) -> tuple[list[str], list]:
-        frame = self._frame(statement)
+    def _collect(self, statement: str, dialect: str = "duckdb") -> tuple[list[str], list]:
+        frame = self._frame(statement, dialect)
         try:
             return frame.columns, frame.collect()
         except self.native as e:
@@ -510,6 +517,14 @@ class SparkEngine:
         table = _views_table(view)
         self.store.execute(sql("engine_views", table=table))
         self.store.execute(sql("engine_view_save", table=table), [view, statement])
+
+    def content_summary(self, relation: str) -> str:
+        """The change detection's private summary of `relation`, computed in Spark
+        (sql/content_summary_spark.sql: row count and exact sums of the two 64-bit halves of
+        each row's md5 digest, an aggregate independent of the rows' order and partitioning)."""
+        rows = translate(sql("read_columns", columns="*", source=relation, limit="ALL"), "spark")
+        _, result = self._collect(sql("content_summary_spark", rows=rows), dialect="spark")
+        return result[0][0]
 
     def drop_views(self) -> None:
         """Drop the views this engine created (a notebook run's, which end with it)."""
