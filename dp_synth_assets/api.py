@@ -58,7 +58,8 @@ from .core import marginals as margs
 from .core import scans
 from .core import stages
 from .core.budget import PRIVATE_STAGES, DatasetBudget
-from .core.config import CsvSource, DatasetSpec, ParquetSource, RegistryError, TableSource
+from .core.config import (CsvSource, DatasetSpec, ParquetSource, RegistryError, TableSource,
+                          is_uri)
 from .core.domain import Clique, EncodingPlan
 from .core.measure import Measurements
 from .core.privacy import Spend, epsilon_from_rho
@@ -233,9 +234,13 @@ def open_source(spec: DatasetSpec, source, connection: duckdb.DuckDBPyConnection
         if not isinstance(source, str):
             raise SpecError(f"argument 'source': engine {spec.engine.type} reads a table of its "
                             "database: pass its name ('schema.table')")
+        # Spark also reads Parquet itself: a .parquet path or glob, or a URI (s3a://...)
+        files = spec.engine.type == "spark" and (is_uri(source)
+                                                 or source.lower().endswith(".parquet"))
         con = duckdb.connect(":memory:")
         try:
             yield con, spec.model_copy(update={"source": _validated(
+                ParquetSource, {"parquet": source}, "source") if files else _validated(
                 TableSource, {"table": source}, "source")}), base_dir
         finally:
             con.close()

@@ -82,12 +82,13 @@ def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec,
                 lock_timeout_seconds: float | None = None, dataset: str = "") -> str:
     """The private MAC of the source's change signal, HMAC-SHA256 under the installation's
     secret (`core/change.py`). The signal: for a table (local, in an attached database or in
-    the dataset's scan engine), its schema and the engine's content summary, an
-    order-independent aggregate of per-row digests computed where the rows are
-    (`ScanEngine.content_summary`, one scan); for Parquet/CSV files, their names, sizes and
-    modification times (no scan). Private: it is kept in the private zone and never published;
+    the dataset's scan engine) or Parquet at a URI (object storage), its schema and the
+    engine's content summary, an order-independent aggregate of per-row digests computed where
+    the rows are (`ScanEngine.content_summary`, one scan); for local Parquet/CSV files, their
+    names, sizes and modification times (no scan). Private: it is kept in the private zone and never published;
     `source_version` turns it into the public, content-free version id."""
-    if isinstance(spec.source, (TableSource, AttachSource)):
+    if isinstance(spec.source, (TableSource, AttachSource)) or source_path(
+            spec, Path(warehouse.base_dir)) is None:  # a table, or Parquet at a URI
         with source_connection(warehouse, spec, dataset, read_only=True,
                                lock_timeout_seconds=lock_timeout_seconds) as con:
             engine = scans.as_engine(con)

@@ -88,3 +88,19 @@ def test_entries_sharing_a_group_share_one_unit_and_must_agree_on_the_limit(tmp_
 def test_a_budget_group_name_is_validated():
     with pytest.raises(RegistryError, match="budget_group"):
         registry(x=entry({"table": "t"}, group="no spaces"))
+
+
+def test_a_parquet_uri_is_its_own_unit_as_written_and_a_csv_uri_is_refused(tmp_path):
+    """Object storage is named by its URI, not resolved against the registry's folder (where
+    `s3a://b/x` would have become a local path `<folder>/s3a:/b/x`); a CSV source is read
+    locally (its header is read here), so a CSV URI is refused at load, naming the fix."""
+    from dp_synth_assets.core.source import source_path, source_relation
+
+    specs = registry(a=entry({"parquet": "s3a://lake/events/*.parquet"}))
+    spec = specs["a"]
+    assert source_identity(spec, tmp_path, tmp_path / "w.duckdb") == \
+        "file:s3a://lake/events/*.parquet"
+    assert source_path(spec, tmp_path) is None
+    assert source_relation(spec, tmp_path) == "read_parquet('s3a://lake/events/*.parquet')"
+    with pytest.raises(RegistryError, match="local file"):
+        registry(b=entry({"csv": "s3a://lake/events.csv"}))

@@ -319,7 +319,22 @@ class TableSource(_SourceBase):
         return v
 
 
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_uri(location: str) -> bool:
+    """A location with a scheme (`s3a://bucket/events/*.parquet`, `abfss://...`, `gs://...`):
+    the scan engine reads it as written; it is never resolved against a folder, globbed or
+    stat-ed here (core/source.py)."""
+    return _URI.match(location) is not None
+
+
 class ParquetSource(_SourceBase):
+    """Parquet files: a path or glob, relative to the registry's folder, or a URI the scan
+    engine reads itself (Spark's `s3a://`, `abfss://`, `gs://`; DuckDB's `s3://` through its
+    httpfs extension): a URI's change signal is the engine's content summary of the files'
+    rows, not their names, sizes and modification times."""
+
     parquet: str
 
 
@@ -341,6 +356,10 @@ class CsvSource(_SourceBase):
 
     @model_validator(mode="after")
     def _dialect(self) -> "CsvSource":
+        if is_uri(self.csv):
+            raise ValueError("a `csv:` source is a local file or glob (its header is read "
+                             "here); for files in object storage use Parquet or a table of "
+                             "the scan engine")
         if len({self.delimiter, self.quote}) < 2 or "\n" in self.delimiter + self.quote:
             raise ValueError("`delimiter` and `quote` must be two different characters, "
                              "neither a newline")

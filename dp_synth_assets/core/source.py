@@ -7,7 +7,8 @@ from pathlib import Path
 
 import duckdb
 
-from .config import AttachSource, ColumnSpec, CsvSource, DatasetSpec, ParquetSource, TableSource
+from .config import (AttachSource, ColumnSpec, CsvSource, DatasetSpec, ParquetSource, TableSource,
+                     is_uri)
 from .domain import boolean_value, cast_type, is_null_condition
 from .scans import ScanError, as_engine
 from .sql import ident, literal, qualified, sql
@@ -32,6 +33,8 @@ def source_relation(spec: DatasetSpec, base_dir: Path) -> str:
     table of an attached database: see `attach_source`)."""
     if isinstance(spec.source, AttachSource):
         return ident(attached_catalog(spec)) + "." + qualified(spec.source.table)
+    if isinstance(spec.source, ParquetSource) and is_uri(spec.source.parquet):
+        return f"read_parquet({literal(spec.source.parquet)})"  # read by the engine as written
     path = source_path(spec, base_dir)
     if path is None:
         return qualified(spec.source.table)
@@ -141,10 +144,13 @@ def _split(relation: str, spec: DatasetSpec, dataset: str, keep: str) -> str:
 
 def source_path(spec: DatasetSpec, base_dir: Path) -> Path | None:
     """The file (or glob) of a Parquet/CSV source or of an attached DuckDB/SQLite database,
-    resolved against `base_dir`; None for tables and database servers."""
+    resolved against `base_dir`; None for tables, database servers and Parquet URIs (read by
+    the scan engine where they are, `config.is_uri`)."""
     src = spec.source
     if isinstance(src, TableSource) or (isinstance(src, AttachSource)
                                         and src.type not in ("duckdb", "sqlite")):
+        return None
+    if isinstance(src, ParquetSource) and is_uri(src.parquet):
         return None
     path = Path(src.attach if isinstance(src, AttachSource) else
                 src.parquet if isinstance(src, ParquetSource) else src.csv)
@@ -152,7 +158,7 @@ def source_path(spec: DatasetSpec, base_dir: Path) -> Path | None:
 
 
 def source_available(spec: DatasetSpec, base_dir: Path) -> bool:
-    """Whether a file source exists (tables are checked when a run reads them)."""
+    """Whether a file source exists (tables and URIs are checked when a run reads them)."""
     path = source_path(spec, base_dir)
     return path is None or any(path.parent.glob(path.name))
 

@@ -23,13 +23,15 @@ source's name, not its bytes.
 from collections.abc import Mapping
 from pathlib import Path
 
-from .config import AttachSource, CsvSource, DatasetSpec, ParquetSource, RegistryError
+from .config import AttachSource, CsvSource, DatasetSpec, ParquetSource, RegistryError, is_uri
 
 GROUP_PREFIX = "group:"
 _DEFAULT_SCHEMA = {"duckdb": "main", "sqlite": "main", "postgres": "public"}
 
 
 def _resolved(path: str, base_dir: Path) -> str:
+    if is_uri(path):
+        return path  # object storage: the URI as written
     p = Path(path).expanduser()
     return str((p if p.is_absolute() else Path(base_dir) / p).resolve())
 
