@@ -150,3 +150,29 @@ def without_random_ids(text: str) -> str:
     for pattern in _RANDOM_IDS:
         text = re.sub(pattern, " ", text, flags=re.IGNORECASE)
     return text
+
+
+def record_fetches(monkeypatch, engine_class, methods=("fetchnumpy", "fetchone")) -> list[int]:
+    """The number of rows each query of a scan engine (`engine_class`, core/scans.py) returns
+    while the test runs: a list the caller reads after the scans (`fetchone`: one row)."""
+    fetched: list[int] = []
+    for method in methods:
+        original = getattr(engine_class, method)
+
+        def recording(self, statement, params=None, _original=original):
+            out = _original(self, statement, params)
+            fetched.append(max((len(v) for v in out.values()), default=0)
+                           if isinstance(out, dict) else 1)
+            return out
+        monkeypatch.setattr(engine_class, method, recording)
+    return fetched
+
+
+def counted_cells(spec, domain: dict[str, int]) -> int:
+    """The cells of every marginal the spec's method counts over `domain`: a bound on the rows
+    of any aggregate query, set by the domain alone (never by the source's rows)."""
+    from dp_synth_assets.core.measure import clique_size
+    from dp_synth_assets.core.select import required_cliques
+
+    return sum(clique_size(c, domain) for c in required_cliques(spec.method, domain,
+                                                                 spec.selection))

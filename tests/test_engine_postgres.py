@@ -9,7 +9,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +21,7 @@ from dp_synth_assets.core.config import DatasetSpec
 from dp_synth_assets.core.preprocess import Task, exact_aggregates, prepare_encoded_view
 from dp_synth_assets.core.marginals import MarginalStore, compute_marginals
 from dp_synth_assets.example import generate_example
-from tests.helpers import example_entry
+from tests.helpers import counted_cells, example_entry, record_fetches
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pyproject: psycopg)")
 
@@ -189,18 +188,8 @@ def test_the_example_synthesizes_end_to_end_with_the_rows_left_in_postgres(postg
     no query returns more rows than the cells of the marginals the method counts, a number set
     by the domain, not by the rows: the Python process never holds the source's rows."""
     from dp_synth_assets.api import Synthesizer
-    from dp_synth_assets.core.measure import clique_size
-    from dp_synth_assets.core.select import required_cliques
 
-    fetched = []
-    original = scans.PostgresEngine.fetchnumpy
-
-    def recording(self, statement, params=None):
-        out = original(self, statement, params)
-        fetched.append(max((len(v) for v in out.values()), default=0))
-        return out
-
-    monkeypatch.setattr(scans.PostgresEngine, "fetchnumpy", recording)
+    fetched = record_fetches(monkeypatch, scans.PostgresEngine, ("fetchnumpy",))
     synth = Synthesizer.from_spec(_spec(postgres))
     synth.fit(TABLE)
     rows = synth.sample(500, seed=1)
@@ -209,8 +198,7 @@ def test_the_example_synthesizes_end_to_end_with_the_rows_left_in_postgres(postg
     # a bound set by the domain alone: the cells of every marginal the method counts (one
     # batch of them a query), at least one row per value of the preprocessing counts
     domain = synth.plan.domain
-    cells = sum(clique_size(c, domain) for c in required_cliques(
-        synth.spec.method, domain, synth.spec.selection))
+    cells = counted_cells(synth.spec, domain)
     assert fetched and max(fetched) <= cells
     with psycopg.connect(postgres, autocommit=True) as con:  # the run's view is gone
         assert con.execute("SELECT count(*) FROM pg_views WHERE schemaname = 'dp_synth' "
@@ -350,19 +338,8 @@ def test_the_dagster_pipeline_runs_end_to_end_with_the_rows_left_in_postgres(
     from dp_synth_assets.checks.suites import CHECKS
     from dp_synth_assets.core.config import load_registry
     from dp_synth_assets.artifacts import artifacts
-    from dp_synth_assets.core.measure import clique_size
-    from dp_synth_assets.core.select import required_cliques
 
-    fetched = []
-    for method in ("fetchnumpy", "fetchone"):
-        original = getattr(scans.PostgresEngine, method)
-
-        def recording(self, statement, params=None, _original=original):
-            out = _original(self, statement, params)
-            fetched.append(max((len(v) for v in out.values()), default=0)
-                           if isinstance(out, dict) else 1)
-            return out
-        monkeypatch.setattr(scans.PostgresEngine, method, recording)
+    fetched = record_fetches(monkeypatch, scans.PostgresEngine)
     big = "public.example_big"  # more rows than the marginals have cells
     _load_example(postgres, big, BIG_ROWS)
     kept = ("age", "sex", "race", "income", "signup_date", "newsletter")  # each kind, a quick fit
@@ -392,8 +369,7 @@ def test_the_dagster_pipeline_runs_end_to_end_with_the_rows_left_in_postgres(
     spec = load_registry(project.datasets)["example"]
     warehouse = defs.resources["warehouse"]
     domain = artifacts(warehouse, "example").plan().domain
-    cells = sum(clique_size(c, domain) for c in required_cliques(spec.method, domain,
-                                                                 spec.selection))
+    cells = counted_cells(spec, domain)
     assert fetched and max(fetched) <= cells < BIG_ROWS
     with duckdb.connect(str(project.warehouse), read_only=True) as con:
         tables = set(con.execute("SELECT table_schema, table_name "

@@ -21,7 +21,7 @@ from dp_synth_assets.core.marginals import MarginalStore, compute_marginals
 from dp_synth_assets.core.preprocess import Task, exact_aggregates, prepare_encoded_view
 from dp_synth_assets.core.sql import sql
 from dp_synth_assets.example import generate_example
-from tests.helpers import example_entry
+from tests.helpers import counted_cells, example_entry, record_fetches
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pyproject extra: spark)")
 
@@ -241,26 +241,15 @@ def test_the_example_synthesizes_end_to_end_with_the_rows_left_in_spark(spark, m
     returns more rows than the cells of the marginals the method counts, a number set by the
     domain, not by the rows; the run's temporary view is dropped when it ends."""
     from dp_synth_assets.api import Synthesizer
-    from dp_synth_assets.core.measure import clique_size
-    from dp_synth_assets.core.select import required_cliques
 
-    fetched = []
-    original = scans.SparkEngine.fetchnumpy
-
-    def recording(self, statement, params=None):
-        out = original(self, statement, params)
-        fetched.append(max((len(v) for v in out.values()), default=0))
-        return out
-
-    monkeypatch.setattr(scans.SparkEngine, "fetchnumpy", recording)
+    fetched = record_fetches(monkeypatch, scans.SparkEngine, ("fetchnumpy",))
     synth = Synthesizer.from_spec(_spec())
     synth.fit(TABLE)
     rows = synth.sample(500, seed=1)
     assert rows.num_rows == 500 and rows.column_names == list(synth.spec.columns)
     assert 0.5 * ROWS < synth.noisy_total < 1.5 * ROWS
     domain = synth.plan.domain
-    cells = sum(clique_size(c, domain) for c in required_cliques(
-        synth.spec.method, domain, synth.spec.selection))
+    cells = counted_cells(synth.spec, domain)
     assert fetched and max(fetched) <= cells
     assert not [t for t in spark.catalog.listTables() if t.isTemporary
                 and t.name.startswith("dp_synth_")]
@@ -397,19 +386,8 @@ def test_the_dagster_pipeline_runs_end_to_end_with_the_rows_left_in_spark(
 
     from dp_synth_assets.artifacts import artifacts
     from dp_synth_assets.core.config import load_registry
-    from dp_synth_assets.core.measure import clique_size
-    from dp_synth_assets.core.select import required_cliques
 
-    fetched = []
-    for method in ("fetchnumpy", "fetchone"):
-        original = getattr(scans.SparkEngine, method)
-
-        def recording(self, statement, params=None, _original=original):
-            out = _original(self, statement, params)
-            fetched.append(max((len(v) for v in out.values()), default=0)
-                           if isinstance(out, dict) else 1)
-            return out
-        monkeypatch.setattr(scans.SparkEngine, method, recording)
+    fetched = record_fetches(monkeypatch, scans.SparkEngine)
     folder = tmp_path / "lake_big"
     folder.mkdir()
     rows = generate_example(BIG_ROWS)
@@ -423,8 +401,7 @@ def test_the_dagster_pipeline_runs_end_to_end_with_the_rows_left_in_spark(
     _materialize_all(project, instance)
     spec = load_registry(project.datasets)["example"]
     domain = artifacts(project.defs.resources["warehouse"], "example").plan().domain
-    cells = sum(clique_size(c, domain) for c in required_cliques(spec.method, domain,
-                                                                 spec.selection))
+    cells = counted_cells(spec, domain)
     assert fetched and max(fetched) <= cells < BIG_ROWS
     with duckdb.connect(str(project.warehouse), read_only=True) as con:
         tables = {t for t in con.execute("SELECT table_schema, table_name "

@@ -354,13 +354,7 @@ class PostgresEngine:
         names = [d.name for d in cursor.description]
         rows = cursor.fetchall()
         self.fetched = max(self.fetched, len(rows))
-        columns = list(zip(*rows)) if rows else [()] * len(names)
-        out = {}
-        for name, values in zip(names, columns):
-            array = np.empty(len(values), dtype=object)
-            array[:] = values
-            out[name] = array
-        return out
+        return _object_columns(names, rows)
 
     def execute(self, statement: str) -> None:
         self._run(statement)
@@ -397,18 +391,7 @@ class PostgresEngine:
 
     def append_counts(self, table: str, counts: str) -> None:
         """Run the count query in PostgreSQL and add its cells to the store's table."""
-        import pyarrow as pa
-
-        result = self.fetchnumpy(counts)
-        frame = pa.table({name: pa.array(list(values)) for name, values in result.items()})
-        staged = bookkeeping("counts")
-        self.store.register(staged, frame)
-        try:
-            self.store.execute(sql("append_marginals", table=qualified(table),
-                                   counts=sql("read_columns", columns="*", source=ident(staged),
-                                              limit="ALL")))
-        finally:
-            self.store.unregister(staged)
+        _append_result(self.store, table, self.fetchnumpy(counts))
 
 
 def _spark_errors() -> tuple:
