@@ -37,8 +37,14 @@ def stages_in_run(context: dg.AssetExecutionContext, dataset: str) -> set[str]:
     selection = run_asset_keys(context)
     if not selection:
         return set(STAGES)
-    parent = context.asset_key.path[:-1]  # [*key_prefix, dataset]
+    parent = dataset_path(context)
     return {key.path[-1] for key in selection if key.path[:-1] == parent}
+
+
+def dataset_path(context) -> list[str]:
+    """`[*key_prefix, dataset]` of the dataset whose stage op runs (every key of the op is
+    `[*key_prefix, dataset, stage]`)."""
+    return list(next(iter(context.assets_def.keys)).path[:-1])
 
 
 def ledger_metadata(ledger: PrivacyLedger, dataset: str, budget: DatasetBudget, run_id: str) -> dict:
@@ -135,7 +141,7 @@ def verify_published_head(context, ledger: PrivacyLedger, dataset: str) -> None:
     by an older copy or another ledger) must not start afresh."""
     for stage in reversed(PRIVATE_STAGES):
         event = context.instance.get_latest_materialization_event(
-            dg.AssetKey([*context.asset_key.path[:-1], stage]))
+            dg.AssetKey([*dataset_path(context), stage]))
         if event is None or event.asset_materialization is None:
             continue
         metadata = event.asset_materialization.metadata

@@ -27,7 +27,6 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .automation import build_job, build_schedule, build_source_sensor, resynthesis_assets
 from .budget import DatasetBudget
-from .checks import build_synthetic_checks
 from .conditions import automation_sensor
 from .core.config import DatasetSpec, RegistryError, load_registry, parse_registry
 from .core.source import source_available, source_path
@@ -125,21 +124,19 @@ def dp_synth_definitions(
         sources={name: source_identity(spec, base, warehouse)
                  for name, spec in registry.items()},
         head_path=str(Path(ledger_head).resolve()) if ledger_head else None)
-    assets, checks, jobs, schedules, sensors, automated = [], [], [], [], [], []
+    assets, jobs, schedules, sensors, automated = [], [], [], [], []
     for name, spec in registry.items():
         if spec.optional and not source_available(spec, base):
             log.warning(f"dataset {name!r} skipped: its source file "
                         f"{source_path(spec, base)} is absent (it is marked optional "
                         "in datasets.yaml)")
             continue
-        built = build_dataset_assets(name, spec, names)
-        if spec.report is not None:
-            built.append(build_utility_report(name, spec, names))
+        report = [build_utility_report(name, spec, names)] if spec.report is not None else []
+        built = build_dataset_assets(name, spec, names, extra=report)
         if spec.source.asset is not None and automation_condition is None:
             built, keys = resynthesis_assets(name, spec, built, names, ledger_resource)
             automated += keys
         assets += built
-        checks.append(build_synthetic_checks(name, spec, names))
         materializable = [a for a in built if isinstance(a, dg.AssetsDefinition)]
         job = None
         if dataset_jobs or needs_job(spec):
@@ -158,7 +155,6 @@ def dp_synth_definitions(
     public_dir = Path(public_dir).resolve()
     return dg.Definitions(
         assets=assets,
-        asset_checks=checks,
         jobs=jobs,
         schedules=schedules,
         sensors=sensors,

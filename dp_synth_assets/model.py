@@ -1,25 +1,27 @@
-"""The `model` asset of a dataset: the generator fitted on the public measurements, as a graph of
-three ops so that Dagster's executor runs the fit's units of work.
+"""The `model` stage of a dataset: the generator fitted on the public measurements, in three steps.
 
 - `plan_fit` reads the plan and the measurements through the dataset's artifact store, chooses
   the engine (`stages.plan_fit`: `generate.choose`, the engine's pre-fit check,
-  `generate.fit_units`)
-  and yields one dynamic output per unit (parallel_pgm's groups of maximal cliques; one unit for
-  pgm and gum);
-- `fit_unit` fits one unit (`stages.fit_unit`), a step each: separate processes under the
-  multiprocess executor, pods under Kubernetes or Celery;
+  `generate.fit_units`) and returns its units of work (parallel_pgm's groups of maximal cliques;
+  one unit for pgm and gum);
+- `fit_unit` fits one unit (`stages.fit_unit`);
 - `save_model` assembles the units' results (`stages.assemble`) and writes `model.npz` through
   the store, stamped with the hashes of the plan and the measurements it was fitted on.
 
+Where the fit runs in one process (`generate.multiprocess` false: pgm, gum, parallel_pgm with
+one worker), `fit_model` calls the three in a row inside the dataset's stage op
+(pipeline.py): one Dagster node per dataset, which keeps a code location of hundreds of datasets
+quick to load. Where its units run in parallel processes, `build_model_asset` makes them a graph
+asset of three ops, so that Dagster's executor runs each unit as a step: separate processes under
+the multiprocess executor, pods under Kubernetes or Celery.
+
 `plan_fit` and `save_model` hold the dataset for their run (`artifacts.holding`); `plan_fit`
 refuses measurements made for another plan than the one beside them, naming the stage to
-re-materialize.
-
-Units pass between steps through dp-synth's own IO manager (`Names.io_manager`, a filesystem
-pickle IO manager under dp-synth's folder by default; a shared one such as S3 when steps run on
-several machines), never through the host's default `io_manager`; the graph's own output is
-`Nothing` (the model is the file the store writes), so no IO manager stores it. Everything here
-is post-processing of public records: no ledger.
+re-materialize. In the graph, units pass between steps through dp-synth's own IO manager
+(`Names.io_manager`, a filesystem pickle IO manager under dp-synth's folder by default; a shared
+one such as S3 when steps run on several machines), never through the host's default
+`io_manager`; the graph's own output is `Nothing` (the model is the file the store writes), so no
+IO manager stores it. Everything here is post-processing of public records: no ledger.
 """
 
 import time
@@ -35,11 +37,78 @@ from .core import generate
 from .naming import Names
 
 PUBLIC = {"privacy": "public"}
+DESCRIPTION = "The fitted generator ({generator}: pgm, parallel_pgm or gum)."
+
+
+def plan_fit(context, warehouse: WarehouseResource, dataset: str, spec: DatasetSpec,
+             names: Names) -> list[dict]:
+    """The fit's units of work, each `{"engine", "unit", "metadata"}` (module docstring)."""
+    with holding(context, warehouse, dataset, "model:plan_fit", names):
+        store = artifacts(warehouse, dataset, context)
+        store.require_consistent("measurements")
+        plan, found = store.plan(), store.measurements()
+        try:
+            fit_plan = stages.plan_fit(spec, plan, found, dataset)
+        except generate.ModelTooLarge as e:
+            raise dg.Failure(description=f"{e} (or set generator: auto or gum)") from None
+    choice, size = fit_plan.choice, fit_plan.size
+    context.log.info(f"generator {choice.engine}: {choice.reason}")
+    if size:
+        context.log.info(f"fitting {choice.engine}: {len(found.measurements)} measurements, "
+                         + ", ".join(f"{k} {v}" for k, v in size.items()))
+    context.log.info(f"{len(fit_plan.units)} unit(s) of work")
+    metadata = {
+        "generator": choice.engine, "requested_generator": spec.generator,
+        "choice_reason": dg.MetadataValue.text(choice.reason),
+        "estimates": dg.MetadataValue.json([e.to_dict() for e in choice.estimates]),
+        "units": len(fit_plan.units),
+        **(size or {}),
+    }
+    return [{"engine": choice.engine, "unit": unit, "metadata": metadata}
+            for unit in fit_plan.units]
+
+
+def fit_unit(context, warehouse: WarehouseResource, dataset: str, spec: DatasetSpec,
+             work: dict) -> dict:
+    """One unit of `plan_fit`'s work fitted, with its fit time."""
+    store = artifacts(warehouse, dataset, context)
+    started = time.perf_counter()
+    result = stages.fit_unit(spec, store.plan(), store.measurements(), work["engine"],
+                             work["unit"], log=context.log.info)
+    seconds = time.perf_counter() - started
+    context.log.info(f"{work['engine']} unit {work['unit']} fitted in {seconds:.1f}s")
+    return {**work, "result": result, "seconds": seconds}
+
+
+def save_model(context, warehouse: WarehouseResource, dataset: str, names: Names,
+               fitted: list[dict]) -> dict:
+    """The units' results assembled and written as `model.npz`; returns the stage's metadata."""
+    engine, metadata = fitted[0]["engine"], fitted[0]["metadata"]
+    with holding(context, warehouse, dataset, "model", names):
+        store = artifacts(warehouse, dataset, context)
+        model = stages.assemble(store.plan(), store.measurements(), engine,
+                                [f["result"] for f in fitted])
+        path = store.write_model(model)
+    seconds = [f["seconds"] for f in fitted]
+    context.log.info(f"{engine} fitted in {max(seconds):.1f}s (slowest of {len(seconds)} "
+                     f"unit(s), {sum(seconds):.1f}s in all)")
+    return {**metadata, "path": dg.MetadataValue.path(path),
+            "fit_seconds": dg.MetadataValue.float(round(max(seconds), 2)),
+            "unit_seconds": dg.MetadataValue.json([round(x, 2) for x in seconds])}
+
+
+def fit_model(context, warehouse: WarehouseResource, dataset: str, spec: DatasetSpec,
+              names: Names) -> dg.MaterializeResult:
+    """The whole stage in this process: plan, every unit in turn, save."""
+    units = plan_fit(context, warehouse, dataset, spec, names)
+    fitted = [fit_unit(context, warehouse, dataset, spec, work) for work in units]
+    return dg.MaterializeResult(metadata=save_model(context, warehouse, dataset, names, fitted))
 
 
 def build_model_asset(dataset: str, spec: DatasetSpec, names: Names = Names()) -> dg.AssetsDefinition:
-    """The graph asset `[dataset, "model"]`, downstream of `[dataset, "measurements"]` (keys,
-    resource keys and IO manager key from `names`)."""
+    """The graph asset `[dataset, "model"]` of a fit whose units run as separate steps,
+    downstream of `[dataset, "measurements"]` (keys, resource keys and IO manager key from
+    `names`)."""
     key = lambda stage: names.key(dataset, stage)  # noqa: E731
     prefix = names.op_name(dataset, "model")
     warehouse_key = names.resource_keys("warehouse")
@@ -48,69 +117,29 @@ def build_model_asset(dataset: str, spec: DatasetSpec, names: Names = Names()) -
            out=dg.DynamicOut(io_manager_key=names.io_manager),
            required_resource_keys=warehouse_key)
     @names.bind("warehouse")
-    def plan_fit(context: dg.OpExecutionContext, warehouse: WarehouseResource):
-        with holding(context, warehouse, dataset, "model:plan_fit", names):
-            store = artifacts(warehouse, dataset, context)
-            store.require_consistent("measurements")
-            plan, found = store.plan(), store.measurements()
-            try:
-                fit_plan = stages.plan_fit(spec, plan, found, dataset)
-            except generate.ModelTooLarge as e:
-                raise dg.Failure(description=f"{e} (or set generator: auto or gum)") from None
-        choice, size = fit_plan.choice, fit_plan.size
-        context.log.info(f"generator {choice.engine}: {choice.reason}")
-        if size:
-            context.log.info(f"fitting {choice.engine}: {len(found.measurements)} measurements, "
-                             + ", ".join(f"{k} {v}" for k, v in size.items()))
-        context.log.info(f"{len(fit_plan.units)} unit(s) of work")
-        metadata = {
-            "generator": choice.engine, "requested_generator": spec.generator,
-            "choice_reason": dg.MetadataValue.text(choice.reason),
-            "estimates": dg.MetadataValue.json([e.to_dict() for e in choice.estimates]),
-            "units": len(fit_plan.units),
-            **(size or {}),
-        }
-        for k, unit in enumerate(fit_plan.units):
-            yield dg.DynamicOutput({"engine": choice.engine, "unit": unit, "metadata": metadata},
-                                   mapping_key=f"unit_{k}")
+    def plan_fit_op(context: dg.OpExecutionContext, warehouse: WarehouseResource):
+        for k, work in enumerate(plan_fit(context, warehouse, dataset, spec, names)):
+            yield dg.DynamicOutput(work, mapping_key=f"unit_{k}")
 
     @dg.op(name=f"{prefix}_fit_unit", out=dg.Out(io_manager_key=names.io_manager),
            required_resource_keys=warehouse_key)
     @names.bind("warehouse")
-    def fit_unit(context: dg.OpExecutionContext, warehouse: WarehouseResource, work: dict) -> dict:
-        store = artifacts(warehouse, dataset, context)
-        started = time.perf_counter()
-        result = stages.fit_unit(spec, store.plan(), store.measurements(), work["engine"],
-                                 work["unit"], log=context.log.info)
-        seconds = time.perf_counter() - started
-        context.log.info(f"{work['engine']} unit {work['unit']} fitted in {seconds:.1f}s")
-        return {**work, "result": result, "seconds": seconds}
+    def fit_unit_op(context: dg.OpExecutionContext, warehouse: WarehouseResource,
+                    work: dict) -> dict:
+        return fit_unit(context, warehouse, dataset, spec, work)
 
     @dg.op(name=f"{prefix}_save", out=dg.Out(dg.Nothing), required_resource_keys=warehouse_key)
     @names.bind("warehouse")
-    def save_model(context: dg.OpExecutionContext, fitted: list[dict],
-                   warehouse: WarehouseResource) -> dg.Output:
-        engine, metadata = fitted[0]["engine"], fitted[0]["metadata"]
-        with holding(context, warehouse, dataset, "model", names):
-            store = artifacts(warehouse, dataset, context)
-            model = stages.assemble(store.plan(), store.measurements(), engine,
-                                    [f["result"] for f in fitted])
-            path = store.write_model(model)
-        seconds = [f["seconds"] for f in fitted]
-        context.log.info(f"{engine} fitted in {max(seconds):.1f}s (slowest of {len(seconds)} "
-                         f"unit(s), {sum(seconds):.1f}s in all)")
-        return dg.Output(None, metadata={
-            **metadata, "path": dg.MetadataValue.path(path),
-            "fit_seconds": dg.MetadataValue.float(round(max(seconds), 2)),
-            "unit_seconds": dg.MetadataValue.json([round(x, 2) for x in seconds]),
-        })
+    def save_op(context: dg.OpExecutionContext, fitted: list[dict],
+                warehouse: WarehouseResource) -> dg.Output:
+        return dg.Output(None, metadata=save_model(context, warehouse, dataset, names, fitted))
 
     @dg.graph_asset(key=key("model"), **names.asset_args(dataset, PUBLIC, graph=True), kinds={"python"},
                     ins={"measurements": dg.AssetIn(key=key("measurements"),
                                                     dagster_type=dg.Nothing)},
-                    description=f"The fitted generator ({spec.generator}: pgm, parallel_pgm or "
-                                "gum), its units of work run by Dagster's executor.")
+                    description=DESCRIPTION.format(generator=spec.generator)
+                    + " Its units of work run as steps of Dagster's executor.")
     def model(measurements):
-        return save_model(plan_fit(measurements).map(fit_unit).collect())
+        return save_op(plan_fit_op(measurements).map(fit_unit_op).collect())
 
     return model

@@ -12,9 +12,12 @@ never counts. Every stage that reads private data runs under `private_step` (pri
 its failures are generic in public and detailed in the owner-only private log.
 """
 
+import functools
 import json
 import time
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -23,16 +26,18 @@ from dp_synth_assets.resources.ledger import LedgerError, LedgerResource
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .artifacts import artifacts, holding, synthetic_table  # noqa: F401 - synthetic_table re-exported
+from .checks.asset_checks import check_synthetic, synthetic_check_specs
 from .budget import DatasetBudget, budget_metadata, ledger_metadata, private_stage
 from .core import change
 from .core import generate
+from .core.generate import multiprocess
 from .core import scans
 from .core import stages
 from .core.config import AttachSource, DatasetSpec, TableSource
 from .core.source import attach_source, describe_source, source_path, source_relation
 from .core.sql import sql
 from .core.synthesize import write_synthetic
-from .model import build_model_asset
+from .model import DESCRIPTION as MODEL_DESCRIPTION, build_model_asset, fit_model
 from .naming import Names
 from .private_log import private_dir, private_step
 
@@ -121,28 +126,32 @@ def upstream_key(dataset: str, spec: DatasetSpec, names: Names = Names()) -> dg.
     return names.key(dataset, "source")
 
 
-def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()) -> list:
-    """The dataset's assets, named by `names` (naming.py). With a `source.asset`, the first
-    stage depends on the host's asset and there is no `source` asset."""
+def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names(),
+                         extra: Sequence["Stage"] = ()) -> list:
+    """The dataset's assets, named by `names` (naming.py): its observable `source` and its
+    chain of stages (`STAGES`, then the `extra` stages downstream of `synthetic`, such as the
+    utility report) in one stage op (`stage_asset`), or, when the fit's units run as steps of
+    their own (`generate.multiprocess`), the stages before `model`, the model graph
+    (model.py) and the stages after it. With a `source.asset`, the first stage depends on the
+    host's asset and there is no `source` asset."""
     key = lambda stage: names.key(dataset, stage)  # noqa: E731
     budget = DatasetBudget.of(spec)
     view, table = encoded_view(dataset), marginal_table(dataset)
-    both = names.resource_keys("warehouse", "ledger")
-    pool = {"pool": names.pool} if names.pool else {}
 
-    @dg.observable_source_asset(key=key("source"), **names.asset_args(dataset, PRIVATE, source=True),
-                                required_resource_keys=names.resource_keys("warehouse"),
-                                description=f"The private source table of {dataset!r}; its data "
-                                            "version is an opaque id that changes when it does.")
+    # an observable source built as an external AssetsDefinition (a `SourceAsset` would be
+    # converted into one each time Dagster resolves the asset graph)
+    @dg.multi_observable_source_asset(
+        specs=[names.spec(dataset, "source", PRIVATE, source=True, description=(
+            f"The private source table of {dataset!r}; its data version is an opaque id that "
+            "changes when it does."))],
+        name=names.op_name(dataset, "source"),
+        required_resource_keys=names.resource_keys("warehouse"))
     @names.bind("warehouse")
     @private_step(dataset, "source")
-    def source(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> dg.DataVersion:
-        return dg.DataVersion(source_version(warehouse, spec, dataset))
+    def source(context: dg.OpExecutionContext, warehouse: WarehouseResource):
+        return dg.DataVersionsByKey({key("source"): dg.DataVersion(
+            source_version(warehouse, spec, dataset))})
 
-    @dg.asset(key=key("preprocessed"), deps=[upstream_key(dataset, spec, names)],
-              **names.asset_args(dataset, PRIVATE), required_resource_keys=both, **pool,
-              kinds={spec.engine.type}, description="Public encoding plan and the encoded view (private).")
-    @names.bind("warehouse", "ledger")
     @private_step(dataset, "preprocessed")
     def preprocessed(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                      ledger: LedgerResource) -> dg.MaterializeResult:
@@ -161,10 +170,6 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
             **(ledger_metadata(led, dataset, budget, context.run_id) if budget.preprocess else {}),
         })
 
-    @dg.asset(key=key("marginals"), deps=[key("preprocessed")], **names.asset_args(dataset, PRIVATE),
-              required_resource_keys=both, **pool,
-              kinds={spec.engine.type}, description="Exact marginals the method needs, in one scan (private zone).")
-    @names.bind("warehouse", "ledger")
     @private_step(dataset, "marginals")
     def marginals(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
@@ -179,10 +184,6 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
             "table": counted.table, "marginals": len(counted.cliques), "cells": counted.cells,
         })
 
-    @dg.asset(key=key("selection"), deps=[key("marginals")], **names.asset_args(dataset, PUBLIC),
-              required_resource_keys=both, **pool,
-              description=f"Marginal selection ({spec.method}) with its noisy 1-way marginals.")
-    @names.bind("warehouse", "ledger")
     @private_step(dataset, "selection")
     def selection(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
@@ -212,10 +213,6 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
             **ledger_metadata(led, dataset, budget, context.run_id),
         })
 
-    @dg.asset(key=key("measurements"), deps=[key("selection")], **names.asset_args(dataset, PUBLIC),
-              required_resource_keys=both, **pool,
-              description="Noisy marginals after consistency: the privacy boundary.")
-    @names.bind("warehouse", "ledger")
     @private_step(dataset, "measurements")
     def measurements(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                      ledger: LedgerResource) -> dg.MaterializeResult:
@@ -240,13 +237,10 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
             **ledger_metadata(led, dataset, budget, context.run_id),
         })
 
-    model = build_model_asset(dataset, spec, names)
+    def model(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
+              ledger: LedgerResource) -> dg.MaterializeResult:
+        return fit_model(context, warehouse, dataset, spec, names)
 
-    @dg.asset(key=key("synthetic"), deps=[key("model")], **names.asset_args(dataset, PUBLIC),
-              required_resource_keys=names.resource_keys("warehouse", "ledger"), **pool,
-              kinds={"duckdb", "parquet"},
-              description=f"The synthetic table {synthetic_table(dataset)} and its Parquet copy.")
-    @names.bind("warehouse", "ledger")
     def synthetic(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
         from .evaluation.fidelity import MarginalCounter, fidelity_summary
@@ -311,8 +305,96 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
             "fidelity/tvd": dg.MetadataValue.json(fidelity.to_dict()),
         })
 
+    spec_of = {
+        "preprocessed": names.spec(dataset, "preprocessed", PRIVATE,
+                                   deps=[upstream_key(dataset, spec, names)],
+                                   kinds={spec.engine.type}, description="Public encoding plan "
+                                   "and the encoded view (private)."),
+        "marginals": names.spec(dataset, "marginals", PRIVATE, deps=[key("preprocessed")],
+                                kinds={spec.engine.type}, description="Exact marginals the "
+                                "method needs, in one scan (private zone)."),
+        "selection": names.spec(dataset, "selection", PUBLIC, deps=[key("marginals")],
+                                description=f"Marginal selection ({spec.method}) with its noisy "
+                                "1-way marginals."),
+        "measurements": names.spec(dataset, "measurements", PUBLIC, deps=[key("selection")],
+                                   description="Noisy marginals after consistency: the privacy "
+                                   "boundary."),
+        "model": names.spec(dataset, "model", PUBLIC, deps=[key("measurements")],
+                            kinds={"python"},
+                            description=MODEL_DESCRIPTION.format(generator=spec.generator)),
+        "synthetic": names.spec(dataset, "synthetic", PUBLIC, deps=[key("model")],
+                                kinds={"duckdb", "parquet"}, description=f"The synthetic table "
+                                f"{synthetic_table(dataset)} and its Parquet copy."),
+    }
+    run_of = {"preprocessed": preprocessed, "marginals": marginals, "selection": selection,
+              "measurements": measurements, "model": model, "synthetic": synthetic}
+    chain = [Stage(spec_of[s], run_of[s]) for s in STAGES]
+    chain[-1] = Stage(spec_of["synthetic"], synthetic, tuple(synthetic_check_specs(dataset, names)),
+                      functools.partial(check_synthetic, dataset=dataset, spec=spec, names=names))
+    chain += list(extra)
     first = [] if spec.source.asset is not None else [source]
-    return [*first, preprocessed, marginals, selection, measurements, model, synthetic]
+    if not multiprocess(spec.generator, spec.model):
+        return [*first, stage_asset(dataset, names, chain, "stages")]
+    # the fit's units run as steps of the executor: the model is a graph asset between two ops
+    cut = STAGES.index("model")
+    return [*first, stage_asset(dataset, names, chain[:cut], "stages"),
+            build_model_asset(dataset, spec, names),
+            stage_asset(dataset, names, chain[cut + 1:], "stages_after_model")]
+
+
+STAGES = ("preprocessed", "marginals", "selection", "measurements", "model", "synthetic")
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of a dataset's chain: its asset's spec and its compute function, called as
+    `run(context, warehouse=..., ledger=...)` and returning the stage's `MaterializeResult`;
+    optionally the checks of its asset (`check_specs`) and the function that yields their
+    results, `check(context, warehouse=...)`, run right after it."""
+
+    spec: dg.AssetSpec
+    run: Callable[..., dg.MaterializeResult]
+    check_specs: tuple[dg.AssetCheckSpec, ...] = ()
+    check: Callable | None = None
+
+
+def stage_asset(dataset: str, names: Names, chain: list[Stage], op: str) -> dg.AssetsDefinition:
+    """The stages of `chain` as one subsettable multi-asset, one op `<dataset>_<op>`: a run
+    computes the stages it selects, in the chain's order, each yielding its own materialization
+    (so a failure leaves the earlier stages materialized and the later ones not). One op per
+    dataset instead of one per stage: Dagster builds, resolves and snapshots every op when a code
+    location loads, so the op count sets how long hundreds of datasets take to load. The lineage
+    in the UI, the asset keys, selection by key, automation conditions and checks are per stage
+    as before."""
+    pool = {"pool": names.pool} if names.pool else {}
+
+    @dg.multi_asset(name=names.op_name(dataset, op), specs=[s.spec for s in chain],
+                    check_specs=[c for s in chain for c in s.check_specs], can_subset=True,
+                    required_resource_keys=names.resource_keys("warehouse", "ledger"), **pool)
+    def stages(context: dg.AssetExecutionContext):
+        resources = {"warehouse": getattr(context.resources, names.warehouse),
+                     "ledger": getattr(context.resources, names.ledger)}
+        selected, checks = context.selected_asset_keys, context.selected_asset_check_keys
+        for stage in chain:
+            if stage.spec.key in selected:
+                result = stage.run(context, **resources)
+                yield dg.MaterializeResult(asset_key=stage.spec.key, metadata=result.metadata)
+            if not any(c.key in checks for c in stage.check_specs):
+                continue
+            blocked = False
+            for result in stage.check(context, warehouse=resources["warehouse"]):
+                if dg.AssetCheckKey(result.asset_key, result.check_name) in checks:
+                    yield result
+                    blocked |= (not result.passed and result.severity ==
+                                dg.AssetCheckSeverity.ERROR and any(
+                                    c.blocking for c in stage.check_specs
+                                    if c.name == result.check_name))
+            if blocked:  # Dagster fails the step; nothing downstream of the asset runs
+                context.log.info(f"a blocking check of {stage.spec.key.to_user_string()} "
+                                 "failed: the later stages of this run are skipped")
+                return
+
+    return stages
 
 
 

@@ -21,26 +21,25 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 from .core.config import DatasetSpec
 from .core.sql import sql
 from .artifacts import artifacts
-from .pipeline import PRIVATE, encoded_view, source_connection
+from .pipeline import PRIVATE, Stage, encoded_view, source_connection
 from .naming import Names
 from .private_log import private_step
 
 
-def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()) -> dg.AssetsDefinition:
-    """The `[<dataset>, utility_report]` asset, downstream of `synthetic` (see the module
-    docstring; keys and resource key from `names`)."""
+def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()) -> Stage:
+    """The `[<dataset>, utility_report]` stage, downstream of `synthetic` (see the module
+    docstring; keys and resource key from `names`), run after it in the dataset's stage op."""
     report_spec = spec.report
+    asset_spec = names.spec(
+        dataset, "utility_report", PRIVATE, deps=[names.key(dataset, "synthetic")],
+        kinds={"python"},
+        description="Owner-only: fidelity, 3-way query error, ML efficiency and plots of the "
+                    "synthetic table against the source, written to files in the private zone "
+                    "(not DP; the metadata holds only their paths).")
 
-    @dg.asset(key=names.key(dataset, "utility_report"),
-              deps=[names.key(dataset, "synthetic")], **names.asset_args(dataset, PRIVATE),
-              required_resource_keys=names.resource_keys("warehouse"), kinds={"python"},
-              description="Owner-only: fidelity, 3-way query error, ML efficiency and plots of "
-                          "the synthetic table against the source, written to files in the "
-                          "private zone (not DP; the metadata holds only their paths).")
-    @names.bind("warehouse")
     @private_step(dataset, "utility_report")
-    def utility_report(context: dg.AssetExecutionContext,
-                       warehouse: WarehouseResource) -> dg.MaterializeResult:
+    def utility_report(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
+                       ledger=None) -> dg.MaterializeResult:
         from .core.domain import encoded_columns
         from .core.sql import literal, qualified
         from .evaluation import report as evaluation
@@ -88,4 +87,4 @@ def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()
             "tvd_heatmap_png": dg.MetadataValue.path(paths[names["heatmap"]]),
         })
 
-    return utility_report
+    return Stage(asset_spec, utility_report)

@@ -4,15 +4,12 @@ only when needed."""
 import subprocess
 import sys
 
-from dp_synth_assets.checks import CHECKS, build_synthetic_checks
-from dp_synth_assets.core.config import load_registry
-from tests.helpers import REPO, make_project
+from dp_synth_assets.checks import CHECKS, synthetic_check_specs
+from tests.helpers import REPO
 
 
-def test_each_check_is_described_by_the_first_line_of_its_own_function(tmp_path):
-    project = make_project(tmp_path, rows=100)
-    spec = load_registry(project.datasets)["example"]
-    specs = {s.name: s for s in build_synthetic_checks("example", spec).check_specs}
+def test_each_check_is_described_by_the_first_line_of_its_own_function():
+    specs = {s.name: s for s in synthetic_check_specs("example")}
     assert list(specs) == list(CHECKS)
     for name, check in CHECKS.items():
         assert specs[name].description == check.run.__doc__.strip().splitlines()[0]

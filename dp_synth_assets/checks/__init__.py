@@ -26,11 +26,11 @@ package loads neither Dagster nor Great Expectations.
 
 from .suites import CHECKS
 
-__all__ = ["CHECKS", "build_synthetic_checks", "run_checks"]
+__all__ = ["CHECKS", "check_synthetic", "run_checks", "synthetic_check_specs"]
 
 
 def __getattr__(name: str):
-    if name in ("build_synthetic_checks", "run_checks"):
+    if name in ("check_synthetic", "run_checks", "synthetic_check_specs"):
         from . import asset_checks
 
         return getattr(asset_checks, name)

@@ -1,8 +1,8 @@
 """The checks of `synthetic` as Dagster asset checks (public zone): the package's only Dagster
 module.
 
-One multi-asset check per dataset runs every check of `suites.CHECKS` against
-`[<dataset>, synthetic]`, with that check's severity, blocking flag and description; each result
+Every check of `suites.CHECKS` runs against `[<dataset>, synthetic]`, with that check's severity,
+blocking flag and description, inside the dataset's stage op (pipeline.py); each result
 is stored beside the set it checked, `<public_dir>/<dataset>/runs/<run_id>/checks/<name>.json`
 (the check's own run's set when that run wrote one, else the published set; `checks/` at the
 dataset's top follows the published set), rendered into the Data Docs site
@@ -65,32 +65,32 @@ def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
         yield asset_check_result(result, warehouse, dataset, checks_dir)
 
 
-def build_synthetic_checks(dataset: str, spec: DatasetSpec,
-                           names: Names = Names()) -> dg.AssetChecksDefinition:
-    """The dataset's multi-asset check on `[<dataset>, synthetic]` (see the module docstring;
-    keys and the warehouse's resource key from `names`, a `naming.Names`)."""
+def synthetic_check_specs(dataset: str, names: Names = Names()) -> list[dg.AssetCheckSpec]:
+    """One spec per check of `CHECKS` on `[<dataset>, synthetic]` (keys from `names`, a
+    `naming.Names`), with its blocking flag and description. The specs belong to the dataset's
+    stage op (pipeline.py), which runs them after `synthetic`, or alone when a run selects only
+    the checks."""
     asset_key = names.key(dataset, "synthetic")
-    specs = [dg.AssetCheckSpec(name, asset=asset_key, blocking=check.blocking,
-                               description=check.description)
-             for name, check in CHECKS.items()]
+    return [dg.AssetCheckSpec(name, asset=asset_key, blocking=check.blocking,
+                              description=check.description)
+            for name, check in CHECKS.items()]
 
-    @dg.multi_asset_check(specs=specs, name=names.op_name(dataset, "synthetic_checks"),
-                          required_resource_keys=names.resource_keys("warehouse"),
-                          description="Great Expectations suites on the synthetic table.")
-    @names.bind("warehouse")
-    def synthetic_checks(context: dg.AssetCheckExecutionContext, warehouse: WarehouseResource):
-        from ..artifacts import artifacts
-        from ..core.synthesize import requested_rows
-        from ..pipeline import synthetic_table
 
-        store = artifacts(warehouse, dataset, context)  # the run's own set, or the published one
-        plan, found = store.plan(), store.measurements()
-        rows = requested_rows(spec, found.noisy_total)
-        model = store.model() if store.has("model") else None
-        for result in run_checks(warehouse, dataset, plan, list(found.measurements),
-                                 found.noisy_total, rows, synthetic_table(dataset),
-                                 str(store.path("synthetic.parquet")), model,
-                                 log=context.log.info, checks_dir=store.folder / "checks"):
-            yield result._replace(asset_key=asset_key)
+def check_synthetic(context, warehouse: WarehouseResource, dataset: str, spec: DatasetSpec,
+                    names: Names = Names()):
+    """Yield the result of each check of `CHECKS` on the dataset's synthetic table, in order
+    (see the module docstring): the run's own set when it wrote one, else the published set."""
+    from ..artifacts import artifacts
+    from ..core.synthesize import requested_rows
+    from ..pipeline import synthetic_table
 
-    return synthetic_checks
+    asset_key = names.key(dataset, "synthetic")
+    store = artifacts(warehouse, dataset, context)
+    plan, found = store.plan(), store.measurements()
+    rows = requested_rows(spec, found.noisy_total)
+    model = store.model() if store.has("model") else None
+    for result in run_checks(warehouse, dataset, plan, list(found.measurements),
+                             found.noisy_total, rows, synthetic_table(dataset),
+                             str(store.path("synthetic.parquet")), model,
+                             log=context.log.info, checks_dir=store.folder / "checks"):
+        yield result._replace(asset_key=asset_key)
