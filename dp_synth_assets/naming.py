@@ -70,12 +70,11 @@ class Names:
                 args["automation_condition"] = self.automation_condition
         return args
 
-    def spec(self, dataset: str, stage: str, zone: dict[str, str], source: bool = False,
-             **kwargs) -> dg.AssetSpec:
-        """The `AssetSpec` of a stage of `dataset` in a stage op (pipeline.py), or of its
-        observable `source`, with the arguments of `asset_args` (dp-synth's IO manager key
-        included) and `kwargs` (deps, kinds, description)."""
-        args = self.asset_args(dataset, zone, source=source)
+    def spec(self, dataset: str, stage: str, zone: dict[str, str], **kwargs) -> dg.AssetSpec:
+        """The `AssetSpec` of a stage of `dataset` in a stage op (pipeline.py), with the
+        arguments of `asset_args` (dp-synth's IO manager key included) and `kwargs` (deps,
+        kinds, description)."""
+        args = self.asset_args(dataset, zone)
         # what AssetSpec.with_io_manager_key sets, without building the spec twice
         metadata = {"dagster/io_manager_key": args.pop("io_manager_key")}
         return dg.AssetSpec(key=self.key(dataset, stage), metadata=metadata, **args, **kwargs)

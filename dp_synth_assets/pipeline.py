@@ -138,19 +138,14 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
     budget = DatasetBudget.of(spec)
     view, table = encoded_view(dataset), marginal_table(dataset)
 
-    # an observable source built as an external AssetsDefinition (a `SourceAsset` would be
-    # converted into one each time Dagster resolves the asset graph)
-    @dg.multi_observable_source_asset(
-        specs=[names.spec(dataset, "source", PRIVATE, source=True, description=(
-            f"The private source table of {dataset!r}; its data version is an opaque id that "
-            "changes when it does."))],
-        name=names.op_name(dataset, "source"),
-        required_resource_keys=names.resource_keys("warehouse"))
+    @dg.observable_source_asset(key=key("source"), **names.asset_args(dataset, PRIVATE, source=True),
+                                required_resource_keys=names.resource_keys("warehouse"),
+                                description=f"The private source table of {dataset!r}; its data "
+                                            "version is an opaque id that changes when it does.")
     @names.bind("warehouse")
     @private_step(dataset, "source")
-    def source(context: dg.OpExecutionContext, warehouse: WarehouseResource):
-        return dg.DataVersionsByKey({key("source"): dg.DataVersion(
-            source_version(warehouse, spec, dataset))})
+    def source(context: dg.OpExecutionContext, warehouse: WarehouseResource) -> dg.DataVersion:
+        return dg.DataVersion(source_version(warehouse, spec, dataset))
 
     @private_step(dataset, "preprocessed")
     def preprocessed(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
@@ -358,6 +353,12 @@ class Stage:
     check: Callable | None = None
 
 
+def stage_started(key: dg.AssetKey) -> str:
+    """The log line that opens a stage in its stage op (public: the fact and time a stage starts,
+    as Dagster's own events of a step of its own would show)."""
+    return f"stage {key.path[-1]} started"
+
+
 def stage_asset(dataset: str, names: Names, chain: list[Stage], op: str) -> dg.AssetsDefinition:
     """The stages of `chain` as one subsettable multi-asset, one op `<dataset>_<op>`: a run
     computes the stages it selects, in the chain's order, each yielding its own materialization
@@ -377,6 +378,7 @@ def stage_asset(dataset: str, names: Names, chain: list[Stage], op: str) -> dg.A
         selected, checks = context.selected_asset_keys, context.selected_asset_check_keys
         for stage in chain:
             if stage.spec.key in selected:
+                context.log.info(stage_started(stage.spec.key))
                 result = stage.run(context, **resources)
                 yield dg.MaterializeResult(asset_key=stage.spec.key, metadata=result.metadata)
             if not any(c.key in checks for c in stage.check_specs):

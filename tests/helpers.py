@@ -176,3 +176,25 @@ def counted_cells(spec, domain: dict[str, int]) -> int:
 
     return sum(clique_size(c, domain) for c in required_cliques(spec.method, domain,
                                                                  spec.selection))
+
+
+def stage_logs(instance, run_id: str, dataset: str, stage: str) -> list:
+    """The event-log records of one stage of `dataset` in a run: those of its stage op
+    (`<dataset>_stages...`) from the line that opens the stage to the line that opens the next."""
+    import re
+
+    import dagster as dg
+
+    from dp_synth_assets.pipeline import stage_started
+
+    records, inside = [], False
+    for record in instance.all_logs(run_id):
+        if not (record.step_key or "").startswith(f"{dataset}_stages"):
+            continue
+        if record.dagster_event is None and re.fullmatch(r"stage \w+ started",
+                                                         record.user_message or ""):
+            inside = record.user_message == stage_started(dg.AssetKey([dataset, stage]))
+            continue
+        if inside:
+            records.append(record)
+    return records

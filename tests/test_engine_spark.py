@@ -425,10 +425,10 @@ def test_the_dagster_pipeline_runs_end_to_end_with_the_rows_left_in_spark(
     parquet = _pipeline_project(tmp_path / "parquet", {"parquet": str(folder / "*.parquet")})
     instance = dg.DagsterInstance.ephemeral()
     assert _observer(parquet, instance)()
-    private = [a for a in parquet.defs.assets if getattr(a, "key", None) in {
-        dg.AssetKey(["example", s]) for s in ("preprocessed", "marginals", "selection",
-                                              "measurements")}]
-    result = dg.materialize(private, resources=parquet.defs.resources, instance=instance,
+    private = [dg.AssetKey(["example", s]) for s in ("preprocessed", "marginals", "selection",
+                                                     "measurements")]
+    result = dg.materialize(parquet.defs.assets, selection=private,
+                            resources=parquet.defs.resources, instance=instance,
                             raise_on_error=False)
     assert result.success and len(result.get_asset_materialization_events()) == 4
 
@@ -463,9 +463,8 @@ def test_parquet_at_a_uri_is_read_by_spark_and_its_version_follows_the_rows(spar
                                    "hours_per_week", pa.array(hours, rows.schema.field(
                                        "hours_per_week").type)), path)
     assert version() != first
-    preprocessed = [a for a in project.defs.assets
-                    if getattr(a, "key", None) == dg.AssetKey(["example", "preprocessed"])]
-    result = dg.materialize(preprocessed, resources=project.defs.resources, instance=instance,
+    result = dg.materialize(project.defs.assets, selection=[dg.AssetKey(["example", "preprocessed"])],
+                            resources=project.defs.resources, instance=instance,
                             raise_on_error=False)
     assert result.success
     # the notebook API takes the URI as the source too

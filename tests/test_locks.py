@@ -134,7 +134,7 @@ def test_a_release_locked_out_on_the_failure_path_is_logged_and_freed_by_the_nex
     errors = []
     context = SimpleNamespace(
         run=SimpleNamespace(asset_selection=None), run_id="run-1",
-        asset_key=dg.AssetKey(["d", "preprocessed"]),
+        assets_def=SimpleNamespace(keys={dg.AssetKey(["d", "preprocessed"])}),
         instance=SimpleNamespace(get_latest_materialization_event=lambda key: None),
         log=SimpleNamespace(error=errors.append, warning=errors.append, info=lambda m: None))
     holders = []

@@ -25,7 +25,7 @@ from dp_synth_assets.core.stages import cover_columns
 from dp_synth_assets.artifacts import artifacts
 from dp_synth_assets.resources.ledger import PrivacyLedger
 from dp_synth_assets.resources.warehouse import WarehouseResource
-from tests.helpers import make_project, without_random_ids
+from tests.helpers import make_project, stage_logs, without_random_ids
 
 SOURCE_ROWS = 3137
 STAGES = ["source", "preprocessed", "marginals", "selection", "measurements", "model", "synthetic"]
@@ -122,8 +122,7 @@ def test_public_outputs_contain_no_exact_statistic_of_the_source(run):
     texts = []
     # every event of the run, the owner-only utility report's too (its figures stay in files in
     # the private zone; the event log is public)
-    steps = {event.step_key for event in instance.all_logs(result.run_id)}
-    assert "example__utility_report" in steps
+    assert stage_logs(instance, result.run_id, "example", "utility_report")
     for event in instance.all_logs(result.run_id):
         texts.append(event.message or "")
         entry = event.dagster_event
@@ -149,8 +148,7 @@ def test_public_outputs_contain_no_exact_statistic_of_the_source(run):
     # estimates with noise, so a public number may equal it by chance) in the report's events
     with duckdb.connect(str(project.warehouse), read_only=True) as con:
         holdout = con.execute("SELECT count(*) FROM private.example_encoded_holdout").fetchone()[0]
-    report_events = [e for e in instance.all_logs(result.run_id)
-                     if e.step_key == "example__utility_report"]
+    report_events = stage_logs(instance, result.run_id, "example", "utility_report")
     report_blob = "\n".join([e.message or "" for e in report_events] + [
         repr(e.dagster_event.event_specific_data) for e in report_events
         if e.dagster_event is not None and e.dagster_event.event_specific_data is not None])

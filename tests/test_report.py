@@ -19,7 +19,7 @@ from dp_synth_assets.core.domain import EncodingPlan, encode_expression
 from dp_synth_assets.core.sql import ident, literal, qualified
 from dp_synth_assets.definitions import build_definitions
 from dp_synth_assets.evaluation.ml import CLASSIFIERS, classifier_line
-from tests.helpers import REPO, make_project
+from tests.helpers import REPO, make_project, stage_logs
 
 ADULT = REPO.parent / "shared" / "datasets" / "adult"
 
@@ -91,8 +91,8 @@ def assert_stays_private(project, instance, result) -> None:
         "histograms_png": str(files["report_histograms.png"]),
         "tvd_heatmap_png": str(files["report_tvd_heatmap.png"])}
     assert all(isinstance(v, dg.PathMetadataValue) for v in meta.values())
-    logs = [e.user_message for e in instance.all_logs(result.run_id)
-            if e.step_key == "example__utility_report" and e.dagster_event is None]
+    logs = [e.user_message for e in stage_logs(instance, result.run_id, "example", "utility_report")
+            if e.dagster_event is None]
     # where the report is, and each classifier's name as it starts (public: the list is
     # fixed), nothing the report says
     progress = [classifier_line(name) for name in CLASSIFIERS]

@@ -82,7 +82,7 @@ def check_synthetic(context, warehouse: WarehouseResource, dataset: str, spec: D
     (see the module docstring): the run's own set when it wrote one, else the published set."""
     from ..artifacts import artifacts
     from ..core.synthesize import requested_rows
-    from ..pipeline import synthetic_table
+    from ..artifacts import synthetic_table
 
     asset_key = names.key(dataset, "synthetic")
     store = artifacts(warehouse, dataset, context)
