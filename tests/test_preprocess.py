@@ -12,7 +12,8 @@ from dp_synth_assets.core.config import ColumnSpec
 from dp_synth_assets.core.domain import build_plan, decode, encode_view_sql
 from dp_synth_assets.core.source import SourceError, validate_source
 from dp_synth_assets.core.preprocess import (BOUNDS_PARTS, PRIVTREE_CELLS, PRIVTREE_THETA, Task, all_tasks,
-                                             bounds_threshold, bucket_edges, discovery_threshold,
+                                             bounds_threshold, bucket_edges, density_grid,
+                                             discovery_threshold,
                                              exact_aggregates, occupied_span, preprocess,
                                              privtree_cell_width, privtree_epsilon,
                                              privtree_lambda, privtree_split_decisions)
@@ -308,21 +309,26 @@ class CountingConnection:
         return self.con.execute(query, *args)
 
 
-@pytest.mark.parametrize("privtree_on_dp_bounds, scans", [(False, 1), (True, 2)])
-def test_preprocessing_scans_the_source_once_or_twice_when_privtree_needs_dp_bounds(
-        con, every_kind, privtree_on_dp_bounds, scans):
+@pytest.mark.parametrize("grid_on_dp_bounds, scans", [(False, 1), (True, 2)])
+def test_preprocessing_scans_the_source_once_or_twice_when_a_grid_needs_dp_bounds(
+        con, every_kind, grid_on_dp_bounds, scans):
+    """PrivTree cells and density grids over DP bounds need a second scan; all else one."""
     columns = dict(EVERY_KIND)
-    if not privtree_on_dp_bounds:
+    if not grid_on_dp_bounds:  # no privtree or float / datetime density over DP bounds
         columns["score"] = ColumnSpec(kind="integer")
-        columns["stamp"] = ColumnSpec(kind="datetime")
+        columns["stamp"] = ColumnSpec(kind="datetime", bounds=["2021-01-01", "2024-03-01"],
+                                      nullable=True)
+        columns["day"] = ColumnSpec(kind="datetime", type="DATE", nullable=True,
+                                    bounds=["2019-05-01", "2021-10-18"])
+        columns["amount"] = ColumnSpec(kind="integer", missing=["n/a"])
     validate_source(con, every_kind, columns, "t")
     counting, charge = CountingConnection(con, every_kind), Recorder()
     derived = preprocess(counting, every_kind, columns, 1.0, 1e-6, charge)
     assert counting.scans == scans
-    assert len(charge.spends) == len(all_tasks(columns)) == 9 + 2 * privtree_on_dp_bounds
+    assert len(charge.spends) == len(all_tasks(columns)) == (13 if grid_on_dp_bounds else 9)
     assert math.isclose(sum(s.rho for s, _ in charge.spends), 1.0, rel_tol=1e-9)
     assert set(derived) == set(columns)
-    assert (derived["score"].edges is not None) == privtree_on_dp_bounds
+    assert (derived["score"].edges is not None) == grid_on_dp_bounds
     assert derived["income"].edges[0] == 0.0 and derived["income"].edges[-1] == 50000.0
     build_plan(columns, columns, derived)  # a usable encoding
 
@@ -336,7 +342,8 @@ def _present(column: str, missing: list[str]) -> str:
 
 def test_batched_exact_aggregates_equal_one_query_per_column(con, every_kind):
     tasks = all_tasks(EVERY_KIND)
-    spans = {"income": (0.0, 50000.0), "score": (0.0, 300.0), "stamp": (18700.0, 19700.0)}
+    spans = {"income": (0.0, 50000.0), "score": (0.0, 300.0), "stamp": (18700.0, 19700.0),
+             "day": (18017.0, 18900.0), "amount": (-30.0, 130.0)}
     exact = exact_aggregates(con, every_kind, EVERY_KIND, tasks, spans)
     assert set(exact) == set(tasks)
     numeric = {"age": 'TRY_CAST("age" AS BIGINT)', "score": 'TRY_CAST("score" AS BIGINT)',
@@ -362,6 +369,10 @@ def test_batched_exact_aggregates_equal_one_query_per_column(con, every_kind):
                                                     * BOUNDS_PARTS), 0, BOUNDS_PARTS - 1), 0)
             expected = np.bincount(b * BOUNDS_PARTS + part.astype(np.int64),
                                    minlength=(edges.size + 1) * BOUNDS_PARTS)
+        elif task.mechanism == "density":  # cells of a round width, from a multiple of it
+            start, width, size = density_grid(*spans[task.column], task.column == "day")
+            cells = np.clip(np.floor((x - start) / width + 1e-6), 0, size - 1).astype(np.int64)
+            expected = np.bincount(cells, minlength=size)
         else:
             low, high = spans[task.column]
             width = privtree_cell_width(low, high, task.column == "score")
