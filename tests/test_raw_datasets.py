@@ -14,7 +14,8 @@ import duckdb
 import pytest
 import yaml
 
-from dp_synth_assets.budget import BOUNDS_SHARE, DELTA_EXTRA_SHARE, PREPROCESS_SHARE, DatasetBudget
+from dp_synth_assets.budget import DELTA_EXTRA_SHARE, PREPROCESS_SHARE, DatasetBudget
+from dp_synth_assets.core.budget import BOUNDS_SHARE
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.privacy import rho_from_epsilon_delta
 from dp_synth_assets.definitions import build_definitions
