@@ -12,8 +12,7 @@ from dp_synth_assets.core.config import ColumnSpec
 from dp_synth_assets.core.domain import build_plan, decode, encode_view_sql
 from dp_synth_assets.core.source import SourceError, validate_source
 from dp_synth_assets.core.preprocess import (BOUNDS_PARTS, PRIVTREE_CELLS, PRIVTREE_THETA, Task, all_tasks,
-                                             bounds_threshold, bucket_edges, density_grid,
-                                             discovery_threshold,
+                                             bounds_threshold, bucket_edges, discovery_threshold,
                                              exact_aggregates, occupied_span, preprocess,
                                              privtree_cell_width, privtree_epsilon,
                                              privtree_lambda, privtree_split_decisions)
@@ -370,6 +369,8 @@ def test_batched_exact_aggregates_equal_one_query_per_column(con, every_kind):
             expected = np.bincount(b * BOUNDS_PARTS + part.astype(np.int64),
                                    minlength=(edges.size + 1) * BOUNDS_PARTS)
         elif task.mechanism == "density":  # cells of a round width, from a multiple of it
+            from dp_synth_assets.core.preprocess import density_grid
+
             start, width, size = density_grid(*spans[task.column], task.column == "day")
             cells = np.clip(np.floor((x - start) / width + 1e-6), 0, size - 1).astype(np.int64)
             expected = np.bincount(cells, minlength=size)
@@ -384,3 +385,65 @@ def test_batched_exact_aggregates_equal_one_query_per_column(con, every_kind):
     assert set(exact[Task("city", "discover")]) == {"Oslo", "Lima", "Pune"}
     assert set(exact[Task("zip", "discover")]) == {"101", "202", "303"}
     assert sum(exact[Task("grade", "rare")].values()) < 3000
+
+
+# ------------------------------------------------------------------------------ density inside bins
+
+def _roundtrip(con, relation, plan) -> pd.DataFrame:
+    con.execute(encode_view_sql(plan, "enc_density", relation))
+    codes = con.execute("SELECT * FROM enc_density").fetchnumpy()
+    return decode(plan, codes, np.random.default_rng(0)).to_pandas()
+
+
+def test_a_spike_inside_a_wide_declared_bin_is_decoded_as_a_spike(con):
+    """Declared bounds [1, 99] in 20 bins of ~5 values: 60% of rows at 40 come back at 40, not
+    spread over the bin (a uniform draw would put 12% there)."""
+    rng = np.random.default_rng(1)
+    hours = np.where(rng.random(3000) < 0.6, 40, rng.integers(1, 100, 3000))
+    relation = table(con, "hours", pd.DataFrame({"h": hours}))
+    plan, charge = run(con, relation, {"h": ColumnSpec(kind="integer", bounds=[1, 99], bins=20)})
+    assert [p["purpose"] for _, p in charge.spends] == ["density inside bins (grid histogram)"]
+    back = _roundtrip(con, relation, plan)["h"].to_numpy()
+    assert abs((back == 40).mean() - (hours == 40).mean()) < 0.02
+    assert back.min() >= 1 and back.max() <= 99
+
+
+def test_values_on_a_decimal_grid_decode_at_their_grid_values(con):
+    """A float column of 0.1 steps with DP bounds: decoded values sit in the density grid's cell
+    that starts at their own value (within one grid width, 0.02 here), not anywhere in a bin."""
+    rng = np.random.default_rng(2)
+    depth = np.round(rng.normal(61.0, 1.5, 3000), 1)
+    relation = table(con, "depth", pd.DataFrame({"d": depth}))
+    plan, _ = run(con, relation, {"d": ColumnSpec(kind="float")})
+    back = _roundtrip(con, relation, plan)["d"].to_numpy()
+    above = back * 10 - np.floor(back * 10 + 1e-9)  # how far above a multiple of 0.1, in 0.1s
+    assert (above < 0.25).mean() > 0.95
+
+
+def test_bins_flat_at_the_noise_level_get_no_density_and_decode_uniformly():
+    """Post-processing of the noisy grid: a flat bin gets no piece (noise alone would make it
+    lumpy); a bin with a spike keeps only the cells above DENSITY_Z sigma, cut at its edges."""
+    from dp_synth_assets.core.preprocess import density_grid, grid_density
+
+    spec = ColumnSpec(kind="integer", bounds=[0, 199], bins=2)
+    start, width, cells = density_grid(0.0, 199.0, True)
+    assert (start, width, cells) == (0.0, 1.0, 200)
+    hist = np.full(cells, 30, dtype=np.int64)  # 30 rows per value: flat at sigma ~ 30
+    hist[150] = 5000  # one spike in bin 1 (values 100..199); bin 0 flat
+    pieces = grid_density(hist, "x", spec, 0.0, 199.0, 1 / (2 * 30.0 ** 2), Recorder())
+    assert pieces and all(100 <= a < b <= 200 for a, b, _ in pieces)
+    assert max(pieces, key=lambda p: p[2])[:2] == (150.0, 151.0)
+
+
+def test_density_grid_is_a_round_width_aligned_on_its_multiples():
+    from dp_synth_assets.core.preprocess import DENSITY_CELLS, density_grid
+
+    assert density_grid(0.2266, 4.25, False) == (0.225, 0.005, 805)
+    assert density_grid(16436.0, 20088.0, True) == (16435.0, 5.0, 731)  # DATE days
+    assert density_grid(1.0, 99.0, True) == (1.0, 1.0, 99)
+    for low, high, integer in ((-3.7, 1e6, False), (0.0, 1e-3, False), (-5.0, 5.0, True)):
+        start, width, cells = density_grid(low, high, integer)
+        mantissa = width / 10 ** math.floor(math.log10(width) + 1e-9)
+        assert round(mantissa, 9) in (1, 2, 5) and (not integer or width >= 1)
+        assert math.isclose(start / width, round(start / width), abs_tol=1e-6) and start <= low
+        assert start + cells * width >= high and cells <= DENSITY_CELLS

@@ -31,8 +31,9 @@ mechanisms (`mechanisms`) are:
   and undeclared float / datetime bounds): a Gaussian-noised histogram over a public grid of at
   most DENSITY_CELLS cells of a round width (1, 2 or 5 times a power of ten; integers at least
   1) aligned on multiples of it, over the declared bounds or, in the second scan, the DP
-  bounds. Cells whose noisy count is below DENSITY_Z sigma are zeroed (post-processing), so
-  noise alone spreads almost no mass; the rest is the column's density, replacing the bounds'
+  bounds. A bin whose cells look flat at the noise level (a chi-square bound) is decoded
+  uniformly; in the others, cells whose noisy count is below DENSITY_Z sigma are zeroed
+  (post-processing), so noise alone spreads almost no mass; the rest is the column's density, replacing the bounds'
   coarser one: decoding draws a value inside its bin in proportion to it, so values on a
   coarser grid than the cells (whole numbers, cents, days) come back at their own values, and a
   spike inside a wide bin (40 hours a week in a 36-40 bin) comes back as a spike.
@@ -95,6 +96,7 @@ TASK_WEIGHTS = {"discover": 2.0}
 BOUNDS_PARTS = 32  # equal parts of each public bounds bucket, to tighten the outer ones
 DENSITY_CELLS = 1024  # most cells of a `density` histogram
 DENSITY_Z = 2.0  # `density` cells below DENSITY_Z sigma are zeroed
+DENSITY_FLAT_Z = 4.0  # a bin is flat unless its cells' spread exceeds chi-square by this many sd
 
 
 @dataclass(frozen=True)
@@ -547,7 +549,7 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     `density_grid(low, high)` (`exact_aggregates`), with Gaussian noise (rho); the rest is
     post-processing of the noisy counts. Per uniform bin of the encoding (`uniform_bin_edges`),
     the noisy counts of the cells whose middle falls in it are compared with a flat bin: when
-    sum (c - mean)^2 / sigma^2 stays below the chi-square bound (m - 1) + DENSITY_Z
+    sum (c - mean)^2 / sigma^2 stays below the chi-square bound (m - 1) + DENSITY_FLAT_Z
     sqrt(2 (m - 1)) for m cells, the bin gets no piece (decoded uniformly: noise alone would
     make a flat bin lumpy); otherwise its cells below DENSITY_Z sigma are zeroed and the others
     kept, cut at the bin's edges. Returns (low, high, count) pieces, zero cells left out."""
@@ -568,7 +570,7 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     mean = total / np.maximum(m, 1)
     spread = (square - m * mean ** 2) / sigma ** 2  # sum (c - mean)^2 / sigma^2
     dof = np.maximum(m - 1, 0)
-    shaped = (m >= 2) & (spread > dof + DENSITY_Z * np.sqrt(2 * dof))
+    shaped = (m >= 2) & (spread > dof + DENSITY_FLAT_Z * np.sqrt(2 * dof))
     pieces = []
     for k in np.flatnonzero(inside & (noisy >= DENSITY_Z * sigma)):
         first = max(int(np.searchsorted(edges, a[k], side="right")) - 1, 0)
