@@ -447,3 +447,13 @@ def test_density_grid_is_a_round_width_aligned_on_its_multiples():
         assert round(mantissa, 9) in (1, 2, 5) and (not integer or width >= 1)
         assert math.isclose(start / width, round(start / width), abs_tol=1e-6) and start <= low
         assert start + cells * width >= high and cells <= DENSITY_CELLS
+
+
+def test_bins_the_grid_leaves_flat_keep_the_bounds_density_cut_at_bin_edges():
+    from dp_synth_assets.core.preprocess import merge_density
+
+    edges = np.array([0.0, 10.0, 20.0])
+    fine = ((12.0, 12.5, 80.0),)                       # shapes bin 1
+    coarse = ((0.0, 8.0, 40.0), (8.0, 16.0, 16.0), (16.0, 20.0, 4.0))
+    assert merge_density(fine, coarse, edges) == ((0.0, 8.0, 40.0), (8.0, 10.0, 4.0),
+                                                  (12.0, 12.5, 80.0))

@@ -31,12 +31,13 @@ mechanisms (`mechanisms`) are:
   and undeclared float / datetime bounds): a Gaussian-noised histogram over a public grid of at
   most DENSITY_CELLS cells of a round width (1, 2 or 5 times a power of ten; integers at least
   1) aligned on multiples of it, over the declared bounds or, in the second scan, the DP
-  bounds. A bin whose cells look flat at the noise level (a chi-square bound) is decoded
-  uniformly; in the others, cells whose noisy count is below DENSITY_Z sigma are zeroed
-  (post-processing), so noise alone spreads almost no mass; the rest is the column's density, replacing the bounds'
-  coarser one: decoding draws a value inside its bin in proportion to it, so values on a
-  coarser grid than the cells (whole numbers, cents, days) come back at their own values, and a
-  spike inside a wide bin (40 hours a week in a 36-40 bin) comes back as a spike.
+  bounds. Post-processing: a bin whose cells look flat at the noise level (a chi-square bound)
+  keeps the bounds' coarser density (undeclared bounds) or is decoded uniformly (declared); in
+  the others, cells whose noisy count is below DENSITY_Z sigma are zeroed, so noise alone
+  spreads almost no mass, and the rest is the bin's density (`grid_density`, `merge_density`).
+  Decoding draws a value inside its bin in proportion to it, so values on a coarser grid than
+  the cells (whole numbers, cents, days) come back at their own values, and a spike inside a
+  wide bin (40 hours a week in a 36-40 bin) comes back as a spike.
 - `privtree` (`binning: privtree`): PrivTree (Zhang, Xiao, Xie 2016; benchmark Algorithm 2)
   with fanout 2 over [low, high]: a node's biased count b = max(c - depth * delta, theta - delta)
   gets Laplace(lambda) noise (OpenDP); it splits when the noisy value exceeds theta. With
@@ -179,7 +180,9 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
                 derived[name] = complete_boolean(derived[name])
         else:
             bounds, density = out.get(Task(name, "bounds")) or (None, None)
-            density = out.get(Task(name, "density")) or density
+            if Task(name, "density") in out:
+                edges = uniform_bin_edges(spec, *(bounds or spec.numeric_bounds()))
+                density = merge_density(out[Task(name, "density")], density or (), edges)
             derived[name] = Derived(bounds=bounds, edges=out.get(Task(name, "privtree")),
                                     density=density or None)
     return derived
@@ -541,6 +544,23 @@ def uniform_bin_edges(spec: ColumnSpec, low: float, high: float) -> np.ndarray:
         bins = min(bins, span)
         return np.array([low - ((-k * span) // bins) for k in range(bins + 1)], dtype=np.float64)
     return low + (high - low) * np.arange(bins + 1, dtype=np.float64) / bins
+
+
+def merge_density(fine: tuple, coarse: tuple, edges: np.ndarray) -> tuple:
+    """The grid density's pieces in the bins it shapes, the bounds' coarser density (cut at the
+    bin edges) in the bins it leaves flat (post-processing of two released densities)."""
+    def bin_of(a: float, b: float) -> int:
+        return int(np.clip(np.searchsorted(edges, (a + b) / 2, side="right") - 1, 0,
+                           edges.size - 2))
+
+    shaped = {bin_of(a, b) for a, b, _ in fine}
+    kept = []
+    for a, b, count in coarse:
+        for j in range(edges.size - 1):
+            lo, hi = max(a, edges[j]), min(b, edges[j + 1])
+            if hi > lo and j not in shaped:
+                kept.append((float(lo), float(hi), float(count) * (hi - lo) / (b - a)))
+    return tuple(sorted(tuple(fine) + tuple(kept)))
 
 
 def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high: float,
