@@ -524,7 +524,8 @@ def density_grid(low: float, high: float, integer: bool) -> tuple[float, float, 
     while width is None:
         for mantissa in (1, 2, 5):
             w = mantissa * 10.0 ** exponent
-            if (not integer or w >= 1) and math.ceil(top / w) - math.floor(low / w) <= DENSITY_CELLS:
+            fits = math.ceil(top / w) - math.floor(low / w) <= DENSITY_CELLS
+            if (not integer or w >= 1) and fits:
                 width = w
                 break
         exponent += 1
