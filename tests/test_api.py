@@ -63,8 +63,9 @@ def test_the_report_spends_the_pipelines_run_budget(fitted):
     budget = DatasetBudget.of(fitted.spec)
     assert math.isclose(report.rho_spent, budget.run_rho, rel_tol=1e-9)
     assert report.rho == budget.run_rho
-    # every column declares its domain: no preprocessing spend, no delta_extra
-    assert report.rho_by_stage.keys() == {"selection", "measurements"}
+    # every column declares its domain: preprocessing measures only the density inside wide
+    # numeric bins (no delta_extra)
+    assert report.rho_by_stage.keys() == {"preprocessed", "selection", "measurements"}
     for stage, rho in report.rho_by_stage.items():
         assert math.isclose(rho, budget.stage_rho(stage), rel_tol=1e-9), stage
     assert report.delta_extra_spent == 0

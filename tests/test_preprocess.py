@@ -308,21 +308,26 @@ class CountingConnection:
         return self.con.execute(query, *args)
 
 
-@pytest.mark.parametrize("privtree_on_dp_bounds, scans", [(False, 1), (True, 2)])
-def test_preprocessing_scans_the_source_once_or_twice_when_privtree_needs_dp_bounds(
-        con, every_kind, privtree_on_dp_bounds, scans):
+@pytest.mark.parametrize("grid_on_dp_bounds, scans", [(False, 1), (True, 2)])
+def test_preprocessing_scans_the_source_once_or_twice_when_a_grid_needs_dp_bounds(
+        con, every_kind, grid_on_dp_bounds, scans):
+    """PrivTree cells and density grids over DP bounds need a second scan; all else one."""
     columns = dict(EVERY_KIND)
-    if not privtree_on_dp_bounds:
+    if not grid_on_dp_bounds:  # no privtree or float / datetime density over DP bounds
         columns["score"] = ColumnSpec(kind="integer")
-        columns["stamp"] = ColumnSpec(kind="datetime")
+        columns["stamp"] = ColumnSpec(kind="datetime", bounds=["2021-01-01", "2024-03-01"],
+                                      nullable=True)
+        columns["day"] = ColumnSpec(kind="datetime", type="DATE", nullable=True,
+                                    bounds=["2019-05-01", "2021-10-18"])
+        columns["amount"] = ColumnSpec(kind="integer", missing=["n/a"])
     validate_source(con, every_kind, columns, "t")
     counting, charge = CountingConnection(con, every_kind), Recorder()
     derived = preprocess(counting, every_kind, columns, 1.0, 1e-6, charge)
     assert counting.scans == scans
-    assert len(charge.spends) == len(all_tasks(columns)) == 9 + 2 * privtree_on_dp_bounds
+    assert len(charge.spends) == len(all_tasks(columns)) == (13 if grid_on_dp_bounds else 9)
     assert math.isclose(sum(s.rho for s, _ in charge.spends), 1.0, rel_tol=1e-9)
     assert set(derived) == set(columns)
-    assert (derived["score"].edges is not None) == privtree_on_dp_bounds
+    assert (derived["score"].edges is not None) == grid_on_dp_bounds
     assert derived["income"].edges[0] == 0.0 and derived["income"].edges[-1] == 50000.0
     build_plan(columns, columns, derived)  # a usable encoding
 
@@ -336,7 +341,8 @@ def _present(column: str, missing: list[str]) -> str:
 
 def test_batched_exact_aggregates_equal_one_query_per_column(con, every_kind):
     tasks = all_tasks(EVERY_KIND)
-    spans = {"income": (0.0, 50000.0), "score": (0.0, 300.0), "stamp": (18700.0, 19700.0)}
+    spans = {"income": (0.0, 50000.0), "score": (0.0, 300.0), "stamp": (18700.0, 19700.0),
+             "day": (18017.0, 18900.0), "amount": (-30.0, 130.0)}
     exact = exact_aggregates(con, every_kind, EVERY_KIND, tasks, spans)
     assert set(exact) == set(tasks)
     numeric = {"age": 'TRY_CAST("age" AS BIGINT)', "score": 'TRY_CAST("score" AS BIGINT)',
@@ -362,6 +368,12 @@ def test_batched_exact_aggregates_equal_one_query_per_column(con, every_kind):
                                                     * BOUNDS_PARTS), 0, BOUNDS_PARTS - 1), 0)
             expected = np.bincount(b * BOUNDS_PARTS + part.astype(np.int64),
                                    minlength=(edges.size + 1) * BOUNDS_PARTS)
+        elif task.mechanism == "density":  # cells of a round width, from a multiple of it
+            from dp_synth_assets.core.preprocess import density_grid
+
+            start, width, size = density_grid(*spans[task.column], task.column == "day")
+            cells = np.clip(np.floor((x - start) / width + 1e-6), 0, size - 1).astype(np.int64)
+            expected = np.bincount(cells, minlength=size)
         else:
             low, high = spans[task.column]
             width = privtree_cell_width(low, high, task.column == "score")
@@ -373,3 +385,75 @@ def test_batched_exact_aggregates_equal_one_query_per_column(con, every_kind):
     assert set(exact[Task("city", "discover")]) == {"Oslo", "Lima", "Pune"}
     assert set(exact[Task("zip", "discover")]) == {"101", "202", "303"}
     assert sum(exact[Task("grade", "rare")].values()) < 3000
+
+
+# ------------------------------------------------------------------------------ density inside bins
+
+def _roundtrip(con, relation, plan) -> pd.DataFrame:
+    con.execute(encode_view_sql(plan, "enc_density", relation))
+    codes = con.execute("SELECT * FROM enc_density").fetchnumpy()
+    return decode(plan, codes, np.random.default_rng(0)).to_pandas()
+
+
+def test_a_spike_inside_a_wide_declared_bin_is_decoded_as_a_spike(con):
+    """Declared bounds [1, 99] in 20 bins of ~5 values: 60% of rows at 40 come back at 40, not
+    spread over the bin (a uniform draw would put 12% there)."""
+    rng = np.random.default_rng(1)
+    hours = np.where(rng.random(3000) < 0.6, 40, rng.integers(1, 100, 3000))
+    relation = table(con, "hours", pd.DataFrame({"h": hours}))
+    plan, charge = run(con, relation, {"h": ColumnSpec(kind="integer", bounds=[1, 99], bins=20)})
+    back = _roundtrip(con, relation, plan)["h"].to_numpy()
+    assert abs((back == 40).mean() - (hours == 40).mean()) < 0.02
+    assert back.min() >= 1 and back.max() <= 99
+    assert [p["purpose"] for _, p in charge.spends] == ["density inside bins (grid histogram)"]
+
+
+def test_values_on_a_decimal_grid_decode_at_their_grid_values(con):
+    """A float column of 0.1 steps with DP bounds: decoded values sit in the density grid's cell
+    that starts at their own value (within one grid width, 0.02 here), not anywhere in a bin."""
+    rng = np.random.default_rng(2)
+    depth = np.round(rng.normal(61.0, 1.5, 3000), 1)
+    relation = table(con, "depth", pd.DataFrame({"d": depth}))
+    plan, _ = run(con, relation, {"d": ColumnSpec(kind="float")})
+    back = _roundtrip(con, relation, plan)["d"].to_numpy()
+    above = back * 10 - np.floor(back * 10 + 1e-9)  # how far above a multiple of 0.1, in 0.1s
+    assert (above < 0.25).mean() > 0.95
+
+
+def test_bins_flat_at_the_noise_level_get_no_density_and_decode_uniformly():
+    """Post-processing of the noisy grid: a flat bin gets no piece (noise alone would make it
+    lumpy); a bin with a spike keeps only the cells above DENSITY_Z sigma, cut at its edges."""
+    from dp_synth_assets.core.preprocess import density_grid, grid_density
+
+    spec = ColumnSpec(kind="integer", bounds=[0, 199], bins=2)
+    start, width, cells = density_grid(0.0, 199.0, True)
+    assert (start, width, cells) == (0.0, 1.0, 200)
+    hist = np.full(cells, 30, dtype=np.int64)  # 30 rows per value: flat at sigma ~ 30
+    hist[150] = 5000  # one spike in bin 1 (values 100..199); bin 0 flat
+    pieces = grid_density(hist, "x", spec, 0.0, 199.0, 1 / (2 * 30.0 ** 2), Recorder())
+    assert pieces and all(100 <= a < b <= 200 for a, b, _ in pieces)
+    assert max(pieces, key=lambda p: p[2])[:2] == (150.0, 151.0)
+
+
+def test_density_grid_is_a_round_width_aligned_on_its_multiples():
+    from dp_synth_assets.core.preprocess import DENSITY_CELLS, density_grid
+
+    assert density_grid(0.2266, 4.25, False) == (0.225, 0.005, 805)
+    assert density_grid(16436.0, 20088.0, True) == (16435.0, 5.0, 731)  # DATE days
+    assert density_grid(1.0, 99.0, True) == (1.0, 1.0, 99)
+    for low, high, integer in ((-3.7, 1e6, False), (0.0, 1e-3, False), (-5.0, 5.0, True)):
+        start, width, cells = density_grid(low, high, integer)
+        mantissa = width / 10 ** math.floor(math.log10(width) + 1e-9)
+        assert round(mantissa, 9) in (1, 2, 5) and (not integer or width >= 1)
+        assert math.isclose(start / width, round(start / width), abs_tol=1e-6) and start <= low
+        assert start + cells * width >= high and cells <= DENSITY_CELLS
+
+
+def test_bins_the_grid_leaves_flat_keep_the_bounds_density_cut_at_bin_edges():
+    from dp_synth_assets.core.preprocess import merge_density
+
+    edges = np.array([0.0, 10.0, 20.0])
+    fine = ((12.0, 12.5, 80.0),)                       # shapes bin 1
+    coarse = ((0.0, 8.0, 40.0), (8.0, 16.0, 16.0), (16.0, 20.0, 4.0))
+    assert merge_density(fine, coarse, edges) == ((0.0, 8.0, 40.0), (8.0, 10.0, 4.0),
+                                                  (12.0, 12.5, 80.0))

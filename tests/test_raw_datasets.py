@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from dp_synth_assets.budget import DELTA_EXTRA_SHARE, PREPROCESS_SHARE, DatasetBudget
+from dp_synth_assets.core.budget import BOUNDS_SHARE
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.privacy import rho_from_epsilon_delta
 from dp_synth_assets.definitions import build_definitions
@@ -29,8 +30,9 @@ needs_shared = pytest.mark.skipif(
 
 def test_discovery_sets_aside_half_of_each_delta_and_preprocessing_a_tenth_of_rho():
     spec = load_registry(REPO_DATASETS)["example"]
-    plain = DatasetBudget.of(spec)
-    assert plain.preprocess == 0 and plain.run_delta_extra == 0
+    plain = DatasetBudget.of(spec)  # declared domains: only the density inside wide bins
+    assert plain.preprocess == pytest.approx(BOUNDS_SHARE * plain.run_rho)
+    assert plain.run_delta_extra == 0
     assert plain.run_rho == pytest.approx(rho_from_epsilon_delta(1.0, 1e-9))
     raw = spec.model_copy(update={"columns": {**spec.columns, "sex": spec.columns["sex"].model_copy(
         update={"categories": None})}})

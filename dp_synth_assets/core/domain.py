@@ -14,8 +14,11 @@ Codes, per kind (the order is part of the contract):
   code decodes to one of its members drawn in proportion to their noisy counts.
 - boolean: false = 0, true = 1, then the null code when nullable.
 - integer / DATE, uniform binning: exact integer arithmetic, code = (x - low) * bins // (high -
-  low + 1); a bin decodes to a uniformly drawn integer inside it, so encode(decode(code)) == code.
-- float / timestamps, uniform binning: bins of width (high - low) / bins, decoded uniformly.
+  low + 1); a bin decodes to an integer inside it, so encode(decode(code)) == code.
+- float / timestamps, uniform binning: bins of width (high - low) / bins.
+  Inside a uniform bin, a value is drawn from the column's DP density (`Derived.density`,
+  preprocess.py: noisy counts over a fine grid) restricted to the bin, or uniformly where the
+  density puts no weight in the bin (or there is none).
 - `edges` (PrivTree): code = number of interior edges <= x; bin k is [edges[k], edges[k+1]),
   decoded uniformly inside (integers: a uniformly drawn integer inside).
 Every encoding is total (no value makes it fail, so no error message can quote one):
@@ -205,7 +208,7 @@ def _encoding(name: str, spec: ColumnSpec, derived: Derived) -> Encoding:
         bins = min(spec.bins or DEFAULT_BINS, high - low + 1)
     else:
         bins = spec.bins or DEFAULT_BINS
-    density = derived.density if spec.bounds is None and derived.density else None
+    density = derived.density or None
     return Encoding(name, spec.kind, sql_type, bins + extra, low=float(low), high=float(high),
                     bins=bins, integer_bins=integer_bins, nullable=nullable, missing=missing,
                     density=density)

@@ -26,6 +26,18 @@ mechanisms (`mechanisms`) are:
   (`bounds_and_density`). The clipped noisy part counts inside the bounds are kept as the
   column's density: decoding draws a value inside its bin in proportion to it. Why not
   exponential-mechanism quantiles: bench/results/method_notes.md.
+- `density` (numeric / datetime with uniform binning whose bins hold more than one value:
+  declared float and datetime bounds, declared integer bounds spanning more values than bins,
+  and undeclared float / datetime bounds): a Gaussian-noised histogram over a public grid of at
+  most DENSITY_CELLS cells of a round width (1, 2 or 5 times a power of ten; integers at least
+  1) aligned on multiples of it, over the declared bounds or, in the second scan, the DP
+  bounds. Post-processing: a bin whose cells look flat at the noise level (a chi-square bound)
+  keeps the bounds' coarser density (undeclared bounds) or is decoded uniformly (declared); in
+  the others, cells whose noisy count is below DENSITY_Z sigma are zeroed, so noise alone
+  spreads almost no mass, and the rest is the bin's density (`grid_density`, `merge_density`).
+  Decoding draws a value inside its bin in proportion to it, so values on a coarser grid than
+  the cells (whole numbers, cents, days) come back at their own values, and a spike inside a
+  wide bin (40 hours a week in a 36-40 bin) comes back as a spike.
 - `privtree` (`binning: privtree`): PrivTree (Zhang, Xiao, Xie 2016; benchmark Algorithm 2)
   with fanout 2 over [low, high]: a node's biased count b = max(c - depth * delta, theta - delta)
   gets Laplace(lambda) noise (OpenDP); it splits when the noisy value exceeds theta. With
@@ -64,7 +76,7 @@ import duckdb
 import numpy as np
 from .opendp_api import dp
 
-from .config import ColumnSpec, DatasetSpec, sql_type_range
+from .config import DEFAULT_BINS, ColumnSpec, DatasetSpec, sql_type_range
 from .domain import (Derived, EncodingPlan, SchemaError, build_plan, check_columns,
                      encode_view_sql, encoded_columns, integer_valued, is_null_condition,
                      value_expression)
@@ -83,12 +95,15 @@ PRIVTREE_CELLS = 2 ** PRIVTREE_MAX_DEPTH  # leaves of a full tree
 # the preprocessing rho is split between the tasks in proportion to these weights (default 1)
 TASK_WEIGHTS = {"discover": 2.0}
 BOUNDS_PARTS = 32  # equal parts of each public bounds bucket, to tighten the outer ones
+DENSITY_CELLS = 1024  # most cells of a `density` histogram
+DENSITY_Z = 2.0  # `density` cells below DENSITY_Z sigma are zeroed
+DENSITY_FLAT_Z = 4.0  # a bin is flat unless its cells' spread exceeds chi-square by this many sd
 
 
 @dataclass(frozen=True)
 class Task:
     column: str
-    mechanism: str  # discover | rare | bounds | privtree
+    mechanism: str  # discover | rare | bounds | privtree | density
 
 
 def mechanisms(name: str, spec: ColumnSpec) -> list[Task]:
@@ -104,7 +119,21 @@ def mechanisms(name: str, spec: ColumnSpec) -> list[Task]:
             tasks.append(Task(name, "bounds"))
         if spec.binning_rule == "privtree":
             tasks.append(Task(name, "privtree"))
+        elif needs_density(spec):
+            tasks.append(Task(name, "density"))
     return tasks
+
+
+def needs_density(spec: ColumnSpec) -> bool:
+    """Whether a uniformly binned numeric / datetime column gets a `density` histogram: its bins
+    may hold more than one value (public: from the spec alone). Undeclared integer bounds keep
+    the bounds' own density, whose parts are single integers up to 2^5."""
+    if spec.bounds is None:
+        return spec.kind in ("float", "datetime")
+    if not integer_valued(spec):
+        return True
+    low, high = spec.numeric_bounds()
+    return math.floor(high) - math.ceil(low) + 1 > (spec.bins or DEFAULT_BINS)
 
 
 def all_tasks(columns: dict[str, ColumnSpec]) -> list[Task]:
@@ -131,11 +160,13 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
             out[t] = run_mechanism(t, exact[t], columns[t.column], spans.get(t.column), rho_of[t],
                                    delta_each, charge)
 
-    # PrivTree over DP bounds waits for them: its cells span what the first scan releases
-    second = [t for t in tasks if t.mechanism == "privtree" and columns[t.column].bounds is None]
+    # PrivTree and density over DP bounds wait for them: their cells span what the first scan
+    # releases
+    spanned = ("privtree", "density")
+    second = [t for t in tasks if t.mechanism in spanned and columns[t.column].bounds is None]
     first = [t for t in tasks if t not in second]
     run(first, {t.column: columns[t.column].numeric_bounds() for t in first
-                if t.mechanism == "privtree"})
+                if t.mechanism in spanned})
     if second:
         run(second, {t.column: out[Task(t.column, "bounds")][0] for t in second})
     derived: dict[str, Derived] = {}
@@ -149,6 +180,9 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
                 derived[name] = complete_boolean(derived[name])
         else:
             bounds, density = out.get(Task(name, "bounds")) or (None, None)
+            if Task(name, "density") in out:
+                edges = uniform_bin_edges(spec, *(bounds or spec.numeric_bounds()))
+                density = merge_density(out[Task(name, "density")], density or (), edges)
             derived[name] = Derived(bounds=bounds, edges=out.get(Task(name, "privtree")),
                                     density=density or None)
     return derived
@@ -164,6 +198,8 @@ def run_mechanism(task: Task, exact, spec: ColumnSpec, span, rho: float, delta: 
         return measure_declared_categories(exact, name, spec, rho, charge)
     if task.mechanism == "bounds":
         return bounds_and_density(exact, name, spec, rho, charge)
+    if task.mechanism == "density":
+        return grid_density(exact, name, spec, *span, rho, charge)
     return privtree_edges(exact, name, spec, *span, rho, charge)
 
 
@@ -175,7 +211,7 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: 
     grouping set per task, sql/preprocess_counts.sql). Private: they feed the mechanisms only.
     `discover` / `rare`: the value counts {CAST(value AS VARCHAR): n}; `bounds`: the histogram
     over bucket_edges(spec) (len + 1 buckets); `privtree`: the histogram of PRIVTREE_CELLS cells
-    over spans[column]. Rows that read as NULL (a `missing` marker, NaN, a value that does not
+    over spans[column]; `density`: the histogram over `density_grid(*spans[column])`. Rows that read as NULL (a `missing` marker, NaN, a value that does not
     cast) do not count; +-inf and values beyond the buckets or the span count in the outer ones.
     The keys are total like the encodings (domain.py): nothing is cast before it is clamped."""
     if not tasks:
@@ -197,10 +233,14 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: 
                 size = (edges.size + 1) * BOUNDS_PARTS
             else:
                 low, high = spans[t.column]
-                width = privtree_cell_width(low, high, integer_valued(spec))
-                key = sql("preprocess_cell", v=v, low=repr(float(low)), width=repr(width),
-                          top=repr(float(low) + PRIVTREE_CELLS * width), last=PRIVTREE_CELLS - 1)
-                size = PRIVTREE_CELLS
+                if t.mechanism == "density":
+                    low, width, size = density_grid(low, high, integer_valued(spec))
+                    template = "preprocess_grid_cell"
+                else:
+                    width = privtree_cell_width(low, high, integer_valued(spec))
+                    size, template = PRIVTREE_CELLS, "preprocess_cell"
+                key = sql(template, v=v, low=repr(float(low)), width=repr(width),
+                          top=repr(float(low) + size * width), last=size - 1)
         is_null = is_null_condition(t.column, spec.missing, spec.kind)
         values.append(f"{sql('preprocess_value', is_null=is_null, value=value)} AS {v}")
         keys.append(f"{key} AS k{i}")
@@ -469,6 +509,99 @@ def _tighten(noisy_parts: np.ndarray, sigma: float, total: float) -> int:
     j = np.arange(1, noisy_parts.size + 1)
     fits_ = np.cumsum(noisy_parts) + Z_TIGHTEN * sigma * np.sqrt(j) <= CLAMP_SHARE * total
     return int(np.argmin(fits_)) if not fits_.all() else int(noisy_parts.size)
+
+
+# ------------------------------------------------------------------------------ density
+
+def density_grid(low: float, high: float, integer: bool) -> tuple[float, float, int]:
+    """The public grid of a `density` histogram over [low, high] (integers: [low, high + 1)):
+    (start, width, cells), width the smallest of 1, 2, 5 times a power of ten (at least 1 for
+    integers) giving at most DENSITY_CELLS cells, start the largest multiple of width <= low."""
+    top = high + 1 if integer else high
+    span = max(top - low, 1e-12)
+    width = None
+    exponent = math.floor(math.log10(span / DENSITY_CELLS))
+    while width is None:
+        for mantissa in (1, 2, 5):
+            w = mantissa * 10.0 ** exponent
+            fits = math.ceil(top / w) - math.floor(low / w) <= DENSITY_CELLS
+            if (not integer or w >= 1) and fits:
+                width = w
+                break
+        exponent += 1
+    start = math.floor(low / width) * width
+    cells = max(int(math.ceil((top - start) / width)), 1)
+    return float(start), float(width), cells
+
+
+def uniform_bin_edges(spec: ColumnSpec, low: float, high: float) -> np.ndarray:
+    """The edges of the uniform bins the encoding cuts [low, high] into (domain.py): `bins` (or
+    DEFAULT_BINS) equal bins; integers: bin k holds low + ceil(k span / bins) .. up to the next
+    edge, span = high - low + 1, at most one bin per integer."""
+    bins = spec.bins or DEFAULT_BINS
+    if integer_valued(spec):
+        low, high = math.ceil(low), math.floor(high)
+        span = max(high - low + 1, 1)
+        bins = min(bins, span)
+        return np.array([low - ((-k * span) // bins) for k in range(bins + 1)], dtype=np.float64)
+    return low + (high - low) * np.arange(bins + 1, dtype=np.float64) / bins
+
+
+def merge_density(fine: tuple, coarse: tuple, edges: np.ndarray) -> tuple:
+    """The grid density's pieces in the bins it shapes, the bounds' coarser density (cut at the
+    bin edges) in the bins it leaves flat (post-processing of two released densities)."""
+    def bin_of(a: float, b: float) -> int:
+        return int(np.clip(np.searchsorted(edges, (a + b) / 2, side="right") - 1, 0,
+                           edges.size - 2))
+
+    shaped = {bin_of(a, b) for a, b, _ in fine}
+    kept = []
+    for a, b, count in coarse:
+        for j in range(edges.size - 1):
+            lo, hi = max(a, edges[j]), min(b, edges[j + 1])
+            if hi > lo and j not in shaped:
+                kept.append((float(lo), float(hi), float(count) * (hi - lo) / (b - a)))
+    return tuple(sorted(tuple(fine) + tuple(kept)))
+
+
+def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high: float,
+                 rho: float, charge) -> tuple[tuple[float, float, float], ...]:
+    """The column's density inside [low, high] from the exact histogram over
+    `density_grid(low, high)` (`exact_aggregates`), with Gaussian noise (rho); the rest is
+    post-processing of the noisy counts. Per uniform bin of the encoding (`uniform_bin_edges`),
+    the noisy counts of the cells whose middle falls in it are compared with a flat bin: when
+    sum (c - mean)^2 / sigma^2 stays below the chi-square bound (m - 1) + DENSITY_FLAT_Z
+    sqrt(2 (m - 1)) for m cells, the bin gets no piece (decoded uniformly: noise alone would
+    make a flat bin lumpy); otherwise its cells below DENSITY_Z sigma are zeroed and the others
+    kept, cut at the bin's edges. Returns (low, high, count) pieces, zero cells left out."""
+    integer = integer_valued(spec)
+    start, width, cells = density_grid(low, high, integer)
+    noisy, spend = gaussian_counts(np.asarray(hist, dtype=np.int64), rho)
+    charge(spend, column=name, purpose="density inside bins (grid histogram)", cells=cells)
+    sigma = spend.scale
+    edges = uniform_bin_edges(spec, low, high)
+    a = np.clip(start + np.arange(cells) * width, edges[0], edges[-1])
+    b = np.clip(start + (np.arange(cells) + 1) * width, edges[0], edges[-1])
+    inside = b > a
+    bins = edges.size - 1
+    of = np.clip(np.searchsorted(edges, (a + b) / 2, side="right") - 1, 0, bins - 1)
+    m = np.bincount(of[inside], minlength=bins).astype(float)
+    total = np.bincount(of[inside], weights=noisy[inside], minlength=bins)
+    square = np.bincount(of[inside], weights=noisy[inside] ** 2, minlength=bins)
+    mean = total / np.maximum(m, 1)
+    spread = (square - m * mean ** 2) / sigma ** 2  # sum (c - mean)^2 / sigma^2
+    dof = np.maximum(m - 1, 0)
+    shaped = (m >= 2) & (spread > dof + DENSITY_FLAT_Z * np.sqrt(2 * dof))
+    pieces = []
+    for k in np.flatnonzero(inside & (noisy >= DENSITY_Z * sigma)):
+        first = max(int(np.searchsorted(edges, a[k], side="right")) - 1, 0)
+        for j in range(first, bins):
+            lo, hi = max(a[k], edges[j]), min(b[k], edges[j + 1])
+            if lo >= b[k]:
+                break
+            if hi > lo and shaped[j]:
+                pieces.append((float(lo), float(hi), float(noisy[k] * (hi - lo) / (b[k] - a[k]))))
+    return tuple(pieces)
 
 
 # ------------------------------------------------------------------------------ PrivTree
