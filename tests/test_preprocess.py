@@ -410,14 +410,20 @@ def test_a_spike_inside_a_wide_declared_bin_is_decoded_as_a_spike(con):
 
 def test_values_on_a_decimal_grid_decode_at_their_grid_values(con):
     """A float column of 0.1 steps with DP bounds: decoded values sit in the density grid's cell
-    that starts at their own value (within one grid width, 0.02 here), not anywhere in a bin."""
+    that starts at their own value (within one grid width of it, the width following the DP
+    bounds: 0.01 to 0.05 here), not anywhere in a bin."""
+    from dp_synth_assets.core.preprocess import density_grid
+
     rng = np.random.default_rng(2)
     depth = np.round(rng.normal(61.0, 1.5, 3000), 1)
     relation = table(con, "depth", pd.DataFrame({"d": depth}))
     plan, _ = run(con, relation, {"d": ColumnSpec(kind="float")})
+    encoding = plan.encodings[0]
+    width = density_grid(encoding.low, encoding.high, False)[1]
+    assert width <= 0.05
     back = _roundtrip(con, relation, plan)["d"].to_numpy()
-    above = back * 10 - np.floor(back * 10 + 1e-9)  # how far above a multiple of 0.1, in 0.1s
-    assert (above < 0.25).mean() > 0.95
+    above = back - np.floor(back * 10 + 1e-9) / 10  # how far above a multiple of 0.1
+    assert (above < width + 1e-9).mean() > 0.9
 
 
 def test_bins_flat_at_the_noise_level_get_no_density_and_decode_uniformly():
