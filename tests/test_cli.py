@@ -58,8 +58,9 @@ def test_cli_materializes_the_pipeline_and_the_report_shows_it(tmp_path):
 
     from dp_synth_assets.resources.ledger import PrivacyLedger
 
+    # the example's declared numeric bins get DP densities in `preprocessed`
     assert set(PrivacyLedger(project.ledger).spent_by_run("example", record.run_id)) == {
-        "selection", "measurements"}
+        "preprocessed", "selection", "measurements"}
 
     report = run([sys.executable, "-m", "dp_synth_assets.report", "example"], env, timeout=120)
     assert report.returncode == 0, report.stdout + report.stderr[-3000:]

@@ -142,9 +142,11 @@ def all_tasks(columns: dict[str, ColumnSpec]) -> list[Task]:
 
 def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str, ColumnSpec],
                rho: float, delta_extra: float, charge) -> dict[str, Derived]:
-    """Run every column's mechanisms; returns what each column's encoding needs (public)."""
+    """Run every column's mechanisms; returns what each column's encoding needs (public). With
+    no rho, a spec whose only tasks are `density` histograms (an accuracy refinement: the domain
+    is declared) runs none of them, and its values are drawn uniformly inside their bins."""
     tasks = all_tasks(columns)
-    if not tasks:
+    if rho <= 0 and all(t.mechanism == "density" for t in tasks):
         return {}
     if rho <= 0:
         raise ValueError("preprocessing needs a positive rho")
