@@ -72,7 +72,7 @@ print(json.dumps({
 
 AUTOMATION = {
     # the example's entry as it is: an external table resynthesized by its source-change sensor
-    # (a sensor and a job per dataset)
+    # (a sensor per dataset, targeting its assets; no job)
     "sensor": lambda i: {"source": {"table": f"main.example_{i}"}},
     # a host asset's table, resynthesized by declarative automation (one sensor in all, no job)
     "asset": lambda i: {"source": {"asset": ["host", f"example_{i}"],
@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, nargs="+", default=[1, 25, 100, 500])
     parser.add_argument("--distinct-epsilon", action="store_true")
     parser.add_argument("--automation", choices=sorted(AUTOMATION), default="sensor",
-                        help="how each entry is automated (sensor: a sensor and a job each)")
+                        help="how each entry is automated (sensor: a sensor each)")
     parser.add_argument("--label", default="", help="stored with each record (e.g. a revision)")
     args = parser.parse_args()
     records = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
