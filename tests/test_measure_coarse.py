@@ -13,8 +13,6 @@ from dp_synth_assets.core.config import SelectionSettings
 from dp_synth_assets.core.generate import mirror
 from dp_synth_assets.core.measure import Measurement, coarsen, make_consistent
 from dp_synth_assets.core.select import Budget, Selection, select
-from dp_synth_assets.core.select.absyn import independence_indif
-from dp_synth_assets.core.select.privsyn import indif
 
 from helpers import ChargeRecorder, counting_oracle
 
@@ -69,15 +67,6 @@ def test_fit_matches_a_coarse_marginal_and_the_fine_one_ways():
     # within a group, the fit is the maximum-entropy split: proportional to a's 1-way
     block = fitted[2:5, 0] / fitted[2:5, 0].sum()
     assert np.allclose(block, one_a.noisy[2:5] / one_a.noisy[2:5].sum(), atol=1e-6)
-
-
-def test_independence_indif_is_the_mean_indif_of_independent_columns():
-    rng = np.random.default_rng(1)
-    pa, pb, n = rng.dirichlet(np.ones(30)), rng.dirichlet(np.ones(12)), 3000
-    draws = [indif(np.histogram2d(rng.choice(30, n, p=pa), rng.choice(12, n, p=pb),
-                                  bins=(30, 12), range=((0, 30), (0, 12)))[0])
-             for _ in range(100)]
-    assert independence_indif(pa, pb, n) == pytest.approx(np.mean(draws), rel=0.1)
 
 
 def test_absyn_measures_a_large_smooth_pair_on_groups():

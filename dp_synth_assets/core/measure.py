@@ -15,8 +15,8 @@ everything downstream of them is post-processing.
   attribute leaves every other attribute's projections unchanged, so one pass makes all
   measurements agree on every shared attribute. A measurement coarse on an attribute does
   not vote on it; it takes the combined projection summed to its groups. Negative cells are
-  kept (mbi's least-squares fit handles them; clipping would bias the estimate). Sigma is kept as drawn: it is the conservative
-  scale for the estimator.
+  kept (mbi's least-squares fit handles them; clipping would bias the estimate). Sigma is kept
+  as drawn: it is the conservative scale for the estimator.
 """
 
 import math

@@ -12,13 +12,14 @@ Fit: minimize L(mu) = 1/2 sum_m ||Q_m mu_m - y_m||^2 / sigma_m^2 (y_m and sigma_
 inverse-variance pool of the measurements of m with the same groups; Q_m the identity, or for a
 coarse measurement the sum within groups, `measure.coarsen`: mbi's LinearMeasurement with a query
 matrix; the same least-squares objective as mbi's up to a constant) by mirror descent in theta:
-theta_m <- theta_m - alpha Q_m^T (Q_m mu_m - y_m) / sigma_m^2 (one theta per distinct clique),
-with Armijo's sufficient-decrease test on each step (L(mu) - L(mu') >= 1/2 grad . (mu - mu');
-accepted: alpha grows by `STEP_GROWTH`; refused: alpha halves and theta stays), as mbi's MirrorDescent does. The first step size is mbi's 2 / (L N) with
-L = max over junction-tree cliques C of sum_{m hosted in C} |C| / (|y_m| sigma_m^2). A fit starts
-from a previous fit's theta (new cliques start at 0) and from the larger of its step size and
-2 / (L N) (at an optimum every step is refused and alpha collapses, which must not carry over to
-the next round), so an AIM round runs only a bounded number of iterations; nothing is compiled.
+theta_m <- theta_m - alpha Q_m^T (Q_m mu_m - y_m) / sigma_m^2 (one theta per distinct clique), with
+Armijo's sufficient-decrease test on each step (L(mu) - L(mu') >= 1/2 grad . (mu - mu'); accepted:
+alpha grows by `STEP_GROWTH`; refused: alpha halves and theta stays), as mbi's MirrorDescent does.
+The first step size is mbi's 2 / (L N) with L = max over junction-tree cliques C of sum_{m hosted in
+C} |C| / (|y_m| sigma_m^2). A fit starts from a previous fit's theta (new cliques start at 0) and
+from the larger of its step size and 2 / (L N) (at an optimum every step is refused and alpha
+collapses, which must not carry over to the next round), so an AIM round runs only a bounded number
+of iterations; nothing is compiled.
 
 Marginals (`Calibrated.project`): of a clique inside a junction-tree clique, a sum of that
 clique's table; otherwise, per connected component, the product of the tables of the smallest

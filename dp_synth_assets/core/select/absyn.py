@@ -4,8 +4,8 @@ References: absyn.txt section V (Eq. 6-8, Algorithm 1) and section VI (Algorithm
 corrected by SEED-NOTES.md.
 
 Guarantee: the data is read by the 1-way marginals (`budget.one_way`) and one Gaussian release of
-all R-scores (`budget.score`), each charged with its OpenDP map's answer right after its draw;
-the greedy is post-processing of those. `budget.measure` is split over the selected marginals
+all R-scores, fine and coarse (`budget.score`; step 5), each charged with its OpenDP map's
+answer right after its draw; the greedy is post-processing of those. `budget.measure` is split over the selected marginals
 (`budgets`) and spent by the `measurements` stage. Steps:
 
 1. 1-way marginals with rho_1 split evenly over the d attributes (section VI.B).
@@ -52,6 +52,25 @@ the greedy is post-processing of those. `budget.measure` is split over the selec
    setting changes it and `settings.max_model_mb` does not apply to absyn. The selected pairs
    (fill-ins included) are measured by `measurements` with the c^(2/3) split of rho_2 (Eq. 11).
    An empty selection leaves rho_2 to the 1-way marginals (`budget.measurement_plan`).
+5. Coarse versions (our addition; PrivSyn and the benchmark paper: fewer and coarser measurements).
+   For each level g of `COARSE_LEVELS`, every column of at least 2g codes gets a public grouping of
+   its codes into runs of adjacent codes of about 1/g of its noisy mass (`measure.adjacent_groups`
+   on its noisy 1-way marginal; a code that alone holds 1/g is a group of its own). A pair of
+   `COARSE_MIN_CELLS` cells or more has one coarse version per distinct grouping (one or both of
+   its columns grouped). Their InDif scores, computed on the grouped marginal (sensitivity 4 still:
+   it is a 2-way table of the grouped columns), are in the same Gaussian release as the fine scores
+   (m counts them), floored and normalized the same way on the group counts. In the greedy, every
+   coarse version of positive score is a candidate beside the fine pairs. A coarse version scores
+   in E(S) with its own cells in E_eta and its own R_bar on its edge of the CR paths; the
+   dependency its groups cannot show, max(D_fine - D_coarse, 0) in counts (D = R_bar times the
+   count factor), stays in E_cor. A selected pair may move to a version of more cells in a later
+   round; a fill-in edge takes its cheapest version; a coarse candidate may not make a maximal
+   clique of `COARSE_TAU_CELLS` cells or more (the model fits it on its fine codes, so it grows the
+   model as a fine pair does; the smaller tau keeps the fit's time). The selection's `coarse` maps
+   each coarse pair to its groups; `measurements` draws `measure.coarsen(marginal, groups)` through
+   `measure.measure_marginal` at the Eq. 11 rho of its coarse cell count: one row still moves one
+   cell by 1, so the mechanism, its sensitivity and its charge are those of a fine marginal at that
+   rho. The pgm engine fits the linear map (`generate.mirror`).
 """
 
 import itertools
@@ -61,7 +80,6 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 from scipy.sparse.csgraph import shortest_path
-from scipy.special import gammaln
 
 from ..config import SelectionSettings
 from ..measure import (adjacent_groups, clique_size, coarsen, coarsened_size,
@@ -75,7 +93,7 @@ SCORE_FLOOR_SD = 2.0  # scores below this many noise sds count as 0 (docstring, 
 FIT_NOISE_SHARE = 0.5  # E_eta: the share of the raw noise error left after the fit (step 4)
 COARSE_LEVELS = (6, 16)  # coarse versions: groups of 1/level of a large column's mass (step 5)
 COARSE_MIN_CELLS = 1_000  # pairs with fewer cells have no coarse version (step 5)
-COARSE_TAU_CELLS = 20_000  # tau once a coarse version is selected (step 5)
+COARSE_TAU_CELLS = 20_000  # tau for a coarse candidate (step 5)
 
 
 def normalize_scores(noisy: np.ndarray, pairs: list[Clique], domain: dict[str, int],
@@ -236,8 +254,8 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
                     filled, cliques = triangulate(nodes, selected | {pair})
                     size = max(clique_size(c, domain) for c in cliques)
             versions = {**{p: version.get(p, fill_version(p)) for p in filled}, pair: v}
-            # a coarse edge is a fine clique of the model: with one, cliques stay smaller
-            if size >= (min(tau, COARSE_TAU_CELLS) if any(versions.values()) else tau):
+            # a coarse edge is a fine clique of the model: adding one keeps cliques smaller
+            if size >= (min(tau, COARSE_TAU_CELLS) if v else tau):
                 continue
             e = error(filled, versions)
             if best is None or e < best[0]:
@@ -298,25 +316,6 @@ def coarse_versions(pairs: list[Clique], domain: dict[str, int],
     return out
 
 
-def independence_indif(p_a: np.ndarray, p_b: np.ndarray, total: float) -> float:
-    """The InDif a pair of independent columns shows from sampling alone: sum over cells of the
-    mean absolute deviation of a Poisson count of mean lambda = total p_a p_b,
-    2 e^-lambda lambda^(floor(lambda) + 1) / floor(lambda)!, with p_a, p_b the columns' noisy
-    1-way shares (public)."""
-    lam = total * np.outer(p_a, p_b).ravel()
-    lam = lam[lam > 0]
-    k = np.floor(lam)
-    log_mad = math.log(2) - lam + (k + 1) * np.log(lam) - gammaln(k + 1)
-    return float(np.exp(log_mad).sum())
-
-
-def shares(noisy: np.ndarray, groups) -> np.ndarray:
-    p = np.clip(np.asarray(noisy, dtype=np.float64), 0.0, None)
-    if groups is not None:
-        p = coarsen(p, (groups,))
-    return p / p.sum() if p.sum() > 0 else np.full(p.size, 1.0 / p.size)
-
-
 def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: Charge,
                  one_way: tuple, log: Log | None = None) -> Selection:
     """Steps 2-5 on 1-way marginals already measured (`auto` measures them first)."""
@@ -327,12 +326,7 @@ def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     values = [indif(exact[p]) for p in pairs] + [indif(coarsen(exact[p], g)) for p, g in versions]
     released, spend = gaussian_scores(np.array(values), budget.score, INDIF_SENSITIVITY)
     charge(spend, purpose="R-scores", pairs=len(values))
-    one = {m.clique[0]: m.noisy for m in one_way if len(m.clique) == 1}
-    bias = np.array([independence_indif(shares(one[a], None), shares(one[b], None), total)
-                     for a, b in pairs] +
-                    [independence_indif(shares(one[a], g[0]), shares(one[b], g[1]), total)
-                     for (a, b), g in versions])
-    released = above_noise(released - bias, budget.score)
+    released = above_noise(released, budget.score)
     r_bar = normalize_scores(released[:len(pairs)], pairs, domain, total)
     coarse: dict[Clique, list[Version]] = {}
     for ((a, b), groups), score in zip(versions, released[len(pairs):]):
