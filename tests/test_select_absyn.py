@@ -120,7 +120,7 @@ def test_greedy_error_is_closed_form_and_e0_on_the_candidates_scale():
     domain = {"a": 2, "b": 2, "c": 2}
     n, rho = 10_000.0, 1.0
     r_bar = normalize_scores(np.array([5000.0, -3000.0, -3000.0]), pairs, domain, n)
-    selected, trace = greedy(pairs, r_bar, domain, n, rho, tau=100_000)
+    selected, trace, _ = greedy(pairs, r_bar, domain, n, rho, tau=100_000)
     assert selected == [("a", "b")]
     assert FIT_NOISE_SHARE == 0.5
     assert trace[0]["total_error"] == pytest.approx(0.5 * 4 / math.sqrt(math.pi * rho), abs=1e-3)

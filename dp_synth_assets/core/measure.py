@@ -13,9 +13,10 @@ everything downstream of them is post-processing.
   every measurement's projection onto it, pushed back into each measurement by spreading the
   difference evenly over the cells that project to each value. With a common total, adjusting one
   attribute leaves every other attribute's projections unchanged, so one pass makes all
-  measurements agree on every shared attribute. Negative cells are kept (mbi's least-squares fit
-  handles them; clipping would bias the estimate). Sigma is kept as drawn: it is the conservative
-  scale for the estimator.
+  measurements agree on every shared attribute. A measurement coarse on an attribute does
+  not vote on it; it takes the combined projection summed to its groups. Negative cells are
+  kept (mbi's least-squares fit handles them; clipping would bias the estimate). Sigma is kept
+  as drawn: it is the conservative scale for the estimator.
 """
 
 import math
@@ -27,29 +28,108 @@ from .domain import Clique
 from .privacy import gaussian_counts
 
 
+Groups = tuple  # per clique attribute: None (its codes) or a tuple mapping each code to a group
+
+
 @dataclass(frozen=True)
 class Measurement:
+    """`groups`, when set, makes this a coarse measurement: the noisy marginal of the clique
+    after each attribute's codes are mapped to groups (`groups[i]` for the i-th attribute: a
+    tuple giving each code's group 0..g-1, or None to keep the codes), i.e. of a linear map of the
+    fine marginal (`coarsen`). `noisy` is shaped by the group counts."""
+
     clique: Clique
     noisy: np.ndarray = field(repr=False)
     sigma: float
     rho: float
+    groups: Groups | None = None
 
     @property
     def cells(self) -> int:
         return int(self.noisy.size)
 
     def to_dict(self) -> dict:
-        return {"clique": list(self.clique), "shape": list(self.noisy.shape), "sigma": self.sigma,
-                "rho": self.rho, "noisy": self.noisy.ravel().round(6).tolist()}
+        out = {"clique": list(self.clique), "shape": list(self.noisy.shape), "sigma": self.sigma,
+               "rho": self.rho, "noisy": self.noisy.ravel().round(6).tolist()}
+        if self.groups is not None:
+            out["groups"] = [None if g is None else list(g) for g in self.groups]
+        return out
 
     @classmethod
     def from_dict(cls, d: dict) -> "Measurement":
         noisy = np.asarray(d["noisy"], dtype=np.float64).reshape(d["shape"])
-        return cls(tuple(d["clique"]), noisy, float(d["sigma"]), float(d["rho"]))
+        groups = d.get("groups")
+        if groups is not None:
+            groups = tuple(None if g is None else tuple(int(x) for x in g) for g in groups)
+        return cls(tuple(d["clique"]), noisy, float(d["sigma"]), float(d["rho"]), groups)
+
+
+def coarsen(fine: np.ndarray, groups: Groups | None) -> np.ndarray:
+    """The fine array (one axis per clique attribute) summed within each attribute's groups: the
+    linear map a coarse measurement observes. One row moves one fine cell, hence one coarse cell,
+    by 1: the L2 sensitivity stays 1."""
+    out = np.asarray(fine)
+    for axis, g in enumerate(groups or ()):
+        if g is None:
+            continue
+        index = np.asarray(g, dtype=np.int64)
+        moved = np.moveaxis(out, axis, 0)
+        summed = np.zeros((int(index.max()) + 1, *moved.shape[1:]), dtype=moved.dtype)
+        np.add.at(summed, index, moved)
+        out = np.moveaxis(summed, 0, axis)
+    return out
+
+
+def expand(coarse: np.ndarray, groups: Groups | None) -> np.ndarray:
+    """The adjoint of `coarsen`: each fine cell takes the value of its coarse cell."""
+    out = np.asarray(coarse)
+    for axis, g in enumerate(groups or ()):
+        if g is not None:
+            out = np.take(out, np.asarray(g, dtype=np.int64), axis=axis)
+    return out
+
+
+def adjacent_groups(one_way: np.ndarray, groups: int) -> tuple[int, ...]:
+    """A public grouping of one attribute's codes (each code's group, 0, 1, ...) from `one_way`,
+    a noisy 1-way marginal (negatives read as 0): a code holding at least 1/`groups` of the mass
+    is a group of its own; the codes between two such codes are cut into runs of adjacent codes,
+    each closed once it holds 1/`groups` of the mass, a last run of under half that joining the
+    run before it in the same stretch. A function of the public noisy marginal only."""
+    p = np.clip(np.asarray(one_way, dtype=np.float64), 0.0, None)
+    p = p / p.sum() if p.sum() > 0 else np.full(p.size, 1.0 / max(p.size, 1))
+    target = 1.0 / groups
+    labels = np.empty(p.size, dtype=np.int64)
+    current, mass, run_start = -1, 0.0, True  # run_start: the next light code opens a run
+    last_run_mass, last_run_label = None, None
+    for i, share in enumerate(p):
+        if share >= target:
+            current, run_start = current + 1, True
+            labels[i] = current
+            last_run_mass = None
+            continue
+        if run_start:
+            current, mass, run_start = current + 1, 0.0, False
+        labels[i] = current
+        mass += share
+        nxt_heavy = i + 1 >= p.size or p[i + 1] >= target
+        if mass >= target or nxt_heavy:
+            if mass < target / 2 and last_run_mass is not None and last_run_label == current - 1:
+                labels[labels == current] = current - 1  # too light: join the run before
+                current -= 1
+            last_run_mass, last_run_label = mass, current
+            run_start = True
+    return tuple(int(x) for x in labels)
 
 
 def clique_size(clique: Clique, domain: dict[str, int]) -> int:
     return math.prod(domain[a] for a in clique)
+
+
+def coarsened_size(clique: Clique, domain: dict[str, int], groups: Groups | None) -> int:
+    """Cells of the clique's marginal measured on `groups` (`clique_size` when None)."""
+    if groups is None:
+        return clique_size(clique, domain)
+    return math.prod(domain[a] if g is None else max(g) + 1 for a, g in zip(clique, groups))
 
 
 def optimal_split(rho: float, sizes: list[int]) -> list[float]:
@@ -67,7 +147,7 @@ def expected_noise_error(rho: float, sizes: list[int]) -> float:
 
 
 def measure_marginal(exact: np.ndarray, clique: Clique, rho: float, charge,
-                     **params) -> Measurement:
+                     groups: Groups | None = None, **params) -> Measurement:
     """One noisy marginal: the discrete Gaussian mechanism at `rho` (`privacy.gaussian_counts`,
     an OpenDP measurement at L2 sensitivity 1: under add/remove-one-row neighbours a count array
     changes by 1 in one cell, DESIGN.md section 3), then `charge(spend, clique=[...], **params)`
@@ -78,17 +158,53 @@ def measure_marginal(exact: np.ndarray, clique: Clique, rho: float, charge,
     cells whose every row counts in one cell (ppsyn passes its partition-cell sums); its shape is
     kept. Every mechanism site that publishes a `Measurement` calls this; the preprocessing
     stage's category counts and DP-bounds histogram, which are not marginals of the encoded
-    domain, call `gaussian_counts` directly (tests/test_measure_marginal.py checks both)."""
+    domain, call `gaussian_counts` directly (tests/test_measure_marginal.py checks both).
+    With `groups`, the released array is `coarsen(exact, groups)`: still one cell per row, so the
+    same mechanism at the same rho, charged the same."""
+    if groups is not None:
+        exact = coarsen(exact, groups)
     noisy, spend = gaussian_counts(exact, rho)
     charge(spend, clique=list(clique), **params)
-    return Measurement(tuple(clique), noisy, spend.scale, spend.rho)
+    return Measurement(tuple(clique), noisy, spend.scale, spend.rho, groups)
 
 
 def measure(exact: dict[Clique, np.ndarray], rhos: dict[Clique, float],
-            charge) -> list[Measurement]:
-    """The noisy marginal of each clique of `rhos` at its rho (`measure_marginal`), charged in
-    the plan's order, each right after its draw."""
-    return [measure_marginal(exact[clique], clique, rho, charge) for clique, rho in rhos.items()]
+            charge, groups: dict[Clique, Groups] | None = None) -> list[Measurement]:
+    """The noisy marginal of each clique of `rhos` at its rho (`measure_marginal`; coarse on
+    `groups[clique]` when given), charged in the plan's order, each right after its draw."""
+    groups = groups or {}
+    return [measure_marginal(exact[clique], clique, rho, charge, groups.get(clique))
+            for clique, rho in rhos.items()]
+
+
+def refine(measurements: list[Measurement]) -> list[Measurement]:
+    """Coarse measurements made fine, for estimators that take only fine marginals: each coarse
+    cell's count is spread over its fine cells in proportion to the product of the attributes'
+    1-way measurements in the list (clipped at 0; uniform when none or zero), the noise scale
+    kept per fine cell as sigma / sqrt(fine cells in the coarse cell's smallest group product).
+    Public post-processing; fine measurements pass unchanged."""
+    one_way = {m.clique[0]: np.clip(m.noisy, 0.0, None) for m in measurements
+               if len(m.clique) == 1 and m.groups is None}
+    out = []
+    for m in measurements:
+        if m.groups is None:
+            out.append(m)
+            continue
+        values = m.noisy
+        shares = 1
+        for axis, (attr, g) in enumerate(zip(m.clique, m.groups)):
+            if g is None:
+                continue
+            index = np.asarray(g, dtype=np.int64)
+            w = one_way.get(attr)
+            w = np.ones(index.size) if w is None or w.size != index.size else w + 1e-9
+            within = w / np.bincount(index, weights=w)[index]
+            shape = [1] * values.ndim
+            shape[axis] = -1
+            values = np.take(values, index, axis=axis) * within.reshape(shape)
+            shares *= int(np.bincount(index).min())
+        out.append(Measurement(m.clique, values, m.sigma / math.sqrt(shares), m.rho))
+    return out
 
 
 def noisy_total(measurements: list[Measurement]) -> float:
@@ -108,26 +224,38 @@ def make_consistent(measurements: list[Measurement]) -> list[Measurement]:
     attributes = sorted({a for m in measurements for a in m.clique})
     for attr in attributes:
         members = [i for i, m in enumerate(measurements) if attr in m.clique]
-        if len(members) < 2:
+        fine = [i for i in members if _grouping(measurements[i], attr) is None]
+        if len(members) < 2 or not fine:
             continue
         projections, weights = [], []
-        for i in members:
+        for i in fine:
             m = measurements[i]
             axis = m.clique.index(attr)
-            others = tuple(k for k in range(len(m.clique)) if k != axis)
-            projections.append(arrays[i].sum(axis=others) if others else arrays[i])
+            projections.append(_project(arrays[i], axis))
             # per-cell variance of the projection: sigma^2 times the cells summed into each value
             weights.append(1.0 / (m.sigma ** 2 * (m.cells // m.noisy.shape[axis])))
         weights = np.asarray(weights)
         combined = np.tensordot(weights, np.stack(projections), axes=1) / weights.sum()
-        for i, proj in zip(members, projections):
+        for i in members:
+            # a measurement coarse on attr takes the combined projection summed to its groups
             m = measurements[i]
             axis = m.clique.index(attr)
+            target = coarsen(combined, (_grouping(m, attr),))
             spread = m.cells // m.noisy.shape[axis]
             shape = [1] * len(m.clique)
             shape[axis] = -1
-            arrays[i] = arrays[i] + ((combined - proj) / spread).reshape(shape)
-    return [Measurement(m.clique, a, m.sigma, m.rho) for m, a in zip(measurements, arrays)]
+            arrays[i] = arrays[i] + ((target - _project(arrays[i], axis)) / spread).reshape(shape)
+    return [Measurement(m.clique, a, m.sigma, m.rho, m.groups)
+            for m, a in zip(measurements, arrays)]
+
+
+def _grouping(m: Measurement, attr: str):
+    return None if m.groups is None else m.groups[m.clique.index(attr)]
+
+
+def _project(values: np.ndarray, axis: int) -> np.ndarray:
+    others = tuple(k for k in range(values.ndim) if k != axis)
+    return values.sum(axis=others) if others else values
 
 
 

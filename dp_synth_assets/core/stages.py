@@ -31,7 +31,7 @@ from . import marginals as margs
 from .budget import DatasetBudget, measurement_plan
 from .config import DatasetSpec
 from .domain import Clique, EncodingPlan
-from .measure import Measurements, clique_size, make_consistent, noisy_total
+from .measure import Measurements, clique_size, coarsened_size, make_consistent, noisy_total
 from .measure import measure as draw
 from .preprocess import prepare_encoded_view
 from .select import Selection, required_cliques
@@ -97,7 +97,7 @@ def measure(plan: EncodingPlan, chosen: Selection, oracle: Oracle, budget: Datas
     included) and take the noisy row count they agree on."""
     rhos = measurement_plan(cover_columns(chosen, plan.domain), plan.domain,
                             budget.stage_rho("measurements"))
-    noisy = draw(oracle(list(rhos)), rhos, charge) if rhos else []
+    noisy = draw(oracle(list(rhos)), rhos, charge, chosen.coarse) if rhos else []
     kept, _ = guard(list(chosen.one_way) + list(chosen.measured) + noisy, plan.domain)
     consistent = make_consistent(kept)
     return Measurements(tuple(consistent), noisy_total(consistent))
@@ -105,19 +105,22 @@ def measure(plan: EncodingPlan, chosen: Selection, oracle: Oracle, budget: Datas
 
 def cover_columns(chosen: Selection, domain: dict[str, int]) -> Selection:
     """`chosen` with the 1-way marginal of every column that no clique to measure contains
-    added to its cliques, each weighted as ABSyn Eq. 11 weighs a clique (c^(2/3), on the scale
+    (or that every clique holding it measures only on groups) added to its cliques, each
+    weighted as ABSyn Eq. 11 weighs a clique (c^(2/3), on the scale
     of the selection's own per-c^(2/3) budget): otherwise such a column keeps only its share of
     the 1-way budget (0.1 rho for most methods), far less than the independent model gives it.
     Nothing changes when no clique is left to measure (`measurement_plan` then spends the
     budget on the 1-way marginals) or every column is covered."""
     if not chosen.cliques or sum(chosen.budgets.values()) <= 0:
         return chosen
-    covered = {a for c in chosen.cliques for a in c}
+    # a column measured only on groups (`chosen.coarse`) needs its own codes measured too
+    covered = {a for c in chosen.cliques
+               for a, g in zip(c, chosen.coarse.get(c, (None,) * len(c))) if g is None}
     missing = [(a,) for a in domain if a not in covered]
     if not missing:
         return chosen
-    unit = sum(chosen.budgets.values()) / sum(clique_size(c, domain) ** (2 / 3)
-                                               for c in chosen.cliques)
+    unit = sum(chosen.budgets.values()) / sum(
+        coarsened_size(c, domain, chosen.coarse.get(c)) ** (2 / 3) for c in chosen.cliques)
     budgets = {**chosen.budgets, **{c: unit * domain[c[0]] ** (2 / 3) for c in missing}}
     return replace(chosen, cliques=chosen.cliques + tuple(missing), budgets=budgets)
 

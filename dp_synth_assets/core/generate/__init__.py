@@ -28,7 +28,10 @@ in domain order.
   `sample_chunks(model, rows, seed, chunk_rows, log=None)` (an iterator of such dicts of at most
   `chunk_rows` rows, `rows` in all): the same `seed` gives the same rows.
 - `dumps(model) -> bytes`, `loads(bytes) -> model`: the model's own bytes.
-- Optional: `check(domain, measurements, settings, dataset) -> dict | None` (the pre-fit guard:
+- Optional: `COARSE_MEASUREMENTS = True` (the engine fits coarse measurements,
+  `Measurement.groups`, as the linear maps they are; any other engine is given them made fine
+  by `measure.refine`, public post-processing, through `for_engine`),
+  `check(domain, measurements, settings, dataset) -> dict | None` (the pre-fit guard:
   raises `ModelTooLarge` to refuse, returns JSON-able size facts to publish; default None),
   `fit_units(domain, measurements, settings) -> list[list[int]]` (units of work, each runnable in
   its own process; default one unit `[[0]]`), `assemble(domain, measurements, results) -> model`
@@ -52,7 +55,7 @@ import numpy as np
 from ..config import ModelSettings
 from ..engines import ENGINES
 from ..plugins import plugin_module
-from ..measure import Measurement
+from ..measure import Measurement, refine
 from .base import Estimate, ModelTooLarge, multiprocess_executor  # noqa: F401 (re-exported)
 from .gum import GumModel  # noqa: F401 (re-exported: the pipeline names it)
 from .tree import CliqueTree  # noqa: F401 (re-exported)
@@ -68,6 +71,14 @@ class Choice:
 def engine_module(engine: str):
     """The module of `engine` (a key of ENGINES; `plugins.plugin_module`)."""
     return plugin_module(ENGINES, engine, __name__, "generator", " or auto")
+
+
+def for_engine(engine: str, measurements: list[Measurement]) -> list[Measurement]:
+    """The measurements as `engine` takes them: coarse ones made fine (`measure.refine`) unless
+    the engine declares `COARSE_MEASUREMENTS`."""
+    if getattr(engine_module(engine), "COARSE_MEASUREMENTS", False):
+        return list(measurements)
+    return refine(list(measurements))
 
 
 def auto_order() -> list[str]:
@@ -88,7 +99,8 @@ def estimate(engine: str, domain: dict[str, int], measurements: list[Measurement
              settings: ModelSettings, cores: int | None = None) -> Estimate:
     """Peak memory and fitting time of `engine` on this selection, before anything is built
     (under the engine's registered name)."""
-    est = engine_module(engine).estimate(domain, measurements, rows, settings, cores)
+    est = engine_module(engine).estimate(domain, for_engine(engine, measurements), rows,
+                                          settings, cores)
     return replace(est, engine=engine)
 
 
@@ -141,7 +153,7 @@ def check(engine: str, domain: dict[str, int], measurements: list[Measurement],
     module = engine_module(engine)
     if not hasattr(module, "check"):
         return None
-    return module.check(domain, measurements, settings, dataset)
+    return module.check(domain, for_engine(engine, measurements), settings, dataset)
 
 
 def fit_units(engine: str, domain: dict[str, int], measurements: list[Measurement],
@@ -151,21 +163,22 @@ def fit_units(engine: str, domain: dict[str, int], measurements: list[Measuremen
     module = engine_module(engine)
     if not hasattr(module, "fit_units"):
         return [[0]]
-    return module.fit_units(domain, measurements, settings)
+    return module.fit_units(domain, for_engine(engine, measurements), settings)
 
 
 def fit_unit(engine: str, unit: list[int], domain: dict[str, int],
              measurements: list[Measurement], noisy_total: float, settings: ModelSettings,
              log=None):
     """One unit's result: parallel_pgm's tables of its cliques, or the whole model."""
-    return engine_module(engine).fit_unit(unit, domain, measurements, noisy_total, settings, log)
+    return engine_module(engine).fit_unit(unit, domain, for_engine(engine, measurements),
+                                          noisy_total, settings, log)
 
 
 def assemble(engine: str, domain: dict[str, int], measurements: list[Measurement], results: list):
     """The fitted model from its units' results (in any order)."""
     module = engine_module(engine)
     if hasattr(module, "assemble"):
-        return module.assemble(domain, measurements, results)
+        return module.assemble(domain, for_engine(engine, measurements), results)
     (model,) = results
     return model
 

@@ -8,15 +8,18 @@ exp(sum_m theta_m(x_m)) with one log-potential theta_m per distinct measured cli
 marginals come from belief propagation on the junction tree of those cliques (`tree.junction_tree`,
 the tree the pgm engine fits; `tree.calibrate`). mu_m = N P_m, with N the noisy total.
 
-Fit: minimize L(mu) = 1/2 sum_m ||mu_m - y_m||^2 / sigma_m^2 (y_m and sigma_m: the inverse-variance
-pool of the measurements of m, the same least-squares objective as mbi's up to a constant) by
-mirror descent in theta: theta_m <- theta_m - alpha (mu_m - y_m) / sigma_m^2, with Armijo's
-sufficient-decrease test on each step (L(mu) - L(mu') >= 1/2 grad . (mu - mu'); accepted: alpha grows by `STEP_GROWTH`; refused: alpha
-halves and theta stays), as mbi's MirrorDescent does. The first step size is mbi's 2 / (L N) with
-L = max over junction-tree cliques C of sum_{m hosted in C} |C| / (|m| sigma_m^2). A fit starts
-from a previous fit's theta (new cliques start at 0) and from the larger of its step size and
-2 / (L N) (at an optimum every step is refused and alpha collapses, which must not carry over to
-the next round), so an AIM round runs only a bounded number of iterations; nothing is compiled.
+Fit: minimize L(mu) = 1/2 sum_m ||Q_m mu_m - y_m||^2 / sigma_m^2 (y_m and sigma_m: the
+inverse-variance pool of the measurements of m with the same groups; Q_m the identity, or for a
+coarse measurement the sum within groups, `measure.coarsen`: mbi's LinearMeasurement with a query
+matrix; the same least-squares objective as mbi's up to a constant) by mirror descent in theta:
+theta_m <- theta_m - alpha Q_m^T (Q_m mu_m - y_m) / sigma_m^2 (one theta per distinct clique), with
+Armijo's sufficient-decrease test on each step (L(mu) - L(mu') >= 1/2 grad . (mu - mu'); accepted:
+alpha grows by `STEP_GROWTH`; refused: alpha halves and theta stays), as mbi's MirrorDescent does.
+The first step size is mbi's 2 / (L N) with L = max over junction-tree cliques C of sum_{m hosted in
+C} |C| / (|y_m| sigma_m^2). A fit starts from a previous fit's theta (new cliques start at 0) and
+from the larger of its step size and 2 / (L N) (at an optimum every step is refused and alpha
+collapses, which must not carry over to the next round), so an AIM round runs only a bounded number
+of iterations; nothing is compiled.
 
 Marginals (`Calibrated.project`): of a clique inside a junction-tree clique, a sum of that
 clique's table; otherwise, per connected component, the product of the tables of the smallest
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..domain import Clique
-from ..measure import Measurement
+from ..measure import Measurement, coarsen, expand
 from .tree import (CliqueTree, broadcast_to, calibrate, junction_tree, marginalize,
                    tree_children)
 
@@ -127,16 +130,16 @@ class FitState:
     alpha: float
 
 
-def pool(measurements: list[Measurement]) -> dict[Clique, tuple[np.ndarray, float]]:
-    """Per distinct clique (in order of first appearance): the inverse-variance weighted mean of
-    its measurements and the sum of their weights 1 / sigma^2."""
-    sums: dict[Clique, list] = {}
+def pool(measurements: list[Measurement]) -> dict[tuple, tuple[np.ndarray, float]]:
+    """Per distinct (clique, groups) (in order of first appearance): the inverse-variance
+    weighted mean of its measurements and the sum of their weights 1 / sigma^2."""
+    sums: dict[tuple, list] = {}
     for m in measurements:
         w = 1.0 / m.sigma ** 2
-        entry = sums.setdefault(tuple(m.clique), [0.0, 0.0])
+        entry = sums.setdefault((tuple(m.clique), m.groups), [0.0, 0.0])
         entry[0] = entry[0] + w * np.asarray(m.noisy, dtype=np.float64)
         entry[1] += w
-    return {c: (s / w, w) for c, (s, w) in sums.items()}
+    return {key: (s / w, w) for key, (s, w) in sums.items()}
 
 
 def fit(domain: dict[str, int], measurements: list[Measurement], total: float, iterations: int,
@@ -145,16 +148,17 @@ def fit(domain: dict[str, int], measurements: list[Measurement], total: float, i
     distribution); the state to warm-start the next fit from and the calibrated model."""
     total = max(float(total), 1.0)
     pooled = pool(measurements)
-    cliques = list(pooled)
+    cliques = list(dict.fromkeys(c for c, _ in pooled))
     order, separators, parents = junction_tree(domain, cliques)
     host = {m: min((i for i, c in enumerate(order) if set(m) <= set(c)),
                    key=lambda i: len(order[i])) for m in cliques}
     theta = {m: (warm.theta[m] if warm is not None and m in warm.theta
                  else np.zeros([domain[a] for a in m])) for m in cliques}
     lipschitz = [0.0] * len(order)
-    for m, (_, w) in pooled.items():
+    for (m, groups), (y, w) in pooled.items():
+        # a coarse measurement's map sums at most (fine / coarse cells) cells into one
         size = math.prod(domain[a] for a in order[host[m]])
-        lipschitz[host[m]] += w * size / math.prod(domain[a] for a in m)
+        lipschitz[host[m]] += w * size / y.size
     alpha = 2.0 / (max(lipschitz) * total)
     if warm is not None:  # a step that converged fits shrink alpha: never start below 2 / (L N)
         alpha = max(alpha, warm.alpha)
@@ -168,7 +172,14 @@ def fit(domain: dict[str, int], measurements: list[Measurement], total: float, i
         return mu, tables
 
     def loss(mu):
-        return 0.5 * sum(w * float(((mu[m] - y) ** 2).sum()) for m, (y, w) in pooled.items())
+        return 0.5 * sum(w * float(((coarsen(mu[m], g) - y) ** 2).sum())
+                         for (m, g), (y, w) in pooled.items())
+
+    def gradient(mu):  # d loss / d mu_m: each measurement's residual through the map's adjoint
+        grad = {m: np.zeros_like(mu[m]) for m in cliques}
+        for (m, g), (y, w) in pooled.items():
+            grad[m] = grad[m] + expand(w * (coarsen(mu[m], g) - y), g)
+        return grad
 
     mu, tables = marginals(theta)
     current = loss(mu)
@@ -176,7 +187,7 @@ def fit(domain: dict[str, int], measurements: list[Measurement], total: float, i
     if log is not None:
         log(f"pgm: {iterations} iterations on {len(measurements)} measurements (numpy)")
     for step in range(iterations):
-        grad = {m: w * (mu[m] - y) for m, (y, w) in pooled.items()}
+        grad = gradient(mu)
         trial = {m: theta[m] - alpha * grad[m] for m in cliques}
         mu2, tables2 = marginals(trial)
         loss2 = loss(mu2)

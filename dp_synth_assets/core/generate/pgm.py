@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..measure import Measurement
+from ..measure import Measurement, refine
 from . import mirror
 from .base import Estimate, ModelTooLarge, budget_text, within_budget
 from .tree import CliqueTree, dumps, junction_tree, loads, sample_chunks  # noqa: F401 (engine contract)
@@ -42,6 +42,7 @@ from .tree import CliqueTree, dumps, junction_tree, loads, sample_chunks  # noqa
 os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
 
 MODEL = CliqueTree
+COARSE_MEASUREMENTS = True  # mirror.fit fits coarse measurements (`estimator`)
 SECONDS_PER_CELL_ITERATION = 5e-8  # one clique cell, one mirror-descent iteration, under load
 BYTES_PER_CELL = 64                # junction-tree cell at the fit's peak
 JAX_BASE_MB = 400.0                # JAX and mbi in the fitting process
@@ -136,7 +137,10 @@ def fit_seconds(domain: dict[str, int], measurements: list[Measurement],
 
 
 def estimator(domain: dict[str, int], measurements: list[Measurement], iterations: int) -> str:
-    """The estimator with the smaller `fit_seconds` (numpy on a tie)."""
+    """The estimator with the smaller `fit_seconds` (numpy on a tie); numpy whenever a
+    measurement is coarse (`Measurement.groups`: mirror.fit fits its linear map)."""
+    if any(m.groups is not None for m in measurements):
+        return "numpy"
     seconds = fit_seconds(domain, measurements, iterations)
     return "numpy" if seconds["numpy"] <= seconds["mbi"] else "mbi"
 
@@ -173,6 +177,7 @@ def fit(domain: dict[str, int], measurements: list[Measurement], noisy_total: fl
     from mbi.estimation import CALLBACK_EVERY, MirrorDescent
 
     mbi_domain = Domain(list(domain), [domain[a] for a in domain])
+    measurements = refine(measurements)  # fine marginals only on this path
     linear = [LinearMeasurement(m.noisy.ravel(), tuple(m.clique), stddev=m.sigma)
               for m in measurements]
     estimate = functools.partial(MirrorDescent().estimate, mbi_domain, linear,

@@ -57,6 +57,8 @@ class Selection:
     scores: dict[Clique, float] = field(default_factory=dict)
     details: dict = field(default_factory=dict)
     measured: tuple[Measurement, ...] = ()  # measured during selection (adaptive methods)
+    # cliques of `cliques` measured coarse: their `Measurement.groups` (public groupings)
+    coarse: dict[Clique, tuple] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {
@@ -67,6 +69,8 @@ class Selection:
             "scores": [[list(c), s] for c, s in self.scores.items()],
             "details": self.details,
             "measured": [m.to_dict() for m in self.measured],
+            "coarse": [[list(c), [None if g is None else list(g) for g in groups]]
+                       for c, groups in self.coarse.items()],
         }
 
     @classmethod
@@ -79,6 +83,8 @@ class Selection:
             scores={tuple(c): float(s) for c, s in d["scores"]},
             details=d.get("details", {}),
             measured=tuple(Measurement.from_dict(m) for m in d.get("measured", [])),
+            coarse={tuple(c): tuple(None if g is None else tuple(g) for g in groups)
+                    for c, groups in d.get("coarse", [])},
         )
 
 

@@ -4,8 +4,8 @@ References: absyn.txt section V (Eq. 6-8, Algorithm 1) and section VI (Algorithm
 corrected by SEED-NOTES.md.
 
 Guarantee: the data is read by the 1-way marginals (`budget.one_way`) and one Gaussian release of
-all R-scores (`budget.score`), each charged with its OpenDP map's answer right after its draw;
-the greedy is post-processing of those. `budget.measure` is split over the selected marginals
+all R-scores, fine and coarse (`budget.score`; step 5), each charged with its OpenDP map's
+answer right after its draw; the greedy is post-processing of those. `budget.measure` is split over the selected marginals
 (`budgets`) and spent by the `measurements` stage. Steps:
 
 1. 1-way marginals with rho_1 split evenly over the d attributes (section VI.B).
@@ -52,23 +52,48 @@ the greedy is post-processing of those. `budget.measure` is split over the selec
    setting changes it and `settings.max_model_mb` does not apply to absyn. The selected pairs
    (fill-ins included) are measured by `measurements` with the c^(2/3) split of rho_2 (Eq. 11).
    An empty selection leaves rho_2 to the 1-way marginals (`budget.measurement_plan`).
+5. Coarse versions (our addition; PrivSyn and the benchmark paper: fewer and coarser measurements).
+   For each level g of `COARSE_LEVELS`, every column of at least 2g codes gets a public grouping of
+   its codes into runs of adjacent codes of about 1/g of its noisy mass (`measure.adjacent_groups`
+   on its noisy 1-way marginal; a code that alone holds 1/g is a group of its own). A pair of
+   `COARSE_MIN_CELLS` cells or more has one coarse version per distinct grouping (one or both of
+   its columns grouped). Their InDif scores, computed on the grouped marginal (sensitivity 4 still:
+   it is a 2-way table of the grouped columns), are in the same Gaussian release as the fine scores
+   (m counts them), floored and normalized the same way on the group counts. In the greedy, every
+   coarse version of positive score is a candidate beside the fine pairs. A coarse version scores
+   in E(S) with its own cells in E_eta and its own R_bar on its edge of the CR paths; the
+   dependency its groups cannot show, max(D_fine - D_coarse, 0) in counts (D = R_bar times the
+   count factor), stays in E_cor. A selected pair may move to a version of more cells in a later
+   round; a fill-in edge takes its cheapest version; a coarse candidate may not make a maximal
+   clique of `COARSE_TAU_CELLS` cells or more (the model fits it on its fine codes, so it grows the
+   model as a fine pair does; the smaller tau keeps the fit's time). The selection's `coarse` maps
+   each coarse pair to its groups; `measurements` draws `measure.coarsen(marginal, groups)` through
+   `measure.measure_marginal` at the Eq. 11 rho of its coarse cell count: one row still moves one
+   cell by 1, so the mechanism, its sensitivity and its charge are those of a fine marginal at that
+   rho. The pgm engine fits the linear map (`generate.mirror`).
 """
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
 from scipy.sparse.csgraph import shortest_path
 
 from ..config import SelectionSettings
-from ..measure import clique_size, expected_noise_error, optimal_split, noisy_total
+from ..measure import (adjacent_groups, clique_size, coarsen, coarsened_size,
+                       expected_noise_error, noisy_total, optimal_split)
+from ..privacy import gaussian_scores
 from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
-from .privsyn import INDIF_SENSITIVITY, measure_one_way, noisy_indif
+from .privsyn import INDIF_SENSITIVITY, indif, measure_one_way
 
 TAU_CELLS = 100_000  # default clique-size threshold tau (cells)
 SCORE_FLOOR_SD = 2.0  # scores below this many noise sds count as 0 (docstring, step 2)
 FIT_NOISE_SHARE = 0.5  # E_eta: the share of the raw noise error left after the fit (step 4)
+COARSE_LEVELS = (6, 16)  # coarse versions: groups of 1/level of a large column's mass (step 5)
+COARSE_MIN_CELLS = 1_000  # pairs with fewer cells have no coarse version (step 5)
+COARSE_TAU_CELLS = 20_000  # tau for a coarse candidate (step 5)
 
 
 def normalize_scores(noisy: np.ndarray, pairs: list[Clique], domain: dict[str, int],
@@ -90,15 +115,17 @@ def above_noise(noisy: np.ndarray, rho_score: float) -> np.ndarray:
 
 
 def cr_scores(index: dict[str, int], pairs: list[Clique], r_bar: np.ndarray,
-              edges: set[Clique]) -> np.ndarray:
-    """Alg. 1: CR(i, j) = R_bar(i, j) - max-product path weight between i and j over `edges`."""
+              edges: set[Clique], edge_r: np.ndarray | None = None) -> np.ndarray:
+    """Alg. 1: CR(i, j) = R_bar(i, j) - max-product path weight between i and j over `edges`
+    (each edge weighted by `edge_r`, default `r_bar`: a coarse edge carries its coarse score)."""
     d = len(index)
+    edge_r = r_bar if edge_r is None else edge_r
     rows = np.array([index[a] for a, _ in pairs], dtype=np.int64)
     cols = np.array([index[b] for _, b in pairs], dtype=np.int64)
-    on = np.array([(a, b) in edges or (b, a) in edges for a, b in pairs], dtype=bool) & (r_bar > 0)
+    on = np.array([(a, b) in edges or (b, a) in edges for a, b in pairs], dtype=bool) & (edge_r > 0)
     weights = np.zeros((d, d))
     # -log of the weight; scipy treats 0 as "no edge", so shift exact 1s slightly
-    w = np.maximum(-np.log(np.where(on, r_bar, 1.0)), 1e-12)
+    w = np.maximum(-np.log(np.where(on, edge_r, 1.0)), 1e-12)
     weights[rows[on], cols[on]] = w[on]
     weights[cols[on], rows[on]] = w[on]
     dist = shortest_path(weights, method="D", directed=False)
@@ -140,57 +167,112 @@ def triangulate(nodes: list[str], edges: set[Clique]) -> tuple[set[Clique], list
     return filled, cliques
 
 
+@dataclass(frozen=True)
+class Version:
+    """A coarse version of one pair: its groups (`measure.Measurement.groups`), its normalized
+    score R_bar on the groups, the factor taking R_bar back to counts, and its cells."""
+
+    groups: tuple
+    r_bar: float
+    to_count: float
+    cells: int
+
+
+def to_count_factor(da: int, db: int, noisy_total: float) -> float:
+    """n_hat 2 (min d - 1) / min d: R_bar back on the count scale (SEED-NOTES)."""
+    k = min(da, db)
+    return noisy_total * 2 * (k - 1) / k if k > 1 else 0.0
+
+
 def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy_total: float,
-           rho_measure: float, tau: int, log: Log | None = None) -> tuple[list[Clique], list[dict]]:
-    """Alg. 3 lines 9-37; returns the selected pairs (triangulated) and a public trace. `log`,
-    if given, gets each round's `round_line` (rho 0: the greedy post-processes the scores)."""
+           rho_measure: float, tau: int, log: Log | None = None,
+           coarse: dict[Clique, list[Version]] | None = None
+           ) -> tuple[list[Clique], list[dict], dict[Clique, tuple]]:
+    """Alg. 3 lines 9-37 with coarse versions (docstring, step 5); returns the selected pairs
+    (triangulated), a public trace and the groups of the pairs selected coarse. `log`, if given,
+    gets each round's `round_line` (rho 0: the greedy post-processes the scores)."""
+    coarse = coarse or {}
     nodes = list(domain)
     index = {a: i for i, a in enumerate(nodes)}
-    to_count = np.array([noisy_total * 2 * (min(domain[a], domain[b]) - 1) / min(domain[a], domain[b])
-                         if min(domain[a], domain[b]) > 1 else 0.0 for a, b in pairs])
+    position = {p: i for i, p in enumerate(pairs)}
+    to_count = np.array([to_count_factor(domain[a], domain[b], noisy_total) for a, b in pairs])
+    fine_cells = [clique_size(p, domain) for p in pairs]
 
-    def error(filled: set[Clique]) -> float:  # E(S), one scale for every S (docstring, step 4)
-        cr = np.clip(cr_scores(index, pairs, r_bar, filled), 0.0, None)
+    def cells(pair: Clique, version: int) -> int:
+        return fine_cells[position[pair]] if version == 0 else coarse[pair][version - 1].cells
+
+    def fill_version(pair: Clique) -> int:  # a fill-in edge: its cheapest version
+        versions = coarse.get(pair, [])
+        if not versions:
+            return 0
+        return 1 + min(range(len(versions)), key=lambda k: versions[k].cells)
+
+    def error(filled: set[Clique], version: dict[Clique, int]) -> float:  # E(S), step 4-5
+        edge_r = r_bar.copy()
+        residual = 0.0
+        for p in filled:
+            v = version[p]
+            if v:
+                c = coarse[p][v - 1]
+                edge_r[position[p]] = min(c.r_bar, r_bar[position[p]]) if r_bar[position[p]] > 0 \
+                    else c.r_bar
+                # the dependency the groups cannot show stays an error
+                residual += max(r_bar[position[p]] * to_count[position[p]]
+                                - c.r_bar * c.to_count, 0.0)
+        cr = np.clip(cr_scores(index, pairs, r_bar, filled, edge_r), 0.0, None)
         unselected = np.array([p not in filled for p in pairs])
-        e_cor = float(np.sum(cr * to_count * unselected))
+        e_cor = float(np.sum(cr * to_count * unselected)) + residual
         return e_cor + FIT_NOISE_SHARE * expected_noise_error(
-            rho_measure, [clique_size(p, domain) for p in filled])
+            rho_measure, [cells(p, version[p]) for p in filled])
 
-    # a pair of score 0 adds no path and only noise error: never a candidate
-    candidates = [p for p, r in zip(pairs, r_bar) if r > 0]
+    # a version of score 0 adds no path and only noise error: never a candidate
+    candidates = [(p, 0) for p, r in zip(pairs, r_bar) if r > 0]
+    candidates += [(p, k + 1) for p, versions in coarse.items()
+                   for k, v in enumerate(versions) if v.r_bar > 0]
     selected: set[Clique] = set()
-    best_error = error(selected)  # E_0
+    version: dict[Clique, int] = {}
+    best_error = error(selected, version)  # E_0
     trace = []
     largest = 0  # cells of the largest maximal clique of the selected (chordal) graph
     while True:
         best = None
         component = {a: i for i, part in enumerate(
             nx.connected_components(nx.Graph(list(selected)))) for a in part}
-        for pair in candidates:
+        for pair, v in candidates:
             if pair in selected:
-                continue
-            a, b = pair
-            if component.get(a, ("alone", a)) != component.get(b, ("alone", b)):
-                # a bridge between two components keeps the graph chordal: no fill-in, and
-                # the new maximal clique is the pair itself
-                filled, size = selected | {pair}, max(largest, clique_size(pair, domain))
+                # a selected pair may move to a finer version (more cells) only
+                if cells(pair, v) <= cells(pair, version[pair]):
+                    continue
+                filled, size = selected, largest
             else:
-                filled, cliques = triangulate(nodes, selected | {pair})
-                size = max(clique_size(c, domain) for c in cliques)
-            if size >= tau:
+                a, b = pair
+                if component.get(a, ("alone", a)) != component.get(b, ("alone", b)):
+                    # a bridge between two components keeps the graph chordal: no fill-in,
+                    # and the new maximal clique is the pair itself
+                    filled, size = selected | {pair}, max(largest, clique_size(pair, domain))
+                else:
+                    filled, cliques = triangulate(nodes, selected | {pair})
+                    size = max(clique_size(c, domain) for c in cliques)
+            versions = {**{p: version.get(p, fill_version(p)) for p in filled}, pair: v}
+            # a coarse edge is a fine clique of the model: adding one keeps cliques smaller
+            if size >= (min(tau, COARSE_TAU_CELLS) if v else tau):
                 continue
-            e = error(filled)
+            e = error(filled, versions)
             if best is None or e < best[0]:
-                best = (e, pair, filled, size)
+                best = (e, pair, filled, size, versions)
         if best is None or best[0] >= best_error:
             break
-        best_error, pair, selected, largest = best
-        trace.append({"round": len(trace) + 1, "pair": list(pair), "selected": len(selected),
-                      "total_error": round(best_error, 3)})
+        best_error, pair, selected, largest, version = best
+        entry = {"round": len(trace) + 1, "pair": list(pair), "selected": len(selected),
+                 "total_error": round(best_error, 3)}
+        if version[pair]:
+            entry["cells"] = cells(pair, version[pair])
+        trace.append(entry)
         if log is not None:
             log(round_line("absyn", len(trace), pair, 0.0))
-    order = {p: i for i, p in enumerate(pairs)}
-    return sorted(selected, key=order.get), trace
+    chosen = sorted(selected, key=position.get)
+    groups = {p: coarse[p][version[p] - 1].groups for p in chosen if version[p]}
+    return chosen, trace, groups
 
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
@@ -199,23 +281,74 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
                         measure_one_way(domain, oracle, budget.one_way, charge), log)
 
 
+def coarse_groupings(domain: dict[str, int], one_way: tuple,
+                     levels: tuple[int, ...] = COARSE_LEVELS) -> dict[int, dict[str, tuple]]:
+    """Per level g of `levels`: each column of at least 2g codes grouped into about g runs of
+    adjacent codes of near-equal noisy mass (`measure.adjacent_groups` on its noisy 1-way
+    marginal; public), when that makes fewer groups than codes."""
+    noisy = {m.clique[0]: m.noisy for m in one_way if len(m.clique) == 1}
+    out: dict[int, dict[str, tuple]] = {}
+    for g in levels:
+        out[g] = {}
+        for a, d in domain.items():
+            if d >= 2 * g and a in noisy:
+                grouping = adjacent_groups(noisy[a], g)
+                if max(grouping) + 1 < d:
+                    out[g][a] = grouping
+    return out
+
+
+def coarse_versions(pairs: list[Clique], domain: dict[str, int],
+                    groupings: dict[int, dict[str, tuple]]) -> list[tuple[Clique, tuple]]:
+    """Each pair's distinct coarse versions: per level, the pair with its coarsened columns
+    grouped (the others kept), in level order; only pairs of `COARSE_MIN_CELLS` cells or more."""
+    out = []
+    for a, b in pairs:
+        if domain[a] * domain[b] < COARSE_MIN_CELLS:
+            continue
+        seen = set()
+        for level in groupings.values():
+            groups = (level.get(a), level.get(b))
+            if groups == (None, None) or groups in seen:
+                continue
+            seen.add(groups)
+            out.append(((a, b), groups))
+    return out
+
+
 def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: Charge,
                  one_way: tuple, log: Log | None = None) -> Selection:
-    """Steps 2-4 on 1-way marginals already measured (`auto` measures them first)."""
+    """Steps 2-5 on 1-way marginals already measured (`auto` measures them first)."""
     total = noisy_total(list(one_way))
     pairs = list(itertools.combinations(list(domain), 2))
-    noisy = noisy_indif(pairs, oracle, budget.score, charge, "R-scores")
-    r_bar = normalize_scores(above_noise(noisy, budget.score), pairs, domain, total)
-    selected, trace = greedy(pairs, r_bar, domain, total, budget.measure, TAU_CELLS,
-                             log)
-    rhos = optimal_split(budget.measure, [clique_size(p, domain) for p in selected]) if selected else []
+    versions = coarse_versions(pairs, domain, coarse_groupings(domain, one_way))
+    exact = oracle(pairs)
+    values = [indif(exact[p]) for p in pairs] + [indif(coarsen(exact[p], g)) for p, g in versions]
+    released, spend = gaussian_scores(np.array(values), budget.score, INDIF_SENSITIVITY)
+    charge(spend, purpose="R-scores", pairs=len(values))
+    released = above_noise(released, budget.score)
+    r_bar = normalize_scores(released[:len(pairs)], pairs, domain, total)
+    coarse: dict[Clique, list[Version]] = {}
+    for ((a, b), groups), score in zip(versions, released[len(pairs):]):
+        da, db = (domain[x] if g is None else max(g) + 1 for x, g in zip((a, b), groups))
+        factor = min(da, db) / (2 * (min(da, db) - 1)) if min(da, db) > 1 else 0.0
+        r = float(np.clip(score / max(total, 1.0) * factor, 0.0, 1.0))
+        coarse.setdefault((a, b), []).append(
+            Version(groups, r, to_count_factor(da, db, total), da * db))
+    selected, trace, groups = greedy(pairs, r_bar, domain, total, budget.measure, TAU_CELLS,
+                                     log, coarse)
+    sizes = [coarsened_size(p, domain, groups.get(p)) for p in selected]
+    rhos = optimal_split(budget.measure, sizes) if selected else []
     return Selection(
         method="absyn",
         one_way=one_way,
         cliques=tuple(selected),
         budgets=dict(zip(selected, rhos)),
         scores={p: float(r) for p, r in zip(pairs, r_bar)},
-        details={"rounds": trace, "tau_cells": TAU_CELLS,
+        details={"rounds": trace, "tau_cells": TAU_CELLS, "coarse_levels": list(COARSE_LEVELS),
+                 "coarse_scores": [[list(p), [v.cells, round(v.r_bar, 6)]]
+                                   for p, vs in coarse.items() for v in vs],
                  "expected_noise_error": FIT_NOISE_SHARE * expected_noise_error(
-                     budget.measure, [clique_size(p, domain) for p in selected])},
+                     budget.measure, sizes)},
+        coarse=groups,
     )

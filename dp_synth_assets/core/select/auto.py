@@ -48,4 +48,4 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
                                                               one_way, log)
     return Selection("auto", chosen.one_way, chosen.cliques, chosen.budgets, chosen.scores,
                      {**chosen.details, "picked": method,
-                      "score_noise_share": round(share, 6)}, chosen.measured)
+                      "score_noise_share": round(share, 6)}, chosen.measured, chosen.coarse)
