@@ -296,7 +296,7 @@ def test_a_run_requested_by_the_sensor_charges_the_ledger(tmp_path, instance):
     budget = budget_of(project)
     ledger = PrivacyLedger(project.ledger)
     by_stage = ledger.spent_by_run(DATASET, run.run_id)
-    assert set(by_stage) == {"selection", "measurements"}
+    assert set(by_stage) == {"preprocessed", "selection", "measurements"}  # densities
     assert sum(by_stage.values()) == pytest.approx(budget.run_rho, rel=1e-9)
     assert by_stage["measurements"] == pytest.approx(budget.split.measure, rel=1e-9)
     kinds = [e["kind"] for e in ledger.events(DATASET) if e["run_id"] == run.run_id]

@@ -10,7 +10,8 @@ import dagster as dg
 import pytest
 import yaml
 
-from dp_synth_assets.core.config import RegistryError
+from dp_synth_assets.core.budget import DatasetBudget
+from dp_synth_assets.core.config import RegistryError, load_registry
 from dp_synth_assets.definitions import environment_paths
 from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import REPO, ledger_rows, make_project
@@ -171,8 +172,8 @@ def test_make_clean_keeps_the_ledger(tmp_path):
 def test_an_in_process_subset_reserves_only_its_own_stages_and_leaves_nothing_open(tmp_path):
     """`materialize(selection=...)` runs a subset in process, where the run's asset selection is
     empty: the stages come from the job's executable keys, so a run of `preprocessed` and
-    `marginals` (which spend nothing when every domain is declared) reserves nothing, and no
-    reservation outlives the run."""
+    `marginals` reserves the preprocessing share only (the example's declared numeric bins get
+    DP densities; `marginals` spends nothing), spends it, and no reservation outlives the run."""
     project = make_project(tmp_path, rows=800, report=None)
     defs = project.defs_fn()
     result = dg.materialize(defs.assets, resources=defs.resources,
@@ -180,10 +181,14 @@ def test_an_in_process_subset_reserves_only_its_own_stages_and_leaves_nothing_op
                             selection=[dg.AssetKey(["example", s])
                                        for s in ("preprocessed", "marginals")])
     assert result.success
+    budget = DatasetBudget.of(load_registry(project.datasets)["example"])
+    assert 0 < budget.preprocess < budget.run_rho
     summary = PrivacyLedger(project.ledger).summary("example")
-    assert summary.reserved_rho == 0 and summary.spent_rho == 0
-    assert not [e for e in PrivacyLedger(project.ledger).events("example")
+    assert summary.reserved_rho == 0
+    assert summary.spent_rho == pytest.approx(budget.preprocess, rel=1e-9)
+    reserves = [e for e in PrivacyLedger(project.ledger).events("example")
                 if e["kind"] == "reserve"]
+    assert [e["rho"] for e in reserves] == [pytest.approx(budget.preprocess, rel=1e-9)]
 
 
 def dataset_of(assets_def) -> str:

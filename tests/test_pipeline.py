@@ -19,6 +19,7 @@ from dp_synth_assets.budget import DatasetBudget
 from dp_synth_assets.checks import run_checks
 from dp_synth_assets.core.domain import encode_expression
 from dp_synth_assets.core.measure import Measurement
+from dp_synth_assets.core.preprocess import needs_density
 from dp_synth_assets.core.sql import ident
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.stages import cover_columns
@@ -98,17 +99,22 @@ def test_spend_equals_the_run_budget_and_the_sum_of_the_mechanisms_rho(run):
     # one charge per marginal drawn (the selection's 1-way marginals, and in `measurements` its
     # cliques plus the 1-way marginal of each column they leave uncovered), one for all InDif
     # scores; the independence guard then keeps what beats the independent model (it spends
-    # nothing), so the published measurements can be fewer
+    # nothing), so the published measurements can be fewer; in `preprocessed`, one density
+    # histogram per column whose declared bins can hold more than one value
     chosen = store.selection()
+    plan = store.plan()
     drawn = len(chosen.one_way) + len(chosen.measured) + len(
-        cover_columns(chosen, store.plan().domain).cliques)
-    assert len(charges) == drawn + 1
+        cover_columns(chosen, plan.domain).cliques)
+    densities = sum(needs_density(c) for c in spec_of(project).columns.values())
+    assert densities > 0
+    assert len([e for e in charges if e["stage"] == "preprocessed"]) == densities
+    assert len(charges) == drawn + 1 + densities
     assert len(measurements) <= drawn
     for m in measurements:  # every recorded noise scale is the one its rho calls for
         assert math.isclose(m.sigma, math.sqrt(1 / (2 * m.rho)), rel_tol=1e-12)
     assert [e["kind"] for e in events][0] == "reserve" and events[-1]["kind"] == "release"
     assert events[-1]["rho"] == pytest.approx(0.0, abs=1e-12)
-    assert {e["stage"] for e in charges} == {"selection", "measurements"}
+    assert {e["stage"] for e in charges} == {"preprocessed", "selection", "measurements"}
 
 
 def test_public_outputs_contain_no_exact_statistic_of_the_source(run):
