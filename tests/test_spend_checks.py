@@ -16,7 +16,7 @@ from dp_synth_assets.core.config import (MAX_TOTAL_SD, RegistryError, load_regis
 from dp_synth_assets.core.privacy import rho_from_epsilon_delta
 from dp_synth_assets.definitions import build_definitions
 from dp_synth_assets.resources.ledger import PrivacyLedger
-from tests.helpers import example_entry
+from tests.helpers import REPO, example_entry
 
 PRIVACY = {"epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 10.0, "delta": 1e-8}}
 COLUMNS = {"a": {"kind": "integer", "bounds": [0, 9]}, "b": {"kind": "boolean"}}
@@ -58,6 +58,24 @@ def test_two_entries_of_one_name_are_refused(tmp_path):
             "limit: {epsilon: 2.0, delta: 1.0e-8}}}")
     message = refused(tmp_path, f"datasets:\n  t: {body}\n  t: {body}\n")
     assert "'t'" in message and "line 2" in message and "line 3" in message, message
+
+
+def test_the_registry_reads_yaml_as_the_safe_loader_does_and_checks_keys_beside_a_merge():
+    """The registry's own construction (strings, mappings and sequences built directly, other
+    scalars by the safe constructor) gives what `yaml.safe_load` gives, anchors and merges
+    included; a key written twice beside a merge key is still refused."""
+    from dp_synth_assets.core.config import DuplicateKey, parse_yaml
+
+    documents = [
+        (REPO / "datasets.yaml").read_text(),
+        "a: 1\nb: [1, 2.5, true, null, ~, 2020-01-02, '3', 0x10, .inf, -.5e3, yes, 'no']\n",
+        "base: &b {x: 1, y: [2, {z: 3}]}\nuse:\n  <<: *b\n  y: 3\nagain: *b\n",
+        "- a\n- {k: v, 1: 2, 2.5: x, null: n}\n- !!str 12\n", "", "# only a comment\n",
+    ]
+    for text in documents:
+        assert parse_yaml(text) == yaml.safe_load(text), text[:60]
+    with pytest.raises(DuplicateKey, match="'y'.*line 4.*line 5"):
+        parse_yaml("base: &b {x: 1}\nuse:\n  <<: *b\n  y: 1\n  y: 2\n")
 
 
 @pytest.mark.parametrize("key,value", [
