@@ -16,7 +16,7 @@ from dp_synth_assets.core.config import (MAX_TOTAL_SD, RegistryError, load_regis
 from dp_synth_assets.core.privacy import rho_from_epsilon_delta
 from dp_synth_assets.definitions import build_definitions
 from dp_synth_assets.resources.ledger import PrivacyLedger
-from tests.helpers import REPO, example_entry
+from tests.helpers import REPO
 
 PRIVACY = {"epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 10.0, "delta": 1e-8}}
 COLUMNS = {"a": {"kind": "integer", "bounds": [0, 9]}, "b": {"kind": "boolean"}}
