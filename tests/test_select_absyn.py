@@ -143,3 +143,82 @@ def test_selects_true_edges_on_a_wide_table_of_weak_far_pairs():
                     SelectionSettings(), lambda *a, **k: None)
     assert chosen.details["rounds"], "absyn stopped before its first round"
     assert len(set(chosen.cliques) & edges) >= 18
+
+
+def test_one_way_error_pools_direct_measurements_and_projections():
+    """E_1 closed form: column a (2 cells) has its own measurement at sigma 10 and the projection
+    of a 6-cell pair at rho 0.5 (precision 2 rho d_a / c per cell); each column leaves
+    d_a sqrt(2 / (pi precision))."""
+    from dp_synth_assets.core.select.absyn import one_way_error
+
+    domain = {"a": 2, "b": 3}
+    got = one_way_error(domain, {"a": 10.0, "b": 10.0}, {("a", "b"): 0.5})
+    pa, pb = 0.01 + 2 * 0.5 * 2 / 6, 0.01 + 2 * 0.5 * 3 / 6
+    assert got == pytest.approx(2 * math.sqrt(2 / math.pi / pa) + 3 * math.sqrt(2 / math.pi / pb))
+
+
+def test_greedy_weighs_a_pair_against_the_one_way_noise_it_costs():
+    """An 8 x 8 pair with a moderate score among four binary columns, n = 2000: on the paper's
+    E (dependency vs the pair's own noise) it is selected, but measuring it takes rho_2 from
+    the 1-way marginals of every column; counting that (E_1) the empty selection wins. A strong
+    score still buys the pair, at E = E_eta + (d - 1) E_1 on the split the measurement stage
+    uses."""
+    from dp_synth_assets.core.select.absyn import (FIT_NOISE_SHARE, greedy, measurement_rhos,
+                                                   one_way_error)
+
+    domain = {"x0": 8, "x1": 8, "x2": 2, "x3": 2, "x4": 2, "x5": 2}
+    pairs = list(itertools.combinations(domain, 2))
+    n, rho, sigmas = 2000.0, 0.01, {a: 50.0 for a in domain}
+
+    def r_bar(score):
+        return normalize_scores(np.array([score if p == ("x0", "x1") else 0.0 for p in pairs]),
+                                pairs, domain, n)
+
+    assert greedy(pairs, r_bar(600.0), domain, n, rho, 100_000)[0] == [("x0", "x1")]
+    assert greedy(pairs, r_bar(600.0), domain, n, rho, 100_000, one_way_sigma=sigmas)[0] == []
+    selected, trace = greedy(pairs, r_bar(1500.0), domain, n, rho, 100_000, one_way_sigma=sigmas)
+    assert selected == [("x0", "x1")]
+    rhos = measurement_rhos({("x0", "x1")}, domain, rho)
+    assert set(rhos) == {("x0", "x1"), ("x2",), ("x3",), ("x4",), ("x5",)}
+    assert sum(rhos.values()) == pytest.approx(rho)
+    expected = (FIT_NOISE_SHARE * 64 / math.sqrt(math.pi * rhos[("x0", "x1")])
+                + 5 * one_way_error(domain, sigmas, rhos))
+    assert trace[0]["total_error"] == pytest.approx(expected, abs=1e-3)
+
+
+def test_small_table_releases_no_score_and_spends_the_selection_on_one_way_marginals():
+    """400 rows of six binary columns in a strong chain, epsilon 1: the R-score noise floor (2 sd
+    of sqrt(8 m / rho_s)) is above the largest score a binary pair can have (n), so no pair is
+    detectable: absyn releases no score, selects nothing, and measures the 1-way marginals again
+    with the score budget (the run is the independent model at its whole budget). Before, it
+    released the scores and bought pairs whose scores passed the floor by noise alone, leaving
+    the 1-way marginals a tenth of the budget."""
+    from dp_synth_assets.core.privacy import rho_from_epsilon_delta
+    from tests.helpers import method_budget
+
+    data = chain_table(400, 6, 0.05, seed=1)
+    domain = {k: 2 for k in data}
+    budget = method_budget("absyn", rho_from_epsilon_delta(1.0, 1e-9))
+    charges = []
+    chosen = select("absyn", domain, counting_oracle(data, domain), budget, SelectionSettings(),
+                    lambda spend, **params: charges.append((spend, params)))
+    assert chosen.cliques == () and chosen.details["detectable_pairs"] == 0
+    assert not any(p.get("purpose") == "R-scores" for _, p in charges)
+    assert sorted(m.clique for m in chosen.measured) == sorted((a,) for a in domain)
+    assert sum(m.rho for m in chosen.measured) == pytest.approx(budget.score)
+    assert sum(s.rho for s, _ in charges) == pytest.approx(budget.one_way + budget.score)
+
+
+def test_detectable_pairs_shrink_until_the_floor_is_stable():
+    """Pairs whose largest possible score 2 n (k - 1) / k is below the floor are left out; fewer
+    pairs lower the floor (2 sqrt(8 m / rho_s)), so a wide pair can stay while binary ones go."""
+    from dp_synth_assets.core.select.absyn import detectable
+
+    domain = {"a": 2, "b": 2, "c": 2, "w": 50, "v": 50}
+    pairs = list(itertools.combinations(domain, 2))
+    rho_s, n = 0.001, 300.0
+    floor = 2 * math.sqrt(8 * len(pairs) / rho_s)  # 566 counts with all 10 pairs released
+    assert 2 * n / 2 < floor <= 2 * n * 49 / 50
+    assert detectable(pairs, domain, n, rho_s) == [("w", "v")]
+    assert detectable(pairs, domain, 1e6, rho_s) == pairs
+    assert detectable(pairs, domain, n, 0.0) == []

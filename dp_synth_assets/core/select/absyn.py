@@ -37,7 +37,18 @@ the greedy is post-processing of those. `budget.measure` is split over the selec
    marginals whose noise decides the selection are the large sparse ones, most of whose cells
    are near 0 (on a dense cell the fit removes less; the factor is the sparse limit). The
    split (Eq. 11) is unchanged: a constant factor does not move its optimum.
-   So E_0 = E(empty) = the sum of the noisy count-scale R-scores clipped to [0, noisy_total *
+   Our addition, E_1(S): the 1-way noise S leaves. The paper's E compares dependency with
+   the noise of the selected marginals only; but selecting takes rho_2 from the 1-way
+   marginals (with nothing selected, `budget.measurement_plan` spends it on them), and with
+   little data their noise dominates every pair's error. So the greedy minimizes
+       E(S) + (d - 1) E_1(S),
+   E_1(S) = sum over columns a of d_a s_a sqrt(2 / pi), s_a^2 the inverse-variance pool of
+   a's 1-way measurement and, at the rho the measurement stage gives them (`measurement_rhos`:
+   the c^(2/3) split over S and the 1-way marginals of the columns S leaves uncovered, as
+   `stages.cover_columns` does), the projections onto a of the marginals that contain it
+   (variance c / (2 rho_c d_a) per cell) (`one_way_error`); d - 1 because a column's 1-way
+   error enters the error of each of its d - 1 pairs. E_eta is taken at that same split.
+   So E_0 = E(empty) = (d - 1) E_1(empty) + the sum of the noisy count-scale R-scores clipped to [0, noisy_total *
    2 (min d - 1) / min d] (CR = R_bar without paths), not the raw noisy sum the paper writes:
    the raw sum lets the noise of many weak pairs (negative draws) pull E_0 below the clipped
    E of every candidate, and the greedy then stops before its first round whatever the strong
@@ -62,7 +73,8 @@ import numpy as np
 from scipy.sparse.csgraph import shortest_path
 
 from ..config import SelectionSettings
-from ..measure import clique_size, expected_noise_error, optimal_split, noisy_total
+from ..measure import (clique_size, expected_noise_error, measure_marginal, noisy_total,
+                       optimal_split)
 from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
 from .privsyn import INDIF_SENSITIVITY, measure_one_way, noisy_indif
 
@@ -140,10 +152,43 @@ def triangulate(nodes: list[str], edges: set[Clique]) -> tuple[set[Clique], list
     return filled, cliques
 
 
+def measurement_rhos(selected: set[Clique] | list[Clique], domain: dict[str, int],
+                     rho_measure: float) -> dict[Clique, float]:
+    """The rho each marginal gets when the measurement stage measures `selected`: the c^(2/3)
+    split (Eq. 11) over the selected pairs and the 1-way marginal of every column no pair covers
+    (`stages.cover_columns`), or, with nothing selected, over every column's 1-way marginal
+    (`budget.measurement_plan`)."""
+    covered = {a for c in selected for a in c}
+    cliques = list(selected) + [(a,) for a in domain if a not in covered]
+    if rho_measure <= 0 or not cliques:
+        return {}
+    return dict(zip(cliques, optimal_split(rho_measure, [clique_size(c, domain) for c in cliques])))
+
+
+def one_way_error(domain: dict[str, int], one_way_sigma: dict[str, float],
+                  rhos: dict[Clique, float]) -> float:
+    """Expected L1 noise (counts) of the 1-way marginals the model is fitted to, summed over the
+    columns: each column's direct measurements (`one_way_sigma`, and a 1-way marginal of `rhos`)
+    and the projections of the marginals of `rhos` that contain it, pooled by inverse variance
+    (a clique of c cells at rho_c projects onto a column of d_a cells with variance
+    c / (2 rho_c d_a) per cell, as consistency combines them); d_a cells of sd s each leave
+    d_a s sqrt(2 / pi)."""
+    precision = {a: 1.0 / one_way_sigma[a] ** 2 if one_way_sigma.get(a) else 0.0 for a in domain}
+    for clique, rho in rhos.items():
+        cells = clique_size(clique, domain)
+        for a in clique:
+            precision[a] += 2.0 * rho * domain[a] / cells
+    return float(sum(domain[a] * math.sqrt(2.0 / math.pi / p) for a, p in precision.items()
+                     if p > 0))
+
+
 def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy_total: float,
-           rho_measure: float, tau: int, log: Log | None = None) -> tuple[list[Clique], list[dict]]:
+           rho_measure: float, tau: int, log: Log | None = None,
+           one_way_sigma: dict[str, float] | None = None) -> tuple[list[Clique], list[dict]]:
     """Alg. 3 lines 9-37; returns the selected pairs (triangulated) and a public trace. `log`,
-    if given, gets each round's `round_line` (rho 0: the greedy post-processes the scores)."""
+    if given, gets each round's `round_line` (rho 0: the greedy post-processes the scores).
+    With `one_way_sigma` (the sigma of each column's 1-way measurement already made), E(S) also
+    counts the 1-way noise each S leaves (E_1, docstring step 4); None: E_cor + E_eta only."""
     nodes = list(domain)
     index = {a: i for i, a in enumerate(nodes)}
     to_count = np.array([noisy_total * 2 * (min(domain[a], domain[b]) - 1) / min(domain[a], domain[b])
@@ -153,8 +198,13 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
         cr = np.clip(cr_scores(index, pairs, r_bar, filled), 0.0, None)
         unselected = np.array([p not in filled for p in pairs])
         e_cor = float(np.sum(cr * to_count * unselected))
-        return e_cor + FIT_NOISE_SHARE * expected_noise_error(
-            rho_measure, [clique_size(p, domain) for p in filled])
+        if one_way_sigma is None:
+            return e_cor + FIT_NOISE_SHARE * expected_noise_error(
+                rho_measure, [clique_size(p, domain) for p in filled])
+        rhos = measurement_rhos(filled, domain, rho_measure)
+        e_eta = FIT_NOISE_SHARE * sum(clique_size(p, domain) / math.sqrt(math.pi * rhos[p])
+                                      for p in filled)
+        return e_cor + e_eta + (len(nodes) - 1) * one_way_error(domain, one_way_sigma, rhos)
 
     # a pair of score 0 adds no path and only noise error: never a candidate
     candidates = [p for p, r in zip(pairs, r_bar) if r > 0]
@@ -199,23 +249,59 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
                         measure_one_way(domain, oracle, budget.one_way, charge), log)
 
 
+def detectable(pairs: list[Clique], domain: dict[str, int], noisy_total: float,
+               rho_score: float) -> list[Clique]:
+    """The pairs whose score could clear the floor at all (docstring, step 2): a pair of smallest
+    domain k has count-scale score at most 2 n_hat (k - 1) / k (perfect dependency), and one
+    below `SCORE_FLOOR_SD` noise sds (sqrt(8 m / rho_s) for m released pairs) passes only through
+    its noise. Dropping such pairs lowers m and so the floor; repeated until none drops (public:
+    n_hat, the domain sizes and rho_s)."""
+    if rho_score <= 0:
+        return []
+    kept = list(pairs)
+    while kept:
+        floor = SCORE_FLOOR_SD * math.sqrt(INDIF_SENSITIVITY ** 2 * len(kept) / (2 * rho_score))
+        top = [2 * noisy_total * (min(domain[a], domain[b]) - 1) / min(domain[a], domain[b])
+               for a, b in kept]
+        now = [p for p, t in zip(kept, top) if t >= floor]
+        if len(now) == len(kept):
+            break
+        kept = now
+    return kept
+
+
 def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: Charge,
                  one_way: tuple, log: Log | None = None) -> Selection:
-    """Steps 2-4 on 1-way marginals already measured (`auto` measures them first)."""
+    """Steps 2-4 on 1-way marginals already measured (`auto` measures them first). When no pair
+    is `detectable`, no score is released and nothing selected: the score budget measures the
+    1-way marginals a second time (c^(2/3) split, `measured`), so the run spends its whole
+    budget on the independent model."""
     total = noisy_total(list(one_way))
     pairs = list(itertools.combinations(list(domain), 2))
-    noisy = noisy_indif(pairs, oracle, budget.score, charge, "R-scores")
-    r_bar = normalize_scores(above_noise(noisy, budget.score), pairs, domain, total)
-    selected, trace = greedy(pairs, r_bar, domain, total, budget.measure, TAU_CELLS,
-                             log)
+    scored = detectable(pairs, domain, total, budget.score)
+    if not scored:
+        singles = [(a,) for a in domain]
+        rhos = dict(zip(singles, optimal_split(budget.score, [domain[a] for a in domain])))
+        exact = oracle(singles) if budget.score > 0 else {}
+        measured = tuple(measure_marginal(exact[c], c, rho, charge,
+                                          purpose="one-way marginal (no detectable pair)")
+                         for c, rho in rhos.items() if rho > 0)
+        return Selection(method="absyn", one_way=one_way, cliques=(), budgets={},
+                         details={"rounds": [], "tau_cells": TAU_CELLS, "detectable_pairs": 0,
+                                  "expected_noise_error": 0.0},
+                         measured=measured)
+    noisy = noisy_indif(scored, oracle, budget.score, charge, "R-scores")
+    r_bar = normalize_scores(above_noise(noisy, budget.score), scored, domain, total)
+    selected, trace = greedy(scored, r_bar, domain, total, budget.measure, TAU_CELLS,
+                             log, {m.clique[0]: m.sigma for m in one_way})
     rhos = optimal_split(budget.measure, [clique_size(p, domain) for p in selected]) if selected else []
     return Selection(
         method="absyn",
         one_way=one_way,
         cliques=tuple(selected),
         budgets=dict(zip(selected, rhos)),
-        scores={p: float(r) for p, r in zip(pairs, r_bar)},
-        details={"rounds": trace, "tau_cells": TAU_CELLS,
+        scores={p: float(r) for p, r in zip(scored, r_bar)},
+        details={"rounds": trace, "tau_cells": TAU_CELLS, "detectable_pairs": len(scored),
                  "expected_noise_error": FIT_NOISE_SHARE * expected_noise_error(
                      budget.measure, [clique_size(p, domain) for p in selected])},
     )
