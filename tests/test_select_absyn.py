@@ -143,3 +143,41 @@ def test_selects_true_edges_on_a_wide_table_of_weak_far_pairs():
                     SelectionSettings(), lambda *a, **k: None)
     assert chosen.details["rounds"], "absyn stopped before its first round"
     assert len(set(chosen.cliques) & edges) >= 18
+
+
+def test_small_table_releases_no_score_and_spends_the_selection_on_one_way_marginals():
+    """400 rows of six binary columns in a strong chain, epsilon 1: the R-score noise floor (2 sd
+    of sqrt(8 m / rho_s)) is above the largest score a binary pair can have (n), so no pair is
+    detectable: absyn releases no score, selects nothing, and measures the 1-way marginals again
+    with the score budget (the run is the independent model at its whole budget). Before, it
+    released the scores and bought pairs whose scores passed the floor by noise alone, leaving
+    the 1-way marginals a tenth of the budget."""
+    from dp_synth_assets.core.privacy import rho_from_epsilon_delta
+    from tests.helpers import method_budget
+
+    data = chain_table(400, 6, 0.05, seed=1)
+    domain = {k: 2 for k in data}
+    budget = method_budget("absyn", rho_from_epsilon_delta(1.0, 1e-9))
+    charges = []
+    chosen = select("absyn", domain, counting_oracle(data, domain), budget, SelectionSettings(),
+                    lambda spend, **params: charges.append((spend, params)))
+    assert chosen.cliques == () and chosen.details["detectable_pairs"] == 0
+    assert not any(p.get("purpose") == "R-scores" for _, p in charges)
+    assert sorted(m.clique for m in chosen.measured) == sorted((a,) for a in domain)
+    assert sum(m.rho for m in chosen.measured) == pytest.approx(budget.score)
+    assert sum(s.rho for s, _ in charges) == pytest.approx(budget.one_way + budget.score)
+
+
+def test_detectable_pairs_shrink_until_the_floor_is_stable():
+    """Pairs whose largest possible score 2 n (k - 1) / k is below the floor are left out; fewer
+    pairs lower the floor (2 sqrt(8 m / rho_s)), so a wide pair can stay while binary ones go."""
+    from dp_synth_assets.core.select.absyn import detectable
+
+    domain = {"a": 2, "b": 2, "c": 2, "w": 50, "v": 50}
+    pairs = list(itertools.combinations(domain, 2))
+    rho_s, n = 0.001, 300.0
+    floor = 2 * math.sqrt(8 * len(pairs) / rho_s)  # 566 counts with all 10 pairs released
+    assert 2 * n / 2 < floor <= 2 * n * 49 / 50
+    assert detectable(pairs, domain, n, rho_s) == [("w", "v")]
+    assert detectable(pairs, domain, 1e6, rho_s) == pairs
+    assert detectable(pairs, domain, n, 0.0) == []

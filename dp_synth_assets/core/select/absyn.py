@@ -18,6 +18,13 @@ answer right after its draw; the greedy is post-processing of those. `budget.mea
    noise of every pair independent of the rest reads as dependency once clipped at 0 (about
    0.4 sd each), and the greedy buys those pairs, measuring noise with budget the dependent
    pairs need; a truly independent pair passes the floor with probability 2.3%.
+   Pairs that cannot be detected (`detectable`, ours): a pair of smallest domain k scores at
+   most 2 n_hat (k - 1) / k on the count scale (perfect dependency); one whose largest score is
+   below the floor passes it only through noise, so it is not scored at all, which lowers m and
+   the floor (repeated until nothing drops; public: n_hat, the domain sizes, rho_s). When no
+   pair is detectable (little data for the budget), no score is released and nothing is
+   selected: the score budget measures the 1-way marginals a second time (c^(2/3) split,
+   `measured`), so the run spends its whole budget on the independent model.
 3. CR-score (Alg. 1, Eq. 7-8): R_tilde(i, j) is the maximum over paths from i to j in the graph
    of selected marginals of the product of R_bar along the path; CR = R_bar - R_tilde. We compute
    all pairs at once as shortest paths on -log R_bar (scipy's Dijkstra), which is Alg. 1's
@@ -83,7 +90,7 @@ from scipy.sparse.csgraph import shortest_path
 
 from ..config import SelectionSettings
 from ..measure import (adjacent_groups, clique_size, coarsen, coarsened_size,
-                       expected_noise_error, noisy_total, optimal_split)
+                       expected_noise_error, measure_marginal, noisy_total, optimal_split)
 from ..privacy import gaussian_scores
 from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
 from .privsyn import INDIF_SENSITIVITY, indif, measure_one_way
@@ -316,11 +323,44 @@ def coarse_versions(pairs: list[Clique], domain: dict[str, int],
     return out
 
 
+def detectable(pairs: list[Clique], domain: dict[str, int], noisy_total: float,
+               rho_score: float) -> list[Clique]:
+    """The pairs whose score could clear the floor at all (docstring, step 2): a pair of smallest
+    domain k has count-scale score at most 2 n_hat (k - 1) / k (perfect dependency), and one
+    below `SCORE_FLOOR_SD` noise sds (sqrt(8 m / rho_s) for m released pairs) passes only through
+    its noise. Dropping such pairs lowers m and so the floor; repeated until none drops (public:
+    n_hat, the domain sizes and rho_s)."""
+    if rho_score <= 0:
+        return []
+    kept = list(pairs)
+    while kept:
+        floor = SCORE_FLOOR_SD * math.sqrt(INDIF_SENSITIVITY ** 2 * len(kept) / (2 * rho_score))
+        top = [2 * noisy_total * (min(domain[a], domain[b]) - 1) / min(domain[a], domain[b])
+               for a, b in kept]
+        now = [p for p, t in zip(kept, top) if t >= floor]
+        if len(now) == len(kept):
+            break
+        kept = now
+    return kept
+
+
 def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: Charge,
                  one_way: tuple, log: Log | None = None) -> Selection:
-    """Steps 2-5 on 1-way marginals already measured (`auto` measures them first)."""
+    """Steps 2-5 on 1-way marginals already measured (`auto` measures them first); with no
+    `detectable` pair, the 1-way marginals measured a second time (step 2)."""
     total = noisy_total(list(one_way))
-    pairs = list(itertools.combinations(list(domain), 2))
+    pairs = detectable(list(itertools.combinations(list(domain), 2)), domain, total, budget.score)
+    if not pairs:
+        singles = [(a,) for a in domain]
+        rhos = dict(zip(singles, optimal_split(budget.score, [domain[a] for a in domain])))
+        exact = oracle(singles) if budget.score > 0 else {}
+        measured = tuple(measure_marginal(exact[c], c, rho, charge,
+                                          purpose="one-way marginal (no detectable pair)")
+                         for c, rho in rhos.items() if rho > 0)
+        return Selection(method="absyn", one_way=one_way, cliques=(), budgets={},
+                         details={"rounds": [], "tau_cells": TAU_CELLS, "detectable_pairs": 0,
+                                  "expected_noise_error": 0.0},
+                         measured=measured)
     versions = coarse_versions(pairs, domain, coarse_groupings(domain, one_way))
     exact = oracle(pairs)
     values = [indif(exact[p]) for p in pairs] + [indif(coarsen(exact[p], g)) for p, g in versions]
@@ -345,7 +385,8 @@ def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
         cliques=tuple(selected),
         budgets=dict(zip(selected, rhos)),
         scores={p: float(r) for p, r in zip(pairs, r_bar)},
-        details={"rounds": trace, "tau_cells": TAU_CELLS, "coarse_levels": list(COARSE_LEVELS),
+        details={"rounds": trace, "tau_cells": TAU_CELLS, "detectable_pairs": len(pairs),
+                 "coarse_levels": list(COARSE_LEVELS),
                  "coarse_scores": [[list(p), [v.cells, round(v.r_bar, 6)]]
                                    for p, vs in coarse.items() for v in vs],
                  "expected_noise_error": FIT_NOISE_SHARE * expected_noise_error(
