@@ -61,6 +61,18 @@ def test_marginal_tvd_clips_negative_noise_and_normalizes():
     assert marginal_tvd(np.array([0, 0]), nothing) == pytest.approx(0.5)  # empty table
 
 
+def test_a_coarse_measurement_is_compared_on_its_groups():
+    """A marginal measured on groups of codes (absyn's coarse versions) is compared with the
+    synthetic counts summed to the same groups: here codes 0-1 and 2-3 of `a`, `c` kept."""
+    m = Measurement(("a", "c"), np.array([[3.0, 1.0], [0.0, 4.0]]), 1.0, 0.5,
+                    groups=((0, 0, 1, 1), None))
+    counts = np.array([[1, 0], [1, 1], [0, 2], [0, 3]])  # grouped: [[2, 1], [0, 5]] / 8
+    expected = 0.5 * (abs(2 / 8 - 3 / 8) + 0 + 0 + abs(5 / 8 - 4 / 8))
+    assert marginal_tvd(counts, m) == pytest.approx(expected, abs=1e-15)
+    summary = fidelity_summary({("a", "c"): counts}, [m])
+    assert summary.marginals[("a", "c")] == pytest.approx(expected, abs=1e-15)
+
+
 def test_summary_takes_each_columns_last_one_way_measurement_and_every_larger_marginal():
     counts = {("a",): np.array([1, 1, 0]), ("c",): np.array([3, 1]),
               ("a", "c"): np.array([[1, 0], [0, 1], [0, 0]])}

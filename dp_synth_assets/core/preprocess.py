@@ -59,7 +59,9 @@ column without declared bounds needs a second scan, since its cells span the DP 
 first scan's bucket histogram releases: all such columns share it.
 
 Budget: the preprocessing rho is split across all mechanism invocations of the run in
-proportion to TASK_WEIGHTS (a discovery weighs 2, any other task 1: its threshold is ~6 sigma);
+proportion to TASK_WEIGHTS (a discovery weighs 2, its threshold being ~6 sigma; a density 1/4:
+it refines values inside bins the other tasks define, and at full weight it took the budget the
+bounds and categories of small tables need; any other task 1);
 `discover` invocations share the run's extra delta evenly. Every invocation calls `charge` with
 the spend its privacy map reports, right after drawing the noise: in column order, first-scan
 mechanisms first, then the PrivTree trees of the second scan. The category counts (`rare`) and
@@ -93,7 +95,7 @@ PRIVTREE_THETA = 0.0
 PRIVTREE_MAX_DEPTH = 16
 PRIVTREE_CELLS = 2 ** PRIVTREE_MAX_DEPTH  # leaves of a full tree
 # the preprocessing rho is split between the tasks in proportion to these weights (default 1)
-TASK_WEIGHTS = {"discover": 2.0}
+TASK_WEIGHTS = {"discover": 2.0, "density": 0.25}
 BOUNDS_PARTS = 32  # equal parts of each public bounds bucket, to tighten the outer ones
 DENSITY_CELLS = 1024  # most cells of a `density` histogram
 DENSITY_Z = 2.0  # `density` cells below DENSITY_Z sigma are zeroed

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..core.domain import Clique
-from ..core.measure import Measurement
+from ..core.measure import Measurement, coarsen
 from .tables import Table, cell_index, dense, distribution, encoded, require_rows
 
 
@@ -45,8 +45,12 @@ def noisy_distribution(m: Measurement) -> np.ndarray:
 
 def marginal_tvd(counts: np.ndarray, m: Measurement) -> float:
     """1/2 * L1 between the shares of `counts` (the synthetic table's counts over `m.clique`,
-    shaped like `m.noisy`) and `noisy_distribution(m)`; counts of an empty table are all zero."""
-    found = np.asarray(counts, dtype=np.float64).ravel()
+    one axis per attribute) and `noisy_distribution(m)`, on the cells `m` measured: a coarse
+    measurement's groups (`coarsen`); counts of an empty table are all zero."""
+    found = np.asarray(counts, dtype=np.float64)
+    if m.groups is not None:
+        found = coarsen(found, m.groups)
+    found = found.ravel()
     return tvd(found / max(found.sum(), 1), noisy_distribution(m).ravel())
 
 
