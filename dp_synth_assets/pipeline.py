@@ -323,10 +323,9 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
     }
     run_of = {"preprocessed": preprocessed, "marginals": marginals, "selection": selection,
               "measurements": measurements, "model": model, "synthetic": synthetic}
-    chain = [Stage(spec_of[s], run_of[s]) for s in STAGES]
-    chain[-1] = Stage(spec_of["synthetic"], synthetic, tuple(synthetic_check_specs(dataset, names)),
-                      functools.partial(check_synthetic, dataset=dataset, spec=spec, names=names))
-    chain += list(extra)
+    checks_of = {"synthetic": (tuple(synthetic_check_specs(dataset, names)), functools.partial(
+        check_synthetic, dataset=dataset, spec=spec, names=names))}
+    chain = [Stage(spec_of[s], run_of[s], *checks_of.get(s, ())) for s in STAGES] + list(extra)
     first = [] if spec.source.asset is not None else [source]
     if not multiprocess(spec.generator, spec.model):
         return [*first, stage_asset(dataset, names, chain, "stages")]

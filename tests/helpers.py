@@ -33,14 +33,20 @@ def make_project(tmp_path: Path, rows: int = 3000, **dataset_overrides) -> Simpl
     `defs_fn()` builds fresh Definitions for these paths (ledger `tmp_path/ledger.sqlite`, public
     zone `tmp_path/public`).
     """
+    write_example(Path(tmp_path) / "warehouse.duckdb", rows=rows)
+    return registry_project(tmp_path, example_entry(**dataset_overrides))
+
+
+def registry_project(tmp_path: Path, entry: dict) -> SimpleNamespace:
+    """A datasets.yaml holding `entry` as dataset `example` in `tmp_path`, with the project's
+    paths (`warehouse.duckdb`, `ledger.sqlite`, `public`) and `defs_fn()` building its
+    Definitions."""
     tmp_path = Path(tmp_path)
     warehouse = tmp_path / "warehouse.duckdb"
     ledger = tmp_path / "ledger.sqlite"
     public = tmp_path / "public"
     datasets = tmp_path / "datasets.yaml"
-    write_example(warehouse, rows=rows)
-    datasets.write_text(yaml.safe_dump({"datasets": {"example": example_entry(**dataset_overrides)}},
-                                       sort_keys=False))
+    datasets.write_text(yaml.safe_dump({"datasets": {"example": entry}}, sort_keys=False))
 
     def defs_fn():
         return build_definitions(datasets, warehouse, ledger, public)

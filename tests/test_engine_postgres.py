@@ -10,7 +10,6 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
-from types import SimpleNamespace
 
 import duckdb
 import numpy as np
@@ -21,7 +20,7 @@ from dp_synth_assets.core.config import DatasetSpec
 from dp_synth_assets.core.preprocess import Task, exact_aggregates, prepare_encoded_view
 from dp_synth_assets.core.marginals import MarginalStore, compute_marginals
 from dp_synth_assets.example import generate_example
-from tests.helpers import counted_cells, example_entry, record_fetches
+from tests.helpers import counted_cells, example_entry, record_fetches, registry_project
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pyproject: psycopg)")
 
@@ -301,19 +300,12 @@ def test_an_uncastable_text_value_is_refused_by_its_column_as_in_duckdb(postgres
 def _pipeline_project(tmp_path, postgres, monkeypatch, table: str = TABLE, **overrides):
     """A datasets.yaml whose `example` reads `table` through `engine: postgres` (the DSN in an
     environment variable, as a user configures it), and its Definitions."""
-    import yaml
-
-    from dp_synth_assets.definitions import build_definitions
-
     monkeypatch.setenv("DP_SYNTH_TEST_PG_DSN", postgres)
     entry = example_entry(source={"table": table}, report=None,
                           engine={"type": "postgres", "dsn_env": "DP_SYNTH_TEST_PG_DSN"},
                           **overrides)
-    datasets = tmp_path / "datasets.yaml"
-    datasets.write_text(yaml.safe_dump({"datasets": {"example": entry}}, sort_keys=False))
-    project = SimpleNamespace(datasets=datasets, warehouse=tmp_path / "warehouse.duckdb",
-                              ledger=tmp_path / "ledger.sqlite", public=tmp_path / "public")
-    project.defs = build_definitions(datasets, project.warehouse, project.ledger, project.public)
+    project = registry_project(tmp_path, entry)
+    project.defs = project.defs_fn()
     return project
 
 

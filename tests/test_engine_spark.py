@@ -6,7 +6,6 @@ signal computed in Spark) while no query returns more rows than an aggregate's c
 Spark error that quotes a value stays out of the public failure and of the process's output."""
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import duckdb
 import numpy as np
@@ -21,7 +20,7 @@ from dp_synth_assets.core.marginals import MarginalStore, compute_marginals
 from dp_synth_assets.core.preprocess import Task, exact_aggregates, prepare_encoded_view
 from dp_synth_assets.core.sql import sql
 from dp_synth_assets.example import generate_example
-from tests.helpers import counted_cells, example_entry, record_fetches
+from tests.helpers import counted_cells, example_entry, record_fetches, registry_project
 
 pytest.importorskip("pyspark", reason="pyspark is not installed (pyproject extra: spark)")
 
@@ -324,19 +323,12 @@ def _pipeline_project(tmp_path, source: dict):
     settings: under dagster.materialize's in-process executor the stages run in this process,
     so the builder returns the module's active session), six columns (each kind, a quick fit),
     1000 rows out; and its Definitions."""
-    import yaml
-
-    from dp_synth_assets.definitions import build_definitions
-
     kept = ("age", "sex", "race", "income", "signup_date", "newsletter")
     columns = {k: v for k, v in example_entry()["columns"].items() if k in kept}
     entry = example_entry(source=source, report=None, engine="spark", rows=1000, columns=columns)
     tmp_path.mkdir()
-    datasets = tmp_path / "datasets.yaml"
-    datasets.write_text(yaml.safe_dump({"datasets": {"example": entry}}, sort_keys=False))
-    project = SimpleNamespace(datasets=datasets, warehouse=tmp_path / "warehouse.duckdb",
-                              ledger=tmp_path / "ledger.sqlite", public=tmp_path / "public")
-    project.defs = build_definitions(datasets, project.warehouse, project.ledger, project.public)
+    project = registry_project(tmp_path, entry)
+    project.defs = project.defs_fn()
     return project
 
 

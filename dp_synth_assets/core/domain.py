@@ -174,6 +174,26 @@ def integer_valued(spec: ColumnSpec) -> bool:
     return spec.kind == "integer" or (spec.kind == "datetime" and spec.sql_type == "DATE")
 
 
+def uniform_edges(low: float, high: float, bins: int, integer: bool) -> np.ndarray:
+    """The edges of the encoding's `bins` equal bins over [low, high]: low + k (high - low) /
+    bins; integers: bin k holds low + ceil(k span / bins) up to the next edge, span = high - low
+    + 1, so the last edge is high + 1 (decoding and the `density` histogram cut at these)."""
+    if integer:
+        low, span = int(low), int(high - low + 1)
+        return np.array([low - ((-k * span) // bins) for k in range(bins + 1)], dtype=np.float64)
+    return low + (high - low) * np.arange(bins + 1, dtype=np.float64) / bins
+
+
+def uniform_bins(spec: ColumnSpec, low: float, high: float) -> tuple[float, float, int]:
+    """(low, high, bins) of a uniformly binned column over [low, high]: `bins` (or
+    DEFAULT_BINS); integers: the bounds rounded inward and at most one bin per integer."""
+    bins = spec.bins or DEFAULT_BINS
+    if integer_valued(spec):
+        low, high = math.ceil(low), math.floor(high)
+        bins = min(bins, max(high - low + 1, 1))
+    return low, high, bins
+
+
 def _encoding(name: str, spec: ColumnSpec, derived: Derived) -> Encoding:
     sql_type = spec.sql_type
     nullable = spec.is_nullable
@@ -201,13 +221,9 @@ def _encoding(name: str, spec: ColumnSpec, derived: Derived) -> Encoding:
         return Encoding(name, spec.kind, sql_type, len(edges) - 1 + extra, low=edges[0],
                         high=edges[-1], bins=len(edges) - 1, edges=edges,
                         integer_bins=integer_bins, nullable=nullable, missing=missing)
-    if integer_bins:
-        low, high = math.ceil(low), math.floor(high)
-        if high < low:
-            raise SchemaError(f"column {name!r}: bounds contain no integer")
-        bins = min(spec.bins or DEFAULT_BINS, high - low + 1)
-    else:
-        bins = spec.bins or DEFAULT_BINS
+    if integer_bins and math.floor(high) < math.ceil(low):
+        raise SchemaError(f"column {name!r}: bounds contain no integer")
+    low, high, bins = uniform_bins(spec, low, high)
     density = derived.density or None
     return Encoding(name, spec.kind, sql_type, bins + extra, low=float(low), high=float(high),
                     bins=bins, integer_bins=integer_bins, nullable=nullable, missing=missing,
@@ -395,12 +411,10 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
             after = np.where(bins == e.bins - 1, int(e.high) + 1, np.ceil(edges[bins + 1]).astype(np.int64))
             values = first + (rng.random(bins.shape) * np.maximum(after - first, 1)).astype(np.int64)
         else:
-            span = int(e.high - e.low + 1)
-            first = -((-bins * span) // e.bins)             # ceil(k * span / bins)
-            after = -((-(bins + 1) * span) // e.bins)        # ceil((k + 1) * span / bins)
-            values = int(e.low) + first + (rng.random(bins.shape) * (after - first)).astype(np.int64)
+            cut = uniform_edges(e.low, e.high, e.bins, True).astype(np.int64)
+            starts, stops = cut[bins], cut[bins + 1]
+            values = starts + (rng.random(bins.shape) * (stops - starts)).astype(np.int64)
             if e.density:
-                starts, stops = int(e.low) + first, int(e.low) + after
                 inside = _draw_density(e.density, starts.astype(float), stops.astype(float), rng)
                 values = np.where(np.isnan(inside), values,
                                   np.clip(np.floor(np.nan_to_num(inside)), starts, stops - 1)
@@ -411,10 +425,11 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
     if edges is not None:
         values = edges[bins] + rng.random(bins.shape) * (edges[bins + 1] - edges[bins])
     else:
-        width = (e.high - e.low) / e.bins
-        values = e.low + (bins + rng.random(bins.shape)) * width
+        cut = uniform_edges(e.low, e.high, e.bins, False)
+        starts, stops = cut[bins], cut[bins + 1]
+        values = starts + rng.random(bins.shape) * (stops - starts)
         if e.density:
-            inside = _draw_density(e.density, e.low + bins * width, e.low + (bins + 1) * width, rng)
+            inside = _draw_density(e.density, starts, stops, rng)
             values = np.where(np.isnan(inside), values, inside)
     values = np.minimum(values, e.high)
     if e.kind == "datetime":

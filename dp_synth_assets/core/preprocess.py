@@ -81,7 +81,7 @@ from .opendp_api import dp
 from .config import DEFAULT_BINS, ColumnSpec, DatasetSpec, sql_type_range
 from .domain import (Derived, EncodingPlan, SchemaError, build_plan, check_columns,
                      encode_view_sql, encoded_columns, integer_valued, is_null_condition,
-                     value_expression)
+                     uniform_bins, uniform_edges, value_expression)
 from .privacy import Spend, gaussian_counts, gaussian_scale
 from .scans import as_engine
 from .source import (SourceError, describe_source, holdout_relation, training_relation,
@@ -539,16 +539,10 @@ def density_grid(low: float, high: float, integer: bool) -> tuple[float, float, 
 
 
 def uniform_bin_edges(spec: ColumnSpec, low: float, high: float) -> np.ndarray:
-    """The edges of the uniform bins the encoding cuts [low, high] into (domain.py): `bins` (or
-    DEFAULT_BINS) equal bins; integers: bin k holds low + ceil(k span / bins) .. up to the next
-    edge, span = high - low + 1, at most one bin per integer."""
-    bins = spec.bins or DEFAULT_BINS
-    if integer_valued(spec):
-        low, high = math.ceil(low), math.floor(high)
-        span = max(high - low + 1, 1)
-        bins = min(bins, span)
-        return np.array([low - ((-k * span) // bins) for k in range(bins + 1)], dtype=np.float64)
-    return low + (high - low) * np.arange(bins + 1, dtype=np.float64) / bins
+    """The edges of the uniform bins the encoding cuts [low, high] into (`domain.uniform_bins`,
+    `domain.uniform_edges`)."""
+    low, high, bins = uniform_bins(spec, low, high)
+    return uniform_edges(low, high, bins, integer_valued(spec))
 
 
 def merge_density(fine: tuple, coarse: tuple, edges: np.ndarray) -> tuple:
