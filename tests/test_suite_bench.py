@@ -4,6 +4,7 @@ import itertools
 import sys
 
 import numpy as np
+import pytest
 import pandas as pd
 
 from tests.helpers import REPO
@@ -68,3 +69,22 @@ def test_evaluation_cells_compare_numbers_as_numbers_and_keep_nulls_and_rare_val
     # an unseen category and a NULL are different cells: half the rows moved
     moved = ev.of_table(pd.DataFrame({"n": [1, 2, 3, None] * 50, "s": ["a", "b", "zzz", "a"] * 50}))
     assert moved["tvd1"] == 0.25 / 2
+
+
+def test_default_given_domain_reads_the_anchors_codes_with_every_cell_declared(tmp_path):
+    real = pd.DataFrame({"n": [1.5, 2.5, None, 7.0] * 50, "s": ["a", "b", None, "a"] * 50})
+    ev = suite.Evaluation.of_frame(real)
+    codes = tmp_path / "codes.csv"
+    pd.DataFrame(ev.real, columns=ev.columns).to_csv(codes, index=False)
+    table = suite.Table("t", tmp_path / "raw.csv", {"n": {"kind": "float"}, "s": {"kind": "categorical"}},
+                        codes, tmp_path / "domain.json", tmp_path / "raw.csv", ev)
+    entry = suite.our_entry(table, suite.GIVEN_DOMAIN, 1.0, 0, table.source)
+    assert entry["source"] == {"csv": str(codes)} and "method" not in entry
+    assert entry["columns"] == {c: {"kind": "categorical", "categories": list(range(k)),
+                                    "other": False} for c, k in ev.domain.items()}
+    # the codes themselves score 0; a code outside the cells counts in the last cell
+    frame = pd.read_csv(codes)
+    assert ev.of_codes_frame(frame)["tvd2"] == 0.0
+    a_rows = frame.index[frame["s"] == frame.loc[0, "s"]][:50]  # 50 of the 100 "a" rows
+    frame.loc[a_rows, "s"] = 99
+    assert ev.of_codes_frame(frame)["tvd1"] == pytest.approx(0.25 / 2)
