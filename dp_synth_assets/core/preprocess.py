@@ -39,9 +39,9 @@ mechanisms (`mechanisms`) are:
   most DENSITY_CELLS cells of a round width (1, 2 or 5 times a power of ten; integers at least
   1) aligned on multiples of it, over the declared bounds or, in the second scan, the DP
   bounds. Post-processing, per bin of the encoding (uniform or quantile): a bin whose cells
-  look flat at the noise level (a chi-square bound) keeps the bounds' coarser density (undeclared bounds) or is decoded uniformly (declared); in
-  the others, cells whose noisy count is below DENSITY_Z sigma are zeroed, so noise alone
-  spreads almost no mass, and the rest is the bin's density (`grid_density`, `merge_density`).
+  look flat at the noise level (a chi-square bound) keeps the bounds' coarser density
+  (undeclared bounds) or is decoded uniformly (declared); in the others, cells whose noisy
+  count is below DENSITY_Z sigma are zeroed, so noise alone spreads almost no mass, and the rest is the bin's density (`grid_density`, `merge_density`).
   Decoding draws a value inside its bin in proportion to it, so values on a coarser grid than
   the cells (whole numbers, cents, days) come back at their own values, and a spike inside a
   wide bin (40 hours a week in a 36-40 bin) comes back as a spike.
