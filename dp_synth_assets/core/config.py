@@ -36,6 +36,8 @@ DATASET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 QUALIFIED_TABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*\.){0,2}[A-Za-z_][A-Za-z0-9_]*$")
 # Default number of codes per binned column (nulls add one more); ISSUE 2: at most 32 codes.
 DEFAULT_BINS = 31
+# bins of a `binning: quantile` column without `bins` (domain.bin_count)
+QUANTILE_BINS = 16
 
 # The SQL type of each kind's column in the synthetic table (`type:` overrides it): from the
 # declaration only, never from the source.
@@ -140,8 +142,9 @@ class ColumnSpec(_Strict):
     `bins` equal bins (no budget); `binning: quantile` cuts the DP bounds into `bins` bins of
     about equal mass, at the cumulative noisy counts of the bounds' histogram (no extra budget);
     `binning: privtree` finds adaptive bins with PrivTree (DP). Without `binning`: quantile when
-    the bounds are learned, uniform when declared. `bins` defaults to DEFAULT_BINS. Values
-    outside the bounds are clamped into the first or last bin.
+    the bounds are learned, uniform when declared. `bins` defaults to QUANTILE_BINS for quantile
+    bins, DEFAULT_BINS for uniform ones. Values outside the bounds are clamped into the first or
+    last bin.
     boolean: two codes. `nullable` adds a code for NULL; unset, it is true exactly when the domain
     is discovered (no `categories` / no `bounds`) or `missing` markers are given. `missing` lists
     source values read as NULL (e.g. "?", "").

@@ -46,7 +46,7 @@ from datetime import date, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 
-from .config import DEFAULT_BINS, ColumnSpec
+from .config import DEFAULT_BINS, QUANTILE_BINS, ColumnSpec
 from .sql import ident, literal, qualified, sql
 
 # a marginal's attributes, in the order of its array's axes
@@ -197,8 +197,12 @@ def uniform_bins(spec: ColumnSpec, low: float, high: float) -> tuple[float, floa
 
 
 def bin_count(spec: ColumnSpec) -> int:
-    """The number of bins of a binned column: its declared `bins`, else DEFAULT_BINS."""
-    return spec.bins or DEFAULT_BINS
+    """The number of bins of a binned column: its declared `bins`, else QUANTILE_BINS for
+    quantile bins (equal-mass bins need fewer: a dense range no longer shares one wide bin),
+    DEFAULT_BINS for uniform ones."""
+    if spec.bins:
+        return spec.bins
+    return QUANTILE_BINS if spec.binning_rule == "quantile" else DEFAULT_BINS
 
 
 def equal_mass_edges(pieces, low: float, high: float, bins: int, integer: bool,
