@@ -314,7 +314,7 @@ def test_preprocessing_scans_the_source_once_or_twice_when_a_grid_needs_dp_bound
     """PrivTree cells and density grids over DP bounds need a second scan; all else one."""
     columns = dict(EVERY_KIND)
     if not grid_on_dp_bounds:  # no privtree or float / datetime density over DP bounds
-        columns["score"] = ColumnSpec(kind="integer")
+        columns["score"] = ColumnSpec(kind="integer", binning="uniform")
         columns["stamp"] = ColumnSpec(kind="datetime", bounds=["2021-01-01", "2024-03-01"],
                                       nullable=True)
         columns["day"] = ColumnSpec(kind="datetime", type="DATE", nullable=True,

@@ -36,6 +36,8 @@ DATASET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 QUALIFIED_TABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*\.){0,2}[A-Za-z_][A-Za-z0-9_]*$")
 # Default number of codes per binned column (nulls add one more); ISSUE 2: at most 32 codes.
 DEFAULT_BINS = 31
+# bins of a `binning: quantile` column without `bins` (domain.bin_count)
+QUANTILE_BINS = 16
 
 # The SQL type of each kind's column in the synthetic table (`type:` overrides it): from the
 # declaration only, never from the source.
@@ -136,9 +138,13 @@ class ColumnSpec(_Strict):
     max(theta * noisy_total, 3 sigma); the default when categories are discovered), `filter_combine`
     (PrivSyn's rule) or `none` (the default for declared categories).
     integer / float / datetime: `bounds` [low, high] (dates as ISO strings); without them, DP
-    bounds from noisy quantiles over a public candidate grid. `binning: uniform` cuts the bounds
-    into `bins` equal bins (no budget); `binning: privtree` finds adaptive bins with PrivTree
-    (DP). Values outside the bounds are clamped into the first or last bin.
+    bounds from noisy histograms over public buckets. `binning: uniform` cuts the bounds into
+    `bins` equal bins (no budget); `binning: quantile` cuts the DP bounds into `bins` bins of
+    about equal mass, at the cumulative noisy counts of the bounds' histogram (no extra budget);
+    `binning: privtree` finds adaptive bins with PrivTree (DP). Without `binning`: quantile when
+    the bounds are learned, uniform when declared. `bins` defaults to QUANTILE_BINS for quantile
+    bins, DEFAULT_BINS for uniform ones. Values outside the bounds are clamped into the first or
+    last bin.
     boolean: two codes. `nullable` adds a code for NULL; unset, it is true exactly when the domain
     is discovered (no `categories` / no `bounds`) or `missing` markers are given. `missing` lists
     source values read as NULL (e.g. "?", "").
@@ -157,7 +163,7 @@ class ColumnSpec(_Strict):
     other_label: str = "other"
     other: bool = True
     bounds: tuple[float | int | date | datetime | str, float | int | date | datetime | str] | None = None
-    binning: Literal["uniform", "privtree"] | None = None
+    binning: Literal["uniform", "quantile", "privtree"] | None = None
     bins: int | None = Field(default=None, ge=1, le=4096)
     nullable: bool | None = None
     missing: list[str] = []
@@ -194,6 +200,9 @@ class ColumnSpec(_Strict):
                 raise ValueError(f"`categories`/`rare` do not apply to a {self.kind} column")
             if self.binning == "privtree" and self.bins is not None:
                 raise ValueError("`bins` does not apply to `binning: privtree` (it finds its own)")
+            if self.binning == "quantile" and self.bounds is not None:
+                raise ValueError("`binning: quantile` cuts the DP bounds' histogram: leave "
+                                 "`bounds` out, or use `binning: uniform`")
             if self.bounds is not None:
                 low, high = self.numeric_bounds()
                 if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
@@ -248,7 +257,11 @@ class ColumnSpec(_Strict):
 
     @property
     def binning_rule(self) -> str:
-        return self.binning or "uniform"
+        """`binning`, else `quantile` for a binned kind with learned bounds, else `uniform`."""
+        if self.binning is not None:
+            return self.binning
+        learned = self.bounds is None and self.kind in ("integer", "float", "datetime")
+        return "quantile" if learned else "uniform"
 
     def numeric_bounds(self) -> tuple[float, float]:
         """Declared bounds as numbers: datetimes as days since 1970-01-01 (fractional for

@@ -2,8 +2,8 @@
 
 An `Encoding` is public: it is derived from the column spec (the declared public domain and SQL
 type, `ColumnSpec.sql_type`) and the DP outputs of the preprocessing stage (`Derived`:
-discovered categories, merged-rare members with their noisy counts, DP bounds, PrivTree bin
-edges), never from the data or the source's schema. `EncodingPlan` is the encodings of one
+discovered categories, merged-rare members with their noisy counts, DP bounds, quantile or
+PrivTree bin edges), never from the data or the source's schema. `EncodingPlan` is the encodings of one
 dataset, in the declaration order; its `domain` is what mbi calls a Domain (attribute -> number
 of codes).
 
@@ -19,8 +19,10 @@ Codes, per kind (the order is part of the contract):
   Inside a uniform bin, a value is drawn from the column's DP density (`Derived.density`,
   preprocess.py: noisy counts over a fine grid) restricted to the bin, or uniformly where the
   density puts no weight in the bin (or there is none).
-- `edges` (PrivTree): code = number of interior edges <= x; bin k is [edges[k], edges[k+1]),
-  decoded uniformly inside (integers: a uniformly drawn integer inside).
+- `edges` (quantile bins, `equal_mass_edges`, the default with DP bounds; PrivTree): code =
+  number of interior edges <= x; bin k is [edges[k], edges[k+1]) (integers: the integers
+  ceil(edges[k]) .. ceil(edges[k+1]) - 1, the last bin up to `high`), decoded from the
+  column's DP density inside the bin as for uniform bins, uniformly where it has none.
 Every encoding is total (no value makes it fail, so no error message can quote one):
 - a value is read with TRY_CAST to DOUBLE (integer, float; integers rounded half to even) or to
   the declared DATE / TIMESTAMP (datetimes, then days since 1970 as a DOUBLE);
@@ -44,7 +46,7 @@ from datetime import date, datetime, timedelta
 import numpy as np
 import pyarrow as pa
 
-from .config import DEFAULT_BINS, ColumnSpec
+from .config import DEFAULT_BINS, QUANTILE_BINS, ColumnSpec
 from .sql import ident, literal, qualified, sql
 
 # a marginal's attributes, in the order of its array's axes
@@ -67,7 +69,7 @@ class Derived:
     categories: tuple | None = None            # discovered kept categories
     rare: tuple | None = None                  # ((member, noisy count), ...) merged into one code
     bounds: tuple[float, float] | None = None  # DP bounds (numeric space; days for dates)
-    edges: tuple[float, ...] | None = None     # PrivTree bin edges, low .. high
+    edges: tuple[float, ...] | None = None     # quantile or PrivTree bin edges, low .. high
     density: tuple | None = None               # ((low, high, noisy count), ...) inside bounds
 
 
@@ -83,12 +85,12 @@ class Encoding:
     low: float | None = None          # binned kinds: numeric bounds (days for datetime)
     high: float | None = None
     bins: int | None = None
-    edges: tuple[float, ...] | None = None  # non-uniform bins (PrivTree); None = uniform
+    edges: tuple[float, ...] | None = None  # non-uniform bins (quantile, PrivTree); None = uniform
     integer_bins: bool = False        # integer-valued bins (integers, DATE columns)
     nullable: bool = False
     missing: tuple[str, ...] = ()
     has_other: bool = True            # categorical: an `other` code for values outside the list
-    density: tuple | None = None      # uniform bins: ((low, high, weight), ...) drawn inside a bin
+    density: tuple | None = None      # ((low, high, weight), ...) drawn inside a bin
 
     @property
     def null_code(self) -> int | None:
@@ -187,11 +189,54 @@ def uniform_edges(low: float, high: float, bins: int, integer: bool) -> np.ndarr
 def uniform_bins(spec: ColumnSpec, low: float, high: float) -> tuple[float, float, int]:
     """(low, high, bins) of a uniformly binned column over [low, high]: `bins` (or
     DEFAULT_BINS); integers: the bounds rounded inward and at most one bin per integer."""
-    bins = spec.bins or DEFAULT_BINS
+    bins = bin_count(spec)
     if integer_valued(spec):
         low, high = math.ceil(low), math.floor(high)
         bins = min(bins, max(high - low + 1, 1))
     return low, high, bins
+
+
+def bin_count(spec: ColumnSpec) -> int:
+    """The number of bins of a binned column: its declared `bins`, else QUANTILE_BINS for
+    quantile bins (equal-mass bins need fewer: a dense range no longer shares one wide bin),
+    DEFAULT_BINS for uniform ones."""
+    if spec.bins:
+        return spec.bins
+    return QUANTILE_BINS if spec.binning_rule == "quantile" else DEFAULT_BINS
+
+
+def equal_mass_edges(pieces, low: float, high: float, bins: int, integer: bool,
+                     grid: tuple[float, float] | None = None) -> tuple[float, ...]:
+    """Edges low .. high of at most `bins` bins of about equal mass under the piecewise-uniform
+    density `pieces` ((a, b, weight), ...; weights clipped at 0) over [low, high]: the interior
+    edges are the points where its cumulative mass reaches j / bins of the total (j = 1 ..
+    bins - 1), linear inside a piece, then moved to the nearest point of a public grid: the
+    integers for integers (bin k holds edges[k] .. edges[k+1] - 1, the last one up to `high`),
+    else `grid` = (start, width), the multiples start + i width (the `density` histogram's
+    cells, so a value on that grid, and the cell holding it, fall in one bin). Equal edges
+    merge: a piece holding more than 1 / bins of the mass is not cut into empty bins more than
+    the grid allows. With no mass, the uniform edges (`uniform_edges`). Post-processing of
+    `pieces` only."""
+    p = np.asarray(pieces, dtype=np.float64).reshape(-1, 3)
+    p = p[(p[:, 1] > p[:, 0]) & (p[:, 2] > 0)]
+    p = p[np.argsort(p[:, 0], kind="stable")]
+    total = float(p[:, 2].sum()) if p.size else 0.0
+    if bins <= 1 or not total > 0:
+        cut = uniform_edges(low, high, max(bins, 1), integer)
+        return tuple(float(x) for x in cut[:-1]) + (float(high),)
+    cumulative = np.concatenate([[0.0], np.cumsum(p[:, 2])])
+    targets = total * np.arange(1, bins) / bins
+    i = np.clip(np.searchsorted(cumulative, targets, side="right") - 1, 0, len(p) - 1)
+    cuts = p[i, 0] + (targets - cumulative[i]) / p[i, 2] * (p[i, 1] - p[i, 0])
+    if integer:
+        cuts = np.round(cuts)
+        interior = cuts[(cuts > low) & (cuts <= high)]
+    else:
+        if grid is not None:
+            start, width = grid
+            cuts = start + np.round((cuts - start) / width) * width
+        interior = cuts[(cuts > low) & (cuts < high)]
+    return (float(low),) + tuple(float(x) for x in np.unique(interior)) + (float(high),)
 
 
 def _encoding(name: str, spec: ColumnSpec, derived: Derived) -> Encoding:
@@ -220,7 +265,8 @@ def _encoding(name: str, spec: ColumnSpec, derived: Derived) -> Encoding:
         edges = tuple(float(x) for x in derived.edges)
         return Encoding(name, spec.kind, sql_type, len(edges) - 1 + extra, low=edges[0],
                         high=edges[-1], bins=len(edges) - 1, edges=edges,
-                        integer_bins=integer_bins, nullable=nullable, missing=missing)
+                        integer_bins=integer_bins, nullable=nullable, missing=missing,
+                        density=derived.density or None)
     if integer_bins and math.floor(high) < math.ceil(low):
         raise SchemaError(f"column {name!r}: bounds contain no integer")
     low, high, bins = uniform_bins(spec, low, high)
@@ -404,33 +450,29 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
     if e.kind == "boolean":
         return pa.array(codes == 1, mask=is_null, type=pa.bool_())
     bins = np.where(is_null, 0, codes)
-    edges = np.asarray(e.edges) if e.edges is not None else None
+    if e.edges is not None:
+        cut = np.asarray(e.edges, dtype=np.float64)
+        if e.integer_bins:  # bin k holds the integers ceil(edges[k]) .. ceil(edges[k+1]) - 1
+            cut = np.ceil(cut)
+            cut[-1] = e.high + 1
+    else:
+        cut = uniform_edges(e.low, e.high, e.bins, e.integer_bins)
+    starts, stops = cut[bins], cut[bins + 1]
     if e.integer_bins:
-        if edges is not None:
-            first = np.ceil(edges[bins]).astype(np.int64)
-            after = np.where(bins == e.bins - 1, int(e.high) + 1, np.ceil(edges[bins + 1]).astype(np.int64))
-            values = first + (rng.random(bins.shape) * np.maximum(after - first, 1)).astype(np.int64)
-        else:
-            cut = uniform_edges(e.low, e.high, e.bins, True).astype(np.int64)
-            starts, stops = cut[bins], cut[bins + 1]
-            values = starts + (rng.random(bins.shape) * (stops - starts)).astype(np.int64)
-            if e.density:
-                inside = _draw_density(e.density, starts.astype(float), stops.astype(float), rng)
-                values = np.where(np.isnan(inside), values,
-                                  np.clip(np.floor(np.nan_to_num(inside)), starts, stops - 1)
-                                  ).astype(np.int64)
+        starts, stops = starts.astype(np.int64), np.maximum(stops.astype(np.int64), starts + 1)
+        values = starts + (rng.random(bins.shape) * (stops - starts)).astype(np.int64)
+        if e.density:
+            inside = _draw_density(e.density, starts.astype(float), stops.astype(float), rng)
+            values = np.where(np.isnan(inside), values,
+                              np.clip(np.floor(np.nan_to_num(inside)), starts, stops - 1)
+                              ).astype(np.int64)
         if e.kind == "datetime":
             return pa.array(values.astype("datetime64[D]"), mask=is_null, type=pa.date32())
         return pa.array(values, mask=is_null, type=pa.int64())
-    if edges is not None:
-        values = edges[bins] + rng.random(bins.shape) * (edges[bins + 1] - edges[bins])
-    else:
-        cut = uniform_edges(e.low, e.high, e.bins, False)
-        starts, stops = cut[bins], cut[bins + 1]
-        values = starts + rng.random(bins.shape) * (stops - starts)
-        if e.density:
-            inside = _draw_density(e.density, starts, stops, rng)
-            values = np.where(np.isnan(inside), values, inside)
+    values = starts + rng.random(bins.shape) * (stops - starts)
+    if e.density:
+        inside = _draw_density(e.density, starts, stops, rng)
+        values = np.where(np.isnan(inside), values, inside)
     values = np.minimum(values, e.high)
     if e.kind == "datetime":
         micros = np.round(values * 86400e6).astype("int64").astype("datetime64[us]")

@@ -26,15 +26,22 @@ mechanisms (`mechanisms`) are:
   (`bounds_and_density`). The clipped noisy part counts inside the bounds are kept as the
   column's density: decoding draws a value inside its bin in proportion to it. Why not
   exponential-mechanism quantiles: bench/results/method_notes.md.
-- `density` (numeric / datetime with uniform binning whose bins hold more than one value:
+- quantile bins (the default with DP bounds, `binning: quantile`; no mechanism of their own):
+  `bins` (default DEFAULT_BINS) bins of about equal mass, cut where the cumulative clipped
+  noisy part counts of the `bounds` histogram reach j / bins of their total, moved to the
+  `density` grid (integers: to integers) and merged where equal (`quantile_edges`,
+  `domain.equal_mass_edges`): post-processing of the bounds' release, so dense ranges get
+  narrow bins and sparse tails wide ones at no extra spend. An integer column with at most
+  `bins` values keeps one bin per integer.
+- `density` (numeric / datetime, uniform or quantile bins that may hold more than one value:
   declared float and datetime bounds, declared integer bounds spanning more values than bins,
   and undeclared float / datetime bounds): a Gaussian-noised histogram over a public grid of at
   most DENSITY_CELLS cells of a round width (1, 2 or 5 times a power of ten; integers at least
   1) aligned on multiples of it, over the declared bounds or, in the second scan, the DP
-  bounds. Post-processing: a bin whose cells look flat at the noise level (a chi-square bound)
-  keeps the bounds' coarser density (undeclared bounds) or is decoded uniformly (declared); in
-  the others, cells whose noisy count is below DENSITY_Z sigma are zeroed, so noise alone
-  spreads almost no mass, and the rest is the bin's density (`grid_density`, `merge_density`).
+  bounds. Post-processing, per bin of the encoding (uniform or quantile): a bin whose cells
+  look flat at the noise level (a chi-square bound) keeps the bounds' coarser density
+  (undeclared bounds) or is decoded uniformly (declared); in the others, cells whose noisy
+  count is below DENSITY_Z sigma are zeroed, so noise alone spreads almost no mass, and the rest is the bin's density (`grid_density`, `merge_density`).
   Decoding draws a value inside its bin in proportion to it, so values on a coarser grid than
   the cells (whole numbers, cents, days) come back at their own values, and a spike inside a
   wide bin (40 hours a week in a 36-40 bin) comes back as a spike.
@@ -79,9 +86,9 @@ import numpy as np
 from .opendp_api import dp
 
 from .config import DEFAULT_BINS, ColumnSpec, DatasetSpec, sql_type_range
-from .domain import (Derived, EncodingPlan, SchemaError, build_plan, check_columns,
-                     encode_view_sql, encoded_columns, integer_valued, is_null_condition,
-                     uniform_bins, uniform_edges, value_expression)
+from .domain import (Derived, EncodingPlan, SchemaError, bin_count, build_plan, check_columns,
+                     encode_view_sql, encoded_columns, equal_mass_edges, integer_valued,
+                     is_null_condition, uniform_bins, uniform_edges, value_expression)
 from .privacy import Spend, gaussian_counts, gaussian_scale
 from .scans import as_engine
 from .source import (SourceError, describe_source, holdout_relation, training_relation,
@@ -158,11 +165,13 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
     delta_each = delta_extra / discovers if discovers else 0.0
     out: dict[Task, object] = {}  # what each task's mechanism released
 
+    edges_of: dict[str, np.ndarray] = {}  # the bins a `density` task shapes (public)
+
     def run(batch: list[Task], spans: dict[str, tuple[float, float]]) -> None:
         exact = exact_aggregates(con, relation, columns, batch, spans)
         for t in batch:
             out[t] = run_mechanism(t, exact[t], columns[t.column], spans.get(t.column), rho_of[t],
-                                   delta_each, charge)
+                                   delta_each, charge, edges_of.get(t.column))
 
     # PrivTree and density over DP bounds wait for them: their cells span what the first scan
     # releases
@@ -171,6 +180,11 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
     first = [t for t in tasks if t not in second]
     run(first, {t.column: columns[t.column].numeric_bounds() for t in first
                 if t.mechanism in spanned})
+    for name, spec in columns.items():  # post-processing of the first scan's releases
+        edges = quantile_edges(spec, *out[Task(name, "bounds")]) \
+            if spec.binning_rule == "quantile" else None
+        if edges is not None:
+            edges_of[name] = np.asarray(edges)
     if second:
         run(second, {t.column: out[Task(t.column, "bounds")][0] for t in second})
     derived: dict[str, Derived] = {}
@@ -184,17 +198,23 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
                 derived[name] = complete_boolean(derived[name])
         else:
             bounds, density = out.get(Task(name, "bounds")) or (None, None)
+            edges = edges_of.get(name)
             if Task(name, "density") in out:
-                edges = uniform_bin_edges(spec, *(bounds or spec.numeric_bounds()))
+                if edges is None:
+                    edges = uniform_bin_edges(spec, *(bounds or spec.numeric_bounds()))
                 density = merge_density(out[Task(name, "density")], density or (), edges)
-            derived[name] = Derived(bounds=bounds, edges=out.get(Task(name, "privtree")),
-                                    density=density or None)
+            quantile = edges_of.get(name)
+            derived[name] = Derived(
+                bounds=bounds, density=density or None,
+                edges=out.get(Task(name, "privtree")) if quantile is None
+                else tuple(float(x) for x in quantile))
     return derived
 
 
 def run_mechanism(task: Task, exact, spec: ColumnSpec, span, rho: float, delta: float,
-                  charge):
-    """One task's mechanism on its exact aggregate (`span`: PrivTree's [low, high])."""
+                  charge, edges=None):
+    """One task's mechanism on its exact aggregate (`span`: PrivTree's or the density's [low,
+    high]; `edges`: the bins a density shapes, when not uniform)."""
     name = task.column
     if task.mechanism == "discover":
         return discover_categories(exact, name, rho, delta, charge)
@@ -203,7 +223,7 @@ def run_mechanism(task: Task, exact, spec: ColumnSpec, span, rho: float, delta: 
     if task.mechanism == "bounds":
         return bounds_and_density(exact, name, spec, rho, charge)
     if task.mechanism == "density":
-        return grid_density(exact, name, spec, *span, rho, charge)
+        return grid_density(exact, name, spec, *span, rho, charge, edges)
     return privtree_edges(exact, name, spec, *span, rho, charge)
 
 
@@ -545,6 +565,19 @@ def uniform_bin_edges(spec: ColumnSpec, low: float, high: float) -> np.ndarray:
     return uniform_edges(low, high, bins, integer_valued(spec))
 
 
+def quantile_edges(spec: ColumnSpec, bounds: tuple[float, float], pieces: tuple) -> tuple:
+    """The bin edges of a `binning: quantile` column: equal-mass bins cut at the cumulative mass
+    of the bounds' noisy part counts (`domain.equal_mass_edges`; post-processing), or, for an
+    integer column with no more values than bins, None: uniform bins, one per integer."""
+    low, high = bounds
+    bins = bin_count(spec)
+    if integer_valued(spec) and math.floor(high) - math.ceil(low) + 1 <= bins:
+        return None
+    integer = integer_valued(spec)
+    grid = None if integer else density_grid(low, high, False)[:2]
+    return equal_mass_edges(pieces, low, high, bins, integer, grid)
+
+
 def merge_density(fine: tuple, coarse: tuple, edges: np.ndarray) -> tuple:
     """The grid density's pieces in the bins it shapes, the bounds' coarser density (cut at the
     bin edges) in the bins it leaves flat (post-processing of two released densities)."""
@@ -563,10 +596,11 @@ def merge_density(fine: tuple, coarse: tuple, edges: np.ndarray) -> tuple:
 
 
 def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high: float,
-                 rho: float, charge) -> tuple[tuple[float, float, float], ...]:
+                 rho: float, charge, edges=None) -> tuple[tuple[float, float, float], ...]:
     """The column's density inside [low, high] from the exact histogram over
     `density_grid(low, high)` (`exact_aggregates`), with Gaussian noise (rho); the rest is
-    post-processing of the noisy counts. Per uniform bin of the encoding (`uniform_bin_edges`),
+    post-processing of the noisy counts. Per bin of the encoding (`edges`, else
+    `uniform_bin_edges`),
     the noisy counts of the cells whose middle falls in it are compared with a flat bin: when
     sum (c - mean)^2 / sigma^2 stays below the chi-square bound (m - 1) + DENSITY_FLAT_Z
     sqrt(2 (m - 1)) for m cells, the bin gets no piece (decoded uniformly: noise alone would
@@ -577,7 +611,7 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     noisy, spend = gaussian_counts(np.asarray(hist, dtype=np.int64), rho)
     charge(spend, column=name, purpose="density inside bins (grid histogram)", cells=cells)
     sigma = spend.scale
-    edges = uniform_bin_edges(spec, low, high)
+    edges = uniform_bin_edges(spec, low, high) if edges is None else np.asarray(edges, float)
     a = np.clip(start + np.arange(cells) * width, edges[0], edges[-1])
     b = np.clip(start + (np.arange(cells) + 1) * width, edges[0], edges[-1])
     inside = b > a
