@@ -461,20 +461,23 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
     parts = max(hist.size // buckets, 1)
     fine = np.asarray(hist, dtype=np.int64).reshape(buckets, parts)
     coarse = fine.sum(axis=1)
+    noisy, spend = gaussian_counts(coarse, rho / 2 if parts > 1 else rho)
+    noisy_parts, sigma = None, spend.scale
     if parts > 1:
-        noisy, spend = gaussian_counts(coarse, rho / 2)
-        noisy_parts, part_spend = gaussian_counts(fine, rho / 2)
-        spend = Spend("gaussian_counts", spend.rho + part_spend.rho, 0.0, 1.0, spend.scale)
-    else:
-        noisy, spend = gaussian_counts(coarse, rho)
-        noisy_parts, part_spend = None, None
+        first, last = occupied_span(noisy, bounds_threshold(sigma, buckets), NEIGHBOUR_Z * sigma)
+        if can_tighten(max(float(noisy[first:last + 1].sum()), 0.0), sigma):
+            noisy_parts, second = gaussian_counts(fine, rho / 2)
+        else:  # a second bucket histogram; the mean of the two has the variance of one at rho
+            again, second = gaussian_counts(coarse, rho / 2)
+            noisy, sigma = (noisy + again) / 2, sigma / math.sqrt(2)
+        spend = Spend("gaussian_counts", spend.rho + second.rho, 0.0, 1.0, sigma)
     charge(spend, column=name, purpose="DP bounds (bucket histogram)")
-    first, last = occupied_span(noisy, bounds_threshold(spend.scale, buckets), 3 * spend.scale)
+    first, last = occupied_span(noisy, bounds_threshold(sigma, buckets), NEIGHBOUR_Z * sigma)
     padded = np.concatenate([[edges[0]], edges, [edges[-1]]])  # outer buckets are clamped
     low, high = float(padded[first]), float(padded[last + 1])
     pieces: tuple = ()
     if noisy_parts is not None:
-        sigma, total = part_spend.scale, max(float(noisy.sum()), 0.0)
+        total = max(float(noisy.sum()), 0.0)
         if 0 < first < buckets - 1:
             k = _tighten(noisy_parts[first], sigma, total)
             low = low + k * (padded[first + 1] - padded[first]) / parts
@@ -504,6 +507,15 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
 
 Z_TIGHTEN = 2.0
 CLAMP_SHARE = 0.01
+NEIGHBOUR_Z = 2.0  # a bucket next to the occupied span joins it above NEIGHBOUR_Z sigma
+
+
+def can_tighten(total: float, sigma: float) -> bool:
+    """Whether a part histogram of noise `sigma` can move a bound at all for a column of about
+    `total` rows: `_tighten` skips the first part only if its noisy count + Z_TIGHTEN sigma stays
+    within CLAMP_SHARE * total, which an empty part's noise passes with probability below 1/2
+    when CLAMP_SHARE * total < Z_TIGHTEN sigma."""
+    return CLAMP_SHARE * total >= Z_TIGHTEN * sigma
 
 
 def _tighten(noisy_parts: np.ndarray, sigma: float, total: float) -> int:
