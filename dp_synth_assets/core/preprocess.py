@@ -22,9 +22,12 @@ mechanisms (`mechanisms`) are:
   buckets (0 and +-2^k for numbers, calendar years for dates), the second splitting each bucket
   into BOUNDS_PARTS equal parts; the bounds are the outer edges of the outermost buckets whose
   noisy count clears a threshold that an empty bucket passes with probability below 1e-6 in
-  total (like Google's ApproxBounds), moved inward to the first part where mass is detected
-  (`bounds_and_density`). The clipped noisy part counts inside the bounds are kept as the
-  column's density: decoding draws a value inside its bin in proportion to it. Why not
+  total (like Google's ApproxBounds), widened through neighbours above NEIGHBOUR_Z sigma, and
+  moved inward to the first part where mass is detected (`bounds_and_density`); where the first
+  histogram's noisy total shows the parts could not move a bound (`can_tighten`), the second is
+  the bucket histogram again, averaged with the first. The clipped noisy part (or bucket)
+  counts inside the bounds are kept as the column's density: decoding draws a value inside its
+  bin in proportion to it. Why not
   exponential-mechanism quantiles: bench/results/method_notes.md.
 - `density` (numeric / datetime with uniform binning whose bins hold more than one value:
   declared float and datetime bounds, declared integer bounds spanning more values than bins,
@@ -453,9 +456,14 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
        past the parts that, by an upper confidence bound (noisy count + Z_TIGHTEN sigma sqrt(parts
        skipped)), hold at most CLAMP_SHARE of the noisy total: the rows the tighter bound clamps
        into its outer bin. With little data (sigma sqrt(parts) above that share) the edge stays.
+    Where the parts cannot move a bound (`can_tighten` on the first histogram's noisy total
+    inside its span, post-processing), the second histogram is the bucket histogram again and
+    the two are averaged (the variance of one histogram at rho): small tables get their buckets
+    detected at the task's whole rho instead of spending half of it on parts that stay put.
     Integer bounds are integer; the bounds are cut to the values of the declared SQL type.
-    The density is the clipped noisy part counts inside the bounds, as (low, high, count)
-    pieces: decoding draws values inside a bin in proportion to it (post-processing)."""
+    The density is the clipped noisy part counts (without parts: bucket counts) inside the
+    bounds, as (low, high, count) pieces: decoding draws values inside a bin in proportion to
+    it (post-processing)."""
     edges = bucket_edges(spec)
     buckets = edges.size + 1
     parts = max(hist.size // buckets, 1)
@@ -491,6 +499,11 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
                 if a + width > low and a < high:
                     pieces += ((float(max(a, low)), float(min(a + width, high)),
                                 float(max(noisy_parts[b, j], 0.0))),)
+    else:  # the buckets' own noisy counts: a coarser density, still one per bucket
+        for b in range(max(first, 1), min(last, buckets - 2) + 1):
+            a, z = max(padded[b], low), min(padded[b + 1], high)
+            if z > a:
+                pieces += ((float(a), float(z), float(max(noisy[b], 0.0))),)
     if integer_valued(spec):
         low = float(math.floor(low))
         high = float(math.ceil(high))
