@@ -478,7 +478,7 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
         else:  # a second bucket histogram; the mean of the two has the variance of one at rho
             again, second = gaussian_counts(coarse, rho / 2)
             noisy, sigma = (noisy + again) / 2, sigma / math.sqrt(2)
-        spend = Spend("gaussian_counts", spend.rho + second.rho, 0.0, 1.0, sigma)
+        spend = Spend("gaussian_counts", spend.rho + second.rho, 0.0, 1.0, spend.scale)
     charge(spend, column=name, purpose="DP bounds (bucket histogram)")
     first, last = occupied_span(noisy, bounds_threshold(sigma, buckets), NEIGHBOUR_Z * sigma)
     padded = np.concatenate([[edges[0]], edges, [edges[-1]]])  # outer buckets are clamped
