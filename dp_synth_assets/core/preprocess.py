@@ -22,9 +22,12 @@ mechanisms (`mechanisms`) are:
   buckets (0 and +-2^k for numbers, calendar years for dates), the second splitting each bucket
   into BOUNDS_PARTS equal parts; the bounds are the outer edges of the outermost buckets whose
   noisy count clears a threshold that an empty bucket passes with probability below 1e-6 in
-  total (like Google's ApproxBounds), moved inward to the first part where mass is detected
-  (`bounds_and_density`). The clipped noisy part counts inside the bounds are kept as the
-  column's density: decoding draws a value inside its bin in proportion to it. Why not
+  total (like Google's ApproxBounds), widened through neighbours above NEIGHBOUR_Z sigma, and
+  moved inward to the first part where mass is detected (`bounds_and_density`); where the first
+  histogram's noisy total shows the parts could not move a bound (`can_tighten`), the second is
+  the bucket histogram again, averaged with the first. The clipped noisy part (or bucket)
+  counts inside the bounds are kept as the column's density: decoding draws a value inside its
+  bin in proportion to it. Why not
   exponential-mechanism quantiles: bench/results/method_notes.md.
 - quantile bins (the default with DP bounds, `binning: quantile`; no mechanism of their own):
   `bins` (default DEFAULT_BINS) bins of about equal mass, cut where the cumulative clipped
@@ -473,28 +476,36 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
        past the parts that, by an upper confidence bound (noisy count + Z_TIGHTEN sigma sqrt(parts
        skipped)), hold at most CLAMP_SHARE of the noisy total: the rows the tighter bound clamps
        into its outer bin. With little data (sigma sqrt(parts) above that share) the edge stays.
+    Where the parts cannot move a bound (`can_tighten` on the first histogram's noisy total
+    inside its span, post-processing), the second histogram is the bucket histogram again and
+    the two are averaged (the variance of one histogram at rho): small tables get their buckets
+    detected at the task's whole rho instead of spending half of it on parts that stay put.
     Integer bounds are integer; the bounds are cut to the values of the declared SQL type.
-    The density is the clipped noisy part counts inside the bounds, as (low, high, count)
-    pieces: decoding draws values inside a bin in proportion to it (post-processing)."""
+    The density is the clipped noisy part counts (without parts: bucket counts) inside the
+    bounds, as (low, high, count) pieces: decoding draws values inside a bin in proportion to
+    it (post-processing)."""
     edges = bucket_edges(spec)
     buckets = edges.size + 1
     parts = max(hist.size // buckets, 1)
     fine = np.asarray(hist, dtype=np.int64).reshape(buckets, parts)
     coarse = fine.sum(axis=1)
+    noisy, spend = gaussian_counts(coarse, rho / 2 if parts > 1 else rho)
+    noisy_parts, sigma = None, spend.scale
     if parts > 1:
-        noisy, spend = gaussian_counts(coarse, rho / 2)
-        noisy_parts, part_spend = gaussian_counts(fine, rho / 2)
-        spend = Spend("gaussian_counts", spend.rho + part_spend.rho, 0.0, 1.0, spend.scale)
-    else:
-        noisy, spend = gaussian_counts(coarse, rho)
-        noisy_parts, part_spend = None, None
+        first, last = occupied_span(noisy, bounds_threshold(sigma, buckets), NEIGHBOUR_Z * sigma)
+        if can_tighten(max(float(noisy[first:last + 1].sum()), 0.0), sigma):
+            noisy_parts, second = gaussian_counts(fine, rho / 2)
+        else:  # a second bucket histogram; the mean of the two has the variance of one at rho
+            again, second = gaussian_counts(coarse, rho / 2)
+            noisy, sigma = (noisy + again) / 2, sigma / math.sqrt(2)
+        spend = Spend("gaussian_counts", spend.rho + second.rho, 0.0, 1.0, spend.scale)
     charge(spend, column=name, purpose="DP bounds (bucket histogram)")
-    first, last = occupied_span(noisy, bounds_threshold(spend.scale, buckets), 3 * spend.scale)
+    first, last = occupied_span(noisy, bounds_threshold(sigma, buckets), NEIGHBOUR_Z * sigma)
     padded = np.concatenate([[edges[0]], edges, [edges[-1]]])  # outer buckets are clamped
     low, high = float(padded[first]), float(padded[last + 1])
     pieces: tuple = ()
     if noisy_parts is not None:
-        sigma, total = part_spend.scale, max(float(noisy.sum()), 0.0)
+        total = max(float(noisy.sum()), 0.0)
         if 0 < first < buckets - 1:
             k = _tighten(noisy_parts[first], sigma, total)
             low = low + k * (padded[first + 1] - padded[first]) / parts
@@ -508,6 +519,11 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
                 if a + width > low and a < high:
                     pieces += ((float(max(a, low)), float(min(a + width, high)),
                                 float(max(noisy_parts[b, j], 0.0))),)
+    else:  # the buckets' own noisy counts: a coarser density, still one per bucket
+        for b in range(max(first, 1), min(last, buckets - 2) + 1):
+            a, z = max(padded[b], low), min(padded[b + 1], high)
+            if z > a:
+                pieces += ((float(a), float(z), float(max(noisy[b], 0.0))),)
     if integer_valued(spec):
         low = float(math.floor(low))
         high = float(math.ceil(high))
@@ -524,6 +540,15 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
 
 Z_TIGHTEN = 2.0
 CLAMP_SHARE = 0.01
+NEIGHBOUR_Z = 2.0  # a bucket next to the occupied span joins it above NEIGHBOUR_Z sigma
+
+
+def can_tighten(total: float, sigma: float) -> bool:
+    """Whether a part histogram of noise `sigma` can move a bound at all for a column of about
+    `total` rows: `_tighten` skips the first part only if its noisy count + Z_TIGHTEN sigma stays
+    within CLAMP_SHARE * total, which an empty part's noise passes with probability below 1/2
+    when CLAMP_SHARE * total < Z_TIGHTEN sigma."""
+    return CLAMP_SHARE * total >= Z_TIGHTEN * sigma
 
 
 def _tighten(noisy_parts: np.ndarray, sigma: float, total: float) -> int:
