@@ -1,7 +1,8 @@
 """The budget of one synthesis run, in zCDP terms (DESIGN.md section 3), with no Dagster in it.
 
 `DatasetBudget.of(spec)` converts a dataset's (epsilon, delta) run budget and lifetime limit into
-rho, and splits the run's rho between the stages; `measurement_plan` splits the measurement
+rho, and splits the run's rho between the stages (with category discovery, after a noisy row
+count: `preprocess_share`, `DatasetBudget.with_rows`); `measurement_plan` splits the measurement
 stage's rho between the marginals to measure. The pipeline (dp_synth_assets/budget.py, with the
 ledger) and the notebook API (dp_synth_assets/api.py) both spend exactly these amounts.
 

@@ -68,7 +68,9 @@ value / bucket / cell, so its size is bounded by the domains, not by the rows. A
 column without declared bounds needs a second scan, since its cells span the DP bounds that the
 first scan's bucket histogram releases: all such columns share it.
 
-Budget: the preprocessing rho is split across all mechanism invocations of the run in
+Budget: with category discovery, a noisy row count (`noisy_row_count`, Gaussian, charged
+first) sets the preprocessing share (`budget.preprocess_share`) and is recorded in the plan.
+The rest of the preprocessing rho is split across all mechanism invocations of the run in
 proportion to TASK_WEIGHTS (a discovery weighs 2, its threshold being ~6 sigma; a density 1/4:
 it refines values inside bins the other tasks define, and at full weight it took the budget the
 bounds and categories of small tables need; any other task 1);
