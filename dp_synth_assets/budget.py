@@ -159,7 +159,7 @@ def private_stage(context: dg.AssetExecutionContext, ledger: PrivacyLedger, data
     private stage, release the remainder when it is the last one or when anything fails."""
     in_run = stages_in_run(context, dataset)
     private = [s for s in PRIVATE_STAGES if s in in_run]
-    request = sum(budget.stage_rho(s) for s in private)
+    request = budget.reservation(private)
     request_delta = sum(budget.stage_delta_extra(s) for s in private)
     run_id = context.run_id
     if request > 0:

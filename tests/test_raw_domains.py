@@ -88,7 +88,8 @@ def test_preprocessing_charges_exactly_what_the_opendp_maps_say_and_sums_to_its_
     frame = small_table(900, 5)
     synth = Synthesizer(KINDS, seed=1, **FIT)
     synth.fit(frame)
-    budget = DatasetBudget.of(synth.spec)
+    # the share follows the noisy row count drawn first (`budget.preprocess_share`)
+    budget = DatasetBudget.of(synth.spec).with_rows(synth.plan.noisy_rows)
     charges = [c for c in synth.report.to_dict()["charges"] if c["stage"] == "preprocessed"]
     assert math.isclose(sum(c["rho"] for c in charges), budget.preprocess, rel_tol=1e-9)
     # the integer threshold's delta (OpenDP's map) is at most the share set aside
@@ -103,8 +104,8 @@ def test_preprocessing_charges_exactly_what_the_opendp_maps_say_and_sums_to_its_
             assert (c["rho"], c["delta_extra"]) == (pytest.approx(rho, rel=1e-12),
                                                     pytest.approx(delta, rel=1e-12))
         else:  # DP bounds: the bucket and the part histograms, each a Gaussian at this scale;
-            # a density: one Gaussian histogram
+            # a density or the row count: one Gaussian histogram
             meas = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T="i64")),
                                       dp.l2_distance(T="i64"), scale=c["scale"])
-            histograms = 1 if c["purpose"].startswith("density") else 2
+            histograms = 1 if c["purpose"].startswith(("density", "noisy row count")) else 2
             assert c["rho"] == pytest.approx(histograms * meas.map(1), rel=1e-12)

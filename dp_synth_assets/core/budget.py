@@ -1,7 +1,8 @@
 """The budget of one synthesis run, in zCDP terms (DESIGN.md section 3), with no Dagster in it.
 
 `DatasetBudget.of(spec)` converts a dataset's (epsilon, delta) run budget and lifetime limit into
-rho, and splits the run's rho between the stages; `measurement_plan` splits the measurement
+rho, and splits the run's rho between the stages (with category discovery, after a noisy row
+count: `preprocess_share`, `DatasetBudget.with_rows`); `measurement_plan` splits the measurement
 stage's rho between the marginals to measure. The pipeline (dp_synth_assets/budget.py, with the
 ledger) and the notebook API (dp_synth_assets/api.py) both spend exactly these amounts.
 
@@ -13,7 +14,7 @@ messages, the published ledger metadata and the schedules' skip reasons all read
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .config import DatasetSpec
 from .measure import optimal_split
@@ -27,11 +28,34 @@ REL_TOL = 1e-12  # relative tolerance of every budget comparison (float sums of 
 
 # the share of the run's rho spent learning domains: PREPROCESS_SHARE when a column's categories
 # are discovered (the thresholded histogram keeps only categories above ~6 sigma, so on small
-# tables a tenth of the budget dropped most of each column: bench/results/raw_tables.md), else
-# BOUNDS_SHARE (benchmark paper App. D.2: 10%)
+# tables a tenth of the budget dropped most of each column: bench/results/raw_tables.md), raised
+# towards SMALL_PREPROCESS_SHARE on small tables (`preprocess_share`), else BOUNDS_SHARE
+# (benchmark paper App. D.2: 10%)
 PREPROCESS_SHARE = 0.5
+SMALL_PREPROCESS_SHARE = 0.7
+SMALL_Z, LARGE_Z = 100.0, 1000.0  # noisy rows x sqrt(run rho) where the share is SMALL_..., PREPROCESS_...
+COUNT_SHARE = 0.01  # of the run's rho: the noisy row count the preprocessing share follows
 BOUNDS_SHARE = 0.1
 DELTA_EXTRA_SHARE = 0.5  # of each delta, for thresholding (approximate zCDP) when a column needs it
+
+
+def preprocess_share(noisy_rows: float | None, run_rho: float) -> float:
+    """The share of the run's rho a run that discovers categories spends on preprocessing (the
+    noisy row count included), from public facts only: the noisy row count (None: not drawn)
+    and the run's rho.
+
+    The rule follows z = noisy_rows * sqrt(run_rho), the rows per unit of the Gaussian noise a
+    count would get at the whole run's rho: discovery keeps a category only above a threshold
+    of about 6.5 noise scales of its share, so the smallest category kept is a fixed number of
+    scales, i.e. a share of the rows that grows as 1 / z. PREPROCESS_SHARE at z >= LARGE_Z
+    (and when no count is drawn), SMALL_PREPROCESS_SHARE at z <= SMALL_Z, linear in log z
+    between. The share only ever rises above PREPROCESS_SHARE, so what the later stages spend
+    stays within what a run reserves for them before the count (`DatasetBudget.reservation`)."""
+    if noisy_rows is None or run_rho <= 0:
+        return PREPROCESS_SHARE
+    z = max(float(noisy_rows), 1.0) * math.sqrt(run_rho)
+    t = min(max(math.log(LARGE_Z / z) / math.log(LARGE_Z / SMALL_Z), 0.0), 1.0)
+    return PREPROCESS_SHARE + t * (SMALL_PREPROCESS_SHARE - PREPROCESS_SHARE)
 
 
 @dataclass(frozen=True)
@@ -42,6 +66,14 @@ class DatasetBudget:
     sum delta_extra), which implies (epsilon(sum rho, delta'), delta' + sum delta_extra)-DP. When a
     column's categories are discovered by thresholding, half of each delta (run and limit) is set
     aside for delta_extra and rho is computed at the other half; otherwise rho uses all of delta.
+
+    Split between the stages: with no discovery, BOUNDS_SHARE of the run's rho (none without
+    preprocessing tasks) to preprocessing. With discovery, preprocessing first draws a noisy row
+    count at `count` = COUNT_SHARE of the run's rho (its first mechanism, part of its share),
+    and the run's split is `with_rows(noisy count)`: preprocessing gets `preprocess_share` of
+    the run's rho, selection and measurement the method's shares of the rest. `of(spec)` is
+    the split before the count (PREPROCESS_SHARE); the stages after preprocessing read the
+    count from the plan (`EncodingPlan.noisy_rows`).
     """
 
     run_rho: float
@@ -52,22 +84,51 @@ class DatasetBudget:
     preprocess: float         # rho of the preprocessing stage
     split: Budget             # rho of selection and measurement
     measures_in_selection: bool = False
+    count: float = 0.0        # rho of the noisy row count (within `preprocess`); 0: none drawn
+    shares: tuple[float, float] = (0.0, 0.0)  # one-way and score shares of the rest
 
     @classmethod
-    def of(cls, spec: DatasetSpec) -> "DatasetBudget":
+    def of(cls, spec: DatasetSpec, noisy_rows: float | None = None) -> "DatasetBudget":
         tasks = all_tasks(spec.columns)
         extra = DELTA_EXTRA_SHARE if any(t.mechanism == "discover" for t in tasks) else 0.0
         run_rho = rho_from_epsilon_delta(spec.privacy.epsilon, spec.privacy.delta * (1 - extra))
         limit_delta = spec.privacy.limit.delta * (1 - extra)
         limit_rho = rho_from_epsilon_delta(spec.privacy.limit.epsilon, limit_delta)
-        pre = (PREPROCESS_SHARE if extra else BOUNDS_SHARE) * run_rho if tasks else 0.0
-        rest = run_rho - pre
         method = METHODS[spec.method]
-        one_way = (spec.selection.one_way_share or method.one_way_share) * rest
-        score = (spec.selection.score_share or method.score_share) * rest
-        return cls(run_rho, limit_rho, limit_delta, spec.privacy.delta * extra,
-                   spec.privacy.limit.delta * extra, pre,
-                   Budget(one_way, score, rest - one_way - score), method.measures_in_selection)
+        shares = (spec.selection.one_way_share or method.one_way_share,
+                  spec.selection.score_share or method.score_share)
+        budget = cls(run_rho, limit_rho, limit_delta, spec.privacy.delta * extra,
+                     spec.privacy.limit.delta * extra, 0.0, Budget(0.0, 0.0, run_rho),
+                     method.measures_in_selection, COUNT_SHARE * run_rho if extra else 0.0,
+                     shares)
+        share = (PREPROCESS_SHARE if extra else BOUNDS_SHARE) if tasks else 0.0
+        return budget._split(share * run_rho).with_rows(noisy_rows)
+
+    def _split(self, pre: float) -> "DatasetBudget":
+        rest = self.run_rho - pre
+        one_way, score = self.shares[0] * rest, self.shares[1] * rest
+        return replace(self, preprocess=pre, split=Budget(one_way, score, rest - one_way - score))
+
+    def with_rows(self, noisy_rows: float | None) -> "DatasetBudget":
+        """The split once the noisy row count is known (`preprocess_share`); unchanged without a
+        count (None, or a budget that draws none)."""
+        if not self.count or noisy_rows is None:
+            return self
+        return self._split(preprocess_share(noisy_rows, self.run_rho) * self.run_rho)
+
+    def domains_rho(self, noisy_rows: float | None = None) -> float:
+        """The rho preprocessing spends after the count: its share at `noisy_rows` minus the
+        count's own rho."""
+        return self.with_rows(noisy_rows).preprocess - self.count
+
+    def reservation(self, stages) -> float:
+        """The rho a run materializing `stages` reserves before the count: the most its stages
+        can spend at any share `preprocess_share` gives. Their spend is linear in the share, so
+        the most is at PREPROCESS_SHARE or at SMALL_PREPROCESS_SHARE; for every private stage
+        together both are the run's rho."""
+        ends = [self] if not self.count else [
+            self._split(s * self.run_rho) for s in (PREPROCESS_SHARE, SMALL_PREPROCESS_SHARE)]
+        return max(sum(b.stage_rho(s) for s in stages) for b in ends)
 
     def stage_rho(self, stage: str) -> float:
         """The rho a stage spends: adaptive methods spend the measurement budget in selection."""

@@ -109,7 +109,11 @@ class Encoding:
 
 @dataclass(frozen=True)
 class EncodingPlan:
+    """Every column's encoding; `noisy_rows`: the noisy row count preprocessing drew (public,
+    charged), when it drew one (`budget.DatasetBudget.with_rows` splits the run with it)."""
+
     encodings: tuple[Encoding, ...]
+    noisy_rows: float | None = None
 
     @property
     def domain(self) -> dict[str, int]:
@@ -126,7 +130,11 @@ class EncodingPlan:
         raise KeyError(column)
 
     def to_json(self) -> str:
-        return json.dumps([asdict(e) for e in self.encodings], default=str, indent=1)
+        """A list of encodings; with a noisy row count, {"encodings": [...], "noisy_rows": n}."""
+        encodings = [asdict(e) for e in self.encodings]
+        data = encodings if self.noisy_rows is None else {"encodings": encodings,
+                                                          "noisy_rows": self.noisy_rows}
+        return json.dumps(data, default=str, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> "EncodingPlan":
@@ -141,7 +149,10 @@ class EncodingPlan:
                     "edges": tup(r["edges"]), "missing": tuple(r["missing"]),
                     "density": tup(r.get("density"))}
 
-        return cls(tuple(Encoding(**fields(r)) for r in json.loads(text)))
+        data = json.loads(text)
+        rows = data.get("noisy_rows") if isinstance(data, dict) else None
+        records = data["encodings"] if isinstance(data, dict) else data
+        return cls(tuple(Encoding(**fields(r)) for r in records), rows)
 
 
 def base_type(sql_type: str) -> str:

@@ -68,7 +68,9 @@ value / bucket / cell, so its size is bounded by the domains, not by the rows. A
 column without declared bounds needs a second scan, since its cells span the DP bounds that the
 first scan's bucket histogram releases: all such columns share it.
 
-Budget: the preprocessing rho is split across all mechanism invocations of the run in
+Budget: with category discovery, a noisy row count (`noisy_row_count`, Gaussian, charged
+first) sets the preprocessing share (`budget.preprocess_share`) and is recorded in the plan.
+The rest of the preprocessing rho is split across all mechanism invocations of the run in
 proportion to TASK_WEIGHTS (a discovery weighs 2, its threshold being ~6 sigma; a density 1/4:
 it refines values inside bins the other tasks define, and at full weight it took the budget the
 bounds and categories of small tables need; any other task 1);
@@ -81,7 +83,7 @@ encoded domain and publish no `Measurement` (every marginal goes through
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import duckdb
@@ -732,12 +734,24 @@ def privtree_edges(counts: np.ndarray, name: str, spec: ColumnSpec, low: float, 
     return tuple(float(b) for b in bounds) + (float(high),)
 
 
+def noisy_row_count(con, relation: str, rho: float, charge) -> float:
+    """The relation's row count with Gaussian noise (a histogram of one cell: sensitivity 1),
+    charged with OpenDP's map; clipped at 0 (post-processing)."""
+    exact = as_engine(con).fetchnumpy(sql("count_rows", source=relation))
+    noisy, spend = gaussian_counts(np.array([int(next(iter(exact.values()))[0])]), rho)
+    charge(spend, purpose="noisy row count (sets the preprocessing share)")
+    return max(float(noisy[0]), 0.0)
+
+
 def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str,
-                         base_dir: Path, view: str, rho: float = 0.0, delta_extra: float = 0.0,
-                         charge=None) -> EncodingPlan:
+                         base_dir: Path, view: str, rho=0.0, delta_extra: float = 0.0,
+                         charge=None, count_rho: float = 0.0) -> EncodingPlan:
     """Check the source against the spec, learn the undeclared parts of the domain with DP
     (`preprocess`, spending `rho` and `delta_extra` through `charge`), and create the encoded
-    view (a view, not a copy). Every check runs before any budget is spent. With a report
+    view (a view, not a copy). Every check runs before any budget is spent. With `count_rho`,
+    a noisy row count (`noisy_row_count`) is drawn first, `rho` is then a function of it (the
+    rho the domains get: `budget.DatasetBudget.domains_rho`), and the plan records it
+    (`EncodingPlan.noisy_rows`, for the later stages' split). With a report
     holdout, all of it reads the training rows only (`training_relation`) and a second view,
     `<view>_holdout`, encodes the held-out rows for the owner-only utility report."""
     relation = training_relation(spec, base_dir, dataset)
@@ -752,11 +766,15 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
                           "source; fix the column names in datasets.yaml (for a CSV, also "
                           "`header` and `columns`)", detail=str(e)) from None
     validate_source(con, relation, spec.columns, dataset)
-    derived = preprocess(con, relation, spec.columns, rho, delta_extra, charge)
+    rows = noisy_row_count(con, relation, count_rho, charge) if count_rho > 0 else None
+    derived = preprocess(con, relation, spec.columns, rho(rows) if callable(rho) else rho,
+                         delta_extra, charge)
     try:
         plan = build_plan(spec.columns, types, derived)
     except SchemaError as e:
         raise SchemaError(f"dataset {dataset!r}: {e}") from None
+    if rows is not None:
+        plan = replace(plan, noisy_rows=rows)
     schema = view.rsplit(".", 1)[0]
     engine = as_engine(con)
     if engine.copies:

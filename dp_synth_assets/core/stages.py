@@ -49,8 +49,8 @@ def preprocess(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str, 
                view: str, budget: DatasetBudget, charge) -> EncodingPlan:
     """Check the source against the columns, learn what they leave undeclared (DP, with the
     preprocessing budget) and create the encoded view `view` (`prepare_encoded_view`)."""
-    return prepare_encoded_view(con, spec, dataset, base_dir, view, budget.preprocess,
-                                budget.run_delta_extra, charge)
+    return prepare_encoded_view(con, spec, dataset, base_dir, view, budget.domains_rho,
+                                budget.run_delta_extra, charge, budget.count)
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,8 @@ def select(spec: DatasetSpec, plan: EncodingPlan, oracle: Oracle, budget: Datase
            charge, log=None) -> Selection:
     """The method's selection (`spec.method`) with the selection budget `budget.split`; `log`
     gets each round's public line (`select.round_line`) as it ends, for methods with rounds."""
-    return run_method(spec.method, plan.domain, oracle, budget.split, spec.selection, charge,
-                      log)
+    return run_method(spec.method, plan.domain, oracle, budget.with_rows(plan.noisy_rows).split,
+                      spec.selection, charge, log)
 
 
 def measure(plan: EncodingPlan, chosen: Selection, oracle: Oracle, budget: DatasetBudget,
@@ -96,7 +96,7 @@ def measure(plan: EncodingPlan, chosen: Selection, oracle: Oracle, budget: Datas
     1-way ones), make the rest consistent (the selection's one-way and adaptive measurements
     included) and take the noisy row count they agree on."""
     rhos = measurement_plan(cover_columns(chosen, plan.domain), plan.domain,
-                            budget.stage_rho("measurements"))
+                            budget.with_rows(plan.noisy_rows).stage_rho("measurements"))
     noisy = draw(oracle(list(rhos)), rhos, charge, chosen.coarse) if rhos else []
     kept, _ = guard(list(chosen.one_way) + list(chosen.measured) + noisy, plan.domain)
     consistent = make_consistent(kept)
