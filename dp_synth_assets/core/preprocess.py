@@ -92,7 +92,8 @@ from .opendp_api import dp
 
 from .config import DEFAULT_BINS, ColumnSpec, DatasetSpec, sql_type_range
 from .domain import (Derived, EncodingPlan, SchemaError, bin_count, build_plan, check_columns,
-                     encode_view_sql, encoded_columns, equal_mass_edges, integer_valued,
+                     encode_view_sql, encoded_columns, equal_mass_edges, grid_points,
+                     integer_valued,
                      is_null_condition, uniform_bins, uniform_edges, value_expression)
 from .privacy import Spend, gaussian_counts, gaussian_scale
 from .scans import as_engine
@@ -580,7 +581,7 @@ def density_grid(low: float, high: float, integer: bool) -> tuple[float, float, 
                 width = w
                 break
         exponent += 1
-    start = math.floor(low / width) * width
+    start = float(grid_points(math.floor(low / width) * width, width))
     cells = max(int(math.ceil((top - start) / width)), 1)
     return float(start), float(width), cells
 
@@ -639,8 +640,8 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     charge(spend, column=name, purpose="density inside bins (grid histogram)", cells=cells)
     sigma = spend.scale
     edges = uniform_bin_edges(spec, low, high) if edges is None else np.asarray(edges, float)
-    a = np.clip(start + np.arange(cells) * width, edges[0], edges[-1])
-    b = np.clip(start + (np.arange(cells) + 1) * width, edges[0], edges[-1])
+    a = np.clip(grid_points(start + np.arange(cells) * width, width), edges[0], edges[-1])
+    b = np.clip(grid_points(start + (np.arange(cells) + 1) * width, width), edges[0], edges[-1])
     inside = b > a
     bins = edges.size - 1
     of = np.clip(np.searchsorted(edges, (a + b) / 2, side="right") - 1, 0, bins - 1)
