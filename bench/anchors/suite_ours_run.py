@@ -8,7 +8,8 @@ entry without `method:` gets the project's default) and run through the notebook
 (`Synthesizer.from_spec(spec).fit(source).sample()`): the same stage functions, budget split and
 generator choice the Dagster pipeline's assets call, without Dagster's own overhead (event log,
 asset checks). `sample()` draws the entry's `rows` (`same`: the noisy row count), decoded and cast
-to the declared SQL types; the rows are written to --out (Parquet).
+to the declared SQL types; the rows are written to --out (Parquet), the run's encoding plan
+(public) beside it as plan.json, to read which bins and density a score came from.
 
 Prints `RESULT {json}` last: `seconds` (fit + sample), `peak_mb` (this process's maximum RSS),
 `rows`, `method`, `rho` (the run's budget), `rho_spent`, `selected` (multi-column marginals
@@ -48,6 +49,7 @@ def main() -> None:
     seconds = time.perf_counter() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, args.out)
+    (args.out.parent / "plan.json").write_text(synth.plan.to_json())  # public: for diagnosis
     report = synth.report
     print("RESULT " + json.dumps({
         "status": "ok", "seconds": seconds, "rows": table.num_rows, "method": report.method,
