@@ -72,14 +72,16 @@ def test_each_mechanism_charges_what_its_map_reports_and_all_add_up_to_the_stage
     plan, charge = run(con, mixed, COLUMNS, rho=0.2, delta=1e-6)
     by_mechanism = {s.mechanism: s for s, _ in charge.spends}
     assert set(by_mechanism) == {"gaussian_threshold", "gaussian_counts", "privtree"}
-    assert len(charge.spends) == len(all_tasks(COLUMNS)) == 4
+    # discovery, rare merging, age's DP bounds and its density (learned bounds), PrivTree
+    assert len(charge.spends) == len(all_tasks(COLUMNS)) == 5
     assert math.isclose(sum(s.rho for s, _ in charge.spends), 0.2, rel_tol=1e-9)
     assert 0 < sum(s.delta_extra for s, _ in charge.spends) <= 1e-6  # the one discovery's share
-    for spend, params in charge.spends:  # split in proportion to TASK_WEIGHTS: discovery 2
-        weight = 2 if spend.mechanism == "gaussian_threshold" else 1
-        assert math.isclose(spend.rho, 0.2 * weight / 5, rel_tol=1e-9)
+    for spend, params in charge.spends:  # in proportion to TASK_WEIGHTS: discovery 2, density 1/4
+        density = "density" in params.get("purpose", "")
+        weight = 2 if spend.mechanism == "gaussian_threshold" else 0.25 if density else 1
+        assert math.isclose(spend.rho, 0.2 * weight / 5.25, rel_tol=1e-9)
         if spend.mechanism == "gaussian_counts":  # DP bounds: two histograms at the same scale
-            histograms = 2 if params["column"] == "age" else 1
+            histograms = 2 if params["column"] == "age" and not density else 1
             assert math.isclose(spend.rho, histograms / (2 * spend.scale ** 2), rel_tol=1e-12)
         if spend.mechanism == "privtree":  # epsilon-DP tree charged epsilon^2 / 2
             assert math.isclose(spend.rho, privtree_epsilon(spend.scale) ** 2 / 2, rel_tol=1e-12)
@@ -313,21 +315,22 @@ def test_preprocessing_scans_the_source_once_or_twice_when_a_grid_needs_dp_bound
         con, every_kind, grid_on_dp_bounds, scans):
     """PrivTree cells and density grids over DP bounds need a second scan; all else one."""
     columns = dict(EVERY_KIND)
-    if not grid_on_dp_bounds:  # no privtree or float / datetime density over DP bounds
-        columns["score"] = ColumnSpec(kind="integer", binning="uniform")
+    if not grid_on_dp_bounds:  # no privtree, and no density over DP bounds: no learned bounds
+        columns["age"] = ColumnSpec(kind="integer", missing=["-1"], bounds=[0, 30], nullable=True)
+        columns["score"] = ColumnSpec(kind="integer", bounds=[0, 30], nullable=True)
         columns["stamp"] = ColumnSpec(kind="datetime", bounds=["2021-01-01", "2024-03-01"],
                                       nullable=True)
         columns["day"] = ColumnSpec(kind="datetime", type="DATE", nullable=True,
                                     bounds=["2019-05-01", "2021-10-18"])
-        columns["amount"] = ColumnSpec(kind="integer", missing=["n/a"])
+        columns["amount"] = ColumnSpec(kind="integer", missing=["n/a"], bounds=[-30, 0], nullable=True)
     validate_source(con, every_kind, columns, "t")
     counting, charge = CountingConnection(con, every_kind), Recorder()
     derived = preprocess(counting, every_kind, columns, 1.0, 1e-6, charge)
     assert counting.scans == scans
-    assert len(charge.spends) == len(all_tasks(columns)) == (13 if grid_on_dp_bounds else 9)
+    assert len(charge.spends) == len(all_tasks(columns)) == (14 if grid_on_dp_bounds else 6)
     assert math.isclose(sum(s.rho for s, _ in charge.spends), 1.0, rel_tol=1e-9)
-    assert set(derived) == set(columns)
-    assert (derived["score"].edges is not None) == grid_on_dp_bounds
+    assert set(derived) == {t.column for t in all_tasks(columns)}
+    assert ("score" in derived and derived["score"].edges is not None) == grid_on_dp_bounds
     assert derived["income"].edges[0] == 0.0 and derived["income"].edges[-1] == 50000.0
     build_plan(columns, columns, derived)  # a usable encoding
 
@@ -342,7 +345,7 @@ def _present(column: str, missing: list[str]) -> str:
 def test_batched_exact_aggregates_equal_one_query_per_column(con, every_kind):
     tasks = all_tasks(EVERY_KIND)
     spans = {"income": (0.0, 50000.0), "score": (0.0, 300.0), "stamp": (18700.0, 19700.0),
-             "day": (18017.0, 18900.0), "amount": (-30.0, 130.0)}
+             "day": (18017.0, 18900.0), "amount": (-30.0, 130.0), "age": (0.0, 127.0)}
     exact = exact_aggregates(con, every_kind, EVERY_KIND, tasks, spans)
     assert set(exact) == set(tasks)
     numeric = {"age": 'TRY_CAST("age" AS BIGINT)', "score": 'TRY_CAST("score" AS BIGINT)',
@@ -371,7 +374,7 @@ def test_batched_exact_aggregates_equal_one_query_per_column(con, every_kind):
         elif task.mechanism == "density":  # cells of a round width, from a multiple of it
             from dp_synth_assets.core.preprocess import density_grid
 
-            start, width, size = density_grid(*spans[task.column], task.column == "day")
+            start, width, size = density_grid(*spans[task.column], task.column in ("day", "age"))
             cells = np.clip(np.floor((x - start) / width + 1e-6), 0, size - 1).astype(np.int64)
             expected = np.bincount(cells, minlength=size)
         else:

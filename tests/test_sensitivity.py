@@ -213,12 +213,12 @@ def test_preprocessing_aggregates_move_within_what_each_mechanism_is_charged_for
     PrivTree's cell histogram move by at most L2 1, the sensitivity their Spend reports."""
     warehouse, labels = raw_world_small
     con = warehouse.con
-    # reuse the raw table under preprocessing's specs: city -> discover, age -> bounds,
+    # reuse the raw table under preprocessing's specs: city -> discover, age -> bounds and density,
     # income -> PrivTree cells over its declared bounds, grade -> rare (declared)
     con.execute("CREATE OR REPLACE TABLE stacked2 AS SELECT nb, city, city AS grade, age, income "
                 "FROM stacked")
     tasks = _pre_world_tasks()
-    spans = {"income": (0.0, 100.0)}
+    spans = {"income": (0.0, 100.0), "age": (0.0, 127.0)}  # age's density: over its DP bounds
 
     def aggregates(k):
         rel = f"(SELECT city, grade, age, income FROM stacked2 WHERE nb = {k})"
@@ -265,6 +265,9 @@ def _charged_preprocessing_sensitivities(exact) -> dict:
     task = pp.Task("age", "bounds")
     pp.dp_bounds(exact[task], "age", PRE_COLUMNS["age"], 1.0, rec)
     out["bounds"] = rec.calls[-1][0].sensitivity
+    task = pp.Task("age", "density")
+    pp.grid_density(exact[task], "age", PRE_COLUMNS["age"], 0.0, 127.0, 1.0, rec)
+    out["density"] = rec.calls[-1][0].sensitivity
     task = pp.Task("income", "privtree")
     pp.privtree_edges(exact[task], "income", PRE_COLUMNS["income"], 0.0, 100.0, 1.0, rec)
     out["privtree"] = rec.calls[-1][0].sensitivity
