@@ -93,8 +93,8 @@ from .opendp_api import dp
 from .config import DEFAULT_BINS, ColumnSpec, DatasetSpec, sql_type_range
 from .domain import (Derived, EncodingPlan, SchemaError, bin_count, build_plan, check_columns,
                      encode_view_sql, encoded_columns, equal_mass_edges, grid_points,
-                     integer_valued,
-                     is_null_condition, uniform_bins, uniform_edges, value_expression)
+                     integer_valued, is_null_condition, uniform_bins, uniform_edges,
+                     value_expression)
 from .privacy import Spend, gaussian_counts, gaussian_scale
 from .scans import as_engine
 from .source import (SourceError, describe_source, holdout_relation, training_relation,
@@ -140,8 +140,8 @@ def mechanisms(name: str, spec: ColumnSpec) -> list[Task]:
 
 
 def needs_density(spec: ColumnSpec) -> bool:
-    """Whether a uniformly binned numeric / datetime column gets a `density` histogram: its bins
-    may hold more than one value (public: from the spec alone). Undeclared bounds always get
+    """Whether a numeric / datetime column gets a `density` histogram: its bins (uniform or
+    quantile) may hold more than one value (public: from the spec alone). Undeclared bounds get
     one, integers too: their range is not known when the tasks are planned, and the bounds' own
     density (parts of a power-of-two bucket, or the whole bucket when parts could not move a
     bound) is too coarse for a heap: adult_raw's hours-per-week, 47% of rows at 40, came back
@@ -209,12 +209,11 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
                 derived[name] = complete_boolean(derived[name])
         else:
             bounds, density = out.get(Task(name, "bounds")) or (None, None)
-            edges = edges_of.get(name)
-            if Task(name, "density") in out:
-                if edges is None:
-                    edges = uniform_bin_edges(spec, *(bounds or spec.numeric_bounds()))
-                density = merge_density(out[Task(name, "density")], density or (), edges)
             quantile = edges_of.get(name)
+            if Task(name, "density") in out:
+                edges = quantile if quantile is not None else \
+                    uniform_bin_edges(spec, *(bounds or spec.numeric_bounds()))
+                density = merge_density(out[Task(name, "density")], density or (), edges)
             derived[name] = Derived(
                 bounds=bounds, density=density or None,
                 edges=out.get(Task(name, "privtree")) if quantile is None
