@@ -209,8 +209,28 @@ PLANTED = 123456789012345.67
 BIN_WIDTH = 400000.0 / 31  # the example's income: bounds [0, 400000], 31 bins
 
 
+# a hex identifier (data version, run id, code version): random, not a number; "4062795494e4"
+# inside a data version would otherwise read as 4.06e13 and match a planted value by chance.
+# A letter other than e marks it, so a float's mantissa and exponent ("2345e+14") stay.
+HEX_IDENTIFIER = re.compile(r"\b[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}\b"  # a UUID
+                            r"|\b(?=[0-9a-fA-F]*[a-dfA-DF])[0-9a-fA-F]{8,}\b")
+
+
 def numbers_in(text: str) -> list[float]:
+    """The decimal numbers in `text`, hex identifiers left out (they are random per run)."""
+    text = HEX_IDENTIFIER.sub(" ", text)
     return [float(t) for t in re.findall(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", text)]
+
+
+def test_numbers_in_reads_decimals_not_hex_identifiers():
+    """The leak scan's number reader: a planted value is found written plainly, in exponent
+    form and inside JSON; the digits of a random data version or run id are not numbers (CI
+    failed once when a data version's "...4062795494e4ed9" fell within 0.1% of a target)."""
+    assert numbers_in('{"income": 123456789012345.67}') == [123456789012345.67]
+    assert numbers_in("x=1.2345678901234567e+14, n=-3") == [1.2345678901234567e14, -3.0]
+    version = "1fa029603000402e33eca2fba6e64265551e7b05f0f90763f4062795494e4ed9"
+    assert numbers_in(f'"dagster/data_version": "{version}"') == []
+    assert numbers_in("run 9f0b83c7-e574-4856-b243-dc8e33a49f17 of 1500 rows") == [1500.0]
 
 
 def assert_nothing_of(values: list[float], text: str) -> None:
