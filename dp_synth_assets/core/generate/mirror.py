@@ -165,7 +165,15 @@ def fit(domain: dict[str, int], measurements: list[Measurement], total: float, i
     cliques = list(dict.fromkeys(c for c, _ in pooled))
     order, separators, parents = junction_tree(domain, cliques)
     host = {m: min((i for i, c in enumerate(order) if set(m) <= set(c)),
-                   key=lambda i: len(order[i])) for m in cliques}
+                   key=lambda i: math.prod(domain[a] for a in order[i])) for m in cliques}
+    # each measured marginal is summed from the smallest larger one of the same host already
+    # summed (None: from the host's table), largest first: adult's 1-way marginals come from
+    # 2-way ones, not from 3- and 4-way junction-tree tables
+    sources: list[tuple[Clique, Clique | None]] = []
+    for m in sorted(cliques, key=lambda m: (host[m], -math.prod(domain[a] for a in m))):
+        larger = [s for s, _ in sources if host[s] == host[m] and set(m) < set(s)]
+        sources.append((m, min(larger, key=lambda s: math.prod(domain[a] for a in s))
+                        if larger else None))
     theta = {m: (warm.theta[m] if warm is not None and m in warm.theta
                  else np.zeros([domain[a] for a in m])) for m in cliques}
     lipschitz = [0.0] * len(order)
@@ -182,7 +190,10 @@ def fit(domain: dict[str, int], measurements: list[Measurement], total: float, i
         for m, values in theta.items():
             psi[host[m]] = psi[host[m]] + broadcast_to(values, m, order[host[m]], domain)
         tables = calibrate(domain, order, separators, parents, psi)
-        mu = {m: total * marginalize(tables[host[m]], order[host[m]], m) for m in cliques}
+        mu = {}
+        for m, source in sources:
+            mu[m] = (total * marginalize(tables[host[m]], order[host[m]], m) if source is None
+                     else marginalize(mu[source], source, m))
         return mu, tables
 
     def loss(mu):
