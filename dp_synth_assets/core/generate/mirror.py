@@ -20,18 +20,18 @@ accepted step from 2 / (L N), which here is ~1000x too short, and then converges
    grad . (mu - mu')), alpha doubling after each accepted one, until the first refused step
    (alpha halves). The first alpha is mbi's 2 / (L N) with L = max over junction-tree cliques C
    of sum_{m hosted in C} |C| / (|y_m| sigma_m^2).
-2. Nesterov's accelerated steps in theta (momentum (k - 1) / (k + 2) from the extrapolated point
-   v = theta + beta (theta - theta_prev)) with O'Donoghue and Candes' function restart: when
-   L(mu(v)) > L(mu(theta)) the momentum is dropped and alpha shrinks by RESTART_SHRINK; a step
-   that does not descend from v keeps v (never worse than theta) and halves alpha. Two
-   propagations per step (`PROPAGATIONS_PER_STEP`): at v and at the new theta.
+2. Nesterov's accelerated steps in theta: the gradient step is taken from the extrapolated
+   point v = theta + beta (theta - theta_prev), beta = (k - 1) / (k + 2), one propagation per
+   step (at v). Restart (after O'Donoghue and Candes' function restart, on the loss at the
+   points evaluated): when L(mu(v)) rises above the previous step's, the momentum is dropped,
+   alpha shrinks by RESTART_SHRINK and the fit goes on from the best point evaluated, which
+   is also the fit's result (so it is never worse than where the search ended).
 
-Measured on adult (bench/results/method_notes.md, same measurements): the loss plain mirror descent
-reaches in 1500 steps is reached in under 200, and 200-250 steps give the 2-way TVD of 1500-3000
-plain steps. A fit warm-started from a previous fit's theta (new cliques start at 0) skips the
-search and starts from the larger of its step size and 2 / (L N) (an optimum's refused steps
-shrink alpha, which must not carry over to the next round), so an AIM round runs only a bounded
-number of steps; nothing is compiled.
+Measured on adult (bench/results/method_notes.md, same measurements): 150-250 steps give the
+2-way TVD of 1500-3000 plain steps, in a sixth of their time. A fit warm-started from a previous
+fit's theta (new cliques start at 0) skips the search and starts from the larger of its step
+size and 2 / (L N) (an optimum's refused steps shrink alpha, which must not carry over to the
+next round), so an AIM round runs only a bounded number of steps; nothing is compiled.
 
 Marginals (`Calibrated.project`): of a clique inside a junction-tree clique, a sum of that
 clique's table; otherwise, per connected component, the product of the tables of the smallest
@@ -55,7 +55,6 @@ from .tree import (CliqueTree, broadcast_to, calibrate, junction_tree, marginali
                    tree_children)
 
 RESTART_SHRINK = 0.8  # the step size after a momentum restart
-PROPAGATIONS_PER_STEP = 2  # belief propagations of one accelerated step
 DEFAULT_ITERATIONS = 250  # `model.iterations` unset: this fit's steps (bench/results/method_notes.md)
 
 
@@ -212,6 +211,7 @@ def fit(domain: dict[str, int], measurements: list[Measurement], total: float, i
     if log is not None:
         log(f"pgm: {iterations} iterations on {len(measurements)} measurements (numpy)")
     searching = warm is None  # phase 1: find the step size
+    best, last = (theta, mu, tables, current), current
     k, previous = 0, theta
     for step in range(iterations):
         if searching:  # an Armijo step; alpha doubles until the first refused step
@@ -226,31 +226,30 @@ def fit(domain: dict[str, int], measurements: list[Measurement], total: float, i
             else:
                 alpha *= 0.5
                 searching, previous = False, theta
-        else:  # phase 2: a Nesterov step from the extrapolated point
+                best, last = (theta, mu, tables, current), current
+        else:  # phase 2: a Nesterov step from the extrapolated point v
             k += 1
-            v, mu_v, tables_v, loss_v = theta, mu, tables, current
+            v = theta
             if k > 1:
                 beta = (k - 1) / (k + 2)
                 v = {m: theta[m] + beta * (theta[m] - previous[m]) for m in cliques}
-                mu_v, tables_v = marginals(v)
-                loss_v = loss(mu_v)
-                if loss_v > current:  # momentum overshot: restart from theta, shorter steps
-                    k, alpha = 1, alpha * RESTART_SHRINK
-                    v, mu_v, tables_v, loss_v = theta, mu, tables, current
-            grad = gradient(mu_v)
-            trial = {m: v[m] - alpha * grad[m] for m in cliques}
-            mu2, tables2 = marginals(trial)
-            loss2 = loss(mu2)
-            if loss2 <= loss_v:
-                previous = theta
-                theta, mu, tables, current = trial, mu2, tables2, loss2
-            else:  # too long a step even from v: keep v (no worse than theta), halve alpha
-                k, alpha = 0, alpha * 0.5
-                theta, mu, tables, current = v, mu_v, tables_v, loss_v
-                previous = theta
+            mu_v, tables_v = marginals(v)
+            loss_v = loss(mu_v)
+            if loss_v < best[3]:
+                best = (v, mu_v, tables_v, loss_v)
+            if loss_v > last:  # momentum overshot: restart from the best point, shorter steps
+                k, alpha = 0, alpha * RESTART_SHRINK
+                theta = previous = best[0]
+                last = best[3]
+            else:
+                last = loss_v
+                grad = gradient(mu_v)
+                previous, theta = theta, {m: v[m] - alpha * grad[m] for m in cliques}
         if log is not None and ((step + 1) % every == 0 or step + 1 == iterations):
             log(f"pgm: iteration {step + 1}/{iterations}, "
                 f"{time.perf_counter() - started:.1f}s fitting")
+    if not searching:  # the best point evaluated (the last step's theta was not)
+        theta, mu, tables, current = best
     calibrated = Calibrated(dict(domain), tuple(order), tuple(separators), tuple(parents),
                             tuple(tables), total)
     return FitState(theta, alpha), calibrated

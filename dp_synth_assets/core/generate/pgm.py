@@ -13,8 +13,8 @@ the noisy measurements, in the graphical model of the junction tree of those cli
 - Two implementations of that one estimator (the same least-squares loss, known total and
   junction tree): mbi's JAX program (`fit`: MirrorDescent, `MBI_ITERATIONS` steps unless
   `model.iterations` is set) and a numpy fit (`mirror.fit`: mirror descent accelerated by
-  Nesterov's momentum with restarts, `mirror.DEFAULT_ITERATIONS` steps unless set; it reaches
-  in 200-250 steps the loss and TVD that plain mirror descent reaches in 1500-3000,
+  Nesterov's momentum with restarts, `mirror.DEFAULT_ITERATIONS` steps unless set; 150-250
+  of its steps give the TVD of 1500-3000 plain mirror-descent steps,
   bench/results/method_notes.md). JAX pays a compilation of about FIT_OVERHEAD_SECONDS per
   fit; numpy compiles nothing but pays Python's overhead per clique and propagation.
   `estimator` takes the one with the smaller estimated time (`fit_seconds`, constants measured
@@ -22,7 +22,7 @@ the noisy measurements, in the graphical model of the junction tree of those cli
 - The engine's model is a `CliqueTree` (tree.py) of the fitted model's exact maximal-clique
   marginals (`clique_tree`), sampled by forward sampling of the junction tree.
 - `estimate`: time = the chosen estimator's `fit_seconds` (mbi: FIT_OVERHEAD_SECONDS + cells x
-  iterations x SECONDS_PER_CELL_ITERATION; numpy: iterations x 2 propagations x (cliques x
+  iterations x SECONDS_PER_CELL_ITERATION; numpy: iterations x (cliques x
   NUMPY_SECONDS_PER_CLIQUE_ITERATION + cells x NUMPY_SECONDS_PER_CELL_ITERATION), cliques
   counting the junction tree's and the distinct measured ones), memory = JAX_BASE_MB + cells x BYTES_PER_CELL, over the
   junction tree's cells; the constants were measured with mbi 2.0 (float32) and numpy (float64)
@@ -50,7 +50,7 @@ SECONDS_PER_CELL_ITERATION = 5e-8  # one clique cell, one mirror-descent iterati
 BYTES_PER_CELL = 64                # junction-tree cell at the fit's peak
 JAX_BASE_MB = 400.0                # JAX and mbi in the fitting process
 FIT_OVERHEAD_SECONDS = 10.0        # JAX compilation of one fit
-# the numpy estimator (mirror.fit), per propagation (one step of plain mirror descent), in the units of mbi's constants above (both
+# the numpy estimator (mirror.fit), per step (one propagation), in the units of mbi's constants above (both
 # estimators timed on the same trees at the same load: adult's 10.9k cells / 52 cliques and
 # 158k cells / 61 cliques, 1500 iterations): a Python-level cost per clique (junction-tree and
 # measured) and a cost per junction-tree cell
@@ -145,7 +145,7 @@ def fit_seconds(domain: dict[str, int], measurements: list[Measurement],
     cliques = len(sizes) + len({tuple(m.clique) for m in measurements})
     return {"mbi": FIT_OVERHEAD_SECONDS
             + sum(sizes) * iterations(setting, "mbi") * SECONDS_PER_CELL_ITERATION,
-            "numpy": iterations(setting, "numpy") * mirror.PROPAGATIONS_PER_STEP
+            "numpy": iterations(setting, "numpy")
             * (cliques * NUMPY_SECONDS_PER_CLIQUE_ITERATION
                + sum(sizes) * NUMPY_SECONDS_PER_CELL_ITERATION)}
 
