@@ -23,6 +23,27 @@ def test_cr_score_of_figure_1():
     assert cr_scores(index, pairs, r_bar, set())[2] == pytest.approx(0.56)  # no path: CR = R_bar
 
 
+def test_cr_score_is_the_best_path_product_found_by_enumerating_every_path():
+    """Algorithm 1's max-product path weight on random graphs of 7 columns, against every
+    simple path between the pair (networkx); a score above 1 weighs as 1 on a path."""
+    rng = np.random.default_rng(5)
+    names = [f"c{i}" for i in range(7)]
+    index = {a: i for i, a in enumerate(names)}
+    pairs = list(itertools.combinations(names, 2))
+    for _ in range(20):
+        r_bar = rng.uniform(0.0, 1.2, len(pairs)) * (rng.random(len(pairs)) > 0.2)
+        edges = {p for p in pairs if rng.random() < 0.4}
+        graph = nx.Graph([p for p in edges if r_bar[pairs.index(p)] > 0])
+        cr = cr_scores(index, pairs, r_bar, edges)
+        for k, (a, b) in enumerate(pairs):
+            best = 0.0
+            if a in graph and b in graph:
+                for path in nx.all_simple_paths(graph, a, b):
+                    best = max(best, math.prod(min(r_bar[pairs.index(tuple(sorted(e, key=index.get)))], 1.0)
+                                               for e in zip(path, path[1:])))
+            assert cr[k] == pytest.approx(r_bar[k] - best, abs=1e-12), (a, b)
+
+
 def test_normalized_r_score_is_equation_6():
     pairs = [("a", "b"), ("a", "c")]
     domain = {"a": 4, "b": 2, "c": 10}

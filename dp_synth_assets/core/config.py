@@ -500,8 +500,9 @@ class SelectionSettings(_Strict):
 class ModelSettings(_Strict):
     """Settings of the generation stage (see dp_synth_assets.core.generate)."""
 
-    # pgm and parallel_pgm: mirror-descent iterations of each fit
-    iterations: int = Field(default=1500, ge=1, le=100_000)
+    # pgm and parallel_pgm: iterations of each fit (unset: the estimator's own, pgm.iterations:
+    # 250 accelerated steps of the numpy fit, 1500 mirror-descent steps of mbi's)
+    iterations: int | None = Field(default=None, ge=1, le=100_000)
     # guard (pgm, parallel_pgm): refuse a junction-tree clique with more cells than this.
     max_clique_cells: int = Field(default=2_000_000, ge=1)
     # generator auto: the estimated peak memory and fitting time the stage may use

@@ -42,8 +42,8 @@ from ..domain import Clique
 from ..measure import Measurement
 from .base import Estimate, budget_text, steps_at_once, within_budget
 from .pgm import (BYTES_PER_CELL, FIT_OVERHEAD_SECONDS, JAX_BASE_MB,  # noqa: F401 (contract)
-                  MODEL, SECONDS_PER_CELL_ITERATION, check, dumps, junction_cells, loads,
-                  sample_chunks)
+                  MODEL, SECONDS_PER_CELL_ITERATION, check, dumps, iterations,
+                  junction_cells, loads, sample_chunks)
 from .tree import CliqueTree, junction_tree
 
 PARALLEL_UNITS = True
@@ -155,7 +155,8 @@ def estimate(domain: dict[str, int], measurements: list[Measurement], rows: int,
     # the job's executor is set from the requested generator, `auto` when auto chose this engine
     at_once = steps_at_once(False, settings, cores)
     unit_seconds = sorted((FIT_OVERHEAD_SECONDS * len(p) + sum(sizes[i] for i in p)
-                           * settings.iterations * SECONDS_PER_CELL_ITERATION) for p in plan)
+                           * iterations(settings.iterations, "mbi")
+                           * SECONDS_PER_CELL_ITERATION) for p in plan)
     lanes = [0.0] * min(at_once, len(plan))
     for t in reversed(unit_seconds):  # units start as earlier ones finish
         lanes[lanes.index(min(lanes))] += t
@@ -180,7 +181,8 @@ def fit_units(domain: dict[str, int], measurements: list[Measurement],
 
 def fit_unit(unit: list[int], domain: dict[str, int], measurements: list[Measurement],
              noisy_total: float, settings, log=None) -> dict[int, np.ndarray]:
-    return fit_cliques(domain, unit, measurements, noisy_total, settings.iterations, log)
+    return fit_cliques(domain, unit, measurements, noisy_total,
+                       iterations(settings.iterations, "mbi"), log)
 
 
 def assemble(domain: dict[str, int], measurements: list[Measurement],

@@ -10,13 +10,15 @@ the noisy measurements, in the graphical model of the junction tree of those cli
   `LinearMeasurement` (stddev = its Gaussian sigma) and the noisy total as mbi's `known_total`,
   in one `estimate` call; with a `log` it reports JAX's compile time, then the iterations as
   they finish.
-- Two implementations of that one estimator: mbi's JAX program (`fit`) and the same mirror
-  descent in numpy (`mirror.fit`: the same least-squares loss, Armijo step and known total, on
-  the same junction tree). JAX pays a compilation of about FIT_OVERHEAD_SECONDS per fit; numpy
-  compiles nothing but pays Python's overhead per clique and iteration. `estimator` takes the
-  one with the smaller estimated time (`fit_seconds`, constants measured on both): numpy unless
-  the measurements make hundreds of cliques. Both run `model.iterations` steps; the fitted model is the
-  estimator's solution either way, so the choice changes time, not what is fitted.
+- Two implementations of that one estimator (the same least-squares loss, known total and
+  junction tree): mbi's JAX program (`fit`: MirrorDescent, `MBI_ITERATIONS` steps unless
+  `model.iterations` is set) and a numpy fit (`mirror.fit`: mirror descent accelerated by
+  Nesterov's momentum with restarts, `mirror.DEFAULT_ITERATIONS` steps unless set; 150-250
+  of its steps give the TVD of 1500-3000 plain mirror-descent steps,
+  bench/results/method_notes.md). JAX pays a compilation of about FIT_OVERHEAD_SECONDS per
+  fit; numpy compiles nothing but pays Python's overhead per clique and propagation.
+  `estimator` takes the one with the smaller estimated time (`fit_seconds`, constants measured
+  on both): numpy unless the measurements make hundreds of cliques.
 - The engine's model is a `CliqueTree` (tree.py) of the fitted model's exact maximal-clique
   marginals (`clique_tree`), sampled by forward sampling of the junction tree.
 - `estimate`: time = the chosen estimator's `fit_seconds` (mbi: FIT_OVERHEAD_SECONDS + cells x
@@ -43,11 +45,12 @@ os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
 
 MODEL = CliqueTree
 COARSE_MEASUREMENTS = True  # mirror.fit fits coarse measurements (`estimator`)
+MBI_ITERATIONS = 1500  # `model.iterations` unset: mbi's mirror-descent steps
 SECONDS_PER_CELL_ITERATION = 5e-8  # one clique cell, one mirror-descent iteration, under load
 BYTES_PER_CELL = 64                # junction-tree cell at the fit's peak
 JAX_BASE_MB = 400.0                # JAX and mbi in the fitting process
 FIT_OVERHEAD_SECONDS = 10.0        # JAX compilation of one fit
-# the numpy estimator (mirror.fit), per iteration, in the units of mbi's constants above (both
+# the numpy estimator (mirror.fit), per step (one propagation), in the units of mbi's constants above (both
 # estimators timed on the same trees at the same load: adult's 10.9k cells / 52 cliques and
 # 158k cells / 61 cliques, 1500 iterations): a Python-level cost per clique (junction-tree and
 # measured) and a cost per junction-tree cell
@@ -125,35 +128,47 @@ def check(domain: dict[str, int], measurements: list[Measurement], settings,
             "model_mb": round(size.megabytes, 4)}
 
 
+def iterations(setting: int | None, which: str) -> int:
+    """The steps of one fit by estimator `which`: `model.iterations` if set, else the
+    estimator's own default (numpy: mirror.DEFAULT_ITERATIONS accelerated steps; mbi:
+    MBI_ITERATIONS mirror-descent steps, which converge several times slower)."""
+    if setting is not None:
+        return setting
+    return mirror.DEFAULT_ITERATIONS if which == "numpy" else MBI_ITERATIONS
+
+
 def fit_seconds(domain: dict[str, int], measurements: list[Measurement],
-                iterations: int) -> dict[str, float]:
-    """Estimated seconds of one fit of `iterations` steps on the measurements' junction tree, per
-    estimator (module docstring)."""
+                setting: int | None) -> dict[str, float]:
+    """Estimated seconds of one fit on the measurements' junction tree, per estimator, each with
+    its `iterations` (module docstring)."""
     sizes = junction_cells(domain, measurements)
     cliques = len(sizes) + len({tuple(m.clique) for m in measurements})
-    return {"mbi": FIT_OVERHEAD_SECONDS + sum(sizes) * iterations * SECONDS_PER_CELL_ITERATION,
-            "numpy": iterations * (cliques * NUMPY_SECONDS_PER_CLIQUE_ITERATION
-                                   + sum(sizes) * NUMPY_SECONDS_PER_CELL_ITERATION)}
+    return {"mbi": FIT_OVERHEAD_SECONDS
+            + sum(sizes) * iterations(setting, "mbi") * SECONDS_PER_CELL_ITERATION,
+            "numpy": iterations(setting, "numpy")
+            * (cliques * NUMPY_SECONDS_PER_CLIQUE_ITERATION
+               + sum(sizes) * NUMPY_SECONDS_PER_CELL_ITERATION)}
 
 
-def estimator(domain: dict[str, int], measurements: list[Measurement], iterations: int) -> str:
+def estimator(domain: dict[str, int], measurements: list[Measurement],
+              setting: int | None) -> str:
     """The estimator with the smaller `fit_seconds` (numpy on a tie); numpy whenever a
     measurement is coarse (`Measurement.groups`: mirror.fit fits its linear map)."""
     if any(m.groups is not None for m in measurements):
         return "numpy"
-    seconds = fit_seconds(domain, measurements, iterations)
+    seconds = fit_seconds(domain, measurements, setting)
     return "numpy" if seconds["numpy"] <= seconds["mbi"] else "mbi"
 
 
 def fit_unit(unit: list[int], domain: dict[str, int], measurements: list[Measurement],
              noisy_total: float, settings, log=None) -> CliqueTree:
     """The whole fit (pgm has one unit) by `estimator`'s choice, then its clique tree."""
-    if estimator(domain, measurements, settings.iterations) == "numpy":
-        _, calibrated = mirror.fit(domain, measurements, noisy_total, settings.iterations,
-                                   log=log)
+    which = estimator(domain, measurements, settings.iterations)
+    steps = iterations(settings.iterations, which)
+    if which == "numpy":
+        _, calibrated = mirror.fit(domain, measurements, noisy_total, steps, log=log)
         return calibrated.clique_tree()
-    return clique_tree(fit(domain, measurements, noisy_total, settings.iterations, log=log),
-                       domain)
+    return clique_tree(fit(domain, measurements, noisy_total, steps, log=log), domain)
 
 
 def fit(domain: dict[str, int], measurements: list[Measurement], noisy_total: float,

@@ -86,7 +86,6 @@ from dataclasses import dataclass
 
 import networkx as nx
 import numpy as np
-from scipy.sparse.csgraph import shortest_path
 
 from ..config import SelectionSettings
 from ..measure import (adjacent_groups, clique_size, coarsen, coarsened_size,
@@ -130,13 +129,15 @@ def cr_scores(index: dict[str, int], pairs: list[Clique], r_bar: np.ndarray,
     rows = np.array([index[a] for a, _ in pairs], dtype=np.int64)
     cols = np.array([index[b] for _, b in pairs], dtype=np.int64)
     on = np.array([(a, b) in edges or (b, a) in edges for a, b in pairs], dtype=bool) & (edge_r > 0)
-    weights = np.zeros((d, d))
-    # -log of the weight; scipy treats 0 as "no edge", so shift exact 1s slightly
-    w = np.maximum(-np.log(np.where(on, edge_r, 1.0)), 1e-12)
-    weights[rows[on], cols[on]] = w[on]
-    weights[cols[on], rows[on]] = w[on]
-    dist = shortest_path(weights, method="D", directed=False)
-    tilde = np.exp(-dist)  # unreachable: exp(-inf) = 0
+    # the best path's product of weights (a weight above 1 counts as 1), by Floyd-Warshall in
+    # the (max, x) semiring: d is tens of columns, so d vectorized steps beat a graph library's
+    # per-call set-up (this runs for every candidate of every round)
+    w = np.minimum(np.where(on, edge_r, 0.0), 1.0)
+    tilde = np.zeros((d, d))  # 0: no path
+    tilde[rows[on], cols[on]] = w[on]
+    tilde[cols[on], rows[on]] = w[on]
+    for k in range(d):
+        np.maximum(tilde, np.multiply.outer(tilde[:, k], tilde[k, :]), out=tilde)
     return r_bar - tilde[rows, cols]
 
 
