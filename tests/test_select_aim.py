@@ -466,3 +466,17 @@ def test_the_default_steps_reach_the_least_squares_optimum_at_scale():
     for c in cliques:  # within half a row per cell (the noise is 15 to 30 rows); plain mirror
         # descent's 250 steps were 2.2 rows away, its 1500 steps 0.27
         np.testing.assert_allclose(model.project(c), project(best, c), atol=0.5, err_msg=str(c))
+
+
+def test_a_fit_that_starts_at_its_optimum_stays_there():
+    """Measurements that the uniform distribution (the cold start) fits exactly: the gradient
+    is zero from the first step, the step-size search must end rather than double alpha to
+    infinity (inf x 0 is NaN), and the fit returns the uniform marginals."""
+    from dp_synth_assets.core.generate import mirror
+
+    domain = {"a": 3, "b": 4}
+    ms = [Measurement(("a",), np.full(3, 40.0), 1.0, 0.5),
+          Measurement(("a", "b"), np.full((3, 4), 10.0), 1.0, 0.5)]
+    state, model = mirror.fit(domain, ms, 120.0, 3000)
+    assert np.isfinite(state.alpha)
+    np.testing.assert_allclose(model.project(("a", "b")), np.full((3, 4), 10.0))

@@ -17,8 +17,8 @@ mbi's MirrorDescent step, accelerated. Choice (mbi's own line search grows alpha
 accepted step from 2 / (L N), which here is ~1000x too short, and then converges like 1/k):
 
 1. Step-size search (a cold fit only): Armijo steps (accepted when L(mu) - L(mu') >= 1/2
-   grad . (mu - mu')), alpha doubling after each accepted one, until the first refused step
-   (alpha halves). The first alpha is mbi's 2 / (L N) with L = max over junction-tree cliques C
+   grad . (mu - mu') and the loss falls), alpha doubling after each accepted one, until the
+   first refused step (alpha halves; a zero gradient is refused, so alpha never overflows). The first alpha is mbi's 2 / (L N) with L = max over junction-tree cliques C
    of sum_{m hosted in C} |C| / (|y_m| sigma_m^2).
 2. Nesterov's accelerated steps in theta: the gradient step is taken from the extrapolated
    point v = theta + beta (theta - theta_prev), beta = (k - 1) / (k + 2), one propagation per
@@ -220,7 +220,7 @@ def fit(domain: dict[str, int], measurements: list[Measurement], total: float, i
             mu2, tables2 = marginals(trial)
             loss2 = loss(mu2)
             decrease = 0.5 * sum(float((grad[m] * (mu[m] - mu2[m])).sum()) for m in cliques)
-            if current - loss2 >= decrease:
+            if current - loss2 >= decrease and loss2 < current:  # (a zero gradient ends it)
                 theta, mu, tables, current = trial, mu2, tables2, loss2
                 alpha *= 2.0
             else:
