@@ -39,8 +39,9 @@ def test_cr_score_is_the_best_path_product_found_by_enumerating_every_path():
             best = 0.0
             if a in graph and b in graph:
                 for path in nx.all_simple_paths(graph, a, b):
-                    best = max(best, math.prod(min(r_bar[pairs.index(tuple(sorted(e, key=index.get)))], 1.0)
-                                               for e in zip(path, path[1:])))
+                    weights = [r_bar[pairs.index(tuple(sorted(e, key=index.get)))]
+                               for e in zip(path, path[1:])]
+                    best = max(best, math.prod(min(w, 1.0) for w in weights))
             assert cr[k] == pytest.approx(r_bar[k] - best, abs=1e-12), (a, b)
 
 

@@ -18,8 +18,9 @@ accepted step from 2 / (L N), which here is ~1000x too short, and then converges
 
 1. Step-size search (a cold fit only): Armijo steps (accepted when L(mu) - L(mu') >= 1/2
    grad . (mu - mu') and the loss falls), alpha doubling after each accepted one, until the
-   first refused step (alpha halves; a zero gradient is refused, so alpha never overflows). The first alpha is mbi's 2 / (L N) with L = max over junction-tree cliques C
-   of sum_{m hosted in C} |C| / (|y_m| sigma_m^2).
+   first refused step (alpha halves; a zero gradient is refused, so alpha never overflows).
+   The first alpha is mbi's 2 / (L N) with L = max over junction-tree cliques C of
+   sum_{m hosted in C} |C| / (|y_m| sigma_m^2).
 2. Nesterov's accelerated steps in theta: the gradient step is taken from the extrapolated
    point v = theta + beta (theta - theta_prev), beta = (k - 1) / (k + 2), one propagation per
    step (at v). Restart (after O'Donoghue and Candes' function restart, on the loss at the
@@ -55,7 +56,7 @@ from .tree import (CliqueTree, broadcast_to, calibrate, junction_tree, marginali
                    tree_children)
 
 RESTART_SHRINK = 0.8  # the step size after a momentum restart
-DEFAULT_ITERATIONS = 250  # `model.iterations` unset: this fit's steps (bench/results/method_notes.md)
+DEFAULT_ITERATIONS = 250  # `model.iterations` unset: this fit's steps (method_notes.md)
 
 
 # ------------------------------------------------------------------------------ marginals

@@ -18,7 +18,8 @@ the noisy measurements, in the graphical model of the junction tree of those cli
   bench/results/method_notes.md). JAX pays a compilation of about FIT_OVERHEAD_SECONDS per
   fit; numpy compiles nothing but pays Python's overhead per clique and propagation.
   `estimator` takes the one with the smaller estimated time (`fit_seconds`, constants measured
-  on both): numpy unless the measurements make hundreds of cliques.
+  on both): with the default steps, numpy unless the measurements make thousands of cliques
+  (hundreds when `model.iterations` is set, both then running that many steps).
 - The engine's model is a `CliqueTree` (tree.py) of the fitted model's exact maximal-clique
   marginals (`clique_tree`), sampled by forward sampling of the junction tree.
 - `estimate`: time = the chosen estimator's `fit_seconds` (mbi: FIT_OVERHEAD_SECONDS + cells x
@@ -50,10 +51,10 @@ SECONDS_PER_CELL_ITERATION = 5e-8  # one clique cell, one mirror-descent iterati
 BYTES_PER_CELL = 64                # junction-tree cell at the fit's peak
 JAX_BASE_MB = 400.0                # JAX and mbi in the fitting process
 FIT_OVERHEAD_SECONDS = 10.0        # JAX compilation of one fit
-# the numpy estimator (mirror.fit), per step (one propagation), in the units of mbi's constants above (both
-# estimators timed on the same trees at the same load: adult's 10.9k cells / 52 cliques and
-# 158k cells / 61 cliques, 1500 iterations): a Python-level cost per clique (junction-tree and
-# measured) and a cost per junction-tree cell
+# the numpy estimator (mirror.fit), per step (one propagation), in the units of mbi's constants
+# above (both estimators timed on the same trees at the same load: adult's 10.9k cells / 52
+# cliques and 158k cells / 61 cliques, 1500 iterations): a Python-level cost per clique
+# (junction-tree and measured) and a cost per junction-tree cell
 NUMPY_SECONDS_PER_CLIQUE_ITERATION = 1.2e-5
 NUMPY_SECONDS_PER_CELL_ITERATION = 4.4e-8
 _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",  # what JAX reports for one compile
