@@ -23,7 +23,7 @@ accepted step from 2 / (L N), which here is ~1000x too short, and then converges
    sum_{m hosted in C} |C| / (|y_m| sigma_m^2).
 2. Nesterov's accelerated steps in theta: the gradient step is taken from the extrapolated
    point v = theta + beta (theta - theta_prev), beta = (k - 1) / (k + 2), one propagation per
-   step (at v). Restart (after O'Donoghue and Candes' function restart, on the loss at the
+   step (at v; none at k = 1, where v is the best point, already evaluated). Restart (after O'Donoghue and Candes' function restart, on the loss at the
    points evaluated): when L(mu(v)) rises above the previous step's, the momentum is dropped,
    alpha shrinks by RESTART_SHRINK and the fit goes on from the best point evaluated, which
    is also the fit's result (so it is never worse than where the search ended).
@@ -230,14 +230,15 @@ def fit(domain: dict[str, int], measurements: list[Measurement], total: float, i
                 best, last = (theta, mu, tables, current), current
         else:  # phase 2: a Nesterov step from the extrapolated point v
             k += 1
-            v = theta
-            if k > 1:
+            if k == 1:  # no momentum: theta is the best point, already evaluated
+                v, mu_v, tables_v, loss_v = best
+            else:
                 beta = (k - 1) / (k + 2)
                 v = {m: theta[m] + beta * (theta[m] - previous[m]) for m in cliques}
-            mu_v, tables_v = marginals(v)
-            loss_v = loss(mu_v)
-            if loss_v < best[3]:
-                best = (v, mu_v, tables_v, loss_v)
+                mu_v, tables_v = marginals(v)
+                loss_v = loss(mu_v)
+                if loss_v < best[3]:
+                    best = (v, mu_v, tables_v, loss_v)
             if loss_v > last:  # momentum overshot: restart from the best point, shorter steps
                 k, alpha = 0, alpha * RESTART_SHRINK
                 theta = previous = best[0]

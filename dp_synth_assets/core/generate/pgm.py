@@ -6,10 +6,10 @@ the noisy measurements, in the graphical model of the junction tree of those cli
 - `check` is the guard: it builds the junction tree of the measured cliques (graph work only) and
   raises `ModelTooLarge`, before any potential is allocated, when its largest clique has more
   cells than `model.max_clique_cells`.
-- `fit` runs mbi's MirrorDescent for `model.iterations` steps with every measurement as a
-  `LinearMeasurement` (stddev = its Gaussian sigma) and the noisy total as mbi's `known_total`,
-  in one `estimate` call; with a `log` it reports JAX's compile time, then the iterations as
-  they finish.
+- `fit` runs mbi's MirrorDescent (`iterations`: `model.iterations` or MBI_ITERATIONS steps) with
+  every measurement as a `LinearMeasurement` (stddev = its Gaussian sigma) and the noisy total
+  as mbi's `known_total`, in one `estimate` call; with a `log` it reports JAX's compile time,
+  then the iterations as they finish.
 - Two implementations of that one estimator (the same least-squares loss, known total and
   junction tree): mbi's JAX program (`fit`: MirrorDescent, `MBI_ITERATIONS` steps unless
   `model.iterations` is set) and a numpy fit (`mirror.fit`: mirror descent accelerated by

@@ -58,7 +58,7 @@ from .privsyn import measure_one_way
 ROUNDS_PER_ATTRIBUTE = 16   # AIM's T = 16 d
 MEASURE_SHARE = 0.9         # AIM's alpha: share of rho_t for the Gaussian measurement
 MAX_CELLS = 10_000          # largest workload marginal (private-pgm AIM's max_cells)
-FIT_ITERATIONS = 50         # mirror-descent steps of each round's warm-started refit
+FIT_ITERATIONS = 50         # accelerated steps (generate/mirror.py) of each round's refit
 FIRST_FIT_ITERATIONS = 200  # the fit to the 1-way marginals, from the uniform distribution
 SCORE_SENSITIVITY = 1.0     # L_inf sensitivity of the (normalized-weight) quality scores
 
