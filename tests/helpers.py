@@ -140,17 +140,21 @@ def method_budget(method: str, rho: float):
 
 
 _RANDOM_IDS = (
-    # UUIDs (run ids, GX's ids), with or without dashes, and hex digests (data versions)
+    # UUIDs (run ids, GX's ids), with or without dashes
     r"(?<![0-9a-z])(?=[0-9a-f-]*[a-f])[0-9a-f]{8}(?:-?[0-9a-f]{4}){3}-?[0-9a-f]{12}(?![0-9a-z])",
-    r"(?<![0-9a-z])(?=[0-9a-f]*[a-f])[0-9a-f]{16,}(?![0-9a-z])",
+    # hex digests (data versions) and tokens (the 12-hex suffix of GX's asset names): 8 or more
+    # hex characters with a letter other than e, so a float's mantissa and exponent
+    # ("2345678901234567e+14") are never taken for one
+    r"(?<![0-9a-z])(?=[0-9a-f]*[a-df])[0-9a-f]{8,}(?![0-9a-z])",
 )
 
 
 def without_random_ids(text: str) -> str:
     """`text` (lower-cased by the caller or not) with random identifiers blanked out: a leak
     scan looks for the digits of an exact statistic, and the digits inside a random hex id
-    (a UUID's `9e18`, `3002`) are not a statement of any value. Runs of hex with at least one
-    letter only, so a planted run of digits is never removed."""
+    (a UUID's `9e18`, `3002`; a data version's "4062795494e4", read as 4.06e13) are not a
+    statement of any value. Runs of hex with a letter other than e only, so a planted run of
+    digits, or a float written with an exponent, is never removed."""
     import re
 
     for pattern in _RANDOM_IDS:
