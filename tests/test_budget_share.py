@@ -1,6 +1,6 @@
 """The preprocessing share follows a noisy row count (issue 16, small tables): with category
 discovery, preprocessing draws a charged noisy count first and spends `preprocess_share` of the
-run's rho, more on small tables; the later stages split the rest with the count the plan
+run's rho, more on small tables and at small budgets; the later stages split the rest with the count the plan
 records, and every subset of stages spends within what a run reserves for it."""
 
 import itertools
@@ -30,20 +30,35 @@ def rows_at(z: float, budget: b.DatasetBudget) -> float:
     return z / math.sqrt(budget.run_rho)
 
 
-def test_the_share_is_the_base_on_large_tables_and_rises_as_the_table_shrinks():
-    budget = b.DatasetBudget.of(DISCOVERS)
+def test_the_share_falls_with_the_budget_and_rises_as_the_table_shrinks():
+    budget = b.DatasetBudget.of(DISCOVERS)  # epsilon 1: rho ~0.0144, above HIGH_RHO
     rho = budget.run_rho
-    assert b.preprocess_share(None, rho) == b.PREPROCESS_SHARE
-    assert b.preprocess_share(rows_at(b.LARGE_Z, budget), rho) == pytest.approx(b.PREPROCESS_SHARE)
-    assert b.preprocess_share(rows_at(50 * b.LARGE_Z, budget), rho) == b.PREPROCESS_SHARE
+    assert rho > b.HIGH_RHO
+    assert b.preprocess_share(None, rho) == b.MIN_PREPROCESS_SHARE
+    assert b.preprocess_share(rows_at(b.LARGE_Z, budget), rho) == pytest.approx(
+        b.MIN_PREPROCESS_SHARE)
+    assert b.preprocess_share(rows_at(50 * b.LARGE_Z, budget), rho) == b.MIN_PREPROCESS_SHARE
     assert b.preprocess_share(rows_at(b.SMALL_Z, budget), rho) == pytest.approx(
         b.SMALL_PREPROCESS_SHARE)
     assert b.preprocess_share(0.0, rho) == b.SMALL_PREPROCESS_SHARE
     middle = math.sqrt(b.SMALL_Z * b.LARGE_Z)  # log-linear: half way at the geometric mean
     assert b.preprocess_share(rows_at(middle, budget), rho) == pytest.approx(
-        (b.PREPROCESS_SHARE + b.SMALL_PREPROCESS_SHARE) / 2)
-    shares = [b.preprocess_share(n, rho) for n in np.geomspace(10, 1e6, 40)]
-    assert all(x >= y for x, y in zip(shares, shares[1:]))
+        (b.MIN_PREPROCESS_SHARE + b.SMALL_PREPROCESS_SHARE) / 2)
+    # a large table's share follows the run's rho: PREPROCESS_SHARE at a small budget
+    many = 1e9
+    assert b.preprocess_share(many, b.LOW_RHO / 10) == b.PREPROCESS_SHARE
+    assert b.preprocess_share(many, b.LOW_RHO) == pytest.approx(b.PREPROCESS_SHARE)
+    assert b.preprocess_share(many, b.HIGH_RHO) == pytest.approx(b.MIN_PREPROCESS_SHARE)
+    assert b.preprocess_share(many, math.sqrt(b.LOW_RHO * b.HIGH_RHO)) == pytest.approx(
+        (b.PREPROCESS_SHARE + b.MIN_PREPROCESS_SHARE) / 2)
+    # never rises with more rows or more budget, and stays in the range reservations cover
+    for r in np.geomspace(1e-5, 10, 25):
+        shares = [b.preprocess_share(n, r) for n in np.geomspace(10, 1e8, 40)]
+        assert all(x >= y for x, y in zip(shares, shares[1:]))
+        assert all(b.MIN_PREPROCESS_SHARE <= x <= b.SMALL_PREPROCESS_SHARE for x in shares)
+    for n in np.geomspace(10, 1e8, 25):
+        shares = [b.preprocess_share(n, r) for r in np.geomspace(1e-5, 10, 40)]
+        assert all(x >= y for x, y in zip(shares, shares[1:]))
 
 
 def test_only_a_run_that_discovers_categories_draws_a_count_and_moves_its_split():

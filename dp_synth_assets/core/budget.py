@@ -26,14 +26,15 @@ PRIVATE_STAGES = ("preprocessed", "marginals", "selection", "measurements")
 
 REL_TOL = 1e-12  # relative tolerance of every budget comparison (float sums of rho)
 
-# the share of the run's rho spent learning domains: PREPROCESS_SHARE when a column's categories
-# are discovered (the thresholded histogram keeps only categories above ~6 sigma, so on small
-# tables a tenth of the budget dropped most of each column: bench/results/raw_tables.md), raised
-# towards SMALL_PREPROCESS_SHARE on small tables (`preprocess_share`), else BOUNDS_SHARE
-# (benchmark paper App. D.2: 10%)
-PREPROCESS_SHARE = 0.5
-SMALL_PREPROCESS_SHARE = 0.7
-SMALL_Z, LARGE_Z = 100.0, 1000.0  # noisy rows x sqrt(run rho) where the share is SMALL_..., PREPROCESS_...
+# the share of the run's rho spent learning domains when a column's categories are discovered
+# (the thresholded histogram keeps only categories above ~6 sigma, so on small tables a tenth of
+# the budget dropped most of each column: bench/results/raw_tables.md): `preprocess_share`, from
+# MIN_PREPROCESS_SHARE to SMALL_PREPROCESS_SHARE; else BOUNDS_SHARE (benchmark paper App. D.2: 10%)
+PREPROCESS_SHARE = 0.55          # at a small run rho (<= LOW_RHO)
+MIN_PREPROCESS_SHARE = 0.3       # at a large run rho (>= HIGH_RHO)
+SMALL_PREPROCESS_SHARE = 0.7     # on small tables (z <= SMALL_Z)
+LOW_RHO, HIGH_RHO = 1e-3, 1e-2   # run rho where the large-table share is PREPROCESS_..., MIN_...
+SMALL_Z, LARGE_Z = 100.0, 200.0  # noisy rows x sqrt(run rho) where the share is SMALL_..., the rho's
 COUNT_SHARE = 0.01  # of the run's rho: the noisy row count the preprocessing share follows
 BOUNDS_SHARE = 0.1
 DELTA_EXTRA_SHARE = 0.5  # of each delta, for thresholding (approximate zCDP) when a column needs it
@@ -44,18 +45,39 @@ def preprocess_share(noisy_rows: float | None, run_rho: float) -> float:
     noisy row count included), from public facts only: the noisy row count (None: not drawn)
     and the run's rho.
 
-    The rule follows z = noisy_rows * sqrt(run_rho), the rows per unit of the Gaussian noise a
-    count would get at the whole run's rho: discovery keeps a category only above a threshold
-    of about 6.5 noise scales of its share, so the smallest category kept is a fixed number of
-    scales, i.e. a share of the rows that grows as 1 / z. PREPROCESS_SHARE at z >= LARGE_Z
-    (and when no count is drawn), SMALL_PREPROCESS_SHARE at z <= SMALL_Z, linear in log z
-    between. The share only ever rises above PREPROCESS_SHARE, so what the later stages spend
-    stays within what a run reserves for them before the count (`DatasetBudget.reservation`)."""
+    What preprocessing buys saturates: discovery keeps a category above a threshold of about
+    6.5 noise scales, a number of rows that shrinks as 1 / sqrt(share x rho) whatever the table,
+    and once the categories that hold a visible share of the rows are found (and the bounds and
+    quantile edges are within a bin), more share only takes budget from the marginals. So the
+    share falls as the budget grows and as the table grows:
+    - the share of a table with enough rows: PREPROCESS_SHARE at run rho <= LOW_RHO (epsilon
+      about 0.25 at delta 1e-9), MIN_PREPROCESS_SHARE at rho >= HIGH_RHO (epsilon about 0.8),
+      linear in log rho between;
+    - small tables, z = noisy_rows * sqrt(run rho) (rows per unit of the noise a count gets at
+      the whole run's rho) <= SMALL_Z: SMALL_PREPROCESS_SHARE, where a category must hold a
+      large share of the rows to be found at all; linear in log z up to the rho's share at
+      z >= LARGE_Z.
+    Measured (bench/results/method_notes.md, "The preprocessing share", 2-way TVD, shares 0.15
+    to 0.85 on the four raw tables at epsilon 0.2, 1, 5): titanic_raw (z 109) and penguins_raw
+    (z 42) at epsilon 1 best at 0.6 to 0.8; both at epsilon 5 (z 497, 192) best at 0.15 to 0.4
+    (0.7: 14% and 15% worse); adult_raw and diamonds_raw at epsilon 0.2 best at 0.4 to 0.6, at
+    epsilon 1 at 0.3 (0.5: 5% worse), at epsilon 5 flat. The share lies in
+    [MIN_PREPROCESS_SHARE, SMALL_PREPROCESS_SHARE], the range `DatasetBudget.reservation`
+    covers before the count."""
+    high = _rho_share(run_rho)
     if noisy_rows is None or run_rho <= 0:
-        return PREPROCESS_SHARE
+        return high
     z = max(float(noisy_rows), 1.0) * math.sqrt(run_rho)
     t = min(max(math.log(LARGE_Z / z) / math.log(LARGE_Z / SMALL_Z), 0.0), 1.0)
-    return PREPROCESS_SHARE + t * (SMALL_PREPROCESS_SHARE - PREPROCESS_SHARE)
+    return high + t * (SMALL_PREPROCESS_SHARE - high)
+
+
+def _rho_share(run_rho: float) -> float:
+    """The share of a table with enough rows (`preprocess_share`): log-linear in the run's rho."""
+    if run_rho <= 0:
+        return PREPROCESS_SHARE
+    t = min(max(math.log(run_rho / LOW_RHO) / math.log(HIGH_RHO / LOW_RHO), 0.0), 1.0)
+    return PREPROCESS_SHARE + t * (MIN_PREPROCESS_SHARE - PREPROCESS_SHARE)
 
 
 @dataclass(frozen=True)
@@ -72,8 +94,8 @@ class DatasetBudget:
     count at `count` = COUNT_SHARE of the run's rho (its first mechanism, part of its share),
     and the run's split is `with_rows(noisy count)`: preprocessing gets `preprocess_share` of
     the run's rho, selection and measurement the method's shares of the rest. `of(spec)` is
-    the split before the count (PREPROCESS_SHARE); the stages after preprocessing read the
-    count from the plan (`EncodingPlan.noisy_rows`).
+    the split before the count (`preprocess_share` without a count); the stages after
+    preprocessing read the count from the plan (`EncodingPlan.noisy_rows`).
     """
 
     run_rho: float
@@ -101,7 +123,7 @@ class DatasetBudget:
                      spec.privacy.limit.delta * extra, 0.0, Budget(0.0, 0.0, run_rho),
                      method.measures_in_selection, COUNT_SHARE * run_rho if extra else 0.0,
                      shares)
-        share = (PREPROCESS_SHARE if extra else BOUNDS_SHARE) if tasks else 0.0
+        share = (_rho_share(run_rho) if extra else BOUNDS_SHARE) if tasks else 0.0
         return budget._split(share * run_rho).with_rows(noisy_rows)
 
     def _split(self, pre: float) -> "DatasetBudget":
@@ -124,10 +146,10 @@ class DatasetBudget:
     def reservation(self, stages) -> float:
         """The rho a run materializing `stages` reserves before the count: the most its stages
         can spend at any share `preprocess_share` gives. Their spend is linear in the share, so
-        the most is at PREPROCESS_SHARE or at SMALL_PREPROCESS_SHARE; for every private stage
+        the most is at MIN_PREPROCESS_SHARE or at SMALL_PREPROCESS_SHARE; for every private stage
         together both are the run's rho."""
         ends = [self] if not self.count else [
-            self._split(s * self.run_rho) for s in (PREPROCESS_SHARE, SMALL_PREPROCESS_SHARE)]
+            self._split(s * self.run_rho) for s in (MIN_PREPROCESS_SHARE, SMALL_PREPROCESS_SHARE)]
         return max(sum(b.stage_rho(s) for s in stages) for b in ends)
 
     def stage_rho(self, stage: str) -> float:
