@@ -14,7 +14,8 @@ import duckdb
 import pytest
 import yaml
 
-from dp_synth_assets.budget import DELTA_EXTRA_SHARE, PREPROCESS_SHARE, DatasetBudget
+from dp_synth_assets.budget import DELTA_EXTRA_SHARE, DatasetBudget
+from dp_synth_assets.core.budget import HIGH_RHO, MIN_PREPROCESS_SHARE
 from dp_synth_assets.core.budget import BOUNDS_SHARE
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.privacy import rho_from_epsilon_delta
@@ -39,7 +40,9 @@ def test_discovery_sets_aside_half_of_each_delta_and_preprocessing_a_tenth_of_rh
     budget = DatasetBudget.of(raw)
     assert budget.run_delta_extra == pytest.approx(1e-9 * DELTA_EXTRA_SHARE)
     assert budget.run_rho == pytest.approx(rho_from_epsilon_delta(1.0, 1e-9 * (1 - DELTA_EXTRA_SHARE)))
-    assert budget.preprocess == pytest.approx(PREPROCESS_SHARE * budget.run_rho)
+    # before the noisy count, the share of a table with enough rows at this rho (epsilon 1)
+    assert budget.run_rho > HIGH_RHO
+    assert budget.preprocess == pytest.approx(MIN_PREPROCESS_SHARE * budget.run_rho)
     total = budget.preprocess + budget.split.total
     assert math.isclose(total, budget.run_rho, rel_tol=1e-12)
 
