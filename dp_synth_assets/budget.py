@@ -12,7 +12,7 @@ import dagster as dg
 
 from dp_synth_assets.resources.ledger import BudgetExceeded, LedgerError, PrivacyLedger
 
-from .core.budget import DELTA_EXTRA_SHARE, PREPROCESS_SHARE, PRIVATE_STAGES, BudgetStatus, DatasetBudget  # noqa: F401
+from .core.budget import DELTA_EXTRA_SHARE, PRIVATE_STAGES, BudgetStatus, DatasetBudget  # noqa: F401
 from .core.privacy import Spend
 from .core.units import group_name
 

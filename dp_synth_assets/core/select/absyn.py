@@ -27,8 +27,8 @@ answer right after its draw; the greedy is post-processing of those. `budget.mea
    `measured`), so the run spends its whole budget on the independent model.
 3. CR-score (Alg. 1, Eq. 7-8): R_tilde(i, j) is the maximum over paths from i to j in the graph
    of selected marginals of the product of R_bar along the path; CR = R_bar - R_tilde. We compute
-   all pairs at once as shortest paths on -log R_bar (scipy's Dijkstra), which is Alg. 1's
-   max-product search. A negative CR (a path explains more than the pair's own score) counts as
+   all pairs at once by Floyd-Warshall in the (max, x) semiring over R_bar (capped at 1), which
+   is Alg. 1's max-product search (`cr_scores`). A negative CR (a path explains more than the pair's own score) counts as
    no missing information: max(CR, 0).
 4. Greedy (Alg. 3). Every selection S, the empty one included, is scored by one function on
    one scale (counts, each pair's score clipped at 0):
