@@ -42,24 +42,29 @@ class Recorder:
         self.spends.append((spend, params))
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_learned_integer_bounds_hold_the_rows_and_are_tighter_than_the_power_of_two_buckets(seed):
+def test_learned_integer_bounds_hold_the_rows_and_are_tighter_than_the_power_of_two_buckets():
     # 20,000 ages uniform in 18..79 (range 61), one bounds task at the rho epsilon 1 gives a raw
     # table's preprocessing: the power-of-two buckets alone give [16, 127], 1.8x the range; the
     # parts of [16, 32) and [64, 128) may be skipped while an upper confidence bound on the rows
     # they hold (2 sigma sqrt(parts), sigma ~ 26) stays within 1% of the rows (~200): at most
-    # (200 / 52)^2 ~ 14 parts of 2 (fewer as the noisy counts add up), so ~[18, 100 .. 112]
-    frame = pd.DataFrame({"age": np.random.default_rng(seed).integers(18, 80, 20000)})
-    con = duckdb.connect()
-    con.register("t", frame)
-    columns = {"age": ColumnSpec(kind="integer")}
+    # (200 / 52)^2 ~ 14 parts of 2 (fewer as the noisy counts add up), so ~[18, 100 .. 112].
+    # OpenDP's noise is not seedable, and a bucket next to the span joins it above NEIGHBOUR_Z = 2
+    # sigma, so one run in about 18 is wider than 1.7x (11 of 200 runs measured): every run must
+    # hold the rows, and the median of 9 runs must be tight (wrong by chance about once in 10^4)
     two = {"age": {"kind": "integer"}, "flag": {"kind": "boolean"}}  # one task: bounds
     rho = DatasetBudget.of(Synthesizer(two, epsilon=EPSILON).spec).preprocess
-    (bounds,) = [d.bounds for d in preprocess(con, "t", columns, rho, 0.0, Recorder()).values()]
-    low, high = bounds
-    inside = ((frame.age >= low) & (frame.age <= high)).mean()
-    assert inside >= 0.99, bounds
-    assert high - low <= 1.7 * (79 - 18), bounds
+    spans = []
+    for run in range(9):
+        frame = pd.DataFrame({"age": np.random.default_rng(run % 3).integers(18, 80, 20000)})
+        con = duckdb.connect()
+        con.register("t", frame)
+        columns = {"age": ColumnSpec(kind="integer")}
+        (bounds,) = [d.bounds for d in preprocess(con, "t", columns, rho, 0.0, Recorder()).values()]
+        low, high = bounds
+        inside = ((frame.age >= low) & (frame.age <= high)).mean()
+        assert inside >= 0.99, bounds
+        spans.append(high - low)
+    assert np.median(spans) <= 1.7 * (79 - 18), spans
 
 
 def test_a_yes_no_column_on_a_small_table_comes_back_with_both_values():
