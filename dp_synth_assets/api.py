@@ -87,7 +87,7 @@ class BudgetError(RuntimeError):
 
 
 def dataset_spec(columns: Mapping, *, epsilon: float, delta: float = 1e-9,
-                 limit: float | Mapping | None = None, method: str = "absyn",
+                 limit: float | Mapping | None = None, method: str = "auto",
                  generator: str = "auto", rows: int | str = "same", seed: int | None = None,
                  selection: Mapping | None = None, model: Mapping | None = None) -> DatasetSpec:
     """The datasets.yaml entry these arguments spell, validated by `DatasetSpec` (its source is
@@ -346,7 +346,7 @@ class Synthesizer:
     """
 
     def __init__(self, columns: Mapping, *, epsilon: float, delta: float = 1e-9,
-                 limit: float | Mapping | None = None, method: str = "absyn",
+                 limit: float | Mapping | None = None, method: str = "auto",
                  generator: str = "auto", rows: int | str = "same", seed: int | None = None,
                  selection: Mapping | None = None, model: Mapping | None = None,
                  ledger=None, dataset: str = DEFAULT_DATASET,

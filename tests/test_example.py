@@ -140,7 +140,7 @@ def test_registry_entry_loads_and_equals_the_example_columns() -> None:
     assert spec.columns == declared
     assert yaml.safe_load(REGISTRY.read_text())["datasets"]["example"]["columns"] == EXAMPLE_COLUMNS
     assert spec.source.table == DEFAULT_TABLE
-    assert (spec.method, spec.generator, spec.rows, spec.seed) == ("absyn", "auto", "same", 7)
+    assert (spec.method, spec.generator, spec.rows, spec.seed) == ("auto", "auto", "same", 7)
     assert spec.on_source_change == "resynthesize" and spec.min_interval_seconds == 600
 
 

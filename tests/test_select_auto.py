@@ -7,18 +7,35 @@ import pytest
 
 from dp_synth_assets.core.config import SelectionSettings
 from dp_synth_assets.core.select import Budget, select
-from dp_synth_assets.core.select.auto import SCORE_NOISE_MAX, pick
+from dp_synth_assets.core.select.auto import MST_NOISE_MAX, SCORE_NOISE_MAX, mst_edge_noise, pick
 from tests.helpers import counting_oracle
 
 
 def test_rule_is_the_score_noise_share_of_the_noisy_row_count():
     """sigma_s = sqrt(16 m / (2 rho_s)) counts; 10 columns: m = 45. At rho_s = 0.01 sigma_s =
-    sqrt(36000) = 189.7: absyn for n_hat = 10,000 (share 0.019), MST for n_hat = 1,000 (0.19)."""
+    sqrt(36000) = 189.7: absyn for n_hat = 10,000 (share 0.019), MST for n_hat = 1,000 (0.19)
+    when MST's edges are cheap (rho_m = 0.2: nu = 9 sqrt(9 / 0.4) sqrt(2 / pi) / 1000 = 0.034)."""
     domain = {f"c{i}": 3 for i in range(10)}
-    method, share = pick(domain, 10_000.0, 0.01)
+    method, share, _ = pick(domain, 10_000.0, 0.01, 0.2)
     assert method == "absyn" and share == pytest.approx(math.sqrt(16 * 45 / 0.02) / 10_000)
-    method, share = pick(domain, 1_000.0, 0.01)
+    method, share, nu = pick(domain, 1_000.0, 0.01, 0.2)
     assert method == "mst" and share > SCORE_NOISE_MAX
+    assert nu == pytest.approx(9 * math.sqrt(9 / 0.4) * math.sqrt(2 / math.pi) / 1000)
+
+
+def test_noisy_scores_pick_absyn_when_msts_edges_would_be_noise():
+    """The same noisy scores (share 0.19), but rho_m = 0.01: one edge's expected L1 noise is
+    9 sqrt(9 / 0.02) sqrt(2 / pi) / 1000 = 0.152 of the rows, above MST_NOISE_MAX: absyn (which
+    measures nothing it cannot detect). The median pair decides: one large column among small
+    ones does not move it."""
+    domain = {f"c{i}": 3 for i in range(10)}
+    method, share, nu = pick(domain, 1_000.0, 0.01, 0.01)
+    assert method == "absyn" and share > SCORE_NOISE_MAX and nu > MST_NOISE_MAX
+    assert nu == pytest.approx(9 * math.sqrt(9 / 0.02) * math.sqrt(2 / math.pi) / 1000)
+    wide = {**domain, "big": 500}
+    assert mst_edge_noise(wide, 1_000.0, 0.2) == pytest.approx(
+        9 * math.sqrt(10 / 0.4) * math.sqrt(2 / math.pi) / 1000)
+    assert pick(wide, 1_000.0, 0.01, 0.2)[0] == "mst"
 
 
 def test_auto_spends_its_split_once_and_says_what_it_picked():

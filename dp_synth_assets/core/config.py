@@ -542,8 +542,8 @@ class DatasetSpec(_Strict):
     source: Source
     columns: dict[str, ColumnSpec]
     privacy: Privacy
-    # default: the best accuracy at epsilon 1 on adult (bench/compare_methods.py, README)
-    method: str = "absyn"  # a key of core.methods.METHODS (checked below)
+    # default: auto, absyn or MST by public facts (select/auto.py; measured by bench/suite.py)
+    method: str = "auto"  # a key of core.methods.METHODS (checked below)
     generator: str = "auto"  # a key of core.engines.ENGINES or auto (checked below)
     # where the private scans run (core/scans.py): duckdb | postgres | spark | {type: ..., ...}
     engine: Annotated[EngineSpec, BeforeValidator(_engine)] = EngineSpec()

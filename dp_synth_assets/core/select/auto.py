@@ -8,34 +8,64 @@ Budget: 0.1 rho for the 1-way marginals, 0.1 for selection, the rest for the sel
 2. Rule. absyn's pair scores are released together, each with Gaussian noise of standard
    deviation sigma_s = sqrt(8 m / rho_s) counts (m = d (d - 1) / 2 pairs, rho_s the selection
    budget); a pair's dependency is at most about n_hat. When sigma_s / n_hat > `SCORE_NOISE_MAX`
-   the scores cannot tell a dependent pair from noise, and MST's selection is used instead: its
-   exponential mechanism picks d - 1 edges round by round with sensitivity 1, so its noise grows
-   with sqrt(d), not with m. Otherwise absyn (the greedy on the noisy R-scores). With one
+   the scores cannot tell a dependent pair from noise. MST's exponential mechanism picks d - 1
+   edges round by round with sensitivity 1, so its selection noise grows with sqrt(d), not
+   with m; but MST then measures every edge it picked, each at rho_m / (d - 1), and on a table
+   with little data for its domains those measurements are noise the guard drops (spending
+   most of the budget for nothing: a dropped pair gives back only d_a / c of its rho to each
+   1-way marginal). So MST is picked only when, besides, its edges are cheap: the expected L1
+   noise of one edge at the median cell count c_med of all pairs,
+       nu = c_med sqrt((d - 1) / (2 rho_m)) sqrt(2 / pi) / n_hat,
+   is at most `MST_NOISE_MAX`; otherwise absyn (the greedy on the noisy R-scores, which with
+   nothing detectable measures nothing and leaves the budget to the 1-way marginals). With one
    column there is nothing to select and no selection mechanism runs.
+   Measured (bench/results/method_notes.md, "`auto` over the whole grid" and "The MST branch's
+   second condition"): the score-noise share alone picked MST on titanic_raw and penguins_raw
+   at every epsilon and on adult_raw at epsilon 0.2, where it was 1.04-1.20x the default's 2-way
+   TVD (nu 0.13-4.8 there), and on the wide table at epsilon 0.2, where it was 0.65x (nu 0.016).
 3. The picked method's selection on those 1-way marginals (`absyn.select_after`,
-   `mst.select_after`); `details["picked"]` and `details["score_noise_share"]` say which and
-   why (public: functions of n_hat, d and rho).
+   `mst.select_after`); `details["picked"]`, `details["score_noise_share"]` and
+   `details["mst_edge_noise"]` say which and why (public: functions of n_hat, the domain and rho).
 Whatever it picks, the measurement stage's guard (`select.guard`) keeps only the marginals that
 beat the independent model.
 """
 
+import itertools
 import math
+
+import numpy as np
 
 from ..config import SelectionSettings
 from ..measure import noisy_total
 from . import Budget, Charge, Log, MarginalOracle, Selection
 from .privsyn import INDIF_SENSITIVITY, measure_one_way
 
-SCORE_NOISE_MAX = 0.1  # sigma_s / n_hat above which absyn's scores are noise: MST instead
+SCORE_NOISE_MAX = 0.1  # sigma_s / n_hat above which absyn's scores are noise (rule, step 2)
+MST_NOISE_MAX = 0.05  # nu: MST's expected L1 noise per edge / n_hat at most this (rule, step 2)
 
 
-def pick(domain: dict[str, int], n_hat: float, rho_score: float) -> tuple[str, float]:
-    """(method, sigma_s / n_hat) by the rule of the module docstring."""
+def mst_edge_noise(domain: dict[str, int], n_hat: float, rho_measure: float) -> float:
+    """nu of the module docstring: the expected L1 noise of one of MST's d - 1 measured edges at
+    the median pair's cell count, as a share of n_hat (public: domain sizes, n_hat, rho_m)."""
+    d = len(domain)
+    if d < 2:
+        return 0.0
+    if rho_measure <= 0:
+        return math.inf
+    cells = [domain[a] * domain[b] for a, b in itertools.combinations(domain, 2)]
+    sigma = math.sqrt((d - 1) / (2 * rho_measure))
+    return float(np.median(cells)) * sigma * math.sqrt(2 / math.pi) / max(n_hat, 1.0)
+
+
+def pick(domain: dict[str, int], n_hat: float, rho_score: float,
+         rho_measure: float) -> tuple[str, float, float]:
+    """(method, sigma_s / n_hat, nu) by the rule of the module docstring."""
     m = len(domain) * (len(domain) - 1) // 2
     if m == 0 or rho_score <= 0:
-        return "absyn", 0.0
+        return "absyn", 0.0, 0.0
     share = math.sqrt(INDIF_SENSITIVITY ** 2 * m / (2 * rho_score)) / max(n_hat, 1.0)
-    return ("mst" if share > SCORE_NOISE_MAX else "absyn"), share
+    nu = mst_edge_noise(domain, n_hat, rho_measure)
+    return ("mst" if share > SCORE_NOISE_MAX and nu <= MST_NOISE_MAX else "absyn"), share, nu
 
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
@@ -43,9 +73,10 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     from . import absyn, mst
 
     one_way = measure_one_way(domain, oracle, budget.one_way, charge)
-    method, share = pick(domain, noisy_total(list(one_way)), budget.score)
+    method, share, nu = pick(domain, noisy_total(list(one_way)), budget.score, budget.measure)
     chosen = (mst if method == "mst" else absyn).select_after(domain, oracle, budget, charge,
                                                               one_way, log)
     return Selection("auto", chosen.one_way, chosen.cliques, chosen.budgets, chosen.scores,
                      {**chosen.details, "picked": method,
-                      "score_noise_share": round(share, 6)}, chosen.measured, chosen.coarse)
+                      "score_noise_share": round(share, 6),
+                      "mst_edge_noise": round(nu, 6) if math.isfinite(nu) else None}, chosen.measured, chosen.coarse)
