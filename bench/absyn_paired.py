@@ -12,7 +12,8 @@ BENCH ONLY, NOT PRIVATE: unless --real-noise, the OpenDP draws are replaced by n
 noise keyed by (seed, the marginal's counts) and (seed, "scores"), so two variants of the code
 at the same seed see the same noise on the same marginal (paired comparisons; OpenDP's noise
 cannot be seeded). Variants: --fns (FIT_NOISE_SHARE), --one/--score (budget shares), --lam (the
-share of the path weight R_tilde the CR-score subtracts; 1 = the paper), --nocoarse.
+share of the path weight R_tilde the CR-score subtracts; 1 = the paper), --nocoarse; --trace
+prints the greedy's rounds (pair, coarse cells, E).
 
     nice .venv/bin/python bench/absyn_paired.py --eps 1 --seeds 0 1 2 3 4 5 --tag base
 """
@@ -83,6 +84,7 @@ def main() -> None:
     ap.add_argument("--fns", type=float)
     ap.add_argument("--lam", type=float)
     ap.add_argument("--nocoarse", action="store_true")
+    ap.add_argument("--trace", action="store_true")
     ap.add_argument("--one", type=float)
     ap.add_argument("--score", type=float)
     args = ap.parse_args()
@@ -143,6 +145,8 @@ def main() -> None:
                               "sel": len(chosen.cliques), "coarse": len(chosen.coarse),
                               "dropped": len(rep.get("dropped", [])), "sel_s": round(t1 - t0, 1),
                               "fit_s": round(time.time() - t1, 1)}), flush=True)
+            if args.trace:
+                print("   rounds", [(tuple(r["pair"]), r.get("cells"), round(r["total_error"])) for r in chosen.details["rounds"]], flush=True)
         print(f"## {args.tag} eps {eps}: mean {np.mean(res):.5f} range {min(res):.5f}-{max(res):.5f}", flush=True)
 
 

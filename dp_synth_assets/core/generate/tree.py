@@ -16,10 +16,26 @@ independently fitted cliques it is the combination step: the child's table is us
 P_child(new | separator), so the sample follows P_parent on the separator and P_child given it,
 and the rows are consistent by construction whatever the two tables say about the separator.
 
-Draws are systematic within each separator group (the rows sharing separator values, in random
-order, get evenly spaced uniforms u_r = (r + U) / m): each group's counts are the rounded expected
+Draws are systematic within each separator group (the m rows sharing separator values get the
+evenly spaced uniforms (r + U) / m, r = 0..m-1): each group's counts are the rounded expected
 counts, like mbi's 'round' sampler, but with no Python loop over groups, so a million rows take
 seconds and memory is a few arrays of the output's length plus the clique tables.
+
+They are also stratified (ours). The model says the new attributes are independent of every
+earlier attribute given the separator; dealt to the group's rows at random, the points leave
+each (earlier value, new value) count random around that (hypergeometric), and on adult those
+deviations add about 0.002 to the rows' 2-way TVD over the model's own. So the rows of a group
+are ordered by the codes of up to `STRATA` attributes drawn earlier and not in the separator (in
+a random order of those attributes, ties at random), and the points go to that order by the
+bit-reversed rank of each position (van der Corput), shifted cyclically by a random amount per
+group: every run of consecutive rows, and so every stratum, gets points spread over the whole
+range, hence nearly its proportional share of each value, while the group keeps exactly the
+systematic set of points (its counts are unchanged) and each row's point is uniform over them
+(the shift), so no row's value depends on its place in the order. The first attribute of the
+order is stratified best, the later ones within its runs. Measured on adult's fitted models
+(epsilon 1, two fits, 3 samples each): 2-way TVD 0.0366 -> 0.0361 and 0.0345 -> 0.0340, 3-way
+0.0844 -> 0.0830, 1-way unchanged, for about 0.1 s per 50,000 rows
+(bench/results/method_notes.md, "Stratified sampling").
 """
 
 from collections import deque
@@ -28,6 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..domain import Clique
+
+STRATA = 16  # attributes drawn earlier that order the rows of a separator group (docstring)
 
 
 @dataclass(frozen=True)
@@ -101,11 +119,29 @@ def junction_tree(domain: dict[str, int], cliques: list[Clique]
     return order, separators, parents
 
 
-def conditional_draw(table: np.ndarray, group: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def bit_reversed_ranks(position: np.ndarray, group: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """For rows sorted by group (`position`: each row's index within its group, `starts`: each
+    group's first index), each row's rank within its group by the bit-reversed (van der Corput)
+    value of its position: a permutation of 0..m-1 per group under which every run of
+    consecutive positions gets points spread evenly over the group's range."""
+    reversed_bits = np.zeros(position.size, dtype=np.float64)
+    rest, weight = position.astype(np.uint64), 0.5
+    while rest.any():
+        reversed_bits += weight * (rest & np.uint64(1))
+        rest >>= np.uint64(1)
+        weight /= 2
+    by_value = np.lexsort((reversed_bits, group))
+    ranks = np.empty(position.size, dtype=np.int64)
+    ranks[by_value] = np.arange(position.size) - starts[group[by_value]]
+    return ranks
+
+
+def conditional_draw(table: np.ndarray, group: np.ndarray, rng: np.random.Generator,
+                     strata: list[np.ndarray] | None = None) -> np.ndarray:
     """For each row, a column index of `table` (shape groups x choices, rows of non-negative
     weights) drawn from that row's distribution given the row's `group`, systematically within
-    each group (see the module docstring). A group whose weights are all zero draws from the
-    column totals."""
+    each group and stratified by `strata` (code arrays of the rows, the first the main key; see
+    the module docstring). A group whose weights are all zero draws from the column totals."""
     groups, choices = table.shape
     n = group.size
     mass = table.sum(axis=1, keepdims=True)
@@ -116,18 +152,34 @@ def conditional_draw(table: np.ndarray, group: np.ndarray, rng: np.random.Genera
     cdf /= cdf[:, -1:]  # exactly 1 at the end of every row
     # one increasing array: group g's cdf shifted by g, so a single searchsorted serves all groups
     shifted = (cdf + np.arange(groups, dtype=np.float64)[:, None]).ravel()
-    # by group, random within a group: one float sort key (group + U[0,1)) sorts 6x faster than
-    # np.lexsort on two keys; groups stay below 2^31, so U keeps 21 bits of resolution
-    order = np.argsort(group + rng.random(n))
     sizes = np.bincount(group, minlength=groups)
     starts = np.cumsum(sizes) - sizes
-    g_sorted = group[order]
-    rank = np.arange(n) - starts[g_sorted]
-    u = (rank + rng.random(groups)[g_sorted]) / sizes[g_sorted]
+    if strata:
+        # by group, then by the strata (the first the main key), ties at random
+        order = np.lexsort([rng.random(n), *reversed(strata), group])
+        g_sorted = group[order]
+        point = bit_reversed_ranks(np.arange(n) - starts[g_sorted], g_sorted, starts)
+        # a random cyclic shift per group: every row's point is uniform over its group's points
+        point = (point + rng.integers(0, np.maximum(sizes, 1))[g_sorted]) % sizes[g_sorted]
+    else:
+        # by group, random within a group: one float sort key (group + U[0,1)) sorts 6x faster
+        # than np.lexsort on two keys; groups stay below 2^31, so U keeps 21 bits of resolution
+        order = np.argsort(group + rng.random(n))
+        g_sorted = group[order]
+        point = np.arange(n) - starts[g_sorted]
+    u = (point + rng.random(groups)[g_sorted]) / sizes[g_sorted]
     pick = np.searchsorted(shifted, g_sorted + u, side="right") - g_sorted * choices
     out = np.empty(n, dtype=np.int64)
     out[order] = np.clip(pick, 0, choices - 1)
     return out
+
+
+def strata_keys(codes: dict[str, np.ndarray], separator: tuple, rng: np.random.Generator
+                ) -> list[np.ndarray]:
+    """The rows' codes of at most `STRATA` attributes drawn so far and not in `separator`, in a
+    random order (module docstring)."""
+    drawn = [a for a in codes if a not in separator]
+    return [codes[drawn[i]] for i in rng.permutation(len(drawn))[:STRATA]]
 
 
 def sample(tree: CliqueTree, rows: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -144,7 +196,8 @@ def sample(tree: CliqueTree, rows: int, rng: np.random.Generator) -> dict[str, n
             int(np.prod(sep_shape)) if separator else 1, int(np.prod(new_shape)))
         group = (np.ravel_multi_index([codes[a] for a in separator], sep_shape) if separator
                  else np.zeros(rows, dtype=np.int64))
-        drawn = conditional_draw(np.clip(flat, 0.0, None), group, rng)
+        drawn = conditional_draw(np.clip(flat, 0.0, None), group, rng,
+                                 strata_keys(codes, separator, rng))
         for a, values in zip(new, np.unravel_index(drawn, new_shape)):
             codes[a] = values.astype(np.min_scalar_type(tree.domain[a]))
     return {a: codes[a] for a in tree.domain}
