@@ -73,7 +73,11 @@ answer right after its draw; the greedy is post-processing of those. `budget.mea
    count factor), stays in E_cor. A selected pair may move to a version of more cells in a later
    round; a fill-in edge takes its cheapest version; a coarse candidate may not make a maximal
    clique of `COARSE_TAU_CELLS` cells or more (the model fits it on its fine codes, so it grows the
-   model as a fine pair does; the smaller tau keeps the fit's time). The selection's `coarse` maps
+   model as a fine pair does; the smaller tau keeps the fit's time: 5 x 10^4, measured on adult
+   with paired noise, 12 seeds at epsilon 1: 2-way TVD of the model 0.0341 at 2 x 10^4, 0.0336 at
+   5 x 10^4, better or equal on 10 of 12 seeds and most on the runs whose greedy was blocked
+   early (0.0387 -> 0.0366); no change at epsilon 0.2 and 5; 10^5 made fits of minutes,
+   bench/results/method_notes.md). The selection's `coarse` maps
    each coarse pair to its groups; `measurements` draws `measure.coarsen(marginal, groups)` through
    `measure.measure_marginal` at the Eq. 11 rho of its coarse cell count: one row still moves one
    cell by 1, so the mechanism, its sensitivity and its charge are those of a fine marginal at that
@@ -99,7 +103,7 @@ SCORE_FLOOR_SD = 2.0  # scores below this many noise sds count as 0 (docstring, 
 FIT_NOISE_SHARE = 0.5  # E_eta: the share of the raw noise error left after the fit (step 4)
 COARSE_LEVELS = (6, 16)  # coarse versions: groups of 1/level of a large column's mass (step 5)
 COARSE_MIN_CELLS = 1_000  # pairs with fewer cells have no coarse version (step 5)
-COARSE_TAU_CELLS = 20_000  # tau for a coarse candidate (step 5)
+COARSE_TAU_CELLS = 50_000  # tau for a coarse candidate (step 5)
 
 
 def normalize_scores(noisy: np.ndarray, pairs: list[Clique], domain: dict[str, int],
