@@ -125,9 +125,8 @@ def recomputed_from_public_files(public) -> dict:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    # 5,000 rows: the guard keeps sex x occupation by 11-17 times its threshold's margin; at
-    # 2,000 rows that margin was -0.2 to 2.6 and in about 1 run of 10 nothing was kept (the
-    # assertion below on kept marginals failed once in CI)
+    # 5,000 rows, so that the guard keeps sex x occupation in every run (at 2,000 rows its
+    # dependency was near the guard's threshold, and about 1 run in 10 kept no marginal)
     project = make_project(tmp_path_factory.mktemp("fidelity"), rows=5000, report=None,
                            method="manual", selection={"marginals": MARGINALS})
     instance = dg.DagsterInstance.ephemeral()

@@ -57,12 +57,8 @@ def preprocess_share(noisy_rows: float | None, run_rho: float) -> float:
       the whole run's rho) <= SMALL_Z: SMALL_PREPROCESS_SHARE, where a category must hold a
       large share of the rows to be found at all; linear in log z up to the rho's share at
       z >= LARGE_Z.
-    Measured (bench/results/method_notes.md, "The preprocessing share", 2-way TVD, shares 0.15
-    to 0.85 on the four raw tables at epsilon 0.2, 1, 5): titanic_raw (z 109) and penguins_raw
-    (z 42) at epsilon 1 best at 0.6 to 0.8; both at epsilon 5 (z 497, 192) best at 0.15 to 0.4
-    (0.7: 14% and 15% worse); adult_raw and diamonds_raw at epsilon 0.2 best at 0.4 to 0.6;
-    at epsilon 1 adult_raw best at 0.3 (0.5: 5% worse, 7 runs each) and diamonds_raw flat
-    (0.3 and 0.5 within a standard error); at epsilon 5 both flat. The share lies in
+    The ends and thresholds are measured (a sweep of shares on the four raw tables:
+    bench/results/method_notes.md, "The preprocessing share"). The share lies in
     [MIN_PREPROCESS_SHARE, SMALL_PREPROCESS_SHARE], the range `DatasetBudget.reservation`
     covers before the count."""
     high = _rho_share(run_rho)

@@ -24,7 +24,7 @@ seconds and memory is a few arrays of the output's length plus the clique tables
 They are also stratified (ours). The model says the new attributes are independent of every
 earlier attribute given the separator; dealt to the group's rows at random, the points leave
 each (earlier value, new value) count random around that (hypergeometric), and on adult those
-deviations add about 0.002 to the rows' 2-way TVD over the model's own. So the rows of a group
+deviations add to the rows' 2-way TVD over the model's own. So the rows of a group
 are ordered by the codes of up to `STRATA` attributes drawn earlier and not in the separator (in
 a random order of those attributes; as many as fit one int64 sort key with the group's index and
 `TIE_BITS` random bits that break ties at random), and the points go to that order by the
@@ -33,11 +33,8 @@ group: every run of consecutive rows, and so every stratum, gets points spread o
 range, hence nearly its proportional share of each value, while the group keeps exactly the
 systematic set of points (its counts are unchanged) and each row's point is uniform over them
 (the shift), so no row's value depends on its place in the order. The first attribute of the
-order is stratified best, the later ones within its runs. Measured on adult's fitted models
-(epsilon 1, two fits, 3 samples each): 2-way TVD 0.0366 -> 0.0361 and 0.0345 -> 0.0340, 3-way
-0.0844 -> 0.0830, 1-way unchanged, for about 0.1 s per 50,000 rows (1,000,000 rows: about 4 s
-against 1.8 s unstratified on a loaded machine; bench/results/method_notes.md, "Stratified
-sampling").
+order is stratified best, the later ones within its runs. What it gains and costs:
+bench/results/method_notes.md, "Stratified sampling".
 """
 
 from collections import deque

@@ -28,8 +28,8 @@ answer right after its draw; the greedy is post-processing of those. `budget.mea
 3. CR-score (Alg. 1, Eq. 7-8): R_tilde(i, j) is the maximum over paths from i to j in the graph
    of selected marginals of the product of R_bar along the path; CR = R_bar - R_tilde. We compute
    all pairs at once by Floyd-Warshall in the (max, x) semiring over R_bar (capped at 1), which
-   is Alg. 1's max-product search (`cr_scores`). A negative CR (a path explains more than the pair's own score) counts as
-   no missing information: max(CR, 0).
+   is Alg. 1's max-product search (`cr_scores`). A negative CR (a path explains more than the
+   pair's own score) counts as no missing information: max(CR, 0).
 4. Greedy (Alg. 3). Every selection S, the empty one included, is scored by one function on
    one scale (counts, each pair's score clipped at 0):
        E(S) = E_cor(S) + E_eta(S),
@@ -73,11 +73,9 @@ answer right after its draw; the greedy is post-processing of those. `budget.mea
    count factor), stays in E_cor. A selected pair may move to a version of more cells in a later
    round; a fill-in edge takes its cheapest version; a coarse candidate may not make a maximal
    clique of `COARSE_TAU_CELLS` cells or more (the model fits it on its fine codes, so it grows the
-   model as a fine pair does; the smaller tau keeps the fit's time: 5 x 10^4, measured on adult
-   with paired noise, 12 seeds at epsilon 1: 2-way TVD of the model 0.0341 at 2 x 10^4, 0.0336 at
-   5 x 10^4, better or equal on 10 of 12 seeds and most on the runs whose greedy was blocked
-   early (0.0387 -> 0.0366); no change at epsilon 0.2 and 5; 10^5 made fits of minutes,
-   bench/results/method_notes.md). The selection's `coarse` maps
+   model as a fine pair does; the smaller tau keeps the fit's time; its value, 5 x 10^4, is
+   measured: bench/results/method_notes.md, "Where absyn's bad runs come from"). The
+   selection's `coarse` maps
    each coarse pair to its groups; `measurements` draws `measure.coarsen(marginal, groups)` through
    `measure.measure_marginal` at the Eq. 11 rho of its coarse cell count: one row still moves one
    cell by 1, so the mechanism, its sensitivity and its charge are those of a fine marginal at that

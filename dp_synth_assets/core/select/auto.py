@@ -19,10 +19,8 @@ Budget: 0.1 rho for the 1-way marginals, 0.1 for selection, the rest for the sel
    is at most `MST_NOISE_MAX`; otherwise absyn (the greedy on the noisy R-scores, which with
    nothing detectable measures nothing and leaves the budget to the 1-way marginals). With one
    column there is nothing to select and no selection mechanism runs.
-   Measured (bench/results/method_notes.md, "`auto` over the whole grid" and "The MST branch's
-   second condition"): the score-noise share alone picked MST on titanic_raw and penguins_raw
-   at every epsilon and on adult_raw at epsilon 0.2, where it was 0.99-1.20x the default's 2-way
-   TVD (nu 0.13-4.8 there), and on the wide table at epsilon 0.2, where it was 0.65x (nu 0.016).
+   Both thresholds are measured on bench/suite.py's grid (bench/results/method_notes.md, "The
+   MST branch's second condition").
 3. The picked method's selection on those 1-way marginals (`absyn.select_after`,
    `mst.select_after`); `details["picked"]`, `details["score_noise_share"]` and
    `details["mst_edge_noise"]` say which and why (public: functions of n_hat, the domain and rho).
