@@ -439,9 +439,15 @@ def test_bins_flat_at_the_noise_level_get_no_density_and_decode_uniformly():
     assert (start, width, cells) == (0.0, 1.0, 200)
     hist = np.full(cells, 30, dtype=np.int64)  # 30 rows per value: flat at sigma ~ 30
     hist[150] = 5000  # one spike in bin 1 (values 100..199); bin 0 flat
-    pieces = grid_density(hist, "x", spec, 0.0, 199.0, 1 / (2 * 30.0 ** 2), Recorder())
-    assert pieces and all(100 <= a < b <= 200 for a, b, _ in pieces)
-    assert max(pieces, key=lambda p: p[2])[:2] == (150.0, 151.0)
+    # The flat bin's chi-square (99 dof) exceeds the bound with probability 2.6e-4 per draw
+    # (failed CI once); over 5 draws at most one may shape it: about 7e-7 to fail.
+    shaped_flat = 0
+    for _ in range(5):
+        pieces = grid_density(hist, "x", spec, 0.0, 199.0, 1 / (2 * 30.0 ** 2), Recorder())
+        assert pieces and max(pieces, key=lambda p: p[2])[:2] == (150.0, 151.0)
+        shaped_flat += any(a < 100 for a, _, _ in pieces)
+        assert all(a < b <= 200 for a, b, _ in pieces)
+    assert shaped_flat <= 1
 
 
 def test_density_grid_is_a_round_width_aligned_on_its_multiples():
