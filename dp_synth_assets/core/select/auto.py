@@ -1,10 +1,11 @@
 """`auto`: one of the selection methods, chosen from public facts only.
 
-Budget: 0.1 rho for the 1-way marginals, 0.1 for selection, the rest for the selected marginals
-(METHODS["auto"]), whichever method it picks; the picked method runs with this split.
+Budget: 0.3 rho for the 1-way marginals, 0.1 for selection, the rest for the selected marginals
+(METHODS["auto"], as absyn's), whichever method it picks; the picked method runs with this split.
 
-1. The 1-way marginals are measured first (`privsyn.measure_one_way`, rho_1 split evenly) and
-   give the noisy row count n_hat (`measure.noisy_total`): public.
+1. The 1-way marginals are measured first (`privsyn.measure_one_way`, rho_1 split in proportion
+   to k^(2/3), as absyn splits it) and give the noisy row count n_hat (`measure.noisy_total`):
+   public.
 2. Rule. absyn's pair scores are released together, each with Gaussian noise of standard
    deviation sigma_s = sqrt(8 m / rho_s) counts (m = d (d - 1) / 2 pairs, rho_s the selection
    budget); a pair's dependency is at most about n_hat. When sigma_s / n_hat > `SCORE_NOISE_MAX`
@@ -36,7 +37,7 @@ import numpy as np
 from ..config import SelectionSettings
 from ..measure import noisy_total
 from . import Budget, Charge, Log, MarginalOracle, Selection
-from .privsyn import INDIF_SENSITIVITY, measure_one_way
+from .privsyn import CELLS_POWER, INDIF_SENSITIVITY, measure_one_way
 
 SCORE_NOISE_MAX = 0.1  # sigma_s / n_hat above which absyn's scores are noise (rule, step 2)
 MST_NOISE_MAX = 0.05  # nu: MST's expected L1 noise per edge / n_hat at most this (rule, step 2)
@@ -70,7 +71,7 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     from . import absyn, mst
 
-    one_way = measure_one_way(domain, oracle, budget.one_way, charge)
+    one_way = measure_one_way(domain, oracle, budget.one_way, charge, CELLS_POWER)
     method, share, nu = pick(domain, noisy_total(list(one_way)), budget.score, budget.measure)
     chosen = (mst if method == "mst" else absyn).select_after(domain, oracle, budget, charge,
                                                               one_way, log)
