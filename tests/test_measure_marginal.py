@@ -106,3 +106,20 @@ def test_the_check_finds_a_direct_call(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("from x import privacy\nnoisy, s = privacy.gaussian_counts(c, 1.0)\n")
     assert gaussian_counts_uses(bad) == [2]
+
+
+def test_merge_repeats_is_the_inverse_variance_mean_of_each_cliques_measurements():
+    """Two measurements of (a, b) at rho 1 and 3 become one at rho 4: sigma^-2 add, the mean
+    weighted 1 : 3; a coarse one on other groups and a 1-way one stay apart, order kept."""
+    from dp_synth_assets.core.measure import Measurement, merge_repeats
+
+    first = Measurement(("a", "b"), np.array([[10.0, 20.0]]), math.sqrt(1 / 2), 1.0)
+    second = Measurement(("a", "b"), np.array([[14.0, 16.0]]), math.sqrt(1 / 6), 3.0)
+    coarse = Measurement(("a", "b"), np.array([[30.0]]), 1.0, 0.5, (None, (0, 0)))
+    single = Measurement(("a",), np.array([30.0]), 1.0, 0.5)
+    out = merge_repeats([first, coarse, single, second])
+    assert [(m.clique, m.groups) for m in out] == [(("a", "b"), None), (("a", "b"), (None, (0, 0))),
+                                                   (("a",), None)]
+    assert out[0].noisy.ravel().tolist() == pytest.approx([13.0, 17.0])
+    assert out[0].rho == pytest.approx(4.0) and out[0].sigma == pytest.approx(math.sqrt(1 / 8))
+    assert out[1] is coarse and out[2] is single

@@ -207,6 +207,26 @@ def refine(measurements: list[Measurement]) -> list[Measurement]:
     return out
 
 
+def merge(a: Measurement, b: Measurement) -> Measurement:
+    """Inverse-variance combination of two measurements of the same clique on the same groups:
+    what one measurement at rho_a + rho_b would give (sigma^-2 add), as public post-processing."""
+    wa, wb = 1 / a.sigma ** 2, 1 / b.sigma ** 2
+    noisy = (wa * a.noisy + wb * b.noisy) / (wa + wb)
+    sigma = math.sqrt(1 / (wa + wb))
+    return Measurement(a.clique, noisy, sigma, 1 / (2 * sigma ** 2), a.groups)
+
+
+def merge_repeats(measurements: list[Measurement]) -> list[Measurement]:
+    """One measurement per (clique, groups): repeats merged (`merge`) into the first's place, so
+    a marginal measured twice (AIM's rounds, `auto`'s MST edges) is judged and fitted as one."""
+    merged: dict[tuple, Measurement] = {}
+    for m in measurements:
+        key = (tuple(m.clique), None if m.groups is None else
+               tuple(None if g is None else tuple(g) for g in m.groups))
+        merged[key] = merge(merged[key], m) if key in merged else m
+    return list(merged.values())
+
+
 def noisy_total(measurements: list[Measurement]) -> float:
     """Inverse-variance weighted mean of the measurements' totals (each total has variance
     cells * sigma^2): the noisy row count."""

@@ -31,7 +31,8 @@ from . import marginals as margs
 from .budget import DatasetBudget, measurement_plan
 from .config import DatasetSpec
 from .domain import Clique, EncodingPlan
-from .measure import Measurements, clique_size, coarsened_size, make_consistent, noisy_total
+from .measure import (Measurements, clique_size, coarsened_size, make_consistent, merge_repeats,
+                      noisy_total)
 from .measure import measure as draw
 from .preprocess import prepare_encoded_view
 from .select import Selection, required_cliques
@@ -90,7 +91,8 @@ def select(spec: DatasetSpec, plan: EncodingPlan, oracle: Oracle, budget: Datase
 def measure(plan: EncodingPlan, chosen: Selection, oracle: Oracle, budget: DatasetBudget,
             charge) -> Measurements:
     """Measure the cliques `chosen` left to measure with the measurement budget
-    (`measurement_plan`'s per-clique rho; the oracle is not called when there is none), then
+    (`measurement_plan`'s per-clique rho; the oracle is not called when there is none), merge
+    a marginal measured more than once into one (`merge_repeats`), then
     keep only the marginals that beat the independent model on their own noisy values (every
     method alike: `select.guard`, which spends nothing and folds a dropped marginal into the
     1-way ones), make the rest consistent (the selection's one-way and adaptive measurements
@@ -98,7 +100,8 @@ def measure(plan: EncodingPlan, chosen: Selection, oracle: Oracle, budget: Datas
     rhos = measurement_plan(cover_columns(chosen, plan.domain), plan.domain,
                             budget.with_rows(plan.noisy_rows).stage_rho("measurements"))
     noisy = draw(oracle(list(rhos)), rhos, charge, chosen.coarse) if rhos else []
-    kept, _ = guard(list(chosen.one_way) + list(chosen.measured) + noisy, plan.domain)
+    kept, _ = guard(merge_repeats(list(chosen.one_way) + list(chosen.measured) + noisy),
+                    plan.domain)
     consistent = make_consistent(kept)
     return Measurements(tuple(consistent), noisy_total(consistent))
 

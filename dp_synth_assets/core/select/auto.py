@@ -1,11 +1,11 @@
 """`auto`: one of the selection methods, chosen from public facts only.
 
-Budget: 0.3 rho for the 1-way marginals, 0.1 for selection, the rest for the selected marginals
-(METHODS["auto"], as absyn's), whichever method it picks; the picked method runs with this split.
+Budget (METHODS["auto"], as absyn's): rho_1 = 0.3 rho for the 1-way marginals, 0.1 for
+selection, the rest (rho_m) for the selected marginals.
 
-1. The 1-way marginals are measured first (`privsyn.measure_one_way`, rho_1 split in proportion
-   to k^(2/3), as absyn splits it) and give the noisy row count n_hat (`measure.noisy_total`):
-   public.
+1. A third of rho_1 (`PICK_ONE_WAY_SHARE`) measures the 1-way marginals first
+   (`privsyn.measure_one_way`, split in proportion to k^(2/3), as absyn splits it); they give
+   the noisy row count n_hat (`measure.noisy_total`): public.
 2. Rule. absyn's pair scores are released together, each with Gaussian noise of standard
    deviation sigma_s = sqrt(8 m / rho_s) counts (m = d (d - 1) / 2 pairs, rho_s the selection
    budget); a pair's dependency is at most about n_hat. When sigma_s / n_hat > `SCORE_NOISE_MAX`
@@ -22,25 +22,34 @@ Budget: 0.3 rho for the 1-way marginals, 0.1 for selection, the rest for the sel
    column there is nothing to select and no selection mechanism runs.
    Both thresholds are measured on bench/suite.py's grid (bench/results/method_notes.md, "The
    MST branch's second condition").
-3. The picked method's selection on those 1-way marginals (`absyn.select_after`,
-   `mst.select_after`); `details["picked"]`, `details["score_noise_share"]` and
-   `details["mst_edge_noise"]` say which and why (public: functions of n_hat, the domain and rho).
+3. The picked method's selection (`absyn.select_after`, `mst.select_after`). absyn: the other
+   two thirds of rho_1 measure the 1-way marginals again, merged with the first by inverse
+   variance (`measure.merge`: one measurement at rho_1), as absyn alone measures them. MST:
+   its edges are worth more than 1-way precision (the tables it is picked on have small
+   domains), so it runs with 1-way marginals at rho_1 / 3 and the other two thirds measure its
+   edges at once, split as the measurement stage splits rho_m over them (`measured`; the stage
+   merges the two measurements of an edge, `measure.merge_repeats`): MST's edges get
+   rho_m + 2 rho_1 / 3. `details["picked"]`, `details["score_noise_share"]` and
+   `details["mst_edge_noise"]` say which and why (public: functions of n_hat, the domain and
+   rho).
 Whatever it picks, the measurement stage's guard (`select.guard`) keeps only the marginals that
 beat the independent model.
 """
 
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from ..config import SelectionSettings
-from ..measure import noisy_total
+from ..measure import measure, merge, noisy_total
 from . import Budget, Charge, Log, MarginalOracle, Selection
 from .privsyn import CELLS_POWER, INDIF_SENSITIVITY, measure_one_way
 
 SCORE_NOISE_MAX = 0.1  # sigma_s / n_hat above which absyn's scores are noise (rule, step 2)
 MST_NOISE_MAX = 0.05  # nu: MST's expected L1 noise per edge / n_hat at most this (rule, step 2)
+PICK_ONE_WAY_SHARE = 1 / 3  # of rho_1, measured before the pick (steps 1 and 3)
 
 
 def mst_edge_noise(domain: dict[str, int], n_hat: float, rho_measure: float) -> float:
@@ -71,11 +80,28 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     from . import absyn, mst
 
-    one_way = measure_one_way(domain, oracle, budget.one_way, charge, CELLS_POWER)
-    method, share, nu = pick(domain, noisy_total(list(one_way)), budget.score, budget.measure)
-    chosen = (mst if method == "mst" else absyn).select_after(domain, oracle, budget, charge,
-                                                              one_way, log)
+    first = budget.one_way * PICK_ONE_WAY_SHARE
+    rest = budget.one_way - first
+    one_way = measure_one_way(domain, oracle, first, charge, CELLS_POWER)
+    method, share, nu = pick(domain, noisy_total(list(one_way)), budget.score,
+                             budget.measure + rest)
+    if method == "mst":
+        chosen = mst.select_after(domain, oracle, Budget(first, budget.score, budget.measure),
+                                  charge, one_way, log)
+        weights = chosen.budgets if chosen.cliques else {}
+        rhos = ({c: rest * w / sum(weights.values()) for c, w in weights.items()}
+                if weights and sum(weights.values()) > 0 else {})
+        extra = tuple(measure(oracle(list(rhos)), rhos, charge, chosen.coarse)) if rhos else ()
+        if rest > 0 and not rhos:  # no edge to measure: the 1-way marginals take it
+            extra = measure_one_way(domain, oracle, rest, charge, CELLS_POWER)
+        chosen = replace(chosen, measured=chosen.measured + extra)
+    else:
+        if rest > 0:
+            again = measure_one_way(domain, oracle, rest, charge, CELLS_POWER)
+            one_way = tuple(merge(a, b) for a, b in zip(one_way, again))
+        chosen = absyn.select_after(domain, oracle, budget, charge, one_way, log)
     return Selection("auto", chosen.one_way, chosen.cliques, chosen.budgets, chosen.scores,
                      {**chosen.details, "picked": method,
                       "score_noise_share": round(share, 6),
-                      "mst_edge_noise": round(nu, 6) if math.isfinite(nu) else None}, chosen.measured, chosen.coarse)
+                      "mst_edge_noise": round(nu, 6) if math.isfinite(nu) else None},
+                     chosen.measured, chosen.coarse)

@@ -32,7 +32,7 @@ import math
 
 import numpy as np
 
-from ..measure import Measurement
+from ..measure import Measurement, merge
 
 Z = 3.0  # null standard deviations a kept clique's statistic must clear
 
@@ -62,14 +62,6 @@ def justified(m: Measurement) -> bool:
     return t > dof + max(dof, Z * math.sqrt(2 * dof))
 
 
-def _merge(a: Measurement, b: Measurement) -> Measurement:
-    """Inverse-variance combination of two measurements of the same 1-way clique."""
-    wa, wb = 1 / a.sigma ** 2, 1 / b.sigma ** 2
-    noisy = (wa * a.noisy + wb * b.noisy) / (wa + wb)
-    sigma = math.sqrt(1 / (wa + wb))
-    return Measurement(a.clique, noisy, sigma, 1 / (2 * sigma ** 2))
-
-
 def guard(measurements: list[Measurement],
           domain: dict[str, int]) -> tuple[list[Measurement], dict]:
     """The measurements the model may fit, and a public report {"kept": [...], "dropped":
@@ -90,7 +82,7 @@ def guard(measurements: list[Measurement],
             if at is None:
                 kept.append(proj)
             else:
-                kept[at] = _merge(kept[at], proj)
+                kept[at] = merge(kept[at], proj)
     report = {"kept": [list(m.clique) for m in kept if len(m.clique) >= 2],
               "dropped": [list(m.clique) for m in dropped]}
     return kept, report
