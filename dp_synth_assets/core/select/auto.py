@@ -11,12 +11,13 @@ selection, the rest (rho_m) for the selected marginals.
    budget); a pair's dependency is at most about n_hat. When sigma_s / n_hat > `SCORE_NOISE_MAX`
    the scores cannot tell a dependent pair from noise. MST's exponential mechanism picks d - 1
    edges round by round with sensitivity 1, so its selection noise grows with sqrt(d), not
-   with m; but MST then measures every edge it picked, each at rho_m / (d - 1), and on a table
+   with m; but MST then measures every edge it picked, each at rho_e / (d - 1) (rho_e =
+   rho_m + 2 rho_1 / 3, step 3), and on a table
    with little data for its domains those measurements are noise the guard drops (spending
    most of the budget for nothing: a dropped pair gives back only d_a / c of its rho to each
    1-way marginal). So MST is picked only when, besides, its edges are cheap: the expected L1
    noise of one edge at the median cell count c_med of all pairs,
-       nu = c_med sqrt((d - 1) / (2 rho_m)) sqrt(2 / pi) / n_hat,
+       nu = c_med sqrt((d - 1) / (2 rho_e)) sqrt(2 / pi) / n_hat,
    is at most `MST_NOISE_MAX`; otherwise absyn (the greedy on the noisy R-scores, which with
    nothing detectable measures nothing and leaves the budget to the 1-way marginals). With one
    column there is nothing to select and no selection mechanism runs.
@@ -54,7 +55,7 @@ PICK_ONE_WAY_SHARE = 1 / 3  # of rho_1, measured before the pick (steps 1 and 3)
 
 def mst_edge_noise(domain: dict[str, int], n_hat: float, rho_measure: float) -> float:
     """nu of the module docstring: the expected L1 noise of one of MST's d - 1 measured edges at
-    the median pair's cell count, as a share of n_hat (public: domain sizes, n_hat, rho_m)."""
+    the median pair's cell count, as a share of n_hat (public: domain sizes, n_hat, the edges' rho_e)."""
     d = len(domain)
     if d < 2:
         return 0.0
