@@ -55,7 +55,8 @@ PICK_ONE_WAY_SHARE = 1 / 3  # of rho_1, measured before the pick (steps 1 and 3)
 
 def mst_edge_noise(domain: dict[str, int], n_hat: float, rho_measure: float) -> float:
     """nu of the module docstring: the expected L1 noise of one of MST's d - 1 measured edges at
-    the median pair's cell count, as a share of n_hat (public: domain sizes, n_hat, the edges' rho_e)."""
+    the median pair's cell count, as a share of n_hat (public: domain sizes, n_hat, and
+    `rho_measure`, the edges' rho_e)."""
     d = len(domain)
     if d < 2:
         return 0.0
