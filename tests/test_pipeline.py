@@ -96,14 +96,16 @@ def test_spend_equals_the_run_budget_and_the_sum_of_the_mechanisms_rho(run):
     assert math.isclose(sum(e["rho"] for e in charges), budget.run_rho, rel_tol=1e-9)
     store = artifacts(defs.resources["warehouse"], "example")
     measurements = store.measurements().measurements
-    # one charge per marginal drawn (the selection's 1-way marginals, and in `measurements` its
-    # cliques plus the 1-way marginal of each column they leave uncovered), one for all InDif
-    # scores; the independence guard then keeps what beats the independent model (it spends
-    # nothing), so the published measurements can be fewer; in `preprocessed`, one density
-    # histogram per column whose declared bins can hold more than one value
+    # one charge per marginal drawn (the selection's 1-way marginals, which `auto` draws in two
+    # steps and merges when it picks absyn, and in `measurements` its cliques plus the 1-way
+    # marginal of each column they leave uncovered), one for all InDif scores; the independence
+    # guard then keeps what beats the independent model (it spends nothing), so the published
+    # measurements can be fewer; in `preprocessed`, one density histogram per column whose
+    # declared bins can hold more than one value
     chosen = store.selection()
     plan = store.plan()
-    drawn = len(chosen.one_way) + len(chosen.measured) + len(
+    assert chosen.method == "auto" and chosen.details["picked"] == "absyn"
+    drawn = 2 * len(chosen.one_way) + len(chosen.measured) + len(
         cover_columns(chosen, plan.domain).cliques)
     densities = sum(needs_density(c) for c in spec_of(project).columns.values())
     assert densities > 0
