@@ -252,7 +252,10 @@ def test_rounds_follow_the_budget_rules_and_the_ledger_holds_exactly_their_charg
     accepted = PrivacyLedger(ledger).summary("t").spent_rho
     one_way = math.fsum(m.rho for m in chosen.one_way)
     rounds = chosen.details["rounds"]
-    assert one_way == pytest.approx(0.1 * rho, rel=1e-9)
+    assert one_way == pytest.approx(0.3 * rho, rel=1e-9)  # METHODS["aim"]: 0.3 of rho
+    weights = np.array([domain[m.clique[0]] for m in chosen.one_way], dtype=float) ** (2 / 3)
+    assert [m.rho for m in chosen.one_way] == pytest.approx(
+        list(0.3 * rho * weights / weights.sum()), rel=1e-9)  # split by k^(2/3)
     # the ledger accepted exactly the 1-way marginals and every round's two charges: all of rho
     assert accepted == pytest.approx(one_way + math.fsum(r["rho"] for r in rounds), rel=1e-12)
     assert accepted <= rho * (1 + 1e-12)
