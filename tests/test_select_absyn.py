@@ -205,39 +205,21 @@ def test_detectable_pairs_shrink_until_the_floor_is_stable():
     assert detectable(pairs, domain, n, 0.0) == []
 
 
-def test_one_way_rho_follows_the_codes_to_the_two_thirds_and_minimizes_the_summed_noise():
-    """absyn (and auto) split rho_1 in proportion to k^(2/3); the papers' even split is power 0.
-    Checked against the closed form, and as the minimum of sum_a k_a / sqrt(rho_a) (the summed
-    expected L1 noise up to a constant) over random splits of the same rho."""
-    from dp_synth_assets.core.select.privsyn import CELLS_POWER, measure_one_way
+
+def test_absyn_splits_the_one_way_rho_evenly_and_by_cells_only_when_asked():
+    """ABSyn section VI.B as SEED-NOTES states it: rho_1 = 0.1 rho split evenly (absyn's own
+    run); `by_cells` (auto's and aim's choice) splits it by codes^(2/3), `optimal_split`."""
+    from dp_synth_assets.core.measure import optimal_split
+    from dp_synth_assets.core.select.privsyn import measure_one_way
     from tests.helpers import ChargeRecorder, method_budget
 
     domain = {"a": 2, "b": 9, "c": 100}
     rng = np.random.default_rng(0)
-    data = {a: rng.integers(0, k, 500) for a, k in domain.items()}
-    oracle = counting_oracle(data, domain)
-    even = [s.rho for s, _ in _one_way_charges(measure_one_way, domain, oracle, 0.3)]
-    assert even == pytest.approx([0.1] * 3, rel=1e-9)
-    split = [s.rho for s, _ in _one_way_charges(measure_one_way, domain, oracle, 0.3,
-                                                CELLS_POWER)]
-    weights = np.array([2, 9, 100], dtype=float) ** (2 / 3)
-    assert split == pytest.approx(0.3 * weights / weights.sum(), rel=1e-9)
-    noise = lambda rho: float(np.sum(np.array([2, 9, 100]) / np.sqrt(rho)))  # noqa: E731
-    for _ in range(200):
-        other = 0.3 * rng.dirichlet(np.ones(3))
-        assert noise(np.array(split)) <= noise(other) + 1e-9
-
-    # the default's run: its first three charges are these 1-way measurements
+    oracle = counting_oracle({a: rng.integers(0, k, 500) for a, k in domain.items()}, domain)
+    for by_cells, expected in ((False, [0.1] * 3), (True, optimal_split(0.3, [2, 9, 100]))):
+        charges = ChargeRecorder()
+        measure_one_way(domain, oracle, 0.3, charges, by_cells=by_cells)
+        assert [s.rho for s, _ in charges.calls] == pytest.approx(expected, rel=1e-9)
     charges = ChargeRecorder()
     select("absyn", domain, oracle, method_budget("absyn", 1.0), SelectionSettings(), charges)
-    first = [s.rho for s, params in charges.calls[:3]]
-    assert first == pytest.approx(method_budget("absyn", 1.0).one_way * weights / weights.sum(),
-                                  rel=1e-9)
-
-
-def _one_way_charges(measure, domain, oracle, rho, *power):
-    from tests.helpers import ChargeRecorder
-
-    charges = ChargeRecorder()
-    measure(domain, oracle, rho, charges, *power)
-    return charges.calls
+    assert [s.rho for s, _ in charges.calls[:3]] == pytest.approx([0.1 / 3] * 3, rel=1e-9)

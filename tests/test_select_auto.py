@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from dp_synth_assets.core.config import SelectionSettings
+from dp_synth_assets.core.measure import optimal_split
 from dp_synth_assets.core.select import Budget, select
 from dp_synth_assets.core.select.auto import MST_NOISE_MAX, SCORE_NOISE_MAX, mst_edge_noise, pick
 from tests.helpers import counting_oracle
@@ -53,6 +54,7 @@ def test_auto_spends_its_split_once_and_says_what_it_picked():
     assert len(chosen.one_way) == 3 and ("a", "b") in chosen.cliques
 
 
+
 def _ten_columns(n: int, seed: int) -> tuple[dict, dict]:
     """Ten 3-code columns, each a noisy copy of the one before (a chain)."""
     rng = np.random.default_rng(seed)
@@ -62,17 +64,21 @@ def _ten_columns(n: int, seed: int) -> tuple[dict, dict]:
     return {f"c{i}": c for i, c in enumerate(cols)}, {f"c{i}": 3 for i in range(10)}
 
 
-def test_the_mst_branch_measures_its_edges_with_the_one_way_budget_it_does_not_use():
-    """Score share sqrt(16 * 45 / 0.004) / 2000 = 0.21 and nu 0.007: MST. Its 1-way marginals
-    take a third of rho_1; the other two thirds measure its d - 1 edges at once, split as the
-    selection's budgets split rho_m; selection spends exactly rho_1 + rho_s."""
-    data, domain = _ten_columns(2000, 1)
-    budget = Budget(0.3, 0.002, 1.0)
+def _auto(data: dict, domain: dict, budget: Budget):
+    """auto's selection and its charges, in order; it spends exactly rho_1 + rho_s."""
     spends = []
     chosen = select("auto", domain, counting_oracle(data, domain), budget, SelectionSettings(),
                     lambda spend, **_: spends.append(spend))
-    assert chosen.details["picked"] == "mst"
     assert math.isclose(sum(s.rho for s in spends), budget.one_way + budget.score, rel_tol=1e-9)
+    return chosen, spends
+
+
+def test_the_mst_branch_measures_its_edges_with_the_one_way_budget_it_does_not_use():
+    """Score share sqrt(16 * 45 / 0.004) / 2000 = 0.21 and nu 0.007: MST. Its 1-way marginals
+    take a third of rho_1; the other two thirds measure its d - 1 edges at once, split as the
+    selection's budgets split rho_m."""
+    chosen, _ = _auto(*_ten_columns(2000, 1), Budget(0.3, 0.002, 1.0))
+    assert chosen.details["picked"] == "mst"
     assert math.fsum(m.rho for m in chosen.one_way) == pytest.approx(0.1, rel=1e-9)
     assert [m.clique for m in chosen.measured] == list(chosen.cliques) and len(chosen.cliques) == 9
     weights = np.array([chosen.budgets[c] for c in chosen.cliques])
@@ -80,19 +86,19 @@ def test_the_mst_branch_measures_its_edges_with_the_one_way_budget_it_does_not_u
                                                              rel=1e-9)
 
 
-def test_the_absyn_branch_measures_the_one_way_marginals_at_the_whole_rho_1():
+def test_the_absyn_branch_measures_the_one_way_marginals_at_the_whole_rho_1_by_cells():
     """n = 20,000 at rho_s = 0.05 (share 0.004): absyn. The 1-way marginals are drawn twice
-    (a third, then two thirds of rho_1) and merged: each one measurement at rho_1 / 10
-    (3 codes each: the k^(2/3) split is even), sigma = sqrt(1 / (2 rho))."""
+    (a third, then two thirds of rho_1, each split by codes^(2/3)) and merged: one measurement
+    per column at its share of rho_1, sigma = sqrt(1 / (2 rho)). One column of 12 codes makes
+    the split uneven."""
     data, domain = _ten_columns(20_000, 2)
-    budget = Budget(0.3, 0.05, 0.6)
-    spends = []
-    chosen = select("auto", domain, counting_oracle(data, domain), budget, SelectionSettings(),
-                    lambda spend, **_: spends.append(spend))
+    data["c9"], domain["c9"] = np.random.default_rng(3).integers(0, 12, 20_000), 12
+    chosen, spends = _auto(data, domain, Budget(0.3, 0.05, 0.6))
     assert chosen.details["picked"] == "absyn"
-    assert sum(1 for s in spends if s.mechanism == "gaussian_counts") == 20
-    assert math.isclose(sum(s.rho for s in spends), budget.one_way + budget.score, rel_tol=1e-9)
-    assert [m.rho for m in chosen.one_way] == pytest.approx([0.03] * 10, rel=1e-9)
+    sizes = list(domain.values())
+    draws = [s.rho for s in spends if s.mechanism == "gaussian_counts"]
+    assert draws == pytest.approx(optimal_split(0.1, sizes) + optimal_split(0.2, sizes), rel=1e-9)
+    assert [m.rho for m in chosen.one_way] == pytest.approx(optimal_split(0.3, sizes), rel=1e-9)
     assert all(math.isclose(m.sigma, math.sqrt(1 / (2 * m.rho)), rel_tol=1e-9)
                for m in chosen.one_way)
     assert chosen.cliques and not chosen.measured

@@ -29,7 +29,7 @@ class MethodInfo:
 
 METHODS = {
     "privsyn": MethodInfo("privsyn", 0.1, 0.1, False),
-    "absyn": MethodInfo("absyn", 0.3, 0.1, False),
+    "absyn": MethodInfo("absyn", 0.1, 0.1, False),
     "mst": MethodInfo("mst", 1 / 3, 1 / 3, False),
     "aim": MethodInfo("aim", 0.3, 0.1, True),
     "ppsyn": MethodInfo("ppsyn", 0.1, 0.1, True),

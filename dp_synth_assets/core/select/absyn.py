@@ -8,12 +8,8 @@ all R-scores, fine and coarse (`budget.score`; step 5), each charged with its Op
 answer right after its draw; the greedy is post-processing of those. `budget.measure` is split over the selected marginals
 (`budgets`) and spent by the `measurements` stage. Steps:
 
-1. 1-way marginals, rho_1 split over the d attributes in proportion to k^(2/3) (k: the
-   attribute's codes; `privsyn.measure_one_way`, `CELLS_POWER`), not evenly as section VI.B
-   does: the split that minimizes their summed L1 noise. Our choice, with a 1-way share of
-   0.3 rather than 0.1 (METHODS["absyn"]): every attribute's 1-way error reaches each of its
-   d - 1 pairs, and a large column's is the largest (bench/results/method_notes.md, "1-way
-   marginals").
+1. 1-way marginals with rho_1 split evenly over the d attributes (section VI.B). (`auto`, the
+   default, measures them its own way before it runs steps 2-5: `select_after`.)
 2. R-scores: R(a, b) = || M_ab - M_a x M_b / n ||_1 on exact counts (sensitivity 4, as InDif),
    published for all m pairs at once with Gaussian noise of variance 8m / rho_s (Alg. 3 line 5 as
    SEED-NOTES corrects it), then divided by the noisy total (never the exact count; at least 1),
@@ -99,7 +95,7 @@ from ..measure import (adjacent_groups, clique_size, coarsen, coarsened_size,
                        expected_noise_error, measure_marginal, noisy_total, optimal_split)
 from ..privacy import gaussian_scores
 from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
-from .privsyn import CELLS_POWER, INDIF_SENSITIVITY, indif, measure_one_way
+from .privsyn import INDIF_SENSITIVITY, indif, measure_one_way
 
 TAU_CELLS = 100_000  # default clique-size threshold tau (cells)
 SCORE_FLOOR_SD = 2.0  # scores below this many noise sds count as 0 (docstring, step 2)
@@ -293,7 +289,7 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     return select_after(domain, oracle, budget, charge,
-                        measure_one_way(domain, oracle, budget.one_way, charge, CELLS_POWER), log)
+                        measure_one_way(domain, oracle, budget.one_way, charge), log)
 
 
 def coarse_groupings(domain: dict[str, int], one_way: tuple,

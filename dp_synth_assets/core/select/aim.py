@@ -18,11 +18,12 @@ final model (mbi or the configured generator) to every measurement.
    weight: the exponential mechanism is invariant to the common factor, and the score's
    sensitivity becomes 1. With a single attribute, W is its 1-way marginal.
 2. Initialization: all 1-way marginals with `budget.one_way`, 0.3 of rho (METHODS["aim"]),
-   split in proportion to k^(2/3) (`measure_one_way`, `CELLS_POWER`). Our choice, as for absyn:
-   the paper measures them at the first round's sigma; a large column's 1-way error then
-   reaches every marginal it is in, and AIM's rounds rarely return to a 1-way marginal
-   (bench/results/method_notes.md, "1-way marginals"). The rest, rho_R, funds the rounds: T = 16 d, rho_t = rho_R / T, sigma_t = sqrt(1 / (2 alpha
-   rho_t)) and epsilon_t = sqrt(8 (1 - alpha) rho_t) with alpha = `MEASURE_SHARE` = 0.9.
+   split in proportion to codes^(2/3) (`measure_one_way(by_cells=True)`). Our choice, as in
+   `auto`: the paper measures them evenly at the first round's sigma; a large column's 1-way
+   error then reaches every marginal it is in (bench/results/method_notes.md, "1-way
+   marginals"). The rest, rho_R, funds the rounds: T = 16 d, rho_t = rho_R / T, sigma_t =
+   sqrt(1 / (2 alpha rho_t)) and epsilon_t = sqrt(8 (1 - alpha) rho_t) with alpha =
+   `MEASURE_SHARE` = 0.9.
 3. Round t (until the budget is spent; `settings.max_rounds`, if set, makes round max_rounds
    the last):
    a. Model-size limit (`allowed`): candidate r is kept when the junction tree of the measured
@@ -55,7 +56,7 @@ from ..measure import Measurement, clique_size, measure_marginal, noisy_total
 from ..privacy import Spend, exponential_mechanism
 from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
 from .aim_fit import fit, model_mb
-from .privsyn import CELLS_POWER, measure_one_way
+from .privsyn import measure_one_way
 
 
 ROUNDS_PER_ATTRIBUTE = 16   # AIM's T = 16 d
@@ -156,7 +157,7 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
         charge(spend, **params)
         spent += spend.rho
 
-    one_way = list(measure_one_way(domain, oracle, budget.one_way, pay, CELLS_POWER))
+    one_way = list(measure_one_way(domain, oracle, budget.one_way, pay, by_cells=True))
     work = workload(domain, max_cells)
     weights = candidate_weights(work)
     candidates = list(weights)

@@ -1,11 +1,14 @@
 """`auto`: one of the selection methods, chosen from public facts only.
 
-Budget (METHODS["auto"], as absyn's): rho_1 = 0.3 rho for the 1-way marginals, 0.1 for
-selection, the rest (rho_m) for the selected marginals.
+Budget (METHODS["auto"]): rho_1 = 0.3 rho for the 1-way marginals, 0.1 for selection, the
+rest (rho_m) for the selected marginals. Ours: ABSyn gives the 1-way marginals 0.1 rho split
+evenly (SEED-NOTES; `absyn` keeps that); here every attribute's 1-way error reaches each of its
+d - 1 pairs and a large column's is the largest, so they get more, split by codes^(2/3)
+(`measure_one_way(by_cells=True)`, `measure.optimal_split`: the split that minimizes their
+summed expected L1 noise). Measured: bench/results/method_notes.md, "1-way marginals".
 
-1. A third of rho_1 (`PICK_ONE_WAY_SHARE`) measures the 1-way marginals first
-   (`privsyn.measure_one_way`, split in proportion to k^(2/3), as absyn splits it); they give
-   the noisy row count n_hat (`measure.noisy_total`): public.
+1. A third of rho_1 (`PICK_ONE_WAY_SHARE`) measures the 1-way marginals first; they give the
+   noisy row count n_hat (`measure.noisy_total`): public.
 2. Rule. absyn's pair scores are released together, each with Gaussian noise of standard
    deviation sigma_s = sqrt(8 m / rho_s) counts (m = d (d - 1) / 2 pairs, rho_s the selection
    budget); a pair's dependency is at most about n_hat. When sigma_s / n_hat > `SCORE_NOISE_MAX`
@@ -25,7 +28,7 @@ selection, the rest (rho_m) for the selected marginals.
    MST branch's second condition").
 3. The picked method's selection (`absyn.select_after`, `mst.select_after`). absyn: the other
    two thirds of rho_1 measure the 1-way marginals again, merged with the first by inverse
-   variance (`measure.merge`: one measurement at rho_1), as absyn alone measures them. MST:
+   variance (`measure.merge`: one measurement at rho_1). MST:
    its edges are worth more than 1-way precision (the tables it is picked on have small
    domains), so it runs with 1-way marginals at rho_1 / 3 and the other two thirds measure its
    edges at once, split as the measurement stage splits rho_m over them (`measured`; the stage
@@ -46,7 +49,7 @@ import numpy as np
 from ..config import SelectionSettings
 from ..measure import measure, merge, noisy_total
 from . import Budget, Charge, Log, MarginalOracle, Selection
-from .privsyn import CELLS_POWER, INDIF_SENSITIVITY, measure_one_way
+from .privsyn import INDIF_SENSITIVITY, measure_one_way
 
 SCORE_NOISE_MAX = 0.1  # sigma_s / n_hat above which absyn's scores are noise (rule, step 2)
 MST_NOISE_MAX = 0.05  # nu: MST's expected L1 noise per edge / n_hat at most this (rule, step 2)
@@ -84,23 +87,22 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
 
     first = budget.one_way * PICK_ONE_WAY_SHARE
     rest = budget.one_way - first
-    one_way = measure_one_way(domain, oracle, first, charge, CELLS_POWER)
+    one_way = measure_one_way(domain, oracle, first, charge, by_cells=True)
     method, share, nu = pick(domain, noisy_total(list(one_way)), budget.score,
                              budget.measure + rest)
     if method == "mst":
         chosen = mst.select_after(domain, oracle, Budget(first, budget.score, budget.measure),
                                   charge, one_way, log)
-        weights = chosen.budgets if chosen.cliques else {}
-        rhos = ({c: rest * w / sum(weights.values()) for c, w in weights.items()}
-                if weights and sum(weights.values()) > 0 else {})
-        extra = tuple(measure(oracle(list(rhos)), rhos, charge, chosen.coarse)) if rhos else ()
-        if rest > 0 and not rhos:  # no edge to measure: the 1-way marginals take it
-            extra = measure_one_way(domain, oracle, rest, charge, CELLS_POWER)
+        total = sum(chosen.budgets.values())
+        if chosen.cliques and total > 0:
+            rhos = {c: rest * chosen.budgets[c] / total for c in chosen.cliques}
+            extra = tuple(measure(oracle(list(rhos)), rhos, charge, chosen.coarse))
+        else:  # no edge to measure: the 1-way marginals take it
+            extra = measure_one_way(domain, oracle, rest, charge, by_cells=True)
         chosen = replace(chosen, measured=chosen.measured + extra)
     else:
-        if rest > 0:
-            again = measure_one_way(domain, oracle, rest, charge, CELLS_POWER)
-            one_way = tuple(merge(a, b) for a, b in zip(one_way, again))
+        again = measure_one_way(domain, oracle, rest, charge, by_cells=True)
+        one_way = tuple(merge(a, b) for a, b in zip(one_way, again))
         chosen = absyn.select_after(domain, oracle, budget, charge, one_way, log)
     return Selection("auto", chosen.one_way, chosen.cliques, chosen.budgets, chosen.scores,
                      {**chosen.details, "picked": method,

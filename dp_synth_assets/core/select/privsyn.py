@@ -37,7 +37,6 @@ from ..privacy import gaussian_scores
 from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
 
 INDIF_SENSITIVITY = 4.0  # PrivSyn Lemma 4
-CELLS_POWER = 2 / 3  # measure_one_way's split that minimizes the summed expected L1 noise
 
 
 def indif(pair_counts: np.ndarray) -> float:
@@ -61,18 +60,17 @@ def noisy_indif(pairs: list[Clique], oracle: MarginalOracle, rho: float, charge:
 
 
 def measure_one_way(domain: dict[str, int], oracle: MarginalOracle, rho: float,
-                    charge: Charge, power: float = 0.0) -> tuple[Measurement, ...]:
-    """1-way marginals, attribute a measured at rho k_a^power / sum_b k_b^power (k: its codes).
-
-    power 0 splits rho evenly (ABSyn section VI.B, MST, AIM). power 2/3 (`CELLS_POWER`) is the
-    split that minimizes the sum over attributes of the expected L1 noise k_a sqrt(1 / (pi rho_a))
-    under sum rho_a = rho (Lagrange: rho_a proportional to k_a^(2/3), as Eq. 11 splits pairs).
-    The split reads only the public domain."""
+                    charge: Charge, by_cells: bool = False) -> tuple[Measurement, ...]:
+    """1-way marginals, rho split evenly across attributes (ABSyn section VI.B, as SEED-NOTES
+    states it), or with `by_cells` in proportion to each attribute's codes^(2/3)
+    (`measure.optimal_split`: the split that minimizes their summed expected L1 noise; ours,
+    for `auto` and `aim`). The split reads only the public domain."""
     attrs = list(domain)
     exact = oracle([(a,) for a in attrs])
-    weights = [float(domain[a]) ** power for a in attrs]
-    return tuple(measure_marginal(exact[(a,)], (a,), rho * w / sum(weights), charge,
-                                  purpose="one-way marginal") for a, w in zip(attrs, weights))
+    rhos = (optimal_split(rho, [domain[a] for a in attrs]) if by_cells
+            else [rho / len(attrs)] * len(attrs))
+    return tuple(measure_marginal(exact[(a,)], (a,), rho_a, charge, purpose="one-way marginal")
+                 for a, rho_a in zip(attrs, rhos))
 
 
 def greedy_dense_marg(pairs: list[Clique], dependency: np.ndarray, domain: dict[str, int],
