@@ -130,7 +130,10 @@ def test_quantile_bins_encode_and_decode_back_into_the_same_bins(con):
     again = con.execute("SELECT * FROM enc_back").fetchnumpy()
     for e in plan.encodings:
         assert np.array_equal(np.asarray(again[e.column]), np.asarray(codes[e.column]))
-    near = (back["f"] >= 56.0) & (back["f"] < 56.05)  # inside the density cell holding 56.0
+    # the density grid's cell holding 56.0: its width follows the released bounds (0.02 over
+    # [53, 64]; 0.1 over [53, 128], when the few rows above 64 are detected: 1 run in 100)
+    width = density_grid(*derived["f"].bounds, False)[1]
+    near = (back["f"] >= 56.0) & (back["f"] < 56.0 + width)
     assert abs(near.mean() - (frame["f"] == 56.0).mean()) < 0.03
     assert abs((back["i"] == 40).mean() - (frame["i"] == 40).mean()) < 0.03
 
