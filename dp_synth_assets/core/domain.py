@@ -506,17 +506,20 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
 def _draw_density(density: tuple, starts: np.ndarray, stops: np.ndarray,
                   rng: np.random.Generator) -> np.ndarray:
     """One value per row inside [starts, stops), drawn from the piecewise-uniform density
-    ((low, high, weight), ...) restricted to that interval (NaN where it puts no weight there)."""
+    ((low, high, weight), ...; a piece with low == high is a point mass at low) restricted to
+    that interval (NaN where it puts no weight there)."""
     pieces = np.asarray(density, dtype=np.float64).reshape(-1, 3)
     out = np.full(starts.shape, np.nan)
     intervals = np.stack([starts, stops], axis=1)
     unique, inverse = np.unique(intervals, axis=0, return_inverse=True)
     inverse = np.asarray(inverse).ravel()
+    length = pieces[:, 1] - pieces[:, 0]
     for i, (a, b) in enumerate(unique):
         lo, hi = np.maximum(pieces[:, 0], a), np.minimum(pieces[:, 1], b)
         overlap = np.clip(hi - lo, 0, None)
-        length = pieces[:, 1] - pieces[:, 0]
-        mass = np.where(length > 0, pieces[:, 2] * overlap / np.where(length > 0, length, 1), 0)
+        point = (length == 0) & (pieces[:, 0] >= a) & (pieces[:, 0] < b)
+        mass = np.where(length > 0, pieces[:, 2] * overlap / np.where(length > 0, length, 1),
+                        np.where(point, pieces[:, 2], 0))
         if not mass.sum() > 0:
             continue
         rows = np.flatnonzero(inverse == i)

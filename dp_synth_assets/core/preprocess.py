@@ -113,6 +113,7 @@ BOUNDS_PARTS = 32  # equal parts of each public bounds bucket, to tighten the ou
 DENSITY_CELLS = 1024  # most cells of a `density` histogram
 DENSITY_Z = 2.0  # `density` cells below DENSITY_Z sigma are zeroed
 DENSITY_FLAT_Z = 4.0  # a bin is flat unless its cells' spread exceeds chi-square by this many sd
+HEAP_RATIO = 0.25  # a kept `density` cell is a point heap when no neighbour keeps this share of it
 
 
 @dataclass(frozen=True)
@@ -637,7 +638,14 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     sum (c - mean)^2 / sigma^2 stays below the chi-square bound (m - 1) + DENSITY_FLAT_Z
     sqrt(2 (m - 1)) for m cells, the bin gets no piece (decoded uniformly: noise alone would
     make a flat bin lumpy); otherwise its cells below DENSITY_Z sigma are zeroed and the others
-    kept, cut at the bin's edges. Returns (low, high, count) pieces, zero cells left out."""
+    kept, cut at the bin's edges. A heap, a kept cell of more than one value inside one bin
+    whose neighbours each keep less than HEAP_RATIO of its count (zeroed ones: nothing), is a
+    point piece (g, g, count) at its grid point g: such a heap is most often one repeated value
+    on a round number (a table width of 54.0, a carat of 0.30), and drawn uniformly over the
+    cell it spread into values the source never holds, across any cut near it
+    (bench/results/method_notes.md, "Point heaps"). The ratio, not "no kept neighbour", so that
+    an empty neighbour kept by noise (2% of empty cells pass DENSITY_Z) does not spread a heap.
+    Returns (low, high, count) pieces, zero cells left out."""
     integer = integer_valued(spec)
     start, width, cells = density_grid(low, high, integer)
     noisy, spend = gaussian_counts(np.asarray(hist, dtype=np.int64), rho)
@@ -656,15 +664,22 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     spread = (square - m * mean ** 2) / sigma ** 2  # sum (c - mean)^2 / sigma^2
     dof = np.maximum(m - 1, 0)
     shaped = (m >= 2) & (spread > dof + DENSITY_FLAT_Z * np.sqrt(2 * dof))
+    kept = inside & (noisy >= DENSITY_Z * sigma)
+    held = np.where(kept, noisy, 0.0)
+    neighbour = np.maximum(np.r_[0.0, held[:-1]], np.r_[held[1:], 0.0])
+    alone = kept & (neighbour < HEAP_RATIO * held)  # a heap (see the docstring)
+    alone &= not (integer and width == 1)  # a cell of one integer is a point already
     pieces = []
-    for k in np.flatnonzero(inside & (noisy >= DENSITY_Z * sigma)):
+    for k in np.flatnonzero(kept):
         first = max(int(np.searchsorted(edges, a[k], side="right")) - 1, 0)
         for j in range(first, bins):
             lo, hi = max(a[k], edges[j]), min(b[k], edges[j + 1])
             if lo >= b[k]:
                 break
             if hi > lo and shaped[j]:
-                pieces.append((float(lo), float(hi), float(noisy[k] * (hi - lo) / (b[k] - a[k]))))
+                whole = alone[k] and lo == a[k] and hi == b[k]
+                pieces.append((float(lo), float(lo if whole else hi),
+                               float(noisy[k] * (hi - lo) / (b[k] - a[k]))))
     return tuple(pieces)
 
 
