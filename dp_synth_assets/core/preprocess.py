@@ -639,12 +639,14 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     sqrt(2 (m - 1)) for m cells, the bin gets no piece (decoded uniformly: noise alone would
     make a flat bin lumpy); otherwise its cells below DENSITY_Z sigma are zeroed and the others
     kept, cut at the bin's edges. A heap, a kept cell of more than one value inside one bin
-    whose neighbours each keep less than HEAP_RATIO of its count (zeroed ones: nothing), is a
+    whose neighbours' noisy counts (zeroed or not) are each below HEAP_RATIO of its own, is a
     point piece (g, g, count) at its grid point g: such a heap is most often one repeated value
     on a round number (a table width of 54.0, a carat of 0.30), and drawn uniformly over the
     cell it spread into values the source never holds, across any cut near it
-    (bench/results/method_notes.md, "Point heaps"). The ratio, not "no kept neighbour", so that
-    an empty neighbour kept by noise (2% of empty cells pass DENSITY_Z) does not spread a heap.
+    (bench/results/method_notes.md, "Point heaps"). The noisy counts, not the kept ones: at a
+    small budget a dense range keeps few cells, and one kept among zeroed neighbours of about
+    its own count is no heap; the ratio, not "no neighbour above noise", so that an empty
+    neighbour kept by noise (2% of empty cells pass DENSITY_Z) does not spread a heap.
     Returns (low, high, count) pieces, zero cells left out."""
     integer = integer_valued(spec)
     start, width, cells = density_grid(low, high, integer)
@@ -665,9 +667,9 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     dof = np.maximum(m - 1, 0)
     shaped = (m >= 2) & (spread > dof + DENSITY_FLAT_Z * np.sqrt(2 * dof))
     kept = inside & (noisy >= DENSITY_Z * sigma)
-    held = np.where(kept, noisy, 0.0)
-    neighbour = np.maximum(np.r_[0.0, held[:-1]], np.r_[held[1:], 0.0])
-    alone = kept & (neighbour < HEAP_RATIO * held)  # a heap (see the docstring)
+    near = np.where(inside, noisy, 0.0)
+    neighbour = np.maximum(np.r_[0.0, near[:-1]], np.r_[near[1:], 0.0])
+    alone = kept & (neighbour < HEAP_RATIO * noisy)  # a heap (see the docstring)
     alone &= not (integer and width == 1)  # a cell of one integer is a point already
     pieces = []
     for k in np.flatnonzero(kept):
