@@ -47,7 +47,9 @@ mechanisms (`mechanisms`) are:
   count is below DENSITY_Z sigma are zeroed, so noise alone spreads almost no mass, and the rest is the bin's density (`grid_density`, `merge_density`).
   Decoding draws a value inside its bin in proportion to it, so values on a coarser grid than
   the cells (whole numbers, cents, days) come back at their own values, and a spike inside a
-  wide bin (40 hours a week in a 36-40 bin) comes back as a spike.
+  wide bin (40 hours a week in a 36-40 bin) comes back as a spike. A heap (a cell whose
+  neighbours' noisy counts are below HEAP_RATIO of its own) is a point at its grid point: a
+  value on a decimal grid coarser than the cells (54.0 in cells of 0.05) comes back as itself.
 - `privtree` (`binning: privtree`): PrivTree (Zhang, Xiao, Xie 2016; benchmark Algorithm 2)
   with fanout 2 over [low, high]: a node's biased count b = max(c - depth * delta, theta - delta)
   gets Laplace(lambda) noise (OpenDP); it splits when the noisy value exceeds theta. With
