@@ -181,12 +181,21 @@ def test_merge_rule_cut_is_the_larger_of_theta_n_hat_and_3_sigma():
 
 
 def test_dp_bounds_cover_the_data_tightened_inside_the_public_power_of_two_buckets(con, mixed):
-    plan, _ = run(con, mixed, {"age": ColumnSpec(kind="integer"),
-                               "grade": ColumnSpec(kind="categorical", categories=["A", "B", "C"])},
-                  rho=1.0)
-    e = plan["age"]
-    # 18..79 lies in [16, 32) .. [64, 128); parts of 0.5 and 2 move the bounds to the data
-    assert 17 <= e.low <= 18 and 79 <= e.high <= 81
+    """18..79 lies in [16, 32) .. [64, 128): every run's bounds cover the data inside those
+    buckets, and parts of 0.5 and 2 move them to the data. A bound moves past a part only when
+    the part's upper confidence bound (2 sigma) shows it nearly empty, so in about 2% of runs
+    one end stays at its bucket's edge (400 runs: 391 (18, 79), 7 (18, 127), 2 (16, 79); as a
+    single-run assertion it failed 1 of 25 local runs of the file): at least 3 of 5 runs must tighten both ends (about
+    1e-4 to fail)."""
+    tightened = 0
+    for _ in range(5):
+        plan, _ = run(con, mixed, {"age": ColumnSpec(kind="integer"),
+                                   "grade": ColumnSpec(kind="categorical",
+                                                       categories=["A", "B", "C"])}, rho=1.0)
+        e = plan["age"]
+        assert 16 <= e.low <= 18 and 79 <= e.high <= 127
+        tightened += 17 <= e.low and e.high <= 81
+    assert tightened >= 3
 
 
 def test_occupied_span_is_post_processing_of_noisy_counts():
