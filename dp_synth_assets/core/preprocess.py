@@ -115,7 +115,7 @@ BOUNDS_PARTS = 32  # equal parts of each public bounds bucket, to tighten the ou
 DENSITY_CELLS = 1024  # most cells of a `density` histogram
 DENSITY_Z = 2.0  # `density` cells below DENSITY_Z sigma are zeroed
 DENSITY_FLAT_Z = 4.0  # a bin is flat unless its cells' spread exceeds chi-square by this many sd
-HEAP_RATIO = 0.25  # a kept `density` cell is a point heap when no neighbour keeps this share of it
+HEAP_RATIO = 0.25  # a kept `density` cell is a heap when no neighbour's noisy count is this share of it
 
 
 @dataclass(frozen=True)
@@ -656,8 +656,9 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     charge(spend, column=name, purpose="density inside bins (grid histogram)", cells=cells)
     sigma = spend.scale
     edges = uniform_bin_edges(spec, low, high) if edges is None else np.asarray(edges, float)
-    a = np.clip(grid_points(start + np.arange(cells) * width, width), edges[0], edges[-1])
-    b = np.clip(grid_points(start + (np.arange(cells) + 1) * width, width), edges[0], edges[-1])
+    a0 = grid_points(start + np.arange(cells) * width, width)
+    b0 = grid_points(start + (np.arange(cells) + 1) * width, width)
+    a, b = np.clip(a0, edges[0], edges[-1]), np.clip(b0, edges[0], edges[-1])
     inside = b > a
     bins = edges.size - 1
     of = np.clip(np.searchsorted(edges, (a + b) / 2, side="right") - 1, 0, bins - 1)
@@ -672,6 +673,7 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     near = np.where(inside, noisy, 0.0)
     neighbour = np.maximum(np.r_[0.0, near[:-1]], np.r_[near[1:], 0.0])
     alone = kept & (neighbour < HEAP_RATIO * noisy)  # a heap (see the docstring)
+    alone &= (a == a0) & (b == b0)  # a whole cell: its start is a grid point
     alone &= not (integer and width == 1)  # a cell of one integer is a point already
     pieces = []
     for k in np.flatnonzero(kept):
