@@ -429,9 +429,14 @@ def test_values_on_a_decimal_grid_decode_at_their_grid_values(con):
     rng = np.random.default_rng(2)
     depth = np.round(rng.normal(61.0, 1.5, 3000), 1)
     relation = table(con, "depth", pd.DataFrame({"d": depth}))
-    plan, _ = run(con, relation, {"d": ColumnSpec(kind="float")})
-    encoding = plan.encodings[0]
-    width = density_grid(encoding.low, encoding.high, False)[1]
+    # in about 1 run of 200 a DP bound stays at its power-of-two bucket's edge and the grid is
+    # 0.1 wide, the values' own step, where the check below cannot fail: up to 3 runs
+    for _ in range(3):
+        plan, _ = run(con, relation, {"d": ColumnSpec(kind="float")})
+        encoding = plan.encodings[0]
+        width = density_grid(encoding.low, encoding.high, False)[1]
+        if width <= 0.05:
+            break
     assert width <= 0.05
     back = _roundtrip(con, relation, plan)["d"].to_numpy()
     above = back - np.floor(back * 10 + 1e-9) / 10  # how far above a multiple of 0.1
