@@ -205,6 +205,18 @@ def test_occupied_span_is_post_processing_of_noisy_counts():
     assert bounds_threshold(1.0, 100) == pytest.approx(5.61, abs=0.01)
 
 
+def test_with_no_bucket_above_the_threshold_the_span_is_the_densest_run_of_buckets():
+    """A small table's rows lie in a few neighbouring buckets, none above the threshold: the
+    span is the run with the largest noisy sum / sqrt(length) (285 / sqrt 3 = 164.5 over the
+    single noise bucket's 120), not the largest bucket."""
+    from dp_synth_assets.core.preprocess import densest_run
+
+    noisy = np.array([0.0, 5.0, -20.0, 0.0, 120.0, -40.0, 0.0, 90.0, 100.0, 95.0, -10.0])
+    assert densest_run(noisy) == (7, 9)
+    assert occupied_span(noisy, 400.0, 130.0) == (7, 9)
+    assert densest_run(np.array([-5.0, 60.0, -50.0, 3.0])) == (1, 1)
+
+
 def test_columns_with_only_nulls_one_value_or_empty_strings_are_handled(con):
     frame = pd.DataFrame({
         "nothing": pd.Series([None] * 300, dtype="Int64"),

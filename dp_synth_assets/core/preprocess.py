@@ -453,15 +453,31 @@ def bounds_threshold(sigma: float, buckets: int, false_positive: float = 1e-6) -
 
 def occupied_span(noisy: np.ndarray, threshold: float, neighbour: float) -> tuple[int, int]:
     """First and last occupied bucket of a noisy histogram (post-processing): the outermost
-    buckets above `threshold` (or, when none is, the largest bucket), widened through contiguous
+    buckets above `threshold` (or, when none is, `densest_run`), widened through contiguous
     neighbours above `neighbour` (small datasets, where no bucket may clear the threshold)."""
     occupied = np.flatnonzero(noisy > threshold)
-    first, last = (occupied[0], occupied[-1]) if occupied.size else (int(np.argmax(noisy)),) * 2
+    first, last = (occupied[0], occupied[-1]) if occupied.size else densest_run(noisy)
     while first > 0 and noisy[first - 1] > neighbour:
         first -= 1
     while last < noisy.size - 1 and noisy[last + 1] > neighbour:
         last += 1
     return int(first), int(last)
+
+
+def densest_run(noisy: np.ndarray) -> tuple[int, int]:
+    """The run of contiguous buckets whose noisy sum is the most standard deviations above 0,
+    sum / sqrt(length) (a scan statistic; post-processing): with no bucket above the
+    threshold, a column's rows still lie in a few neighbouring buckets, whose sum stands out
+    where the largest single bucket is often noise (titanic_raw at epsilon 0.2: age learned as
+    [16384, 32768])."""
+    best, run = -np.inf, (int(np.argmax(noisy)),) * 2
+    cumulative = np.concatenate([[0.0], np.cumsum(noisy)])
+    for length in range(1, noisy.size + 1):
+        sums = (cumulative[length:] - cumulative[:-length]) / math.sqrt(length)
+        i = int(np.argmax(sums))
+        if sums[i] > best:
+            best, run = float(sums[i]), (i, i + length - 1)
+    return run
 
 
 def dp_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float,
