@@ -36,7 +36,9 @@ def test_an_unregistered_generator_is_refused_naming_the_choices():
 
 
 def test_a_registered_engine_validates_and_synthesizes_through_the_notebook_api(registered):
-    synth = Synthesizer(columns=EXAMPLE_COLUMNS, epsilon=1.0, delta=1e-9, generator="independent",
+    # epsilon 8: at 1 the `sex` 1-way's noise (sigma about 62 of 1,500 rows) put the share 0.05
+    # off in about 3% of runs (5 of 200 measured); at 8 it is 5.5 sd
+    synth = Synthesizer(columns=EXAMPLE_COLUMNS, epsilon=8.0, delta=1e-9, generator="independent",
                         seed=3)
     assert synth.spec.generator == "independent"
     source = generate_example(1500, seed=2)
