@@ -484,6 +484,22 @@ def test_an_isolated_heap_decodes_at_its_grid_point_and_a_spread_range_does_not(
     assert back["s"].nunique() > 0.9 * n
 
 
+def test_a_heap_is_a_point_only_in_a_whole_grid_cell():
+    """Over [0.0203, 1] the grid is 0.001 wide from 0.020: the first cell is cut by the bound
+    to [0.0203, 0.021), whose start is no grid point, so its heap stays spread; a heap in a
+    whole cell (0.5) is a point at 0.5. Noise sigma 1 against heaps of 5,000."""
+    from dp_synth_assets.core.preprocess import density_grid, grid_density
+
+    spec = ColumnSpec(kind="float", bounds=[0.0203, 1.0], bins=4)
+    start, width, cells = density_grid(0.0203, 1.0, False)
+    assert (start, width) == (0.02, 0.001)
+    hist = np.zeros(cells, dtype=np.int64)
+    hist[0] = hist[480] = 5000  # cells [0.020, 0.021) and [0.500, 0.501)
+    pieces = grid_density(hist, "x", spec, 0.0203, 1.0, 0.5, Recorder())
+    heaps = [p for p in pieces if p[2] > 1000]
+    assert [p[:2] for p in heaps] == [(0.0203, 0.021), (0.5, 0.5)]
+
+
 def test_bins_flat_at_the_noise_level_get_no_density_and_decode_uniformly():
     """Post-processing of the noisy grid: a flat bin gets no piece (noise alone would make it
     lumpy); a bin with a spike keeps only the cells above DENSITY_Z sigma, cut at its edges."""

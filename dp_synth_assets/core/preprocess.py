@@ -115,7 +115,7 @@ BOUNDS_PARTS = 32  # equal parts of each public bounds bucket, to tighten the ou
 DENSITY_CELLS = 1024  # most cells of a `density` histogram
 DENSITY_Z = 2.0  # `density` cells below DENSITY_Z sigma are zeroed
 DENSITY_FLAT_Z = 4.0  # a bin is flat unless its cells' spread exceeds chi-square by this many sd
-HEAP_RATIO = 0.25  # a kept `density` cell is a heap when no neighbour's noisy count is this share of it
+HEAP_RATIO = 0.25  # a kept `density` cell is a heap when no neighbour's noisy count is this share
 
 
 @dataclass(frozen=True)
@@ -470,7 +470,7 @@ def densest_run(noisy: np.ndarray) -> tuple[int, int]:
     threshold, a column's rows still lie in a few neighbouring buckets, whose sum stands out
     where the largest single bucket is often noise (titanic_raw at epsilon 0.2: age learned as
     [16384, 32768])."""
-    best, run = -np.inf, (int(np.argmax(noisy)),) * 2
+    best, run = -math.inf, (0, 0)
     cumulative = np.concatenate([[0.0], np.cumsum(noisy)])
     for length in range(1, noisy.size + 1):
         sums = (cumulative[length:] - cumulative[:-length]) / math.sqrt(length)
