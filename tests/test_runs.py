@@ -161,7 +161,8 @@ def test_a_run_failing_after_preprocessed_leaves_the_published_set_whole(tmp_pat
     again = materialize(project, instance, "synthetic")
     assert again.success, failure_messages(again)
     checks = list(again.get_asset_check_evaluations())
-    assert checks and all(e.passed for e in checks)
+    assert checks and all(e.passed for e in checks), [
+        (e.check_name, e.metadata) for e in checks if not e.passed]
     con = duckdb.connect(str(project.warehouse), read_only=True)
     try:
         low, high = con.execute("SELECT min(age), max(age) FROM synthetic.example").fetchone()

@@ -79,8 +79,8 @@ def test_measure_stage_drops_the_marginals_of_independent_columns():
     budget = SimpleNamespace(stage_rho=lambda stage: 0.0005)
     budget.with_rows = lambda rows: budget  # no noisy row count: the split stays
     charges = []
-    found = measure(SimpleNamespace(domain=domain, noisy_rows=None), chosen, oracle, budget,
-                    lambda spend, **k: charges.append(k["clique"]))
+    plan = SimpleNamespace(domain=domain, noisy_rows=None, encodings=())  # nothing discovered
+    found = measure(plan, chosen, oracle, budget, lambda spend, **k: charges.append(k["clique"]))
     assert charges == [list(p) for p in pairs]  # measured and charged as planned
     fitted = {m.clique for m in found.measurements}
     assert fitted == {(a,) for a in domain}

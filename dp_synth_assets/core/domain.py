@@ -71,6 +71,8 @@ class Derived:
     bounds: tuple[float, float] | None = None  # DP bounds (numeric space; days for dates)
     edges: tuple[float, ...] | None = None     # quantile or PrivTree bin edges, low .. high
     density: tuple | None = None               # ((low, high, noisy count), ...) inside bounds
+    counts: tuple | None = None                # ((label text, noisy count), ...) released
+    count_sd: float | None = None              # the noise sd of each of `counts`
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,7 @@ class Encoding:
     missing: tuple[str, ...] = ()
     has_other: bool = True            # categorical: an `other` code for values outside the list
     density: tuple | None = None      # ((low, high, weight), ...) drawn inside a bin
+    prior: tuple | None = None        # ((code, noisy count, sd), ...) preprocessing released
 
     @property
     def null_code(self) -> int | None:
@@ -147,7 +150,7 @@ class EncodingPlan:
                      "sql_type": r["source_type"]}
             return {**r, "categories": tup(r["categories"]), "rare": tup(r["rare"]),
                     "edges": tup(r["edges"]), "missing": tuple(r["missing"]),
-                    "density": tup(r.get("density"))}
+                    "density": tup(r.get("density")), "prior": tup(r.get("prior"))}
 
         data = json.loads(text)
         rows = data.get("noisy_rows") if isinstance(data, dict) else None
@@ -274,7 +277,7 @@ def _encoding(name: str, spec: ColumnSpec, derived: Derived) -> Encoding:
         size = len(categories) + (1 if rare else 0) + (1 if spec.other else 0) + extra
         return Encoding(name, "categorical", sql_type, size, categories=categories, rare=rare,
                         other_label=other, nullable=nullable, missing=missing,
-                        has_other=spec.other)
+                        has_other=spec.other, prior=category_prior(categories, rare, derived))
     if spec.kind == "boolean":
         return Encoding(name, "boolean", sql_type, 2 + extra, nullable=nullable, missing=missing)
     if spec.bounds is not None:
@@ -297,6 +300,25 @@ def _encoding(name: str, spec: ColumnSpec, derived: Derived) -> Encoding:
     return Encoding(name, spec.kind, sql_type, bins + extra, low=float(low), high=float(high),
                     bins=bins, integer_bins=integer_bins, nullable=nullable, missing=missing,
                     density=density)
+
+
+def category_prior(categories: tuple, rare: tuple | None, derived: Derived) -> tuple | None:
+    """((code, noisy count, sd), ...): the counts preprocessing released for a categorical
+    column's codes (`Derived.counts`: category discovery's thresholded histogram or the declared
+    categories' noisy counts), which the measurement stage merges into the column's 1-way
+    marginal (`measure.with_prior`). A kept category's code gets its own count; the rare code the
+    sum of its members' counts (sd sqrt(members) x sd); the `other` and NULL codes, whose rows
+    no release counted, none. Post-processing of charged releases: public."""
+    if not derived.counts or not derived.count_sd:
+        return None
+    counts, sd = dict(derived.counts), float(derived.count_sd)
+    members = {sql_text(m) for m, _ in rare or ()}
+    prior = [(code, float(counts[sql_text(c)]), sd) for code, c in enumerate(categories)
+             if sql_text(c) in counts and sql_text(c) not in members]
+    if rare and all(sql_text(m) in counts for m, _ in rare):
+        prior.append((len(categories), float(sum(counts[sql_text(m)] for m, _ in rare)),
+                      sd * math.sqrt(len(rare))))
+    return tuple(prior) or None
 
 
 def _typed_label(name: str, label: str, sql_type: str, nullable: bool):

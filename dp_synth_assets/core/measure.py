@@ -216,6 +216,28 @@ def merge(a: Measurement, b: Measurement) -> Measurement:
     return Measurement(a.clique, noisy, sigma, 1 / (2 * sigma ** 2), a.groups)
 
 
+def with_prior(m: Measurement, prior: tuple) -> Measurement:
+    """A fine 1-way measurement with preprocessing's own noisy counts of some of its codes merged
+    in, cell by cell, by inverse variance (`prior`: ((code, noisy count, sd), ...),
+    `domain.category_prior`): the cell's value becomes (y / sigma^2 + c / sd^2) / (1 / sigma^2 +
+    1 / sd^2), whose variance is below both. Public post-processing: both were released by
+    charged mechanisms with independent noise.
+
+    Choice: `sigma` stays the measurement's own, the largest noise sd of any cell (the cells no
+    count covers, `other` and NULL, keep it), so everything that reads sigma (the estimator's
+    weights, the guard, the checks' tolerances) stays conservative. The counts of discovered
+    categories are those that cleared discovery's threshold, so one near the threshold is biased
+    upward by at most about sd; the categories kept are well above it."""
+    if not prior or len(m.clique) != 1 or m.groups is not None:
+        return m
+    noisy = m.noisy.astype(np.float64, copy=True)
+    w = 1.0 / m.sigma ** 2
+    for code, count, sd in prior:
+        wp = 1.0 / float(sd) ** 2
+        noisy[int(code)] = (w * noisy[int(code)] + wp * float(count)) / (w + wp)
+    return Measurement(m.clique, noisy, m.sigma, m.rho, m.groups)
+
+
 def merge_repeats(measurements: list[Measurement]) -> list[Measurement]:
     """One measurement per (clique, groups): repeats merged (`merge`) into the first's place, so
     a marginal measured twice (AIM's rounds, `auto`'s MST edges) is judged and fitted as one."""

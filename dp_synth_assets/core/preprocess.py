@@ -207,7 +207,8 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
             continue
         if spec.kind == "categorical":
             counts, sigma = out.get(Task(name, "discover")) or out[Task(name, "rare")]
-            derived[name] = apply_rare_rule(counts, sigma, spec)
+            derived[name] = replace(apply_rare_rule(counts, sigma, spec),
+                                    counts=tuple(counts.items()), count_sd=float(sigma))
             if spec.categories is None:
                 derived[name] = complete_boolean(derived[name])
         else:
@@ -416,8 +417,7 @@ def complete_boolean(derived: Derived) -> Derived:
                      partner.capitalize() if text[:1].isupper() else partner)
     if not added:
         return derived
-    return Derived(categories=tuple(derived.categories or ()) + tuple(added), rare=derived.rare,
-                   bounds=derived.bounds, edges=derived.edges, density=derived.density)
+    return replace(derived, categories=tuple(derived.categories or ()) + tuple(added))
 
 
 def _original(labels: list[str], spec: ColumnSpec) -> tuple:

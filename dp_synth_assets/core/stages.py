@@ -32,7 +32,7 @@ from .budget import DatasetBudget, measurement_plan
 from .config import DatasetSpec
 from .domain import Clique, EncodingPlan
 from .measure import (Measurements, clique_size, coarsened_size, make_consistent, merge_repeats,
-                      noisy_total)
+                      noisy_total, with_prior)
 from .measure import measure as draw
 from .preprocess import prepare_encoded_view
 from .select import Selection, required_cliques
@@ -100,8 +100,10 @@ def measure(plan: EncodingPlan, chosen: Selection, oracle: Oracle, budget: Datas
     rhos = measurement_plan(cover_columns(chosen, plan.domain), plan.domain,
                             budget.with_rows(plan.noisy_rows).stage_rho("measurements"))
     noisy = draw(oracle(list(rhos)), rhos, charge, chosen.coarse) if rhos else []
-    kept, _ = guard(merge_repeats(list(chosen.one_way) + list(chosen.measured) + noisy),
-                    plan.domain)
+    priors = {e.column: e.prior for e in plan.encodings if e.prior}
+    merged = [with_prior(m, priors.get(m.clique[0])) if len(m.clique) == 1 else m
+              for m in merge_repeats(list(chosen.one_way) + list(chosen.measured) + noisy)]
+    kept, _ = guard(merged, plan.domain)
     consistent = make_consistent(kept)
     return Measurements(tuple(consistent), noisy_total(consistent))
 
