@@ -225,9 +225,9 @@ def with_prior(m: Measurement, prior: tuple) -> Measurement:
 
     Choice: `sigma` stays the measurement's own, the largest noise sd of any cell (the cells no
     count covers, `other` and NULL, keep it), so everything that reads sigma (the estimator's
-    weights, the guard, the checks' tolerances) stays conservative. The counts of discovered
-    categories are those that cleared discovery's threshold, so one near the threshold is biased
-    upward by at most about sd; the categories kept are well above it."""
+    weights, the guard, the checks' tolerances) stays conservative. A discovered category's count
+    cleared discovery's threshold, so one near it is biased upward: preprocessing passes only
+    those PRIOR_MARGIN sds above it (`preprocess.unbiased_counts`)."""
     if not prior or len(m.clique) != 1 or m.groups is not None:
         return m
     noisy = m.noisy.astype(np.float64, copy=True)

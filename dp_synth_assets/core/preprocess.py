@@ -208,7 +208,8 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
         if spec.kind == "categorical":
             counts, sigma = out.get(Task(name, "discover")) or out[Task(name, "rare")]
             derived[name] = replace(apply_rare_rule(counts, sigma, spec),
-                                    counts=tuple(counts.items()), count_sd=float(sigma))
+                                    counts=unbiased_counts(counts, sigma, delta_each, spec),
+                                    count_sd=float(sigma))
             if spec.categories is None:
                 derived[name] = complete_boolean(derived[name])
         else:
@@ -320,6 +321,24 @@ def _coalesce(keys: list[str], sql_type: str) -> str:
 
 
 # ------------------------------------------------------------------------------ categories
+
+PRIOR_MARGIN = 2.0  # a discovered count is a 1-way prior only this many sds above the threshold
+
+
+def unbiased_counts(counts: dict[str, float], sigma: float, delta: float,
+                    spec: ColumnSpec) -> tuple:
+    """The released counts the measurement stage may merge into the 1-way marginal
+    (`domain.category_prior`). A discovered category was released because its noisy count
+    cleared the threshold, so a used count is biased upward when its true count is near the cut:
+    with the counts below threshold + PRIOR_MARGIN sd left out, a true count at the cut is
+    biased by 0.8 sd, one 2 sds above it by phi(2) / Phi(2) = 0.06 sd, and the categories near
+    the threshold itself, the most biased, are mostly left out. Declared categories' counts are
+    all released: all kept."""
+    if spec.categories is not None:
+        return tuple(counts.items())
+    cut = discovery_threshold(sigma, delta) + PRIOR_MARGIN * sigma
+    return tuple((k, v) for k, v in counts.items() if v >= cut)
+
 
 def discovery_threshold(scale: float, delta: float) -> int:
     """The smallest integer threshold at which OpenDP's Gaussian threshold mechanism with this
