@@ -87,3 +87,19 @@ def test_the_published_one_way_marginals_carry_the_precision_of_both_releases():
     # mean of 60 squared z-scores: about 1 (sd 0.18, above 1.9 with probability 2e-5); without
     # the merge about 3.3
     assert np.mean(z2) < 1.9, (np.mean(z2), np.mean(ratios))
+
+
+def test_discovered_counts_near_the_threshold_are_not_merged():
+    """A released count within PRIOR_MARGIN sds of discovery's threshold was selected for its
+    upward noise: it stays out of the prior; a declared category's count is always in it."""
+    from dp_synth_assets.core.config import ColumnSpec
+    from dp_synth_assets.core.preprocess import (PRIOR_MARGIN, discovery_threshold,
+                                                 unbiased_counts)
+
+    sigma, delta = 10.0, 1e-10
+    cut = discovery_threshold(sigma, delta) + PRIOR_MARGIN * sigma
+    counts = {"near": cut - 0.5, "far": cut + 0.5, "huge": 10 * cut}
+    assert unbiased_counts(counts, sigma, delta, ColumnSpec(kind="categorical")) == \
+        (("far", cut + 0.5), ("huge", 10 * cut))
+    declared = ColumnSpec(kind="categorical", categories=["near", "far", "huge"], rare="merge")
+    assert unbiased_counts(counts, sigma, delta, declared) == tuple(counts.items())
