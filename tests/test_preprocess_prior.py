@@ -13,15 +13,14 @@ from dp_synth_assets.core.domain import Derived, EncodingPlan, category_prior
 from dp_synth_assets.core.measure import Measurement, with_prior
 
 
-def test_the_prior_gives_each_kept_category_its_count_and_the_rare_code_their_sum():
-    derived = Derived(categories=("a", "c"), rare=(("b", 4.0), ("d", 6.0)),
-                      counts=(("a", 100.0), ("b", 4.0), ("c", 50.0), ("d", 6.0)), count_sd=2.0)
-    prior = category_prior(("a", "c"), derived.rare, derived)
-    # codes: a 0, c 1, the rare code 2 (sd 2 sqrt(2)); `other` and NULL get nothing
-    assert prior == ((0, 100.0, 2.0), (1, 50.0, 2.0), (2, 10.0, pytest.approx(2 * math.sqrt(2))))
-    assert category_prior(("a",), None, Derived(categories=("a",))) is None
+def test_the_prior_gives_each_category_with_a_passed_count_its_code():
+    derived = Derived(categories=("a", "c"), rare=(("b", 4.0),),
+                      counts=(("a", 100.0), ("c", 50.0)), count_sd=2.0)
+    # codes: a 0, c 1; the rare code 2, `other` and NULL get nothing
+    assert category_prior(("a", "c"), derived) == ((0, 100.0, 2.0), (1, 50.0, 2.0))
+    assert category_prior(("a",), Derived(categories=("a",))) is None
     # declared categories are matched by their SQL text (an integer category 3 is '3')
-    assert category_prior((3, 7), None, Derived(counts=(("3", 9.0),), count_sd=1.0)) == \
+    assert category_prior((3, 7), Derived(counts=(("3", 9.0),), count_sd=1.0)) == \
         ((0, 9.0, 1.0),)
 
 
@@ -89,11 +88,12 @@ def test_the_published_one_way_marginals_carry_the_precision_of_both_releases():
     assert np.mean(z2) < 1.9, (np.mean(z2), np.mean(ratios))
 
 
-def test_discovered_counts_near_the_threshold_are_not_merged():
-    """A released count within PRIOR_MARGIN sds of discovery's threshold was selected for its
-    upward noise: it stays out of the prior; a declared category's count is always in it."""
+def test_counts_near_the_cut_that_selected_them_are_not_merged():
+    """A count within PRIOR_MARGIN sds above the cut that decided its code (discovery's
+    threshold, the rare rule's cut) was selected for its noise: it stays out of the prior, and so
+    does every rare member; declared categories with no rare rule keep every count."""
     from dp_synth_assets.core.config import ColumnSpec
-    from dp_synth_assets.core.preprocess import (PRIOR_MARGIN, discovery_threshold,
+    from dp_synth_assets.core.preprocess import (PRIOR_MARGIN, discovery_threshold, rare_cut,
                                                  unbiased_counts)
 
     sigma, delta = 10.0, 1e-10
@@ -101,5 +101,11 @@ def test_discovered_counts_near_the_threshold_are_not_merged():
     counts = {"near": cut - 0.5, "far": cut + 0.5, "huge": 10 * cut}
     assert unbiased_counts(counts, sigma, delta, ColumnSpec(kind="categorical")) == \
         (("far", cut + 0.5), ("huge", 10 * cut))
-    declared = ColumnSpec(kind="categorical", categories=["near", "far", "huge"], rare="merge")
-    assert unbiased_counts(counts, sigma, delta, declared) == tuple(counts.items())
+    plain = ColumnSpec(kind="categorical", categories=["near", "far", "huge"])
+    assert unbiased_counts(counts, sigma, delta, plain) == tuple(counts.items())
+    # the merge rule's cut: max(theta * total, 3 sigma) = 30 here; 29 is a rare member
+    merged = ColumnSpec(kind="categorical", categories=["rare", "near", "far"], rare="merge",
+                        theta=0.001)
+    counts = {"rare": 29.0, "near": 49.0, "far": 51.0}
+    assert rare_cut(counts, sigma, merged) == 30.0
+    assert unbiased_counts(counts, sigma, delta, merged) == (("far", 51.0),)

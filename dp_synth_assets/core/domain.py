@@ -277,7 +277,7 @@ def _encoding(name: str, spec: ColumnSpec, derived: Derived) -> Encoding:
         size = len(categories) + (1 if rare else 0) + (1 if spec.other else 0) + extra
         return Encoding(name, "categorical", sql_type, size, categories=categories, rare=rare,
                         other_label=other, nullable=nullable, missing=missing,
-                        has_other=spec.other, prior=category_prior(categories, rare, derived))
+                        has_other=spec.other, prior=category_prior(categories, derived))
     if spec.kind == "boolean":
         return Encoding(name, "boolean", sql_type, 2 + extra, nullable=nullable, missing=missing)
     if spec.bounds is not None:
@@ -302,22 +302,18 @@ def _encoding(name: str, spec: ColumnSpec, derived: Derived) -> Encoding:
                     density=density)
 
 
-def category_prior(categories: tuple, rare: tuple | None, derived: Derived) -> tuple | None:
+def category_prior(categories: tuple, derived: Derived) -> tuple | None:
     """((code, noisy count, sd), ...): the counts preprocessing released for a categorical
     column's codes (`Derived.counts`: category discovery's thresholded histogram or the declared
     categories' noisy counts), which the measurement stage merges into the column's 1-way
-    marginal (`measure.with_prior`). A kept category's code gets its own count; the rare code the
-    sum of its members' counts (sd sqrt(members) x sd); the `other` and NULL codes, whose rows
-    no release counted, none. Post-processing of charged releases: public."""
+    marginal (`measure.with_prior`). A kept category's code gets its own count when
+    preprocessing passed it (`preprocess.unbiased_counts`: not a rare member, not near a cut);
+    the rare, `other` and NULL codes none. Post-processing of charged releases: public."""
     if not derived.counts or not derived.count_sd:
         return None
     counts, sd = dict(derived.counts), float(derived.count_sd)
-    members = {sql_text(m) for m, _ in rare or ()}
     prior = [(code, float(counts[sql_text(c)]), sd) for code, c in enumerate(categories)
-             if sql_text(c) in counts and sql_text(c) not in members]
-    if rare and all(sql_text(m) in counts for m, _ in rare):
-        prior.append((len(categories), float(sum(counts[sql_text(m)] for m, _ in rare)),
-                      sd * math.sqrt(len(rare))))
+             if sql_text(c) in counts]
     return tuple(prior) or None
 
 

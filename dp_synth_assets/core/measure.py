@@ -225,9 +225,9 @@ def with_prior(m: Measurement, prior: tuple) -> Measurement:
 
     Choice: `sigma` stays the measurement's own, the largest noise sd of any cell (the cells no
     count covers, `other` and NULL, keep it), so everything that reads sigma (the estimator's
-    weights, the guard, the checks' tolerances) stays conservative. A discovered category's count
-    cleared discovery's threshold, so one near it is biased upward: preprocessing passes only
-    those PRIOR_MARGIN sds above it (`preprocess.unbiased_counts`)."""
+    weights, the guard, the checks' tolerances) stays conservative. A count near the cut that
+    decided its code (discovery's threshold, the rare rule's) is biased by that selection:
+    preprocessing passes only those PRIOR_MARGIN sds above it (`preprocess.unbiased_counts`)."""
     if not prior or len(m.clique) != 1 or m.groups is not None:
         return m
     noisy = m.noisy.astype(np.float64, copy=True)

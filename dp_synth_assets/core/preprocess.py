@@ -322,22 +322,25 @@ def _coalesce(keys: list[str], sql_type: str) -> str:
 
 # ------------------------------------------------------------------------------ categories
 
-PRIOR_MARGIN = 2.0  # a discovered count is a 1-way prior only this many sds above the threshold
+PRIOR_MARGIN = 2.0  # a count is a 1-way prior only this many sds above the cut that selected it
 
 
 def unbiased_counts(counts: dict[str, float], sigma: float, delta: float,
                     spec: ColumnSpec) -> tuple:
     """The released counts the measurement stage may merge into the 1-way marginal
-    (`domain.category_prior`). A discovered category was released because its noisy count
-    cleared the threshold, so a used count is biased upward when its true count is near the cut:
-    with the counts below threshold + PRIOR_MARGIN sd left out, a true count at the cut is
-    biased by 0.8 sd, one 2 sds above it by phi(2) / Phi(2) = 0.06 sd, and the categories near
-    the threshold itself, the most biased, are mostly left out. Declared categories' counts are
-    all released: all kept."""
-    if spec.categories is not None:
+    (`domain.category_prior`). A category's code was decided by its own noisy count: discovery
+    released it for clearing the threshold, the rare rule kept it for clearing `rare_cut`; so a
+    count near the higher of the two cuts is biased upward, and a rare member's downward. Only
+    the counts PRIOR_MARGIN sds above that cut are passed: a true count at the cut is then
+    biased by 0.8 sd, one 2 sds above it by phi(2) / Phi(2) = 0.06 sd, and the counts near the
+    cut itself, the most biased, and every rare member are left out. Declared categories with
+    no rare rule: every count (nothing was selected by it)."""
+    cut = rare_cut(counts, sigma, spec)
+    if spec.categories is None:
+        cut = max(cut, discovery_threshold(sigma, delta))
+    if cut == -math.inf:
         return tuple(counts.items())
-    cut = discovery_threshold(sigma, delta) + PRIOR_MARGIN * sigma
-    return tuple((k, v) for k, v in counts.items() if v >= cut)
+    return tuple((k, v) for k, v in counts.items() if v >= cut + PRIOR_MARGIN * sigma)
 
 
 def discovery_threshold(scale: float, delta: float) -> int:
@@ -389,21 +392,26 @@ def measure_declared_categories(exact: dict[str, int], name: str, spec: ColumnSp
     return dict(zip(labels, noisy.tolist())), spend.scale
 
 
+def rare_cut(counts: dict[str, float], sigma: float, spec: ColumnSpec) -> float:
+    """The noisy count below which a category is rare: `merge` (benchmark Algorithm 1)
+    max(theta * noisy_total, 3 sigma), `filter_combine` (PrivSyn's low-count values) 3 sigma,
+    `none` -inf (post-processing)."""
+    if spec.rare_rule == "merge":
+        return max(spec.theta * max(sum(counts.values()), 0.0), 3 * sigma)
+    if spec.rare_rule == "filter_combine":
+        return 3 * sigma
+    return -math.inf
+
+
 def apply_rare_rule(counts: dict[str, float], sigma: float, spec: ColumnSpec) -> Derived:
     """Split the noisy counts into kept categories and rare members (post-processing)."""
-    rule = spec.rare_rule
     declared = spec.categories is not None
-    if rule == "merge":  # benchmark Algorithm 1
-        noisy_total = max(sum(counts.values()), 0.0)
-        cut = max(spec.theta * noisy_total, 3 * sigma)
-        rare = {k: v for k, v in counts.items() if v < cut}
-    elif rule == "filter_combine":  # PrivSyn section on low-count values
-        rare = {k: v for k, v in counts.items() if v < 3 * sigma}
+    cut = rare_cut(counts, sigma, spec)
+    rare = {k: v for k, v in counts.items() if v < cut}
+    if spec.rare_rule == "filter_combine":
         if sum(rare.values()) < 3 * sigma and spec.other:  # too few to keep: into `other`
             kept = [k for k in counts if k not in rare]
             return Derived(categories=_original(kept, spec) if declared else tuple(kept))
-    else:
-        rare = {}
     kept = [k for k in counts if k not in rare]
     members = tuple((_original([k], spec)[0] if declared else k, float(v)) for k, v in rare.items())
     if len(members) == 1:  # a rare code of one member is just that category
