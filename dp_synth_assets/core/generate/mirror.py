@@ -188,7 +188,7 @@ def fit(domain: dict[str, int], measurements: list[Measurement], total: float, i
     def marginals(theta):
         psi = [np.zeros([domain[a] for a in c]) for c in order]
         for m, values in theta.items():
-            psi[host[m]] = psi[host[m]] + broadcast_to(values, m, order[host[m]], domain)
+            psi[host[m]] += broadcast_to(values, m, order[host[m]], domain)
         tables = calibrate(domain, order, separators, parents, psi)
         mu = {}
         for m, source in sources:

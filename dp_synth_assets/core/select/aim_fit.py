@@ -22,24 +22,41 @@ from ..generate.mirror import Calibrated, FitState, fit, pool  # noqa: F401 (AIM
 
 def elimination_cliques(domain: dict[str, int], cliques: list[Clique]) -> list[frozenset]:
     """The maximal cliques of the triangulation mbi's greedy elimination order makes of the
-    graph of `cliques` (every attribute of `domain` included)."""
-    current = {frozenset(c) for c in cliques if c}
-    unmarked = list(domain)
-    made: list[frozenset] = []
-    for _ in range(len(unmarked)):
-        best, best_cost, best_vars = None, None, None
-        for a in unmarked:
-            variables = frozenset({a}).union(*[c for c in current if a in c])
-            cost = math.prod(domain[v] for v in variables)
-            if best_cost is None or cost < best_cost:
-                best, best_cost, best_vars = a, cost, variables
+    graph of `cliques` (every attribute of `domain` included).
+
+    mbi eliminates factor scopes; the union of the scopes holding an attribute is the attribute
+    and its neighbours in the graph the scopes make, and eliminating it joins its neighbours, so
+    this works on that graph: each attribute's neighbours as a bit mask."""
+    names = list(domain)
+    index = {a: i for i, a in enumerate(names)}
+    neighbours = [0] * len(names)
+    for c in cliques:
+        mask = sum(1 << index[a] for a in set(c))
+        for a in set(c):
+            neighbours[index[a]] |= mask
+    cost_of: dict[int, int] = {}
+
+    def cost(mask: int) -> int:  # the cells of a set of attributes
+        if mask not in cost_of:
+            cost_of[mask] = math.prod(domain[names[i]] for i in range(len(names)) if mask >> i & 1)
+        return cost_of[mask]
+
+    unmarked = list(range(len(names)))  # ties go to the first attribute in domain order
+    made: list[int] = []
+    for _ in range(len(names)):
+        best, best_cost = -1, -1
+        for i in unmarked:
+            c_cost = cost(neighbours[i] | 1 << i)
+            if best < 0 or c_cost < best_cost:
+                best, best_cost = i, c_cost
+        variables = neighbours[best] | 1 << best
         unmarked.remove(best)
-        current = {c for c in current if best not in c}
-        rest = best_vars - {best}
-        if rest:
-            current.add(rest)
-        made.append(best_vars)
-    return [c for c in made if not any(c < other for other in made)]
+        for j in unmarked:
+            if variables >> j & 1:
+                neighbours[j] = (neighbours[j] | variables) & ~(1 << best)
+        made.append(variables)
+    maximal = [m for m in made if not any(m != o and m & o == m for o in made)]
+    return [frozenset(names[i] for i in range(len(names)) if m >> i & 1) for m in maximal]
 
 
 def model_mb(domain: dict[str, int], cliques: list[Clique]) -> float:
