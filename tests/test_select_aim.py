@@ -15,6 +15,7 @@ import dagster
 import numpy as np
 import pytest
 
+from dp_synth_assets.core.config import SelectionSettings
 from dp_synth_assets.core.measure import Measurement
 from dp_synth_assets.core.select import METHODS, Budget
 from dp_synth_assets.core.select import aim
@@ -184,6 +185,68 @@ def test_candidate_weights_are_the_overlap_with_the_3_way_workload():
     assert aim.workload(big, max_cells=10_000) == [("a", "b"), ("a", "c"), ("b", "c")]
     assert aim.workload(big, max_cells=9_999) == [("a", "c"), ("b", "c")]
     assert aim.workload({"a": 3}) == [("a",)]
+
+
+def test_the_pairs_workload_weighs_pairs_1_and_single_attributes_one_half():
+    domain = {a: 2 for a in "abcd"}
+    work = aim.workload(domain, declared="all_pairs")
+    assert work == list(itertools.combinations("abcd", 2))
+    weights = aim.candidate_weights(work, domain)
+    # a pair meets itself (2) and the 4 pairs sharing one of its attributes (1 each): 6; a single
+    # attribute is in 3 pairs: 3; divided by 6
+    assert len(weights) == 6 + 4 and all(len(r) <= 2 for r in weights)
+    assert weights[("a", "b")] == 1.0 and weights[("c",)] == pytest.approx(0.5)
+    assert all(len(c) == 2 for c in aim.needed_cliques(domain, SelectionSettings(
+        workload="all_pairs")))
+    # unset and all_triples are the same (the paper's default)
+    assert aim.workload(domain, declared="all_triples") == aim.workload(domain)
+
+
+def test_a_declared_workload_is_served_through_its_subsets_within_the_cell_cap():
+    domain = {"a": 100, "b": 100, "c": 3, "d": 2}
+    work = aim.workload(domain, declared=[["c", "a"], ["b", "a", "c"], ["a", "c"], ["d"]])
+    assert work == [("a", "c"), ("a", "b", "c"), ("d",)]  # domain order, repeats dropped
+    weights = aim.candidate_weights(work, domain, max_cells=10_000)
+    # (a, b, c) has 30,000 cells: not a candidate, its subsets within 10^4 cells are
+    assert ("a", "b", "c") not in weights and ("a", "b") in weights and ("b", "c") in weights
+    # w = sum over the three workload marginals of the overlap: (a, c) 2 + 2 + 0 = 4, the
+    # largest; (a, b) 1 + 2 = 3; (d,) 1
+    assert weights[("a", "c")] == 1.0
+    assert weights[("a", "b")] == pytest.approx(3 / 4) and weights[("d",)] == pytest.approx(1 / 4)
+    assert ("c", "d") not in weights and ("a", "d") not in weights
+    needed = aim.needed_cliques(domain, SelectionSettings(workload=[["a", "b", "c"]]))
+    assert sorted(needed) == [("a", "b"), ("a", "c"), ("b", "c")]
+    with pytest.raises(ValueError, match=r"names \['zz'\].*fix the names"):
+        aim.workload(domain, declared=[["a", "zz"]])
+
+
+def test_aim_measures_only_marginals_of_a_declared_workload():
+    data = table(STRONG_DOMAIN, 3000, {("a", "b"): 0.9, ("c", "d"): 0.9})
+    charge = ChargeRecorder()
+    budget = split(1.0)
+    selection = aim.run(STRONG_DOMAIN, counting_oracle(data, STRONG_DOMAIN), budget, charge,
+                        max_rounds=6, declared=[["c", "d", "e"]])
+    # the strong pair (a, b) is outside the workload: never measured, however wrong the model is
+    assert selection.measured and all(set(m.clique) <= {"c", "d", "e"}
+                                      for m in selection.measured)
+    assert {"c", "d"} <= set(selection.measured[0].clique)
+    assert charge.rho == pytest.approx(budget.total, rel=1e-9)
+    assert "declared" in selection.details["workload"]
+
+
+@pytest.mark.parametrize("method, selection, message", [
+    ("absyn", {"workload": "all_pairs"}, "for method aim"),
+    ("aim", {"workload": [["age", "nope"]]}, r"names \['nope'\], which are not declared"),
+    ("aim", {"workload": []}, "at least one"),
+    ("aim", {"workload": [["age"], []]}, "at least one"),
+])
+def test_bad_workload_settings_are_refused_at_load_with_the_fix(method, selection, message):
+    from dp_synth_assets.core.config import RegistryError, parse_registry
+    from tests.helpers import example_entry
+
+    entry = example_entry(method=method, selection=selection)
+    with pytest.raises(RegistryError, match=message):
+        parse_registry({"datasets": {"example": entry}})
 
 
 def test_end_to_end_dagster_run_spends_exactly_the_run_budget(tmp_path):

@@ -495,6 +495,10 @@ class SelectionSettings(_Strict):
     max_rounds: int | None = Field(default=None, ge=1, le=10_000)
     # method `manual` only: the marginals to measure, `all_pairs` or a list of column lists
     marginals: Literal["all_pairs"] | list[list[str]] | None = None
+    # method `aim` only: the marginals AIM's selection serves (its workload): `all_triples`
+    # (unset: every 3-way marginal of at most 10^4 cells, and the pairs in none of them),
+    # `all_pairs`, or a list of column lists, e.g. [[age, income], [sex, occupation, income]]
+    workload: Literal["all_triples", "all_pairs"] | list[list[str]] | None = None
 
 
 class ModelSettings(_Strict):
@@ -626,6 +630,19 @@ class DatasetSpec(_Strict):
         elif self.selection.marginals is not None:
             raise ValueError(f"selection.marginals is for method manual; method {self.method} "
                              "selects its own marginals (remove it, or set method: manual)")
+        workload = self.selection.workload
+        if workload is not None and self.method != "aim":
+            raise ValueError(f"selection.workload is for method aim; method {self.method} has no "
+                             "workload (remove it, or set method: aim)")
+        if isinstance(workload, list):
+            if not workload or any(not c for c in workload):
+                raise ValueError("selection.workload lists the marginals AIM should serve: give "
+                                 "at least one, each a list of one or more columns, e.g. "
+                                 "[[age, income], [sex, occupation, income]]")
+            unknown = sorted({a for c in workload for a in c if a not in self.columns})
+            if unknown:
+                raise ValueError(f"selection.workload names {unknown}, which are not declared "
+                                 f"columns ({sorted(self.columns)})")
         shares = ((self.selection.one_way_share or method.one_way_share)
                   + (self.selection.score_share or method.score_share))
         if shares >= 1:

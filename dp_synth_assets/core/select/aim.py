@@ -10,13 +10,19 @@ the rounds run until it is spent, the last one taking exactly what is left. AIM 
 run budget inside selection (`METHODS["aim"].measures_in_selection`); the `model` stage fits the
 final model (mbi or the configured generator) to every measurement.
 
-1. Workload W (`workload`): every 3-way marginal with at most `MAX_CELLS` = 10^4 cells (the
-   paper's default workload is all 3-way marginals; the cell cap is private-pgm AIM's
-   `max_cells`), plus every pair with at most `MAX_CELLS` cells that lies in no such triple, so
-   that every pair of a 2-way fidelity target is in W's downward closure. Candidates are that
-   closure; each weighs w_r = sum_{s in W} |r & s| (AIM section 4.1), divided by the largest
-   weight: the exponential mechanism is invariant to the common factor, and the score's
-   sensitivity becomes 1. With a single attribute, W is its 1-way marginal.
+1. Workload W (`workload`, `settings.workload`): AIM is workload-aware (section 3: the input is
+   the analyst's workload). Unset or `all_triples`: every 3-way marginal with at most
+   `MAX_CELLS` = 10^4 cells (the paper's default workload is all 3-way marginals; the cell cap
+   is private-pgm AIM's `max_cells`), plus every pair with at most `MAX_CELLS` cells that lies
+   in no such triple, so that every pair of a 2-way fidelity target is in W's downward
+   closure. `all_pairs`: every pair with at most `MAX_CELLS` cells. A list: exactly the
+   marginals declared (public configuration), whatever their size. Candidates are W's
+   downward closure, less any marginal of more than `MAX_CELLS` cells (a declared marginal
+   above it is served through its subsets: our choice, so that the marginals stage never
+   counts a table larger than that); each weighs w_r = sum_{s in W} |r & s| (AIM section
+   4.1), divided by the largest weight: the exponential mechanism is invariant to the common
+   factor, and the score's sensitivity becomes 1. With a single attribute, W is its 1-way
+   marginal.
 2. Initialization: all 1-way marginals with `budget.one_way`, 0.3 of rho (METHODS["aim"]),
    split in proportion to codes^(2/3) (`measure_one_way(by_cells=True)`). Our choice, as in
    `auto`: the paper measures them evenly at the first round's sigma; a large column's 1-way
@@ -69,12 +75,26 @@ SCORE_SENSITIVITY = 1.0     # L_inf sensitivity of the (normalized-weight) quali
 
 # ------------------------------------------------------------------------------ workload
 
-def workload(domain: dict[str, int], max_cells: int = MAX_CELLS) -> list[Clique]:
-    """W (module docstring, step 1): the 3-way marginals within `max_cells`, then the pairs
-    within `max_cells` that no kept triple contains; the 1-way marginal with one attribute."""
+def workload(domain: dict[str, int], max_cells: int = MAX_CELLS,
+             declared: str | list[list[str]] | None = None) -> list[Clique]:
+    """W (module docstring, step 1): `declared` is `settings.workload` (None: `all_triples`).
+    The generated workloads: the 3-way marginals within `max_cells`, then the pairs within
+    `max_cells` that no kept triple contains (`all_pairs`: every pair within `max_cells`); the
+    1-way marginal with one attribute. A declared list: its marginals, columns in domain order,
+    repeats dropped."""
     attributes = list(domain)
+    if isinstance(declared, list):
+        missing = sorted({a for c in declared for a in c if a not in domain})
+        if missing:
+            raise ValueError(f"selection.workload names {missing}, which are not encoded columns "
+                             f"({sorted(domain)}); fix the names in datasets.yaml")
+        order = {a: i for i, a in enumerate(attributes)}
+        return list(dict.fromkeys(tuple(sorted(set(c), key=order.get)) for c in declared if c))
     if len(attributes) < 2:
         return [(a,) for a in attributes]
+    if declared == "all_pairs":
+        return [p for p in itertools.combinations(attributes, 2)
+                if clique_size(p, domain) <= max_cells]
     triples = [t for t in itertools.combinations(attributes, 3)
                if clique_size(t, domain) <= max_cells]
     covered = {p for t in triples for p in itertools.combinations(t, 2)}
@@ -83,11 +103,14 @@ def workload(domain: dict[str, int], max_cells: int = MAX_CELLS) -> list[Clique]
     return triples + pairs
 
 
-def candidate_weights(work: list[Clique]) -> dict[Clique, float]:
-    """AIM's weights w_r = sum_{s in W} |r & s| over W's downward closure, divided by the
+def candidate_weights(work: list[Clique], domain: dict[str, int] | None = None,
+                      max_cells: int = MAX_CELLS) -> dict[Clique, float]:
+    """AIM's weights w_r = sum_{s in W} |r & s| over W's downward closure (with `domain`: less
+    the marginals of two or more attributes and more than `max_cells` cells), divided by the
     largest (so the largest is 1)."""
     closure = {sub for s in work for k in range(1, len(s) + 1)
-               for sub in itertools.combinations(s, k)}
+               for sub in itertools.combinations(s, k)
+               if domain is None or k == 1 or clique_size(sub, domain) <= max_cells}
     order = {c: i for i, c in enumerate(sorted(closure, key=lambda c: (len(c), c)))}
     raw = {r: float(sum(len(set(r) & set(s)) for s in work)) for r in sorted(closure, key=order.get)}
     top = max(raw.values())
@@ -96,7 +119,19 @@ def candidate_weights(work: list[Clique]) -> dict[Clique, float]:
 
 def needed_cliques(domain: dict[str, int], settings: SelectionSettings) -> list[Clique]:
     """The candidates of more than one attribute: the marginals the `marginals` stage counts."""
-    return [r for r in candidate_weights(workload(domain)) if len(r) > 1]
+    work = workload(domain, declared=settings.workload)
+    return [r for r in candidate_weights(work, domain) if len(r) > 1]
+
+
+def describe(declared: str | list[list[str]] | None, max_cells: int) -> str:
+    """The workload in words, for the selection's details."""
+    if isinstance(declared, list):
+        return (f"the {len(declared)} declared marginals (selection.workload); candidates of at "
+                f"most {max_cells:,} cells")
+    if declared == "all_pairs":
+        return f"all pairs of at most {max_cells:,} cells"
+    return (f"all 3-way marginals of at most {max_cells:,} cells, and the pairs of at most that "
+            "many cells in none of them")
 
 
 # ------------------------------------------------------------------------------ budget rules
@@ -144,7 +179,7 @@ def allowed(domain: dict[str, int], candidates: list[Clique], measured: list[Cli
 def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: Charge, *,
         max_model_mb: float = 4.0, max_rounds: int | None = None,
         fit_iterations: int = FIT_ITERATIONS, max_cells: int = MAX_CELLS,
-        log: Log | None = None) -> Selection:
+        declared: str | list[list[str]] | None = None, log: Log | None = None) -> Selection:
     """AIM as described in the module docstring; `select` calls it with the dataset's settings.
     `log`, if given, gets each round's `round_line` when its refit is done."""
     if max_rounds is not None and max_rounds < 1:
@@ -158,8 +193,8 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
         spent += spend.rho
 
     one_way = list(measure_one_way(domain, oracle, budget.one_way, pay, by_cells=True))
-    work = workload(domain, max_cells)
-    weights = candidate_weights(work)
+    work = workload(domain, max_cells, declared)
+    weights = candidate_weights(work, domain, max_cells)
     candidates = list(weights)
     exact = oracle(candidates)  # private: only the quality scores and the measurements read it
 
@@ -222,8 +257,7 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
         budgets={},
         measured=tuple(measured),
         details={"rounds": trace,
-                 "workload": f"all 3-way marginals of at most {max_cells:,} cells, and the "
-                             "pairs of at most that many cells in none of them",
+                 "workload": describe(declared, max_cells),
                  "workload_size": len(work),
                  "horizon": horizon,
                  "fit_iterations": fit_iterations,
@@ -234,4 +268,4 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     return run(domain, oracle, budget, charge, max_model_mb=settings.max_model_mb,
-               max_rounds=settings.max_rounds, log=log)
+               max_rounds=settings.max_rounds, declared=settings.workload, log=log)
