@@ -365,6 +365,78 @@ def test_aim_runs_past_8_rounds_until_the_budget_is_spent(monkeypatch):
     assert len(capped.details["rounds"]) == 5
 
 
+def test_a_large_candidate_is_offered_on_public_groups_beside_its_codes():
+    # versions(): every candidate on its codes; one of 1,000 cells or more also on each distinct
+    # grouping of AIM's coarse levels (16 and 40 runs of adjacent codes of about equal noisy
+    # mass, a column of fewer than 2g codes left whole at level g), from the 1-way measurements
+    from dp_synth_assets.core.measure import adjacent_groups
+
+    domain = {"a": 90, "b": 40, "c": 3, "d": 20}
+    rng = np.random.default_rng(SEED)
+    one_way = [Measurement((x,), rng.uniform(50, 150, k), 3.0, 0.05) for x, k in domain.items()]
+    noisy = {m.clique[0]: m.noisy for m in one_way}
+    got = aim.versions([("a",), ("a", "b"), ("a", "c"), ("c", "d"), ("a", "d"), ("b", "d")],
+                       domain, one_way)
+    assert aim.COARSE_LEVELS == (16, 40)
+    a16, a40, b16 = (adjacent_groups(noisy["a"], 16), adjacent_groups(noisy["a"], 40),
+                     adjacent_groups(noisy["b"], 16))
+    assert got == [
+        (("a",), None),
+        (("a", "b"), None),
+        (("a", "b"), (a16, b16)),
+        (("a", "b"), (a40, None)),   # b has 40 codes, fewer than 2 x 40
+        (("a", "c"), None),          # 270 cells: too small for groups
+        (("c", "d"), None),
+        (("a", "d"), None),
+        (("a", "d"), (a16, None)),   # d has 20 codes, fewer than 2 x 16
+        (("a", "d"), (a40, None)),
+        (("b", "d"), None),          # 800 cells
+    ]
+    assert max(a16) + 1 < max(a40) + 1 < 90 and max(b16) + 1 < 40
+
+
+def test_a_dependency_too_fine_to_measure_is_measured_on_groups_and_fitted():
+    # b copies a (60 codes each) on 90% of 20,000 rows; at rho 0.05 the first round's sigma is
+    # 27.5, so the fine pair's expected l1 noise (0.8 x 27.5 x 3,600 = 79,000) exceeds its
+    # dependency (about 2 x 0.9 x 20,000 = 36,000) and every fine candidate holding it scores
+    # below zero, while on 16 x 16 groups (noise 0.8 x 27.5 x 256 = 5,600; with c, 11,300) it
+    # scores about 28,000 x 2/3 (the pair) or 22,400 (the triple). The exponential mechanism
+    # (epsilon_t 0.024, sensitivity 1) then prefers a coarse version by a factor of at least
+    # exp(0.012 x 18,000): another choice has probability far below 1e-6.
+    from dp_synth_assets.core.measure import coarsen
+    from dp_synth_assets.core.select import aim_fit
+
+    domain = {"a": 60, "b": 60, "c": 2}
+    data = table(domain, 20_000, {("a", "b"): 0.9})
+    charge = ChargeRecorder()
+    budget = split(0.05)
+    selection = aim.run(domain, counting_oracle(data, domain), budget, charge, max_rounds=3)
+    first = selection.measured[0]
+    assert {"a", "b"} <= set(first.clique) and first.groups is not None
+    trace = selection.details["rounds"][0]
+    assert trace["groups"] == [None if g is None else list(g) for g in first.groups]
+    assert selection.details["coarse_measured"] >= 1
+    # the coarse array is the marginal summed within groups, at the sigma its charge paid for
+    spend, params = next((s, p) for s, p in charge.calls
+                         if p.get("round") == 1 and s.mechanism == "gaussian_counts")
+    assert first.noisy.shape == tuple(domain[x] if g is None else max(g) + 1
+                                      for x, g in zip(first.clique, first.groups))
+    assert first.sigma == pytest.approx(math.sqrt(1 / (2 * spend.rho)), rel=1e-9)
+    assert charge.rho == pytest.approx(budget.total, rel=1e-9)
+    # the fitted model carries the dependency: on a's and b's coarse groups the diagonal holds
+    # about 0.9 + 0.1 / groups of the mass, less what differing group edges move off it
+    # (independence: about 1 / groups); noise on the
+    # diagonal's sum is below 200 of 20,000 rows
+    everything = list(selection.one_way) + list(selection.measured)
+    _, model = aim_fit.fit(domain, everything, 20_000.0, 200)
+    ga, gb = (first.groups[first.clique.index(x)] for x in ("a", "b"))
+    pair = coarsen(model.project(("a", "b")), (ga, gb))
+    exact = coarsen(counting_oracle(data, domain)([("a", "b")])[("a", "b")], (ga, gb))
+    share = np.trace(pair) / pair.sum()
+    assert share == pytest.approx(np.trace(exact) / exact.sum(), abs=0.03)
+    assert share > 0.5
+
+
 def test_a_candidate_whose_junction_tree_exceeds_the_limit_is_excluded():
     from mbi import Domain
     from mbi.junction_tree import hypothetical_model_size

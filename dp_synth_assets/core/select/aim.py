@@ -22,7 +22,19 @@ final model (mbi or the configured generator) to every measurement.
    counts a table larger than that); each weighs w_r = sum_{s in W} |r & s| (AIM section
    4.1), divided by the largest weight: the exponential mechanism is invariant to the common
    factor, and the score's sensitivity becomes 1. With a single attribute, W is its 1-way
-   marginal.
+   marginal. Coarse versions (our addition, `versions`; absyn's step 5 and PrivSyn's "fewer
+   and coarser measurements"): a candidate of `COARSE_MIN_CELLS` (10^3) cells or more is also
+   offered on public groupings of its large columns, `COARSE_LEVELS` = 16 and 40 runs of
+   adjacent codes of about equal noisy 1-way mass (from the initialization's measurements;
+   a column of fewer than 2g codes is not grouped at level g), with its clique's weight. A
+   coarse version is the same marginal summed within groups (`measure.coarsen`): one row
+   still moves one cell, so its quality keeps sensitivity 1 and its measurement costs what
+   the fine one costs at the same rho, with far fewer cells of noise. The paper's candidates
+   are fine only: on adult at epsilon 1 the first rounds' sigma is 109, so a fine 85 x 100
+   pair's expected l1 noise is 7.4e5 counts, 15 times the rows, and AIM never measured a
+   large pair. The levels were measured (bench/results/method_notes.md, "AIM's coarse
+   candidates"): absyn's (6, 16) let the exponential mechanism prefer very coarse versions,
+   whose low noise wins the round but whose groups hide most of the dependency.
 2. Initialization: all 1-way marginals with `budget.one_way`, 0.3 of rho (METHODS["aim"]),
    split in proportion to codes^(2/3) (`measure_one_way(by_cells=True)`). Our choice, as in
    `auto`: the paper measures them evenly at the first round's sigma; a large column's 1-way
@@ -38,15 +50,17 @@ final model (mbi or the configured generator) to every measurement.
       inside a clique of the current junction tree leaves the model as it is and is always kept.
    b. Quality: q_r = w_r (||M_r - p_r||_1 - sqrt(2/pi) sigma_t n_r), with p_r the current
       model's marginal and n_r the cells of r: the model's error on r minus the expected l1
-      error of measuring it. L_inf sensitivity 1 under add/remove-one-row (non-monotonic). The
-      choice is OpenDP's `make_noisy_max` (the exponential mechanism) at epsilon_t^2 / 8.
+      error of measuring it (a coarse version: both on its groups, n_r its coarse cells).
+      L_inf sensitivity 1 under add/remove-one-row (non-monotonic). The choice is OpenDP's
+      `make_noisy_max` (the exponential mechanism) at epsilon_t^2 / 8.
    c. The chosen marginal is measured at 1 / (2 sigma_t^2) (the last round: what is left after
       its exponential mechanism's charge).
    d. The model is refitted (`aim_fit.fit`: numpy mirror descent on the junction tree,
       warm-started from the previous round, `FIT_ITERATIONS` steps; no compilation) on every
       measurement so far, with the noisy total (`measure.noisy_total`, never the exact count).
-   e. Annealing (`anneal`): if the refit moved the model's marginal on r by at most
-      sqrt(2/pi) sigma_t n_r in l1, sigma is halved and epsilon doubled (rho_t times 4).
+   e. Annealing (`anneal`): if the refit moved the model's marginal on r (on the groups it
+      was measured on) by at most sqrt(2/pi) sigma_t n_r in l1, sigma is halved and epsilon
+      doubled (rho_t times 4).
    f. Budget (`next_round`): when at most 2 rho_t would remain after this round's rho_t, the
       next round is the last and spends all of it: sigma = sqrt(1 / (2 alpha rest)), epsilon =
       sqrt(8 (1 - alpha) rest). rho_t never shrinks, so at most T rounds run.
@@ -58,9 +72,11 @@ import math
 import numpy as np
 
 from ..config import SelectionSettings
-from ..measure import Measurement, clique_size, measure_marginal, noisy_total
+from ..measure import (Groups, Measurement, clique_size, coarsen, coarsened_size,
+                       measure_marginal, noisy_total)
 from ..privacy import Spend, exponential_mechanism
 from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
+from .absyn import COARSE_MIN_CELLS, coarse_groupings
 from .aim_fit import fit, model_mb
 from .privsyn import measure_one_way
 
@@ -68,6 +84,7 @@ from .privsyn import measure_one_way
 ROUNDS_PER_ATTRIBUTE = 16   # AIM's T = 16 d
 MEASURE_SHARE = 0.9         # AIM's alpha: share of rho_t for the Gaussian measurement
 MAX_CELLS = 10_000          # largest workload marginal (private-pgm AIM's max_cells)
+COARSE_LEVELS = (16, 40)    # coarse versions: groups of 1/level of a large column's mass
 FIT_ITERATIONS = 50         # accelerated steps (generate/mirror.py) of each round's refit
 FIRST_FIT_ITERATIONS = 200  # the fit to the 1-way marginals, from the uniform distribution
 SCORE_SENSITIVITY = 1.0     # L_inf sensitivity of the (normalized-weight) quality scores
@@ -165,6 +182,28 @@ def next_round(remaining: float, sigma: float, epsilon: float) -> tuple[float, f
     return sigma, epsilon, False
 
 
+def versions(cliques: list[Clique], domain: dict[str, int],
+             one_way: list[Measurement]) -> list[tuple[Clique, Groups | None]]:
+    """The candidates of the exponential mechanism (module docstring, step 1): each clique on its
+    codes (groups None), and each one of `COARSE_MIN_CELLS` cells or more on every distinct
+    grouping of `COARSE_LEVELS` (`absyn.coarse_groupings`: a column of at least 2g codes in
+    runs of adjacent codes of about 1/g of its noisy 1-way mass; public) that groups at least
+    one of its attributes."""
+    groupings = coarse_groupings(domain, tuple(one_way), COARSE_LEVELS)
+    out: list[tuple[Clique, Groups | None]] = []
+    for r in cliques:
+        out.append((r, None))
+        if len(r) < 2 or clique_size(r, domain) < COARSE_MIN_CELLS:
+            continue
+        seen: set = set()
+        for level in groupings.values():
+            groups = tuple(level.get(a) for a in r)
+            if any(g is not None for g in groups) and groups not in seen:
+                seen.add(groups)
+                out.append((r, groups))
+    return out
+
+
 def allowed(domain: dict[str, int], candidates: list[Clique], measured: list[Clique],
             tree_cliques: list[Clique], limit_mb: float) -> list[Clique]:
     """The candidates whose addition keeps the junction tree of `measured` within `limit_mb`;
@@ -195,8 +234,8 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
     one_way = list(measure_one_way(domain, oracle, budget.one_way, pay, by_cells=True))
     work = workload(domain, max_cells, declared)
     weights = candidate_weights(work, domain, max_cells)
-    candidates = list(weights)
-    exact = oracle(candidates)  # private: only the quality scores and the measurements read it
+    candidates = versions(list(weights), domain, one_way)
+    exact = oracle(list(weights))  # private: only the quality scores and the measurements read it
 
     horizon = ROUNDS_PER_ATTRIBUTE * len(attributes)
     sigma, epsilon = round_parameters((budget.total - spent) / horizon)
@@ -215,34 +254,41 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
         # a. candidates that keep the model small (AIM's limit grows with the budget spent)
         limit = max_model_mb * min((spent + rho_t) / budget.total, 1.0)
         cliques = [m.clique for m in one_way + measured]
-        kept = allowed(domain, candidates, cliques, list(model.cliques), limit)
+        fits = allowed(domain, list(weights), cliques, list(model.cliques), limit)
+        small = set(fits)
+        kept = [(r, g) for r, g in candidates if r in small]
 
-        # b. quality scores and the exponential mechanism
-        estimates = {r: model.project(r) for r in kept}
+        # b. quality scores (a coarse version's error and noise on its groups) and the
+        # exponential mechanism
+        estimates = {r: model.project(r) for r in fits}
         bias = math.sqrt(2.0 / math.pi) * sigma
-        scores = np.array([weights[r] * (np.abs(exact[r] - estimates[r]).sum()
-                                         - bias * clique_size(r, domain)) for r in kept])
+        scores = np.array([weights[r] * (np.abs(coarsen(exact[r] - estimates[r], g)).sum()
+                                         - bias * coarsened_size(r, domain, g))
+                           for r, g in kept])
         index, em_spend = exponential_mechanism(scores, epsilon ** 2 / 8.0, SCORE_SENSITIVITY)
-        chosen = kept[index]
+        chosen, groups = kept[index]
         pay(em_spend, purpose="AIM selection (exponential mechanism)", round=t,
             candidates=len(kept))
 
         # c. the Gaussian measurement (the last round takes exactly what is left)
         rho_m = budget.total - spent if last else 1.0 / (2.0 * sigma ** 2)
-        measurement = measure_marginal(exact[chosen], chosen, rho_m, pay,
+        measurement = measure_marginal(exact[chosen], chosen, rho_m, pay, groups,
                                        purpose="AIM measurement", round=t)
         measured.append(measurement)
 
         # d. refit, warm-started (the trace's last refit is for `moved` only)
         everything = one_way + measured
         state, model = fit(domain, everything, noisy_total(everything), fit_iterations, state)
-        moved = float(np.abs(model.project(chosen) - estimates[chosen]).sum())
+        moved = float(np.abs(coarsen(model.project(chosen) - estimates[chosen], groups)).sum())
         entry = {"round": t, "clique": list(chosen), "rho": em_spend.rho + measurement.rho,
                  "sigma": measurement.sigma, "epsilon_em": math.sqrt(8.0 * em_spend.rho),
                  "candidates": len(kept), "model_mb_limit": float(limit),
                  "moved_l1": round(moved, 3)}
+        if groups is not None:
+            entry["groups"] = [None if g is None else list(g) for g in groups]
         # e. annealing: a measurement that barely changed the model asks for less noise
-        sigma, epsilon, annealed = anneal(sigma, epsilon, moved, clique_size(chosen, domain))
+        sigma, epsilon, annealed = anneal(sigma, epsilon, moved,
+                                          coarsened_size(chosen, domain, groups))
         if annealed and not last:
             entry["annealed"] = True
         trace.append(entry)
@@ -261,6 +307,7 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
                  "workload_size": len(work),
                  "horizon": horizon,
                  "fit_iterations": fit_iterations,
+                 "coarse_measured": sum(1 for m in measured if m.groups is not None),
                  "model_mb": float(model_mb(domain, final_cliques))},
     )
 
