@@ -32,9 +32,8 @@ final model (mbi or the configured generator) to every measurement.
    the fine one costs at the same rho, with far fewer cells of noise. The paper's candidates
    are fine only: on adult at epsilon 1 the first rounds' sigma is 109, so a fine 85 x 100
    pair's expected l1 noise is 7.4e5 counts, 15 times the rows, and AIM never measured a
-   large pair. The levels were measured (bench/results/method_notes.md, "AIM's coarse
-   candidates"): absyn's (6, 16) let the exponential mechanism prefer very coarse versions,
-   whose low noise wins the round but whose groups hide most of the dependency.
+   large pair. The levels are a measured choice (bench/results/method_notes.md, "AIM's
+   coarse candidates").
 2. Initialization: all 1-way marginals with `budget.one_way`, 0.3 of rho (METHODS["aim"]),
    split in proportion to codes^(2/3) (`measure_one_way(by_cells=True)`). Our choice, as in
    `auto`: the paper measures them evenly at the first round's sigma; a large column's 1-way
