@@ -464,6 +464,9 @@ def summarize(records: list[dict]) -> dict[tuple, dict]:
                   "tvd2_se": float(np.std(tvd2, ddof=1) / np.sqrt(len(tvd2)))
                   if len(tvd2) > 1 else None,
                   "load1": max(loads) if loads else None,
+                  # read before the notes are cut to 160 characters for the table
+                  "free": any(FREE in r.get("note", "") or "not private" in r.get("note", "")
+                              for r in done),
                   "notes": sorted({r["note"][:160] for r in rs if r.get("note")
                                    and r["method"] not in REFERENCES})}
     return out
@@ -480,10 +483,11 @@ def ratio(a, b) -> str:
 def best_anchor(summary: dict, dataset: str, epsilon: float,
                 paid: bool = False) -> tuple[str, dict] | None:
     """The anchor with the least mean tvd2; `paid`: only anchors that learned their own domain
-    or were given the table's public one (not the evaluation discretization for free)."""
+    or were given the table's public one (not the evaluation discretization, nor the exact
+    numeric bounds dpmm gets where its DP bounds fail, for free)."""
     found = [(m, summary[(dataset, m, epsilon)]) for m in ANCHORS
              if (dataset, m, epsilon) in summary and summary[(dataset, m, epsilon)]["tvd2"] is not None
-             and not (paid and any(FREE in n for n in summary[(dataset, m, epsilon)]["notes"]))]
+             and not (paid and summary[(dataset, m, epsilon)]["free"])]
     return min(found, key=lambda x: x[1]["tvd2"]) if found else None
 
 
@@ -515,8 +519,9 @@ def goals(summary: dict) -> list[str]:
     lines.append(f"- Default's tvd2 <= 0.75 x best anchor's and <= noisy-independent, every "
                  f"table and epsilon: {status} ({measured} (table, epsilon) cells measured; on "
                  f"tables that are not discretized, pgm-mst and opendp are given the evaluation "
-                 f"discretization as their domain and scored in it: a bound no private pipeline "
-                 f"that learns its own domain can be expected to reach)"
+                 f"discretization as their domain and scored in it, and dpmm, where its DP "
+                 f"bounds fail, each numeric column's exact min and max: a bound no private "
+                 f"pipeline that learns its own domain can be expected to reach)"
                  + "".join(f"\n  - {f}" for f in failures))
     given = []
     for d, m, e in sorted(k for k in summary if k[1] == GIVEN_DOMAIN):
