@@ -88,3 +88,20 @@ def test_default_given_domain_reads_the_anchors_codes_with_every_cell_declared(t
     a_rows = frame.index[frame["s"] == frame.loc[0, "s"]][:50]  # 50 of the 100 "a" rows
     frame.loc[a_rows, "s"] = 99
     assert ev.of_codes_frame(frame)["tvd1"] == pytest.approx(0.25 / 2)
+
+
+def test_an_anchor_given_a_free_domain_never_counts_as_paid_however_long_its_note():
+    # the table cuts notes to 160 characters; the paid check must not read the cut ones
+    long_note = "OpenDP MST float edge (" + "x" * 200 + "); " + suite.FREE
+    records = [
+        {"dataset": "t", "method": "opendp-mst", "epsilon": 1.0, "seed": 0, "tvd2": 0.1,
+         "note": long_note},
+        {"dataset": "t", "method": "dpmm-mst", "epsilon": 1.0, "seed": 0, "tvd2": 0.2,
+         "note": "dpmm's DP bounds failed (...); rerun given each numeric column's exact min "
+                 "and max (not private, favours dpmm)"},
+        {"dataset": "t", "method": "pgm-mst", "epsilon": 1.0, "seed": 0, "tvd2": 0.3, "note": ""},
+    ]
+    summary = suite.summarize(records)
+    assert suite.FREE not in summary[("t", "opendp-mst", 1.0)]["notes"][0]  # the cut note
+    assert suite.best_anchor(summary, "t", 1.0)[0] == "opendp-mst"
+    assert suite.best_anchor(summary, "t", 1.0, paid=True)[0] == "pgm-mst"
