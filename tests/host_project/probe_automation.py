@@ -9,14 +9,17 @@ on each tick, at increasing evaluation times. Prints one JSON object of what eac
    requested assets are executed as one run on the instance (the run the sensor launches).
 3. a tick half a second later sees that run's materializations (the sensor ticks while a run
    goes on: the change it requested is handled); then the host changes again, and a tick one
-   second after the second is inside min_interval (1h) of that run, which took longer than a
-   second, and requests nothing, for the interval.
+   second after the second is inside min_interval (1h) of that run and requests nothing, for
+   the interval. The interval runs from the first stage's materialization, the start of the
+   run, which a pause keeps at least two seconds after the probe's start: on an idle machine
+   it came within a second of it, and the tick fell outside the interval.
 4. a tick three hours later: the ledger cannot cover a third run (the limit covers two), so it
    requests nothing, for the budget.
 """
 
 import datetime
 import json
+import time
 
 import dagster as dg
 
@@ -64,6 +67,7 @@ with dg.DagsterInstance.get() as instance:
     selection = [k for k in defs.resolve_asset_graph().get_all_asset_keys()
                  if changed.get_num_requested(k)]
     if selection:
+        time.sleep(max(0.0, 2.0 - (datetime.datetime.now() - start).total_seconds()))
         job = defs.resolve_implicit_global_asset_job_def()
         launched = job.execute_in_process(instance=instance, asset_selection=selection,
                                           tags={"dp_synth/trigger": "automation"})
