@@ -89,6 +89,12 @@ def test_the_wheel_carries_sql_and_resources_inside_the_package_and_declares_ran
         f"dp_synth_assets/sql/{p.name}" for p in (REPO / "sql").glob("*.sql")}
     assert {n for n in names if n.startswith("dp_synth_assets/resources/")} == {
         f"dp_synth_assets/resources/{p.name}" for p in (REPO / "resources").glob("*.py")}
+    # what the Data Docs load instead of GX's CDNs (dp_synth_assets/checks/data_docs_offline.py)
+    static = REPO / "dp_synth_assets" / "checks" / "data-docs-static"
+    assert {n for n in names if n.startswith("dp_synth_assets/checks/data-docs-static/")} == {
+        f"dp_synth_assets/checks/data-docs-static/{p.relative_to(static).as_posix()}"
+        for p in static.rglob("*") if p.is_file()}
+    assert "dp_synth_assets/checks/data-docs-static/jquery-3.7.1/jquery.min.js" in names
     assert {n.split("/")[0] for n in names} == {"dp_synth_assets", metadata_name.split("/")[0]}
     assert metadata["Name"] == "dagster-dp-synth"
     requirements = metadata.get_all("Requires-Dist")

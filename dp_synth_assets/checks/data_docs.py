@@ -12,8 +12,10 @@ result and page, other suites' stay, and index.html lists them all. Guarantees:
 - Writers of one `d` take turns (the module lock, and flock on `d` across processes).
 - A suite name becomes a path, so it may hold only letters, digits, "_" and "-"
   (`check_docs_name`).
-The pages load their styles and scripts from public CDNs; offline they show unstyled. Findings
-about GX's renderer behind these choices: docs/great_expectations.md.
+- The site loads nothing from the network: the stylesheets, scripts and fonts GX's templates take
+  from CDNs are copied into `d/static/vendor/` from the package and every page and stylesheet
+  points to them (`data_docs_offline`), so it renders offline and in air-gapped networks.
+Findings about GX's renderer behind these choices: docs/great_expectations.md.
 """
 
 import contextlib
@@ -26,6 +28,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .data_docs_offline import make_offline
 from .gx_context import LOCK, context, quiet_environment
 from .outcomes import SuiteOutcome
 
@@ -244,6 +247,7 @@ def write_data_docs(
             )
             _reuse_views(site)
             site.build(resource_identifiers=[result_key, suite_key])
+            make_offline(docs, skip=(DOCS_STORES_DIR,))
         finally:
             for name in added:
                 with contextlib.suppress(Exception):
