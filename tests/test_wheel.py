@@ -12,6 +12,7 @@ tests/test_wheel_component.py.
 """
 
 import json
+import re
 import shutil
 import zipfile
 from email.parser import Parser
@@ -177,6 +178,13 @@ def test_a_host_project_synthesizes_and_automation_resynthesizes_from_the_instal
     assert ticks["out_of_budget"]["requested"] == []
     assert ticks["out_of_budget"]["gates"] == {SOURCE: True, INTERVAL: True, BUDGET: False}
     assert ticks["out_of_budget"]["runs"] == ticks["inside_interval"]["runs"]  # none launched
+
+    # the installed package's Data Docs load their scripts and styles from the site, not a CDN
+    docs = host / "public" / "customers" / "data_docs"
+    assert (docs / "static" / "vendor" / "jquery-3.7.1" / "jquery.min.js").is_file()
+    index = (docs / "index.html").read_text()
+    assert "static/vendor/bootstrap-4.3.1/css/bootstrap.min.css" in index
+    assert not re.search(r'(?:src|href)="https?://[^"]*\.(?:js|css)"', index)
 
     # the host's IO manager was never handed a dp-synth output
     calls = host / "io_calls.txt"
