@@ -29,6 +29,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
                       field_validator, model_validator)
 
 from .engines import ENGINES
+from .extras import refusal
 from .methods import METHODS
 from .plugins import require_registered
 
@@ -657,6 +658,20 @@ class DatasetSpec(_Strict):
                     f"{sd:.3g} rows (above {MAX_TOTAL_SD:.0f}); raise privacy.epsilon or declare "
                     "the number of rows (`rows: 10000`)")
         return self
+
+    @model_validator(mode="after")
+    def _extras_installed(self) -> "DatasetSpec":
+        """Refuse a feature whose extra is not installed (`extras`), when the definitions load."""
+        for feature in self.features():
+            problem = refusal(feature)
+            if problem:
+                raise ValueError(problem)
+        return self
+
+    def features(self) -> list[str]:
+        """The optional features (`extras.FEATURES`) this dataset uses."""
+        used = [self.engine.type] if self.engine.type in ("postgres", "spark") else []
+        return used + (["report"] if self.report is not None else [])
 
     @property
     def min_interval_seconds(self) -> float:

@@ -34,7 +34,7 @@ from ..config import SelectionSettings
 from ..measure import (Measurement, clique_size, expected_noise_error, measure_marginal,
                        optimal_split)
 from ..privacy import gaussian_scores
-from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
+from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, aim_fit, round_line
 
 INDIF_SENSITIVITY = 4.0  # PrivSyn Lemma 4
 
@@ -78,10 +78,6 @@ def greedy_dense_marg(pairs: list[Clique], dependency: np.ndarray, domain: dict[
                       log: Log | None = None) -> tuple[list[Clique], list[dict]]:
     """DenseMarg's greedy loop; returns the selected pairs and a public per-round trace. `log`,
     if given, gets each round's `round_line` (rho 0: the greedy post-processes the scores)."""
-    from mbi import Domain
-    from mbi.junction_tree import hypothetical_model_size
-
-    mbi_domain = Domain(list(domain), [domain[a] for a in domain])
     base = [(a,) for a in domain]
     sizes = np.array([clique_size(p, domain) for p in pairs], dtype=np.float64)
     chosen: list[int] = []
@@ -100,7 +96,7 @@ def greedy_dense_marg(pairs: list[Clique], dependency: np.ndarray, domain: dict[
             if totals[k] >= current:
                 break
             i = int(candidates[k])
-            model_mb = hypothetical_model_size(mbi_domain, base + [pairs[j] for j in chosen] + [pairs[i]])
+            model_mb = aim_fit.model_mb(domain, base + [pairs[j] for j in chosen] + [pairs[i]])
             if model_mb <= max_model_mb:
                 picked = (i, float(totals[k]), model_mb)
                 break
