@@ -4,14 +4,38 @@ import math
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import yaml
 
+from dp_synth_assets.core import extras
 from dp_synth_assets.example import write_example
 from dp_synth_assets.definitions import build_definitions
 
 REPO = Path(__file__).resolve().parents[1]
 REPO_DATASETS = REPO / "datasets.yaml"
 TEST_DEFAULTS = {"model": {"iterations": 200}}
+
+
+def needs_extra(feature: str):
+    """Skips a test that needs an optional feature (`core.extras.FEATURES`) when its extra is
+    not installed."""
+    why = f"needs the `{feature}` extra: {extras.install_command(feature)}"
+    return pytest.mark.skipif(not extras.available(feature), reason=why)
+
+
+def without_extra(monkeypatch, feature: str) -> None:
+    """Injects the fault "`feature`'s extra is not installed" into this process: its modules are
+    not importable (`extras.importable`), and for `jax` an import of mbi raises."""
+    modules = set(extras.FEATURES[feature].modules)
+    real = extras.importable
+    monkeypatch.setattr(extras, "importable", lambda m: m not in modules and real(m))
+    if feature == "jax":
+        from dp_synth_assets.core.generate import pgm
+
+        def refuse():
+            raise ModuleNotFoundError("No module named 'mbi'", name="mbi")
+
+        monkeypatch.setattr(pgm, "import_mbi", refuse)
 
 
 def example_entry(**dataset_overrides) -> dict:

@@ -6,6 +6,7 @@ a `sitecustomize` on PYTHONPATH that installs an import finder refusing them, as
 not installed; every import it refuses is written to a file the test reads.
 """
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 
 from dp_synth_assets.core import extras
 from dp_synth_assets.core.config import RegistryError, parse_registry
-from tests.helpers import REPO, dagster_env, example_entry, make_project
+from tests.helpers import REPO, dagster_env, example_entry, make_project, needs_extra
 
 BIN = Path(sys.executable).parent
 # every module an extra brings (core/extras.py)
@@ -174,3 +175,29 @@ def test_the_registry_of_extras_is_the_distribution_s(tmp_path):
         listed = " ".join(optional[feature.extra])
         for module in feature.modules:
             assert distribution[module] in listed, (name, module)
+
+
+FIT = """
+import numpy as np
+from dp_synth_assets.core.generate import pgm
+from dp_synth_assets.core.measure import Measurement
+rng = np.random.default_rng(0)
+domain = {"a": 3, "b": 4, "c": 2}
+ms = [Measurement(c, rng.random([domain[x] for x in c]) * 100, 1.0, 0.1)
+      for c in [("a", "b"), ("b", "c")]]
+model = pgm.fit(domain, ms, 500.0, 20, log=print)
+print(sorted(pgm.model_marginals(model, [("a", "c")])))
+"""
+
+
+@needs_extra("jax")
+def test_the_jax_fit_warns_nothing(tmp_path):
+    """mbi's float32 warning (it is imported into a JAX without float64) no longer reaches the
+    run's log; any user warning of the fit would fail this process."""
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_COMPILATION_CACHE"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    done = subprocess.run([sys.executable, "-W", "error::UserWarning", "-c", FIT], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "JAX compiled the fit" in done.stdout
+    assert "float32" not in done.stdout + done.stderr

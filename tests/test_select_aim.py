@@ -19,7 +19,7 @@ from dp_synth_assets.core.config import SelectionSettings
 from dp_synth_assets.core.measure import Measurement
 from dp_synth_assets.core.select import METHODS, Budget
 from dp_synth_assets.core.select import aim
-from tests.helpers import ChargeRecorder, counting_oracle
+from tests.helpers import ChargeRecorder, counting_oracle, needs_extra
 
 SEED = 20261122
 
@@ -105,6 +105,7 @@ def test_the_strong_pair_is_chosen_first(strong):
     assert {"a", "b"} <= set(selection.measured[0].clique)
 
 
+@needs_extra("jax")
 def test_the_model_never_exceeds_max_model_mb():
     from mbi import Domain
     from mbi.junction_tree import hypothetical_model_size
@@ -138,6 +139,7 @@ def test_the_model_never_exceeds_max_model_mb():
     assert charge.rho == pytest.approx(2.0, rel=1e-9)
 
 
+@needs_extra("jax")
 def test_model_marginals_match_mbi_on_a_model_with_a_cycle():
     from dp_synth_assets.core.generate import pgm
 
@@ -437,6 +439,7 @@ def test_a_dependency_too_fine_to_measure_is_measured_on_groups_and_fitted():
     assert share > 0.5
 
 
+@needs_extra("jax")
 def test_a_candidate_whose_junction_tree_exceeds_the_limit_is_excluded():
     from mbi import Domain
     from mbi.junction_tree import hypothetical_model_size
