@@ -44,8 +44,8 @@ from .. import extras
 from ..measure import Measurement, refine
 from . import mirror
 from .base import Estimate, ModelTooLarge, budget_text, within_budget
-from .tree import (CliqueTree, dumps, elimination_cliques, junction_tree,  # noqa: F401 (engine
-                   loads, sample_chunks)  # contract)
+from .tree import CliqueTree, elimination_cliques, junction_tree
+from .tree import dumps, loads, sample_chunks  # noqa: F401 (engine contract)
 
 MODEL = CliqueTree
 COARSE_MEASUREMENTS = True  # mirror.fit fits coarse measurements (`estimator`)
