@@ -20,8 +20,8 @@ by the `measurements` stage (on the 1-way marginals when nothing is selected). S
    (documented choice, DESIGN.md section 8): a pair whose junction tree with the selected cliques
    and the 1-way marginals would exceed `settings.max_model_mb` (`aim_fit.model_mb`) is refused
    and dropped for the rest of the loop (the tree only grows), which keeps the model cheap to
-   fit. Ties break by column order, so the result is deterministic given the noisy scores. The selected pairs are
-   measured with the c^(2/3) split of `budget.measure` (Eq. 11).
+   fit. Ties break by column order, so the result is deterministic given the noisy scores. The
+   selected pairs are measured with the c^(2/3) split of `budget.measure` (Eq. 11).
 Marginal combining (merging selected pairs that form a clique) is left to the generator: its
 junction tree (generate/tree.py) already models the triangulated cliques.
 """
