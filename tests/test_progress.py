@@ -230,6 +230,7 @@ def ml_table(rng: np.random.Generator, n: int) -> pd.DataFrame:
     return pd.DataFrame({"x": x, "y": x % 3, "noise": rng.integers(0, 4, n)})
 
 
+@needs_extra("report")
 def test_each_classifier_is_logged_by_name_as_its_turn_starts(monkeypatch):
     from dp_synth_assets.evaluation import ml
 
@@ -256,6 +257,7 @@ def test_each_classifier_is_logged_by_name_as_its_turn_starts(monkeypatch):
     assert events == expected
 
 
+@needs_extra("report")
 @pytest.mark.parametrize("test_rows", [200, 5])
 def test_the_report_logs_the_same_lines_whatever_the_held_out_row_count(test_rows):
     from dp_synth_assets.evaluation import ml

@@ -15,6 +15,7 @@ import dagster
 import numpy as np
 import pytest
 
+from dp_synth_assets.core import extras
 from dp_synth_assets.core.config import SelectionSettings
 from dp_synth_assets.core.measure import Measurement
 from dp_synth_assets.core.select import METHODS, Budget
@@ -570,7 +571,7 @@ def test_the_pgm_engine_fits_a_small_tree_in_numpy_and_a_large_one_with_mbi():
     # hundreds of cliques: numpy's per-clique cost per iteration passes JAX's compilation
     chain = {f"x{i}": 2 for i in range(400)}
     many = [Measurement((f"x{i}", f"x{i + 1}"), np.zeros((2, 2)), 1.0, 0.5) for i in range(399)]
-    assert pgm.estimator(chain, many, 1500) == "mbi"
+    assert pgm.estimator(chain, many, 1500) == ("mbi" if extras.available("jax") else "numpy")
 
 
 def test_the_default_steps_reach_the_least_squares_optimum_at_scale():
