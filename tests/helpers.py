@@ -4,8 +4,10 @@ import math
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import yaml
 
+from dp_synth_assets.core import extras
 from dp_synth_assets.example import write_example
 from dp_synth_assets.definitions import build_definitions
 
@@ -14,10 +16,36 @@ REPO_DATASETS = REPO / "datasets.yaml"
 TEST_DEFAULTS = {"model": {"iterations": 200}}
 
 
+def needs_extra(feature: str):
+    """Skips a test that needs an optional feature (`core.extras.FEATURES`) when its extra is
+    not installed."""
+    why = f"needs the `{feature}` extra: {extras.install_command(feature)}"
+    return pytest.mark.skipif(not extras.available(feature), reason=why)
+
+
+def without_extra(monkeypatch, feature: str) -> None:
+    """Injects the fault "`feature`'s extra is not installed" into this process: its modules are
+    not importable (`extras.importable`), and for `jax` an import of mbi raises."""
+    modules = set(extras.FEATURES[feature].modules)
+    real = extras.importable
+    monkeypatch.setattr(extras, "importable", lambda m: m not in modules and real(m))
+    if feature == "jax":
+        from dp_synth_assets.core.generate import pgm
+
+        def refuse():
+            raise ModuleNotFoundError("No module named 'mbi'", name="mbi")
+
+        monkeypatch.setattr(pgm, "import_mbi", refuse)
+
+
 def example_entry(**dataset_overrides) -> dict:
     """The repository's `example` entry with `dataset_overrides` merged in (shallow: a nested
-    dict such as `privacy` replaces the whole key; a value of None removes the key)."""
+    dict such as `privacy` replaces the whole key; a value of None removes the key). Without
+    the `report` extra the entry has no `report:` block unless an override gives one (the
+    definitions would refuse it; tests of the report itself need the extra)."""
     entry = dict(yaml.safe_load(REPO_DATASETS.read_text())["datasets"]["example"])
+    if not extras.available("report"):
+        entry.pop("report", None)
     for key, value in {**TEST_DEFAULTS, **dataset_overrides}.items():
         if value is None:
             entry.pop(key, None)

@@ -11,12 +11,12 @@ import duckdb
 import numpy as np
 import pytest
 
-from dp_synth_assets.core import generate
+from dp_synth_assets.core import extras, generate
 from dp_synth_assets.core.config import ModelSettings
 from dp_synth_assets.core.generate import gum, parallel_pgm, pgm, tree
 from dp_synth_assets.core.generate.tree import CliqueTree, conditional_draw
 from dp_synth_assets.core.measure import Measurement, make_consistent, noisy_total
-from tests.helpers import make_project
+from tests.helpers import make_project, needs_extra, without_extra
 
 
 def table(n: int = 20_000, seed: int = 3) -> tuple[dict[str, np.ndarray], dict[str, int]]:
@@ -142,6 +142,7 @@ def test_tree_sampling_reproduces_the_joint_and_the_conditional_independence():
     assert all(codes[a].dtype == np.uint8 for a in domain)  # memory proportional to the output
 
 
+@needs_extra("jax")
 def test_pgm_clique_tree_matches_the_fitted_model_and_keeps_the_measured_marginals():
     data, domain = table()
     found = make_consistent(exact_measurements(data, domain, [("a", "b"), ("b", "c"), ("c", "d")]))
@@ -156,6 +157,7 @@ def test_pgm_clique_tree_matches_the_fitted_model_and_keeps_the_measured_margina
         assert tvd(data, synth, domain, clique) < 0.02, clique
 
 
+@needs_extra("jax")
 def test_clique_tree_belief_propagation_agrees_with_mbi_on_triangulated_cliques():
     # maximal cliques (a, b, c) and (b, c, d) share a two-attribute separator; e is alone
     data, domain = table(5000)
@@ -212,6 +214,35 @@ def test_parallel_pgm_in_two_units_is_as_accurate_as_pgm_on_a_triangulated_selec
     assert abs(err_par - err_pgm) <= 0.01, (err_par, err_pgm)
     for clique in cliques:
         assert tvd(data, synth_par, domain, clique) < 0.02
+
+
+def test_without_the_jax_extra_every_fit_is_numpy_s(monkeypatch):
+    """parallel_pgm's clique fits and pgm's fit run without mbi (the fault injected: its import
+    raises), as accurately as the test above asks of them."""
+    data, domain = table()
+    cliques = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("b", "d")]
+    found = make_consistent(exact_measurements(data, domain, cliques))
+    n = noisy_total(found)
+    many = fake({f"x{i}": 3 for i in range(20)}, [(f"x{i}", f"x{i + 1}") for i in range(19)])
+    many_domain = {f"x{i}": 3 for i in range(20)}
+    if extras.available("jax"):  # where mbi's fit is estimated faster, it is chosen
+        assert pgm.estimator(many_domain, many, 100_000) == "mbi"
+    without_extra(monkeypatch, "jax")
+    assert pgm.estimator(many_domain, many, 100_000) == "numpy"
+    assert parallel_pgm.estimator() == "numpy"
+    t_par = parallel_pgm.fit(domain, found, n, pgm.iterations(None, "numpy"), workers=2)
+    t_pgm = generate.fit("pgm", domain, found, n, ModelSettings())
+    rng = np.random.default_rng(5)
+    synth_par = tree.sample(t_par, len(data["a"]), rng)
+    synth_pgm = tree.sample(t_pgm, len(data["a"]), rng)
+    pairs = list(itertools.combinations(domain, 2))
+    err_par = np.mean([tvd(data, synth_par, domain, p) for p in pairs])
+    err_pgm = np.mean([tvd(data, synth_pgm, domain, p) for p in pairs])
+    assert abs(err_par - err_pgm) <= 0.01, (err_par, err_pgm)
+    for clique in cliques:
+        assert tvd(data, synth_par, domain, clique) < 0.02
+    estimate = parallel_pgm.estimate(domain, found, len(data["a"]), ModelSettings())
+    assert estimate.seconds < pgm.FIT_OVERHEAD_SECONDS  # numpy compiles nothing
 
 
 # ---- auto ------------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ import itertools
 import re
 import time
 
-import jax
 import numpy as np
 import pandas as pd
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from dp_synth_assets.core.measure import Measurement
 from dp_synth_assets.core.select import METHODS, round_line, select
 from dp_synth_assets.core.config import SelectionSettings
-from tests.helpers import ChargeRecorder, counting_oracle, method_budget
+from tests.helpers import ChargeRecorder, counting_oracle, method_budget, needs_extra
 
 
 class Stamped:
@@ -47,6 +46,8 @@ def fit_measurements() -> list[Measurement]:
 
 @pytest.fixture(scope="module")
 def logged_fit():
+    import jax
+
     from dp_synth_assets.core.generate import pgm
 
     log = Stamped()
@@ -56,6 +57,7 @@ def logged_fit():
     return started, log.lines, time.monotonic(), model
 
 
+@needs_extra("jax")
 def test_the_fit_logs_compile_time_then_iterations_as_they_finish(logged_fit):
     started, lines, returned, _ = logged_fit
     texts = [line for _, line in lines]
@@ -78,6 +80,7 @@ def test_the_fit_logs_compile_time_then_iterations_as_they_finish(logged_fit):
     assert returned - last <= 0.25 * (returned - stamp_compiled), stamps
 
 
+@needs_extra("jax")
 def test_logging_does_not_change_the_fitted_model(logged_fit):
     from dp_synth_assets.core.generate import pgm
 
@@ -227,6 +230,7 @@ def ml_table(rng: np.random.Generator, n: int) -> pd.DataFrame:
     return pd.DataFrame({"x": x, "y": x % 3, "noise": rng.integers(0, 4, n)})
 
 
+@needs_extra("report")
 def test_each_classifier_is_logged_by_name_as_its_turn_starts(monkeypatch):
     from dp_synth_assets.evaluation import ml
 
@@ -253,6 +257,7 @@ def test_each_classifier_is_logged_by_name_as_its_turn_starts(monkeypatch):
     assert events == expected
 
 
+@needs_extra("report")
 @pytest.mark.parametrize("test_rows", [200, 5])
 def test_the_report_logs_the_same_lines_whatever_the_held_out_row_count(test_rows):
     from dp_synth_assets.evaluation import ml

@@ -18,7 +18,8 @@ from dp_synth_assets.core.config import SelectionSettings, load_registry
 from dp_synth_assets.core.generate import pgm
 from dp_synth_assets.core.select import METHODS, Budget, Selection, ppsyn, select
 from dp_synth_assets.resources.ledger import PrivacyLedger
-from tests.helpers import ChargeRecorder, counting_oracle, make_project, method_budget
+from tests.helpers import (ChargeRecorder, counting_oracle, make_project, method_budget,
+                           needs_extra, without_extra)
 
 ETA = ppsyn.ETA
 
@@ -170,6 +171,22 @@ def test_spends_exactly_the_budget(run):
     assert one_way == pytest.approx(budget.one_way, rel=1e-9)
 
 
+def test_without_the_jax_extra_the_refits_are_numpy_s_and_spend_the_same(monkeypatch):
+    without_extra(monkeypatch, "jax")
+    data = generate(ROWS, 0)
+    budget = method_budget("ppsyn", 0.5)
+    charges = ChargeRecorder()
+    selection = ppsyn.select(DOMAIN, counting_oracle(data, DOMAIN, max_order=3), budget,
+                             SelectionSettings(), charges)
+    assert charges.rho == pytest.approx(budget.total, rel=1e-9)
+    rounds = selection.details["rounds"]
+    assert 1 <= len(rounds) <= 2 * len(DOMAIN)
+    assert len(selection.measured) == len(rounds)
+    # each round chose from the numpy model's marginals a workload marginal it measured
+    assert all(tuple(r["clique"]) in {tuple(w) for w in selection.details["workload"]}
+               for r in rounds)
+
+
 def test_one_way_split_is_c_to_the_two_thirds(run):
     _, budget, _, selection, _ = run
     weights = np.array([DOMAIN[m.clique[0]] ** (2 / 3) for m in selection.one_way])
@@ -284,6 +301,7 @@ def test_one_way_candidates_when_no_workload_marginal_fits_the_model_size():
     assert charges.rho == pytest.approx(budget.total, rel=1e-9)
 
 
+@needs_extra("jax")
 def test_model_marginals_match_mbi_projection(run):
     _, _, _, selection, _ = run
     measurements = list(selection.one_way) + list(selection.measured)

@@ -14,7 +14,9 @@ What is refused at load, beyond the schema (each a mistake that would otherwise 
   the run can measure with its rho has a standard deviation of at least sqrt(1 / (2 rho))
   rows (the inverse-variance combination of Gaussian counts of sensitivity 1 whose rho sum to
   at most the run's), and a run whose bound exceeds `MAX_TOTAL_SD` rows is refused: declare
-  `rows:` or raise `privacy.epsilon`. The rule reads epsilon and delta only.
+  `rows:` or raise `privacy.epsilon`. The rule reads epsilon and delta only;
+- a dataset using an optional feature (`DatasetSpec.features`: a scan engine other than duckdb,
+  `report:`) whose extra is not installed (`extras.refusal`: the extra and its pip command).
 """
 
 import math
@@ -29,6 +31,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationE
                       field_validator, model_validator)
 
 from .engines import ENGINES
+from .extras import refusal
 from .methods import METHODS
 from .plugins import require_registered
 
@@ -657,6 +660,20 @@ class DatasetSpec(_Strict):
                     f"{sd:.3g} rows (above {MAX_TOTAL_SD:.0f}); raise privacy.epsilon or declare "
                     "the number of rows (`rows: 10000`)")
         return self
+
+    @model_validator(mode="after")
+    def _extras_installed(self) -> "DatasetSpec":
+        """Refuse a feature whose extra is not installed (`extras`), when the definitions load."""
+        for feature in self.features():
+            problem = refusal(feature)
+            if problem:
+                raise ValueError(problem)
+        return self
+
+    def features(self) -> list[str]:
+        """The optional features (`extras.FEATURES`) this dataset uses."""
+        used = [self.engine.type] if self.engine.type in ("postgres", "spark") else []
+        return used + (["report"] if self.report is not None else [])
 
     @property
     def min_interval_seconds(self) -> float:

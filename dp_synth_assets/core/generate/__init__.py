@@ -3,8 +3,9 @@
 
 The engines are registered in `dp_synth_assets.core.engines.ENGINES` (`generator:` in
 datasets.yaml names one, or `auto`):
-- `pgm` (pgm.py): mbi's maximum-entropy estimation over the junction tree of all measurements;
-  the most accurate, and its cost grows with the junction tree's cliques.
+- `pgm` (pgm.py): Private-PGM's maximum-entropy estimation over the junction tree of all
+  measurements (numpy, or mbi's JAX program with the `jax` extra); the most accurate, and its
+  cost grows with the junction tree's cliques.
 - `parallel_pgm` (parallel_pgm.py): ABSyn section VII, one fit per maximal clique, in units
   that Dagster's executor runs in parallel.
 - `gum` (gum.py): PrivSyn's gradual update of a synthetic table towards the marginals; its cost

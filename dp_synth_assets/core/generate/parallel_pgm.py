@@ -2,9 +2,11 @@
 
 1. The graph of the measurements (Alg. 4 line 3) is triangulated and cut into its maximal cliques
    with the same junction-tree construction as the pgm engine (`tree.junction_tree`).
-2. Each maximal clique C gets its own maximum-entropy distribution (lines 4-6): an mbi model over
+2. Each maximal clique C gets its own maximum-entropy distribution (lines 4-6): a model over
    C's attributes only, fitted to the measurements whose cliques lie inside C (a separator's
-   measurement therefore informs both cliques that share it). No belief propagation runs between
+   measurement therefore informs both cliques that share it): mbi's fit (`pgm.fit`) when the
+   `jax` extra is installed, else the numpy fit (`mirror.fit`), each with its own default
+   steps (`estimator`). No belief propagation runs between
    cliques: that is the saving the paper claims, since each fit's cost is its own clique's size.
 3. The fits are split into at most `workers` units (default the machine's cores, never more
    than the cliques). As the paper prescribes, cliques are assigned to the units greedily by
@@ -30,8 +32,9 @@
 Engine contract (see `generate`): the model is pgm's `CliqueTree`, sampled, written and read by
 the same functions, and guarded by the same `check`. `estimate` schedules the units' fits
 (FIT_OVERHEAD_SECONDS per clique plus pgm's per-cell cost) on the steps that run at once, longest
-first, plus WORKER_START_SECONDS when several processes start; memory is one JAX process per
-running step holding the largest clique.
+first, plus WORKER_START_SECONDS when several processes start (a clique's fit costs what pgm's
+`fit_seconds` says of the estimator used); memory is one JAX process per running step holding
+the largest clique.
 """
 
 import os
@@ -40,9 +43,10 @@ import numpy as np
 
 from ..domain import Clique
 from ..measure import Measurement
+from .. import extras
 from .base import Estimate, budget_text, steps_at_once, within_budget
 from .pgm import (BYTES_PER_CELL, FIT_OVERHEAD_SECONDS, JAX_BASE_MB,  # noqa: F401 (contract)
-                  MODEL, SECONDS_PER_CELL_ITERATION, check, dumps, iterations,
+                  MODEL, SECONDS_PER_CELL_ITERATION, check, dumps, fit_seconds, iterations,
                   junction_cells, loads, sample_chunks)
 from .tree import CliqueTree, junction_tree
 
@@ -78,16 +82,25 @@ def assign(cliques: list[Clique], domain: dict[str, int], workers: int) -> list[
     return [p for p in plan if p]
 
 
+def estimator() -> str:
+    """Each clique's fit: mbi's ("mbi") when the `jax` extra is installed, else numpy's."""
+    return "mbi" if extras.available("jax") else "numpy"
+
+
 def fit_clique(domain: dict[str, int], clique: Clique, measurements: list[Measurement],
                noisy_total: float, iterations: int) -> np.ndarray:
     """The maximum-entropy distribution over `clique` given the measurements inside it
-    (probabilities, axes in clique order)."""
-    from . import pgm
+    (probabilities, axes in clique order), by `estimator`'s fit."""
+    from . import mirror, pgm
 
     sub = {a: domain[a] for a in clique}
     inside = [m for m in measurements if set(m.clique) <= set(clique)]
-    model = pgm.fit(sub, inside, noisy_total, iterations)
-    joint = pgm.model_marginals(model, [tuple(clique)])[tuple(clique)]
+    if estimator() == "mbi":
+        model = pgm.fit(sub, inside, noisy_total, iterations)
+        joint = pgm.model_marginals(model, [tuple(clique)])[tuple(clique)]
+    else:
+        _, calibrated = mirror.fit(sub, inside, noisy_total, iterations)
+        joint = calibrated.project(tuple(clique))
     return np.clip(joint, 0.0, None) / joint.clip(0.0).sum()
 
 
@@ -154,9 +167,16 @@ def estimate(domain: dict[str, int], measurements: list[Measurement], rows: int,
     plan = assign(order, domain, workers)
     # the job's executor is set from the requested generator, `auto` when auto chose this engine
     at_once = steps_at_once(False, settings, cores)
-    unit_seconds = sorted((FIT_OVERHEAD_SECONDS * len(p) + sum(sizes[i] for i in p)
-                           * iterations(settings.iterations, "mbi")
-                           * SECONDS_PER_CELL_ITERATION) for p in plan)
+    which = estimator()
+    if which == "mbi":
+        unit_seconds = sorted((FIT_OVERHEAD_SECONDS * len(p) + sum(sizes[i] for i in p)
+                               * iterations(settings.iterations, "mbi")
+                               * SECONDS_PER_CELL_ITERATION) for p in plan)
+    else:
+        clique_seconds = [fit_seconds({a: domain[a] for a in c}, [
+            m for m in measurements if set(m.clique) <= set(c)], settings.iterations)["numpy"]
+            for c in order]
+        unit_seconds = sorted(sum(clique_seconds[i] for i in p) for p in plan)
     lanes = [0.0] * min(at_once, len(plan))
     for t in reversed(unit_seconds):  # units start as earlier ones finish
         lanes[lanes.index(min(lanes))] += t
@@ -182,7 +202,7 @@ def fit_units(domain: dict[str, int], measurements: list[Measurement],
 def fit_unit(unit: list[int], domain: dict[str, int], measurements: list[Measurement],
              noisy_total: float, settings, log=None) -> dict[int, np.ndarray]:
     return fit_cliques(domain, unit, measurements, noisy_total,
-                       iterations(settings.iterations, "mbi"), log)
+                       iterations(settings.iterations, estimator()), log)
 
 
 def assemble(domain: dict[str, int], measurements: list[Measurement],

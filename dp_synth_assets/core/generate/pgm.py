@@ -3,9 +3,9 @@
 ICML 2019): the distribution of maximum entropy whose marginals on the measured cliques best fit
 the noisy measurements, in the graphical model of the junction tree of those cliques.
 
-- `check` is the guard: it builds the junction tree of the measured cliques (graph work only) and
-  raises `ModelTooLarge`, before any potential is allocated, when its largest clique has more
-  cells than `model.max_clique_cells`.
+- `check` is the guard: it builds the junction tree of the measured cliques (graph work only,
+  `tree.elimination_cliques`) and raises `ModelTooLarge`, before any potential is allocated,
+  when its largest clique has more cells than `model.max_clique_cells`.
 - `fit` runs mbi's MirrorDescent (`iterations`: `model.iterations` or MBI_ITERATIONS steps) with
   every measurement as a `LinearMeasurement` (stddev = its Gaussian sigma) and the noisy total
   as mbi's `known_total`, in one `estimate` call; with a `log` it reports JAX's compile time,
@@ -19,7 +19,9 @@ the noisy measurements, in the graphical model of the junction tree of those cli
   fit; numpy compiles nothing but pays Python's overhead per clique and propagation.
   `estimator` takes the one with the smaller estimated time (`fit_seconds`, constants measured
   on both): with the default steps, numpy unless the measurements make thousands of cliques
-  (hundreds when `model.iterations` is set, both then running that many steps).
+  (hundreds when `model.iterations` is set, both then running that many steps). mbi's
+  needs the `jax` extra (mbi, jax, jaxlib; `extras`): without it the choice is numpy, and
+  nothing on this engine's path imports mbi or JAX (the junction tree is tree.py's own).
 - The engine's model is a `CliqueTree` (tree.py) of the fitted model's exact maximal-clique
   marginals (`clique_tree`), sampled by forward sampling of the junction tree.
 - `estimate`: time = the chosen estimator's `fit_seconds` (mbi: FIT_OVERHEAD_SECONDS + cells x
@@ -33,16 +35,17 @@ the noisy measurements, in the graphical model of the junction tree of those cli
 import functools
 import math
 import os
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
+from .. import extras
 from ..measure import Measurement, refine
 from . import mirror
 from .base import Estimate, ModelTooLarge, budget_text, within_budget
-from .tree import CliqueTree, dumps, junction_tree, loads, sample_chunks  # noqa: F401 (engine contract)
-
-os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
+from .tree import CliqueTree, elimination_cliques, junction_tree
+from .tree import dumps, loads, sample_chunks  # noqa: F401 (engine contract)
 
 MODEL = CliqueTree
 COARSE_MEASUREMENTS = True  # mirror.fit fits coarse measurements (`estimator`)
@@ -74,15 +77,14 @@ class ModelSize:
 
 
 def model_size(domain: dict[str, int], cliques: list[tuple[str, ...]]) -> ModelSize:
-    from mbi import Domain
-    from mbi.junction_tree import make_junction_tree, maximal_cliques
-
-    mbi_domain = Domain(list(domain), [domain[a] for a in domain])
-    jtree, _ = make_junction_tree(mbi_domain, [tuple(c) for c in cliques])
-    maximal = maximal_cliques(jtree)
-    sizes = [mbi_domain.size(cl) for cl in maximal]
+    """The junction tree's cells (`tree.elimination_cliques`) and its largest maximal clique
+    (attributes in domain order; ties to the first in sorted order)."""
+    position = {a: i for i, a in enumerate(domain)}
+    maximal = sorted(tuple(sorted(c, key=position.__getitem__))
+                     for c in elimination_cliques(domain, [tuple(c) for c in cliques]))
+    sizes = [math.prod(domain[a] for a in c) for c in maximal]
     k = int(np.argmax(sizes))
-    return ModelSize(tuple(maximal[k]), int(sizes[k]), int(sum(sizes)))
+    return ModelSize(maximal[k], int(sizes[k]), int(sum(sizes)))
 
 
 def check_model_size(domain: dict[str, int], cliques: list[tuple[str, ...]], max_clique_cells: int,
@@ -110,7 +112,8 @@ def estimate(domain: dict[str, int], measurements: list[Measurement], rows: int,
     """One fit over the whole junction tree (see the module docstring); infeasible as well when
     the largest clique is above `model.max_clique_cells` (the guard would refuse it)."""
     sizes = junction_cells(domain, measurements)
-    seconds = min(fit_seconds(domain, measurements, settings.iterations).values())
+    times = fit_seconds(domain, measurements, settings.iterations)
+    seconds = times[_faster(measurements, times)]
     memory = JAX_BASE_MB + sum(sizes) * BYTES_PER_CELL / 2**20
     why = f"junction tree {sum(sizes):,} cells, largest clique {max(sizes):,} {budget_text(settings)}"
     ok = max(sizes) <= settings.max_clique_cells
@@ -154,11 +157,29 @@ def fit_seconds(domain: dict[str, int], measurements: list[Measurement],
 def estimator(domain: dict[str, int], measurements: list[Measurement],
               setting: int | None) -> str:
     """The estimator with the smaller `fit_seconds` (numpy on a tie); numpy whenever a
-    measurement is coarse (`Measurement.groups`: mirror.fit fits its linear map)."""
-    if any(m.groups is not None for m in measurements):
+    measurement is coarse (`Measurement.groups`: mirror.fit fits its linear map) and whenever
+    the `jax` extra (mbi, jax, jaxlib) is not installed."""
+    return _faster(measurements, fit_seconds(domain, measurements, setting))
+
+
+def _faster(measurements: list[Measurement], seconds: dict[str, float]) -> str:
+    if any(m.groups is not None for m in measurements) or not extras.available("jax"):
         return "numpy"
-    seconds = fit_seconds(domain, measurements, setting)
     return "numpy" if seconds["numpy"] <= seconds["mbi"] else "mbi"
+
+
+def import_mbi():
+    """mbi, imported for the JAX estimator (the `jax` extra). mbi warns when it is imported
+    into a JAX without float64 ("JAX is running in float32 mode"): its fits run in float32 by
+    choice (the constants above were measured so), so that one warning is ignored around this
+    import, and nothing else; JAX's persistent compilation cache (which mbi also warns about)
+    is off unless the environment says otherwise."""
+    os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="JAX is running in float32 mode",
+                                category=UserWarning)
+        import mbi
+    return mbi
 
 
 def fit_unit(unit: list[int], domain: dict[str, int], measurements: list[Measurement],
@@ -189,6 +210,7 @@ def fit(domain: dict[str, int], measurements: list[Measurement], noisy_total: fl
     a compile on another thread at that moment would count too)."""
     import time
 
+    import_mbi()
     from mbi import Domain, LinearMeasurement
     from mbi.estimation import CALLBACK_EVERY, MirrorDescent
 
@@ -312,6 +334,7 @@ def model_marginals(model, cliques: list[tuple[str, ...]]) -> dict[tuple[str, ..
         values = np.einsum(*operands, [index[a] for a in clique], optimize="greedy")
         mass = values.sum()
         if not (math.isfinite(mass) and mass > 0):  # underflow: let mbi do it in log space
+            # (an mbi model: the `jax` extra is installed)
             values = np.asarray(model.project(clique).datavector(flatten=False), dtype=np.float64)
             mass = values.sum() if values.sum() > 0 else 1.0
         out[tuple(clique)] = values * (total / mass)

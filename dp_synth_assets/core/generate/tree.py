@@ -37,6 +37,7 @@ order is stratified best, the later ones within its runs. What it gains and cost
 bench/results/method_notes.md, "Stratified sampling".
 """
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -85,20 +86,99 @@ class CliqueTree:
         return int(sum(t.size for t in self.tables))
 
 
+def elimination_cliques(domain: dict[str, int], cliques: list[Clique]) -> list[frozenset]:
+    """The maximal cliques of the chordal graph that greedy elimination makes of the graph of
+    `cliques` (every attribute of `domain` a vertex, every clique's attributes joined).
+
+    Greedy order: at each step the vertex whose elimination clique (itself and its remaining
+    neighbours) has the fewest cells goes next, ties to the first in domain order; eliminating
+    it joins its remaining neighbours (the triangulation's fill-in). When the graph is already a
+    tree (connected, acyclic) nothing is eliminated: it is chordal, its edges are its maximal
+    cliques. Of a graph triangulated by an elimination order, the maximal cliques are exactly
+    the elimination cliques contained in no other one, so no clique search is needed. Works on
+    sets: each vertex's neighbours as a bit mask."""
+    names = list(domain)
+    index = {a: i for i, a in enumerate(names)}
+    neighbours = [0] * len(names)
+    edges = 0
+    for c in cliques:
+        mask = sum(1 << index[a] for a in set(c))
+        for a in set(c):
+            neighbours[index[a]] |= mask
+    for i in range(len(names)):
+        neighbours[i] &= ~(1 << i)
+        edges += neighbours[i].bit_count()
+    edges //= 2
+    if names and edges == len(names) - 1 and edges > 0 and _connected(neighbours):
+        return [frozenset((names[i], names[j])) for i in range(len(names))
+                for j in range(i + 1, len(names)) if neighbours[i] >> j & 1]
+    cost_of: dict[int, int] = {}
+
+    def cost(mask: int) -> int:  # the cells of a set of attributes
+        if mask not in cost_of:
+            cost_of[mask] = math.prod(domain[names[i]] for i in range(len(names)) if mask >> i & 1)
+        return cost_of[mask]
+
+    unmarked = list(range(len(names)))  # ties go to the first attribute in domain order
+    made: list[int] = []
+    for _ in range(len(names)):
+        best = min(unmarked, key=lambda i: cost(neighbours[i] | 1 << i))
+        variables = neighbours[best] | 1 << best
+        unmarked.remove(best)
+        for j in unmarked:
+            if variables >> j & 1:
+                neighbours[j] = (neighbours[j] | variables) & ~(1 << best) & ~(1 << j)
+        made.append(variables)
+    maximal = [m for m in made if not any(m != o and m & o == m for o in made)]
+    return [frozenset(names[i] for i in range(len(names)) if m >> i & 1)
+            for m in dict.fromkeys(maximal)]
+
+
+def _connected(neighbours: list[int]) -> bool:
+    """Whether the graph of the bit-mask adjacency lists is connected."""
+    seen, frontier = 1, 1
+    while frontier:
+        reach = 0
+        for i in range(len(neighbours)):
+            if frontier >> i & 1:
+                reach |= neighbours[i]
+        frontier = reach & ~seen
+        seen |= frontier
+    return seen == (1 << len(neighbours)) - 1
+
+
+def model_cells(domain: dict[str, int], cliques: list[Clique]) -> int:
+    """The cells of the junction tree of `cliques` (all its maximal cliques)."""
+    return sum(math.prod(domain[a] for a in c) for c in elimination_cliques(domain, cliques))
+
+
 def junction_tree(domain: dict[str, int], cliques: list[Clique]
                   ) -> tuple[list[Clique], list[Clique], list[int]]:
-    """The maximal cliques of the triangulated graph of `cliques` (mbi's greedy elimination
-    order, the same tree the pgm engine fits), in breadth-first order from the largest clique of
-    each connected component, with each clique's separator and parent index (-1 for a root).
-    Attributes in no clique become singleton roots."""
-    from mbi import Domain
-    from mbi.junction_tree import make_junction_tree
+    """The junction tree of `cliques`: the maximal cliques of their triangulated graph
+    (`elimination_cliques`, attributes in domain order), joined by a maximum-weight spanning
+    tree of the graph whose edges link cliques sharing attributes, weighted by how many they
+    share (Kruskal's, networkx: ties to the pair of cliques first in sorted order), which
+    satisfies the running intersection property because the graph is chordal. Returned in
+    breadth-first order from the largest clique of each connected component (ties to the
+    smaller tuple), with each clique's separator (the attributes it shares with its parent,
+    in its own order) and parent index (-1 for a root). Attributes in no clique become
+    singleton roots. Pure: numpy and networkx."""
+    import networkx as nx
 
-    mbi_domain = Domain(list(domain), [domain[a] for a in domain])
+    position = {a: i for i, a in enumerate(domain)}
     covered = {a for c in cliques for a in c}
-    jtree, _ = make_junction_tree(mbi_domain, [tuple(c) for c in cliques] +
-                                  [(a,) for a in domain if a not in covered])
-    size = lambda c: int(np.prod([domain[a] for a in c]))  # noqa: E731
+    full = [tuple(c) for c in cliques] + [(a,) for a in domain if a not in covered]
+    maximal = sorted(tuple(sorted(c, key=position.__getitem__))
+                     for c in elimination_cliques(domain, full))
+    graph = nx.Graph()
+    graph.add_nodes_from(maximal)
+    for i, c1 in enumerate(maximal):
+        for c2 in maximal[i + 1:]:
+            shared = len(set(c1) & set(c2))
+            if shared:
+                graph.add_edge(c1, c2, weight=shared)
+    jtree = nx.maximum_spanning_tree(graph)
+    size = lambda c: math.prod(domain[a] for a in c)  # noqa: E731
     order, separators, parents = [], [], []
     seen: set = set()
     for root in sorted(jtree.nodes, key=lambda c: (-size(c), c)):

@@ -13,8 +13,8 @@ budget.one_way + budget.score + budget.measure (the last round takes what is lef
 else (partitions, rho_w, the trace) is computed from published values.
 
 1. 1-way marginals (Alg. 1 lines 1-2): `budget.one_way` split by c^(2/3) (`optimal_split`), each
-   drawn by `measure_marginal`; the initial model is `pgm.fit` on them with the noisy total
-   (`measure.noisy_total`, never |D|) and `ROUND_ITERATIONS` iterations.
+   drawn by `measure_marginal`; the initial model is `refit` on them with the noisy total
+   (`measure.noisy_total`, never |D|) (step 8).
 2. Workload (L411; size and cap are our choice, the paper gives neither): `WORKLOAD_SIZE` = 64
    random 3-way marginals of at most `WORKLOAD_MAX_CELLS` = 1e5 cells (all when fewer qualify),
    seed `WORKLOAD_SEED` = 0: a function of the public domain. `needed_cliques` lists them for the
@@ -58,9 +58,11 @@ else (partitions, rho_w, the trace) is computed from published values.
    rho = rho_m. sigma_m is the largest per-cell scale at which the dense array carries no more
    than the sums' information: no interval is over-trusted, and larger ones are under-weighted
    by min|I| / |I|. (Exact alternative: an mbi linear measurement summing each interval.)
-8. Refit (Alg. 1 line 9): after every round but the last, `pgm.fit` warm-started from the
-   previous model, `ROUND_ITERATIONS` = 1000 iterations. The paper refits to convergence and
-   gives no number.
+8. Refit (Alg. 1 line 9): after every round but the last, a fit warm-started from the
+   previous model (`refit`): `pgm.fit` (mbi, `ROUND_ITERATIONS` = 1000 iterations) when the
+   `jax` extra is installed, else the numpy fit (`mirror.fit`, `mirror.DEFAULT_ITERATIONS`
+   accelerated steps, warm-started the same way). The paper refits to convergence and gives no
+   number.
 9. Output: everything is measured here (`measures_in_selection`): `cliques` and `budgets` are
    empty and `measured` holds the dense measurements. `scores` has each chosen marginal's noisy
    contribution. `details` has the workload, the per-round trace (no wall time: a round's
@@ -79,9 +81,11 @@ from ..opendp_api import dp
 
 from ..config import SelectionSettings
 from ..measure import Measurement, clique_size, measure_marginal, optimal_split, noisy_total
+from .. import extras
+from ..generate import mirror
 from ..generate.pgm import model_marginals
 from ..privacy import exponential_mechanism, gaussian_scores
-from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
+from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, aim_fit, round_line
 
 dp.enable_features("contrib")
 
@@ -405,6 +409,20 @@ def _exact_workload(domain: dict[str, int], oracle: MarginalOracle
     return cliques, (oracle(cliques) if cliques else {}), 2, fallback
 
 
+def refit(domain: dict[str, int], measurements: list[Measurement], total: float, warm=None):
+    """The model fitted to `measurements` (warm-started from `warm`, a model this function
+    returned) and a function giving its marginals (times the total) on a list of cliques: mbi's
+    fit when the `jax` extra is installed, else the numpy fit (module docstring, step 8)."""
+    if extras.available("jax"):
+        from ..generate import pgm
+
+        model = pgm.fit(domain, measurements, total, ROUND_ITERATIONS, warm_start=warm)
+        return model, lambda cliques: model_marginals(model, cliques)
+    state, calibrated = mirror.fit(domain, measurements, total, mirror.DEFAULT_ITERATIONS,
+                                   warm=warm)
+    return state, lambda cliques: {tuple(c): calibrated.project(c) for c in cliques}
+
+
 def _public(x: float) -> float | None:
     """A float for the JSON trace (inf, e.g. a required rho without contribution, as None)."""
     return float(x) if math.isfinite(x) else None
@@ -415,11 +433,6 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            eta: float = ETA, log: Log | None = None) -> Selection:
     """PPSyn's Algorithm 1 as corrected in the module docstring. `rounds` is T (default 2d).
     `log`, if given, gets each round's `round_line` when the round is done."""
-    from mbi import Domain
-    from mbi.junction_tree import hypothetical_model_size
-
-    from ..generate import pgm
-
     if not (budget.one_way > 0 and budget.score > 0 and budget.measure > 0):
         raise ValueError(f"ppsyn needs rho > 0 for 1-way marginals, selection and measurement, "
                          f"got {budget}")
@@ -427,11 +440,10 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     T = rounds or default_rounds(len(attrs))
     one_way, exact_one = measure_one_way(domain, oracle, budget.one_way, charge)
     total = noisy_total(list(one_way))
-    model = pgm.fit(domain, list(one_way), total, ROUND_ITERATIONS)  # Alg. 1 line 3
+    model, marginals = refit(domain, list(one_way), total)  # Alg. 1 line 3
 
     work, exact, order, fallback = _exact_workload(domain, oracle)
     exact.update(exact_one)
-    mbi_domain = Domain(attrs, [domain[a] for a in attrs])
     base = [(a,) for a in attrs]
 
     rho_sel = budget.score / T                      # Alg. 1 line 4
@@ -444,12 +456,12 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
 
     def fits(clique: Clique) -> bool:
         cliques = base + [m.clique for m in measured] + [clique]
-        return hypothetical_model_size(mbi_domain, cliques) <= settings.max_model_mb
+        return aim_fit.model_mb(domain, cliques) <= settings.max_model_mb
 
     while remaining > 1e-12 * pool:                 # Alg. 1 line 5
         r = len(trace) + 1
         candidates = [w for w in work if fits(w)] or list(base)
-        projections = model_marginals(model, candidates)
+        projections = marginals(candidates)
         quality = np.array([np.abs(exact[w] - projections[w]).sum() for w in candidates])
         index, spend = exponential_mechanism(quality, rho_exp, QUALITY_SENSITIVITY)  # Alg. 2 line 6
         charge(spend, purpose="ppsyn selection (exponential mechanism)", round=r,
@@ -483,8 +495,7 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
         measured.append(measurement)
         scores[tuple(chosen)] = contr_noisy
         if remaining > 1e-12 * pool:                 # Alg. 1 line 9 (not after the last round)
-            model = pgm.fit(domain, list(one_way) + measured, total, ROUND_ITERATIONS,
-                            warm_start=model)
+            model, marginals = refit(domain, list(one_way) + measured, total, warm=model)
         trace.append({
             "round": r, "clique": list(chosen), "candidates": len(candidates),
             "noisy_contribution": round(contr_noisy, 3), "contribution_lower": round(contr_hat, 3),

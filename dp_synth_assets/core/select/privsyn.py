@@ -18,12 +18,12 @@ by the `measurements` stage (on the 1-way marginals when nothing is selected). S
    (Eq. 10-11), starting from the sum of the noisy InDif as drawn. Each round adds the pair that
    lowers the total error most among those that fit; stop when no pair lowers it. Our addition
    (documented choice, DESIGN.md section 8): a pair whose junction tree with the selected cliques
-   and the 1-way marginals would exceed `settings.max_model_mb` is refused and dropped for the
-   rest of the loop (the tree only grows), which keeps the model cheap to fit. Ties break by
-   column order, so the result is deterministic given the noisy scores. The selected pairs are
-   measured with the c^(2/3) split of `budget.measure` (Eq. 11).
-Marginal combining (merging selected pairs that form a clique) is left to the generator: mbi's
-junction tree already models the triangulated cliques.
+   and the 1-way marginals would exceed `settings.max_model_mb` (`aim_fit.model_mb`) is refused
+   and dropped for the rest of the loop (the tree only grows), which keeps the model cheap to
+   fit. Ties break by column order, so the result is deterministic given the noisy scores. The
+   selected pairs are measured with the c^(2/3) split of `budget.measure` (Eq. 11).
+Marginal combining (merging selected pairs that form a clique) is left to the generator: its
+junction tree (generate/tree.py) already models the triangulated cliques.
 """
 
 import itertools
@@ -34,7 +34,7 @@ from ..config import SelectionSettings
 from ..measure import (Measurement, clique_size, expected_noise_error, measure_marginal,
                        optimal_split)
 from ..privacy import gaussian_scores
-from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
+from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, aim_fit, round_line
 
 INDIF_SENSITIVITY = 4.0  # PrivSyn Lemma 4
 
@@ -78,10 +78,6 @@ def greedy_dense_marg(pairs: list[Clique], dependency: np.ndarray, domain: dict[
                       log: Log | None = None) -> tuple[list[Clique], list[dict]]:
     """DenseMarg's greedy loop; returns the selected pairs and a public per-round trace. `log`,
     if given, gets each round's `round_line` (rho 0: the greedy post-processes the scores)."""
-    from mbi import Domain
-    from mbi.junction_tree import hypothetical_model_size
-
-    mbi_domain = Domain(list(domain), [domain[a] for a in domain])
     base = [(a,) for a in domain]
     sizes = np.array([clique_size(p, domain) for p in pairs], dtype=np.float64)
     chosen: list[int] = []
@@ -100,7 +96,7 @@ def greedy_dense_marg(pairs: list[Clique], dependency: np.ndarray, domain: dict[
             if totals[k] >= current:
                 break
             i = int(candidates[k])
-            model_mb = hypothetical_model_size(mbi_domain, base + [pairs[j] for j in chosen] + [pairs[i]])
+            model_mb = aim_fit.model_mb(domain, base + [pairs[j] for j in chosen] + [pairs[i]])
             if model_mb <= max_model_mb:
                 picked = (i, float(totals[k]), model_mb)
                 break
