@@ -149,12 +149,20 @@ def with_first_stage(first_stage: dg.AssetKey) -> dg.AutomationCondition:
     ).with_label(f"requested with {first_stage.to_user_string()}")
 
 
-def automation_sensor(name: str, keys: list[dg.AssetKey]) -> dg.AutomationConditionSensorDefinition:
+def automation_sensor(name: str, keys: list[dg.AssetKey],
+                      target: dg.AssetSelection | None = None
+                      ) -> dg.AutomationConditionSensorDefinition:
     """The automation condition sensor that evaluates dp-synth's conditions on `keys`, in the
-    code location (they are not serializable for the daemon)."""
+    code location (they are not serializable for the daemon). `target`: a selection of `keys`
+    to use instead of the plain one (`source_check.CheckedSources`, which Dagster resolves when
+    the code location loads). With no `keys` the sensor only carries that check: it is created
+    stopped, with nothing to evaluate."""
     return dg.AutomationConditionSensorDefinition(
-        name, target=dg.AssetSelection.assets(*keys), use_user_code_server=True,
-        run_tags={"dp_synth/trigger": "automation"},
-        default_status=dg.DefaultSensorStatus.RUNNING,
+        name, target=target if target is not None else dg.AssetSelection.assets(*keys),
+        use_user_code_server=True, run_tags={"dp_synth/trigger": "automation"},
+        default_status=(dg.DefaultSensorStatus.RUNNING if keys
+                        else dg.DefaultSensorStatus.STOPPED),
         description="Resynthesize dp-synth's datasets when their source changes or their cron "
-                    "ticks, when min_interval has passed and the privacy budget covers a run.")
+                    "ticks, when min_interval has passed and the privacy budget covers a run."
+                    if keys else "Checks, when the code location loads, that every dp-synth "
+                    "source asset is defined; no dp-synth asset is automated.")

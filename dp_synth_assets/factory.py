@@ -33,6 +33,7 @@ from .core.source import source_available, source_path
 from .core.units import group_name as unit_group_name, privacy_units, source_identity
 from .naming import names as make_names
 from .pipeline import build_dataset_assets
+from .source_check import CheckedSources, checked_sources
 from .utility_report import build_utility_report
 
 log = logging.getLogger("dp_synth")
@@ -115,7 +116,8 @@ def dp_synth_definitions(
         registry = parse_registry({"datasets": dict(datasets)}, origin=origin)
         base = Path(base_dir if base_dir is not None else ".").resolve()
     else:
-        registry = load_registry(Path(datasets).resolve())
+        origin = str(Path(datasets).resolve())  # load_registry's, for every later message
+        registry = load_registry(origin)
         base = Path(datasets).resolve().parent
     units = privacy_units(registry, base, warehouse)
     _check_shared_limits(registry, units)
@@ -149,9 +151,10 @@ def dp_synth_definitions(
         if spec.on_source_change == "resynthesize":
             target = job if job is not None else dg.AssetSelection.assets(*materializable)
             sensors.append(build_source_sensor(name, spec, target, names))
-    if automated:
+    checked = checked_sources(registry)
+    if automated or checked:  # the sensor's target checks the source assets at load
         sensors.append(automation_sensor("__".join([*names.key_prefix, "dp_synth_automation"]),
-                                         automated))
+                                         automated, CheckedSources(automated, checked, origin)))
     public_dir = Path(public_dir).resolve()
     return dg.Definitions(
         assets=assets,

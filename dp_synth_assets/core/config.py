@@ -19,6 +19,7 @@ What is refused at load, beyond the schema (each a mistake that would otherwise 
   `report:`) whose extra is not installed (`extras.refusal`: the extra and its pip command).
 """
 
+import difflib
 import math
 import numbers
 import re
@@ -299,6 +300,15 @@ class _SourceBase(_Strict):
     the asset's data is read (a table, a Parquet or CSV file, an attached database's table)."""
 
     asset: tuple[str, ...] | None = None
+    # the asset is defined in another code location: the load-time check that `asset` is a key of
+    # the definitions dp-synth joins (`unknown_source_assets`) skips this source
+    asset_elsewhere: bool = False
+
+    @model_validator(mode="after")
+    def _elsewhere_needs_asset(self):
+        if self.asset_elsewhere and self.asset is None:
+            raise ValueError("`asset_elsewhere` applies to a source with `asset:`")
+        return self
 
     @field_validator("asset", mode="before")
     @classmethod
@@ -718,6 +728,44 @@ def parse_registry(data: object, origin: str = "datasets.yaml") -> dict[str, Dat
                 problems[where].append(err["msg"])
         lines = [f"{where}: {' or '.join(msgs)}" for where, msgs in problems.items()]
         raise RegistryError(f"{origin} is invalid:\n  " + "\n  ".join(lines)) from None
+
+
+def entry_location(origin: str, dataset: str) -> str:
+    """Where `dataset`'s entry is written, for a message that asks the user to edit it. `origin`
+    is the registry's `origin` (`parse_registry`): a file (datasets.yaml's path), or a file
+    followed by the key of its datasets mapping in parentheses, as the Component passes it
+    (`<folder>/defs.yaml (attributes.datasets)`): `dataset 'x' in <datasets.yaml>`, or
+    `` `attributes.datasets.x` in <folder>/defs.yaml ``."""
+    file, _, key = origin.rpartition(" (")
+    if file and key.endswith(")"):
+        return f"`{key[:-1]}.{dataset}` in {file}"
+    return f"dataset {dataset!r} in {origin}"
+
+
+def unknown_source_assets(sources: dict[str, tuple[str, ...]], defined: set[tuple[str, ...]],
+                          origin: str) -> str | None:
+    """Why the definitions cannot load when a `source.asset` of `sources` (dataset -> asset key)
+    is not among `defined` (the asset keys the definitions that dp-synth joined define, each a
+    tuple of parts), naming for each such dataset its entry, the key and the nearest defined
+    keys (difflib); None when every key is defined. Dagster would otherwise add a placeholder
+    asset of the mistyped key: the dataset would lose its lineage to the real asset and its
+    automation would never fire."""
+    known = sorted("/".join(key) for key in defined)
+    lines = []
+    for dataset, key in sources.items():
+        text = "/".join(key)
+        if key in defined:
+            continue
+        near = difflib.get_close_matches(text, known, n=3, cutoff=0.6)
+        lines.append(f"{entry_location(origin, dataset)}: `source.asset` {text} is not an "
+                     f"asset of these definitions; "
+                     + (f"nearest asset keys: {', '.join(near)}" if near
+                        else "no asset key is close to it"))
+    if not lines:
+        return None
+    return ("dp-synth source assets not found:\n  " + "\n  ".join(lines) + "\nFix `source.asset` "
+            "(a key such as [analytics, customers] or analytics/customers). An asset defined in "
+            "another code location: set `asset_elsewhere: true` beside `asset:` (no check).")
 
 
 def _describe_location(loc: list[str]) -> str:
