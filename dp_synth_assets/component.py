@@ -21,13 +21,16 @@ entry. Its attributes:
 Like the factory, the component sets no executor and claims only its namespaced resource keys.
 """
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import dagster as dg
+from pydantic import BaseModel, Field, create_model
 from dagster.components.scaffold.scaffold import scaffold_with
 
+from .core.config import DatasetSpec
 from .factory import dp_synth_definitions
 from .naming import Names
 
@@ -67,6 +70,29 @@ def _doc(description: str) -> dg.Resolver:
     return dg.Resolver.default(description=description)
 
 
+@functools.cache
+def _typed_model(derived: type[BaseModel]) -> type[BaseModel]:
+    """Dagster's model of the component's attributes with `datasets:` typed as the mapping of
+    `DatasetSpec` entries alone. Dagster lets every attribute be a template string too
+    (`<type> | str`), and a value that fails a union is reported at the attribute's first line,
+    with the string branch's error beside it; typed alone, a wrong entry is reported at its own
+    key and line, by `dg check yaml` (the JSON schema) and by `dg check defs` (pydantic)."""
+    field = derived.model_fields["datasets"]
+    return create_model(derived.__name__, __base__=derived, __module__=derived.__module__,
+                        datasets=(dict[str, DatasetSpec], Field(
+                            default=field.default, description=field.description)))
+
+
+def _entries(context: dg.ResolutionContext, datasets: dict[str, DatasetSpec]) -> dict[str, dict]:
+    """The `datasets:` entries, which Dagster validated with `DatasetSpec` (its schema is the
+    attribute's, so `dg check yaml` and editors check each entry's keys and values, and an error
+    names the line), as mappings with their templates rendered; the factory validates them
+    again, rendered, naming this component's defs.yaml."""
+    return {name: context.at_path(name).resolve_value(
+        spec.model_dump(mode="json", by_alias=True, exclude_unset=True))
+        for name, spec in datasets.items()}
+
+
 class DpSynthScaffolder(dg.Scaffolder):
     """Writes a defs.yaml that loads as written, with a commented example entry."""
 
@@ -94,9 +120,11 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
                                 "Relative to this component's folder.")]
     public_dir: Annotated[str, _doc("The public-zone folder. Relative to this component's "
                                     "folder.")]
-    datasets: Annotated[dict[str, dict[str, Any]], _doc(
-        "Dataset name -> a datasets.yaml entry (source, columns, privacy, ...), validated by "
-        "dp-synth's registry model.")] = field(default_factory=dict)
+    datasets: Annotated[dict[str, dict[str, Any]], dg.Resolver(
+        _entries, model_field_type=dict[str, DatasetSpec], 
+        description="Dataset name -> a datasets.yaml entry (source, columns, privacy, ...), "
+                    "typed by dp-synth's registry model (`core.config.DatasetSpec`).")] = field(
+        default_factory=dict)
     ledger_head: Annotated[str | None, _doc(
         "The ledger's mirrored head file (default: the ledger's path + '.head').")] = None
     key_prefix: Annotated[str | list[str] | None, _doc(
@@ -126,6 +154,10 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
     dataset_jobs: Annotated[bool, _doc(
         "A job `<dataset>_synthesis` for every dataset (default: only where a schedule or a "
         "multiprocess fit needs one).")] = False
+
+    @classmethod
+    def model(cls) -> type[BaseModel]:
+        return _typed_model(super().model())
 
     def build_defs(self, context: dg.ComponentLoadContext) -> dg.Definitions:
         folder = Path(context.path)

@@ -310,7 +310,7 @@ class _SourceBase(_Strict):
             raise ValueError("`asset_elsewhere` applies to a source with `asset:`")
         return self
 
-    @field_validator("asset", mode="before")
+    @field_validator("asset", mode="before", json_schema_input_type=list[str] | str | None)
     @classmethod
     def _asset_key(cls, v):
         if v is None:
@@ -563,7 +563,9 @@ class DatasetSpec(_Strict):
     method: str = "auto"  # a key of core.methods.METHODS (checked below)
     generator: str = "auto"  # a key of core.engines.ENGINES or auto (checked below)
     # where the private scans run (core/scans.py): duckdb | postgres | spark | {type: ..., ...}
-    engine: Annotated[EngineSpec, BeforeValidator(_engine)] = EngineSpec()
+    engine: Annotated[EngineSpec, BeforeValidator(
+        _engine, json_schema_input_type=Literal["duckdb", "postgres", "spark"] | EngineSpec)] = (
+        EngineSpec())
     rows: Literal["same"] | Annotated[int, Field(ge=1, le=1_000_000_000)] = "same"
     seed: Annotated[int, BeforeValidator(_integer), Field(ge=0, lt=2 ** 63)] | None = None
     schedule: str | None = None
