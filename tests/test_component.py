@@ -121,27 +121,30 @@ def test_the_yaml_instance_builds_the_stages_downstream_of_the_host_asset(tmp_pa
     defs.resolve_all_job_defs()
 
 
-def test_a_malformed_entry_fails_with_the_registry_message(tmp_path):
-    bad = customers_entry(privacy={"epsilon": -1.0, "delta": 1e-9,
-                                   "limit": {"epsilon": 10.0, "delta": 1e-8}})
+def test_a_malformed_entry_fails_naming_the_defs_yaml_line_and_the_key(tmp_path):
+    """`datasets:` is typed by the registry's model, so Dagster validates each entry when it
+    reads the YAML: the error names the key under `attributes.datasets`, the file and the line,
+    with the registry's own words for the rule."""
+    bad = customers_entry(privacy={"epsilon": 2.0, "delta": 1e-9,
+                                   "limit": {"epsilon": 1.0, "delta": 1e-8}})
     with pytest.raises(RegistryError) as expected:
         parse_registry({"datasets": {"customers": bad}})
-    registry_message = str(expected.value).split("\n", 1)[1]  # the lines after the origin
-    assert "dataset 'customers', key 'privacy.epsilon'" in registry_message
+    assert "run epsilon 2.0 is above the dataset's limit epsilon 1.0" in str(expected.value)
     sandbox = dg_project(tmp_path)
     folder = write_instance(sandbox, {"warehouse": "w.duckdb", "ledger": "l.sqlite",
                                       "public_dir": "public", "datasets": {"customers": bad}})
+    lines = (folder / "defs.yaml").read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if text.strip() == "privacy:")
     with pytest.raises(Exception) as raised:
         with sandbox.build_component_tree() as tree:
             tree.build_defs()
     chain, error = [], raised.value
     while error is not None:
-        chain.append(error)
+        chain.append(str(error))
         error = error.__cause__ or error.__context__
-    registry_errors = [e for e in chain if isinstance(e, RegistryError)]
-    assert registry_errors, chain
-    assert registry_message in str(registry_errors[0])
-    assert str(folder / "defs.yaml") in str(registry_errors[0])
+    text = "\n".join(chain)
+    assert f"attributes.datasets.customers.privacy at {folder / 'defs.yaml'}:{line}" in text
+    assert "run epsilon 2.0 is above the dataset's limit epsilon 1.0" in text
 
 
 def test_a_relative_file_source_is_read_from_the_component_folder(tmp_path):
@@ -168,7 +171,9 @@ def dg_cli() -> str:
     return str(found) if found.exists() else (shutil.which("dg") or pytest.skip("no dg"))
 
 
-def run_dg(project: Path, *args: str) -> str:
+def run_dg(project: Path, *args: str, ok: bool = True) -> str:
+    """`dg args` in `project`: its stdout, asserting it succeeded (or, `ok=False`, its stdout and
+    stderr, asserting it failed)."""
     home = project / ".dagster_home"
     home.mkdir(exist_ok=True)
     (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
@@ -177,8 +182,8 @@ def run_dg(project: Path, *args: str) -> str:
            "PYTHONPATH": os.pathsep.join([str(REPO), str(project / "src")])}
     done = subprocess.run([dg_cli(), *args], cwd=project, env=env, capture_output=True,
                           text=True, timeout=180)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    assert (done.returncode == 0) == ok, done.stdout + done.stderr
+    return done.stdout if ok else done.stdout + done.stderr
 
 
 def test_dg_lists_the_component(tmp_path):
@@ -208,3 +213,34 @@ def test_dg_scaffolds_a_defs_yaml_that_loads_and_whose_example_entry_is_valid(tm
     assert synthetic in graph.get_all_asset_keys()
     assert graph.get(dg.AssetKey(["dp_synth", "customers", "preprocessed"])).parent_keys == {
         HOST_KEY}
+
+
+def test_dg_check_yaml_names_the_line_of_a_wrong_kind(tmp_path):
+    sandbox = dg_project(tmp_path)
+    entry = customers_entry()
+    entry["columns"] = {**entry["columns"], "age": {**entry["columns"]["age"], "kind": "integr"}}
+    folder = write_instance(sandbox, {"warehouse": "w.duckdb", "ledger": "l.sqlite",
+                                      "public_dir": "public", "datasets": {"customers": entry}})
+    lines = (folder / "defs.yaml").read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if text.strip() == "kind: integr")
+    for command in ("yaml", "defs"):
+        out = run_dg(tmp_path, "check", command, ok=False)
+        assert f"{folder / 'defs.yaml'}:{line}" in out, out
+        assert "attributes.datasets.customers.columns.age.kind" in out
+        assert "'integr' is not one of" in out
+
+
+def test_dg_check_defs_refuses_a_mistyped_source_asset_and_passes_the_right_one(tmp_path):
+    sandbox = dg_project(tmp_path)
+    attributes = {"warehouse": "w.duckdb", "ledger": "l.sqlite", "public_dir": "public",
+                  "datasets": {"customers": customers_entry()}}
+    attributes["datasets"]["customers"]["source"]["asset"] = ["analytics", "customer"]
+    folder = write_instance(sandbox, attributes)
+    out = run_dg(tmp_path, "check", "defs", ok=False)
+    assert "SourceAssetError: dp-synth source assets not found" in out, out
+    assert (f"`attributes.datasets.customers` in {folder / 'defs.yaml'}: `source.asset` "
+            "analytics/customer is not an asset of these definitions; nearest asset keys: "
+            "analytics/customers") in out
+    attributes["datasets"]["customers"]["source"]["asset"] = ["analytics", "customers"]
+    write_instance(sandbox, attributes)
+    assert "All definitions loaded successfully" in run_dg(tmp_path, "check", "defs")

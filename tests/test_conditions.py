@@ -168,7 +168,10 @@ def test_the_budget_gate_opens_while_one_run_still_fits(tmp_path):
     assert nodes(result, FIRST)[BUDGET_LABEL]
 
 
-def test_a_host_condition_replaces_the_default_and_no_automation_sensor_is_built(tmp_path):
+def test_a_host_condition_replaces_the_default_and_the_automation_sensor_only_checks(tmp_path):
+    """With the host's condition, dp-synth's sensor automates nothing (Dagster's default sensor
+    evaluates the host's condition): it is built stopped, only to check the source assets when
+    the location loads (source_check.py)."""
     database = tmp_path / "warehouse.duckdb"
     entry = example_entry(source={"asset": list(HOST_KEY.path), "table": "main.customers"},
                           on_source_change="resynthesize", report=None)
@@ -178,10 +181,14 @@ def test_a_host_condition_replaces_the_default_and_no_automation_sensor_is_built
     ours = dp_synth_definitions(datasets=datasets, warehouse=database,
                                 ledger=tmp_path / "ledger.sqlite", public_dir=tmp_path / "public",
                                 automation_condition=eager)
-    assert not list(ours.sensors or [])
-    graph = dg.Definitions.merge(dg.Definitions(assets=[dg.AssetSpec(HOST_KEY)]),
-                                 ours).resolve_asset_graph()
+    (sensor,) = ours.sensors
+    assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
+    merged = dg.Definitions.merge(dg.Definitions(assets=[dg.AssetSpec(HOST_KEY)]), ours)
+    graph = merged.resolve_asset_graph()
     assert graph.get(FIRST).automation_condition == eager
+    assert sensor.asset_selection.resolve(graph) == set()
+    default = merged.get_repository_def().get_sensor_def("default_automation_condition_sensor")
+    assert FIRST in default.asset_selection.resolve(graph)
 
 
 # ---- the decisions, without Dagster ------------------------------------------------------------
