@@ -103,8 +103,8 @@ def budget_skip_reason(ledger: LedgerResource, dataset: str, spec: DatasetSpec) 
     return (f"privacy budget of {dataset!r}"
             f"{f' (budget group {group!r})' if group else ''} cannot cover a run: it needs "
             f"epsilon {spec.privacy.epsilon} (rho {budget.run_rho:.6g}), "
-            f"rho {left:.6g} is left of the limit; raise privacy.limit.epsilon"
-            f"{' of every entry of the group' if group else ''} to continue")
+            f"rho {left:.6g} is left of the limit; raise privacy.limit.epsilon of {spec.entry}"
+            f"{' and of every entry of the group' if group else ''} to continue")
 
 
 def build_schedule(dataset: str, spec: DatasetSpec, job,

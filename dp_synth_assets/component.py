@@ -7,9 +7,14 @@ writes `defs/my_synth/defs.yaml` with the paths, the factory's settings and a co
 entry. Its attributes:
 
 - `datasets`: dataset name -> entry, each entry exactly a datasets.yaml entry (README "Add your
-  own table"). The entries are validated by the registry's own model
-  (`core.config.parse_registry`), so a malformed entry fails with the registry's message, which
-  names the component's `defs.yaml`, the dataset and the key.
+  own table"). The attribute's schema is the registry's model (`core.config.DatasetSpec`), so
+  `dg check yaml` and editors know each entry's keys, and a malformed entry fails when Dagster
+  reads the YAML, naming the key under `attributes.datasets`, the file and the line. The
+  entries, templates rendered, are validated again by the registry (`parse_registry`), whose
+  rules beyond one entry (shared budget groups) name the component's `defs.yaml`; every later
+  message that asks to edit an entry names `attributes.datasets.<name>` in that file.
+  A `source.asset` that no asset of the project defines is refused when the code location loads
+  (source_check.py).
 - `warehouse`, `ledger`, `public_dir` (and `ledger_head`): paths, absolute or relative to the
   component's folder (the folder of its `defs.yaml`), as a datasets.yaml's relative source files
   are relative to its own folder; `{{ context.project_root }}/...` names the project's root. A
@@ -42,7 +47,9 @@ type: {type_name}
 
 attributes:
   # Paths: absolute, relative to this folder, or under the project's root as below.
-  warehouse: "{{{{ context.project_root }}}}/warehouse.duckdb"  # private zone: read and written
+  # Keep what they hold out of git: with these paths, add these lines to the project's
+  # .gitignore:
+{gitignore}  warehouse: "{{{{ context.project_root }}}}/warehouse.duckdb"  # private zone: read and written
   ledger: "{{{{ context.project_root }}}}/.dp_synth/ledger.sqlite"  # privacy ledger (private)
   public_dir: "{{{{ context.project_root }}}}/public"  # public zone
   key_prefix: dp_synth
@@ -63,6 +70,13 @@ attributes:
   #     privacy: {{epsilon: 1.0, delta: 1.0e-9, limit: {{epsilon: 10.0, delta: 1.0e-8}}}}
   #     min_interval: 1h
 """
+
+
+# The .gitignore lines (relative to the project's root) for the scaffolded paths: the warehouse
+# file and its write-ahead log, the private zone dp-synth keeps beside it (`private/`: owner-only
+# logs, change-detection state), the ledger's folder (the ledger is private: back it up
+# elsewhere) and the public zone (rebuilt by a run).
+GITIGNORE = ("/warehouse.duckdb", "/warehouse.duckdb.wal", "/private/", "/.dp_synth/", "/public/")
 
 
 def _doc(description: str) -> dg.Resolver:
@@ -102,7 +116,8 @@ class DpSynthScaffolder(dg.Scaffolder):
             return
         Path(request.target_path).mkdir(parents=True, exist_ok=True)
         (Path(request.target_path) / "defs.yaml").write_text(
-            DEFS_YAML.format(type_name=request.type_name))
+            DEFS_YAML.format(type_name=request.type_name,
+                             gitignore="".join(f"  # {line}\n" for line in GITIGNORE)))
 
 
 @scaffold_with(DpSynthScaffolder)

@@ -125,13 +125,14 @@ def dp_synth_definitions(
         path=str(Path(ledger).resolve()), units=units,
         sources={name: source_identity(spec, base, warehouse)
                  for name, spec in registry.items()},
+        entries={name: spec.entry for name, spec in registry.items()},
         head_path=str(Path(ledger_head).resolve()) if ledger_head else None)
     assets, jobs, schedules, sensors, automated = [], [], [], [], []
     for name, spec in registry.items():
         if spec.optional and not source_available(spec, base):
             log.warning(f"dataset {name!r} skipped: its source file "
-                        f"{source_path(spec, base)} is absent (it is marked optional "
-                        "in datasets.yaml)")
+                        f"{source_path(spec, base)} is absent (it is marked optional: "
+                        f"{spec.entry})")
             continue
         report = [build_utility_report(name, spec, names)] if spec.report is not None else []
         built = build_dataset_assets(name, spec, names, extra=report)

@@ -50,7 +50,8 @@ def plan_fit(context, warehouse: WarehouseResource, dataset: str, spec: DatasetS
         try:
             fit_plan = stages.plan_fit(spec, plan, found, dataset)
         except generate.ModelTooLarge as e:
-            raise dg.Failure(description=f"{e} (or set generator: auto or gum)") from None
+            raise dg.Failure(description=f"{e} (or set generator: auto or gum). The entry: "
+                                         f"{spec.entry}.") from None
     choice, size = fit_plan.choice, fit_plan.size
     context.log.info(f"generator {choice.engine}: {choice.reason}")
     if size:

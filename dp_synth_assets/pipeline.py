@@ -98,7 +98,7 @@ def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec,
                                lock_timeout_seconds=lock_timeout_seconds) as con:
             engine = scans.as_engine(con)
             relation = source_relation(spec, Path(warehouse.base_dir))
-            schema = describe_source(engine, relation, dataset)
+            schema = describe_source(engine, relation, dataset, spec.entry)
             summary = engine.content_summary(relation)
         signal = json.dumps({"schema": schema, "content": summary})
     else:

@@ -49,6 +49,9 @@ class LedgerResource(dagster.ConfigurableResource):
         default_factory=dict, description="Dataset name -> privacy unit (budget owner).")
     sources: dict[str, str] = Field(
         default_factory=dict, description="Dataset name -> normalized source identity.")
+    entries: dict[str, str] = Field(
+        default_factory=dict, description="Dataset name -> where its entry is written (the "
+                                          "file the user edits), named by a budget refusal.")
     stale_after_seconds: float = Field(
         default=DEFAULT_STALE_AFTER_SECONDS,
         description="An open reservation with no ledger activity for this long is released.",
@@ -68,7 +71,7 @@ class LedgerResource(dagster.ConfigurableResource):
                              head_path=self.head_path, sources=self.sources,
                              lock_timeout_seconds=self.lock_timeout_seconds,
                              lock_report_seconds=self.lock_report_seconds,
-                             log=dagster.get_dagster_logger().warning)
+                             log=dagster.get_dagster_logger().warning, entries=self.entries)
 
 
 def main(argv: list[str] | None = None) -> None:

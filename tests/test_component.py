@@ -21,7 +21,7 @@ import pytest
 import yaml
 from dagster.components.testing.utils import DefsFolderSandbox
 
-from dp_synth_assets.component import DpSynthComponent
+from dp_synth_assets.component import GITIGNORE, DpSynthComponent
 from dp_synth_assets.core.config import RegistryError, parse_registry
 from tests.helpers import REPO, example_entry
 
@@ -244,3 +244,58 @@ def test_dg_check_defs_refuses_a_mistyped_source_asset_and_passes_the_right_one(
     attributes["datasets"]["customers"]["source"]["asset"] = ["analytics", "customers"]
     write_instance(sandbox, attributes)
     assert "All definitions loaded successfully" in run_dg(tmp_path, "check", "defs")
+
+
+def test_the_budget_refusal_names_the_component_entry_to_edit(tmp_path):
+    """A run refused by the ledger tells a Component user what to raise where they declared it:
+    the key under `attributes.datasets` and the component's defs.yaml, not a datasets.yaml."""
+    from dp_synth_assets.core.budget import DatasetBudget
+    from dp_synth_assets.core.privacy import Spend
+
+    sandbox = dg_project(tmp_path)
+    entry = customers_entry(privacy={"epsilon": 1.0, "delta": 1e-9,
+                                     "limit": {"epsilon": 1.0, "delta": 1e-9}})
+    folder = write_instance(sandbox, {"warehouse": "w.duckdb", "ledger": "l.sqlite",
+                                      "public_dir": "public", "datasets": {"customers": entry}})
+    with sandbox.build_component_tree() as tree:
+        defs = tree.build_defs()
+    ledger = defs.resources["dp_synth_ledger"].ledger()
+    budget = DatasetBudget.of(parse_registry({"datasets": {"customers": entry}})["customers"])
+    ledger.reserve("customers", "earlier", budget.limit_rho, budget.limit_rho)
+    ledger.charge("customers", "earlier", "selection", Spend("gaussian", budget.limit_rho))
+    ledger.release("customers", "earlier")
+    result = dg.materialize(list(defs.assets), resources=defs.resources,
+                            selection=[dg.AssetKey(["customers", "preprocessed"])],
+                            raise_on_error=False)
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.event_specific_data.error.message
+    assert "cannot cover this run" in message
+    assert (f"raise `privacy.limit.epsilon` of `attributes.datasets.customers` in "
+            f"{folder / 'defs.yaml'}") in message
+    assert "datasets.yaml" not in message
+
+
+def test_the_scaffolded_gitignore_lines_keep_every_generated_path_out_of_git(tmp_path):
+    """The lines the scaffolded defs.yaml asks for, in the project's .gitignore, ignore what the
+    default paths hold (git itself decides), and nothing of the project's code."""
+    git = shutil.which("git") or pytest.skip("no git")
+    sandbox = dg_project(tmp_path)
+    run_dg(tmp_path, "scaffold", "defs", TYPE, "my_synth")
+    text = (sandbox.defs_folder_path / "my_synth" / "defs.yaml").read_text()
+    lines = re.findall(r"^  # (/\S+)$", text, flags=re.M)
+    assert lines == list(GITIGNORE)
+    (tmp_path / ".gitignore").write_text("\n".join(lines) + "\n")
+    subprocess.run([git, "init", "-q"], cwd=tmp_path, check=True)
+    generated = ["warehouse.duckdb", "warehouse.duckdb.wal", ".dp_synth/ledger.sqlite",
+                 ".dp_synth/ledger.sqlite.head", ".dp_synth/ledger.sqlite.lock",
+                 "public/customers/synthetic.parquet", "public/.dp_synth_io/x",
+                 "private/customers/change_state.json", "private/change_detection.key"]
+    kept = [str((sandbox.defs_folder_path / "my_synth" / "defs.yaml").relative_to(tmp_path)),
+            "pyproject.toml", "src/public.py"]
+
+    def ignored(path: str) -> bool:
+        return subprocess.run([git, "check-ignore", "-q", "--no-index", path],
+                              cwd=tmp_path).returncode == 0
+
+    assert [p for p in generated if not ignored(p)] == []
+    assert [p for p in kept if ignored(p)] == []

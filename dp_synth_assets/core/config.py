@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, ValidationError,
-                      field_validator, model_validator)
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
+                      ValidationError, field_validator, model_validator)
 
 from .engines import ENGINES
 from .extras import refusal
@@ -64,6 +64,8 @@ MAX_EPSILON = 10_000.0
 # `rows: same` is refused when the noisy row count's standard deviation is at least this many
 # rows whatever the run measures (module docstring).
 MAX_TOTAL_SD = 1_000_000.0
+# what a message calls the entry of a spec that no registry parsed (`DatasetSpec.entry`)
+UNKNOWN_ENTRY = "the dataset's entry"
 
 
 def _number(value):
@@ -578,6 +580,15 @@ class DatasetSpec(_Strict):
     # optional: a file source that may be absent (e.g. shared benchmark data); the dataset is
     # skipped, with a message, when its file is missing
     optional: bool = False
+    # where the entry is written (`entry_location`), set by `parse_registry` from its origin
+    _entry: str = PrivateAttr(default=UNKNOWN_ENTRY)
+
+    @property
+    def entry(self) -> str:
+        """Where this entry is written, for a message that asks the user to edit it: `dataset
+        'x' in <datasets.yaml>`, `` `attributes.datasets.x` in <defs.yaml> `` (`entry_location`),
+        or `UNKNOWN_ENTRY` for a spec no registry parsed."""
+        return self._entry
 
     @field_validator("columns")
     @classmethod
@@ -716,11 +727,14 @@ class Registry(_Strict):
 
 
 def parse_registry(data: object, origin: str = "datasets.yaml") -> dict[str, DatasetSpec]:
-    """Validate a parsed datasets.yaml document; errors name the dataset and the key."""
+    """Validate a parsed datasets.yaml document; errors name the dataset and the key. `origin`:
+    the file the user edits (datasets.yaml's path), or a file followed by the key of the
+    datasets mapping in it, in parentheses (`<folder>/defs.yaml (attributes.datasets)`); it
+    prefixes the errors, and each spec's `entry` names its entry in it (`entry_location`)."""
     if not isinstance(data, dict) or "datasets" not in data:
         raise RegistryError(f"{origin}: expected a top-level `datasets:` mapping")
     try:
-        return dict(Registry.model_validate(data).datasets)
+        registry = Registry.model_validate(data).datasets
     except ValidationError as e:
         problems: dict[str, list[str]] = {}
         for err in e.errors():
@@ -730,6 +744,12 @@ def parse_registry(data: object, origin: str = "datasets.yaml") -> dict[str, Dat
                 problems[where].append(err["msg"])
         lines = [f"{where}: {' or '.join(msgs)}" for where, msgs in problems.items()]
         raise RegistryError(f"{origin} is invalid:\n  " + "\n  ".join(lines)) from None
+    specs = {}
+    for name, spec in registry.items():
+        spec = spec.model_copy()  # a caller's DatasetSpec instance is kept as it was
+        spec._entry = entry_location(origin, name)
+        specs[name] = spec
+    return specs
 
 
 def entry_location(origin: str, dataset: str) -> str:

@@ -169,7 +169,7 @@ def check_columns(columns: dict[str, ColumnSpec], source_columns) -> None:
     if missing:
         raise SchemaError(
             f"declared column(s) {missing} are not in the source (it has {sorted(present)}); "
-            "fix the column names in datasets.yaml"
+            "fix the column names in the dataset's entry"
         )
 
 
@@ -330,7 +330,7 @@ def _typed_label(name: str, label: str, sql_type: str, nullable: bool):
             return None
         raise SchemaError(
             f"column {name!r} is {sql_type}, so its `other_label` must be a "
-            f"number (got {label!r}); set `other_label:` in datasets.yaml"
+            f"number (got {label!r}); set `other_label:` in the dataset's entry"
         ) from None
 
 

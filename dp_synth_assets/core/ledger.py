@@ -102,9 +102,11 @@ def budget_message(
     delta: float | None,
     group: str | None = None,
     members: tuple[str, ...] = (),
+    entry: str | None = None,
 ) -> str:
     """Why a reservation was refused, in epsilon (at `delta`) and rho, and how to raise the limit;
-    `group` is the dataset's budget group and `members` the entries sharing it."""
+    `group` is the dataset's budget group and `members` the entries sharing it; `entry` where the
+    dataset's entry is written (`config.DatasetSpec.entry`; default: its datasets.yaml entry)."""
     left_rho = remaining_rho(limit_rho, spent_rho, reserved_rho)
 
     def amount(rho: float) -> str:
@@ -132,9 +134,9 @@ def budget_message(
     every = (f" (and of every entry of budget group '{group}': one budget, one limit)"
              if group else "")
     lines.append(
-        f"To allow this run, raise `privacy.limit.epsilon` of dataset '{dataset}' in datasets.yaml"
-        f"{every}, or lower its `privacy.epsilon` (the per-run budget) so that it fits in what is "
-        f"left."
+        f"To allow this run, raise `privacy.limit.epsilon` of "
+        f"{entry or f'dataset {dataset!r} in datasets.yaml'}{every}, or lower its "
+        f"`privacy.epsilon` (the per-run budget) so that it fits in what is left."
     )
     return " ".join(lines)
 
@@ -153,10 +155,12 @@ class BudgetExceeded(Exception):
         detail: str = "",
         group: str | None = None,
         members: tuple[str, ...] = (),
+        entry: str | None = None,
     ):
         super().__init__(dataset, requested_rho, spent_rho, reserved_rho, limit_rho)
         self.group = group
         self.members = members
+        self.entry = entry
         self.dataset = dataset
         self.requested_rho = requested_rho
         self.spent_rho = spent_rho
@@ -168,7 +172,7 @@ class BudgetExceeded(Exception):
     def __str__(self) -> str:
         message = budget_message(
             self.dataset, self.requested_rho, self.spent_rho, self.reserved_rho, self.limit_rho,
-            self.delta, self.group, self.members,
+            self.delta, self.group, self.members, self.entry,
         )
         return f"{message} {self.detail}".strip()
 
@@ -458,6 +462,8 @@ class PrivacyLedger:
     `sources` to their source identities (a unit's budget also counts the rows recorded on its
     sources under another unit); a dataset they do not name is taken to be where its latest row
     was recorded, else in a unit of its own name. `head_path` is the mirrored head file (default `<path>.head`).
+    `entries` maps dataset names to where their entries are written (`config.DatasetSpec.entry`),
+    which a budget refusal names.
 
     An open reservation is stale, and released by the next `reserve` or by `release_stale`, when the
     process that last wrote for its run (reserve or charge) ran on this host and is gone, or when the
@@ -470,7 +476,8 @@ class PrivacyLedger:
                  owner_pid: int | None = None, units: dict[str, str] | None = None,
                  head_path: str | Path | None = None, sources: dict[str, str] | None = None,
                  lock_timeout_seconds: float = BUSY_TIMEOUT_MS / 1000,
-                 lock_report_seconds: float = LOCK_REPORT_SECONDS, log=None):
+                 lock_report_seconds: float = LOCK_REPORT_SECONDS, log=None,
+                 entries: dict[str, str] | None = None):
         self.path = Path(path)
         self.head_path = (Path(head_path) if head_path
                           else self.path.with_name(self.path.name + LEDGER_HEAD_SUFFIX))
@@ -479,6 +486,7 @@ class PrivacyLedger:
         self.owner_pid = owner_pid
         self.units = dict(units or {})
         self.sources = dict(sources or {})
+        self.entries = dict(entries or {})
         self.lock_timeout_seconds = float(lock_timeout_seconds)
         self.lock_report_seconds = float(lock_report_seconds)
         self.log = log  # a callable taking one line (a wait still going on), or None
@@ -858,7 +866,8 @@ class PrivacyLedger:
             if (dataset, run_id) in book.open:
                 return book.open[dataset, run_id].reservation()
             reserved_rho, reserved_delta_extra = book.reserved()
-            group = dict(group=group_name(unit), members=self._members(unit, dataset))
+            group = dict(group=group_name(unit), members=self._members(unit, dataset),
+                         entry=self.entries.get(dataset))
             if not _fits(book.spent_rho + reserved_rho + rho, limit_rho):
                 refusal = BudgetExceeded(dataset, rho, book.spent_rho, reserved_rho, limit_rho, delta,
                                          **group)

@@ -824,7 +824,7 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
     holdout, all of it reads the training rows only (`training_relation`) and a second view,
     `<view>_holdout`, encodes the held-out rows for the owner-only utility report."""
     relation = training_relation(spec, base_dir, dataset)
-    types = describe_source(con, relation, dataset)
+    types = describe_source(con, relation, dataset, spec.entry)
     try:
         check_columns(spec.columns, types)
     except SchemaError as e:
@@ -832,7 +832,7 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
         # `header: true` that has none would make them a row of data)
         missing = [c for c in spec.columns if c not in types]
         raise SourceError(f"dataset {dataset!r}: declared column(s) {missing} are not in the "
-                          "source; fix the column names in datasets.yaml (for a CSV, also "
+                          f"source; fix the column names of {spec.entry} (for a CSV, also "
                           "`header` and `columns`)", detail=str(e)) from None
     validate_source(con, relation, spec.columns, dataset)
     rows = noisy_row_count(con, relation, count_rho, charge) if count_rho > 0 else None

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import duckdb
 
-from .config import (AttachSource, ColumnSpec, CsvSource, DatasetSpec, ParquetSource, TableSource,
-                     is_uri)
+from .config import (UNKNOWN_ENTRY, AttachSource, ColumnSpec, CsvSource, DatasetSpec,
+                     ParquetSource, TableSource, is_uri)
 from .domain import boolean_value, cast_type, is_null_condition
 from .scans import ScanError, as_engine
 from .sql import ident, literal, qualified, sql
@@ -113,7 +113,7 @@ def attach_source(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, base_dir: P
     except duckdb.Error as e:
         raise SourceError(
             f"dataset {dataset!r}: cannot attach its source database ({src.type}). Check "
-            "`source.attach` in datasets.yaml", detail=str(e)) from None
+            f"`source.attach` of {spec.entry}", detail=str(e)) from None
 
 
 def training_relation(spec: DatasetSpec, base_dir: Path, dataset: str) -> str:
@@ -163,16 +163,17 @@ def source_available(spec: DatasetSpec, base_dir: Path) -> bool:
     return path is None or any(path.parent.glob(path.name))
 
 
-def describe_source(con, relation: str, dataset: str) -> dict[str, str]:
+def describe_source(con, relation: str, dataset: str,
+                    entry: str = UNKNOWN_ENTRY) -> dict[str, str]:
     """Column name -> SQL type of the source, reading no rows (`con`: a DuckDB connection or a
-    scan engine, core/scans.py)."""
+    scan engine, core/scans.py); `entry`: the dataset's (`DatasetSpec.entry`), for the error."""
     engine = as_engine(con)
     try:
         return engine.describe(relation)
     except engine.errors as e:
         raise SourceError(
             f"dataset {dataset!r}: cannot read its source {relation}: no such table or file, or "
-            "it cannot be opened. Check `source:` in datasets.yaml (table name, or the "
+            f"it cannot be opened. Check `source:` of {entry} (table name, or the "
             "Parquet/CSV path)", detail=str(e)) from None
 
 

@@ -126,7 +126,7 @@ def choose(requested: str, domain: dict[str, int], measurements: list[Measuremen
     """`requested` itself, or for `auto` the first feasible engine of `auto_order()`, else the
     last of that order. The reason names every engine refused and its estimate."""
     if requested != "auto":
-        return Choice(requested, f"generator: {requested} in datasets.yaml", ())
+        return Choice(requested, f"generator: {requested}, as declared", ())
     order = auto_order()
     estimates = []
     for engine in order:

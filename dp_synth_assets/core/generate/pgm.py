@@ -96,7 +96,7 @@ def check_model_size(domain: dict[str, int], cliques: list[tuple[str, ...]], max
             f"{size.largest_clique_cells:,} cells, above model.max_clique_cells = "
             f"{max_clique_cells:,}; nothing was allocated. Select fewer or smaller marginals "
             "(lower selection.max_model_mb), use fewer bins, or raise model.max_clique_cells "
-            "in datasets.yaml if the machine has the memory."
+            "in the dataset's entry if the machine has the memory."
         )
     return size
 

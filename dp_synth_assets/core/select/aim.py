@@ -103,7 +103,7 @@ def workload(domain: dict[str, int], max_cells: int = MAX_CELLS,
         missing = sorted({a for c in declared for a in c if a not in domain})
         if missing:
             raise ValueError(f"selection.workload names {missing}, which are not encoded columns "
-                             f"({sorted(domain)}); fix the names in datasets.yaml")
+                             f"({sorted(domain)}); fix the names in the dataset's entry")
         order = {a: i for i, a in enumerate(attributes)}
         return list(dict.fromkeys(tuple(sorted(set(c), key=order.get)) for c in declared if c))
     if len(attributes) < 2:

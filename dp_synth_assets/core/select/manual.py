@@ -27,7 +27,7 @@ def declared(domain: dict[str, int], settings: SelectionSettings) -> list[Clique
     missing = sorted({a for c in settings.marginals or [] for a in c if a not in domain})
     if missing:
         raise ValueError(f"selection.marginals names {missing}, which are not encoded columns "
-                         f"({sorted(domain)}); fix the names in datasets.yaml")
+                         f"({sorted(domain)}); fix the names in the dataset's entry")
     order = {a: i for i, a in enumerate(domain)}
     cliques = [tuple(sorted(set(c), key=order.get)) for c in settings.marginals or []]
     return list(dict.fromkeys(c for c in cliques if len(c) >= 2))
