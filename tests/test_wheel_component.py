@@ -10,6 +10,7 @@ How the wheel is built and installed: tests/wheel_env.py.
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import duckdb
@@ -76,3 +77,27 @@ def test_a_dg_project_adds_dp_synth_as_a_component_on_its_parquet_asset(installe
                               [str(published)]).fetchone()[0] == rows
     finally:
         reader.close()
+
+
+def test_the_installed_component_refuses_a_mistyped_source_asset_in_dg_check_defs(installed,
+                                                                                    tmp_path):
+    """From the installed package, `dg check defs` passes the project as written and refuses it,
+    with dp-synth's message naming the component's defs.yaml, once the source key is mistyped."""
+    project = tmp_path / "host_lake"
+    shutil.copytree(HOST, project, ignore=shutil.ignore_patterns("__pycache__"))
+    venv_dir = installed.parents[1]
+    env = host_env(tmp_path / "dagster_home", VIRTUAL_ENV=str(venv_dir),
+                   PYTHONPATH=str(project / "src"))
+    env["PATH"] = f"{venv_dir / 'bin'}:{env['PATH']}"
+    assert "All definitions loaded successfully" in dg(installed, project, env, "check", "defs")
+    defs_yaml = project / "src" / "host_lake" / "defs" / "synth" / "defs.yaml"
+    defs_yaml.write_text(defs_yaml.read_text().replace("asset: [analytics, orders]",
+                                                       "asset: [analytics, order]"))
+    done = subprocess.run([installed, "-c", "import sys; from dagster_dg_cli.cli import main; "
+                           "sys.argv[0] = 'dg'; main()", "check", "defs"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode != 0, out
+    assert (f"`attributes.datasets.orders` in {defs_yaml.resolve()}: `source.asset` "
+            "analytics/order is not an asset of these definitions; nearest asset keys: "
+            "analytics/orders") in out
