@@ -49,7 +49,8 @@ attributes:
   # Paths: absolute, relative to this folder, or under the project's root as below.
   # Keep what they hold out of git: with these paths, add these lines to the project's
   # .gitignore:
-{gitignore}  warehouse: "{{{{ context.project_root }}}}/warehouse.duckdb"  # private zone: read and written
+{gitignore}\
+  warehouse: "{{{{ context.project_root }}}}/warehouse.duckdb"  # private zone: read and written
   ledger: "{{{{ context.project_root }}}}/.dp_synth/ledger.sqlite"  # privacy ledger (private)
   public_dir: "{{{{ context.project_root }}}}/public"  # public zone
   key_prefix: dp_synth

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
                       ValidationError, field_validator, model_validator)
 
 from .engines import ENGINES
@@ -301,7 +301,8 @@ class _SourceBase(_Strict):
     asset, and no `source` asset of dp-synth observes the table. The rest of the entry says where
     the asset's data is read (a table, a Parquet or CSV file, an attached database's table)."""
 
-    asset: tuple[str, ...] | None = None
+    # (a string is split at `/`: after validation, always a tuple)
+    asset: tuple[str, ...] | str | None = None
     # the asset is defined in another code location: the load-time check that `asset` is a key of
     # the definitions dp-synth joins (`unknown_source_assets`) skips this source
     asset_elsewhere: bool = False
@@ -312,14 +313,13 @@ class _SourceBase(_Strict):
             raise ValueError("`asset_elsewhere` applies to a source with `asset:`")
         return self
 
-    @field_validator("asset", mode="before", json_schema_input_type=list[str] | str | None)
+    @field_validator("asset")
     @classmethod
     def _asset_key(cls, v):
         if v is None:
             return v
-        parts = v.split("/") if isinstance(v, str) else v
-        if not isinstance(parts, (list, tuple)) or not parts or any(
-                not isinstance(p, str) or not p.strip() for p in parts):
+        parts = tuple(v.split("/")) if isinstance(v, str) else v
+        if not parts or any(not p.strip() for p in parts):
             raise ValueError(f"asset {v!r} is not an asset key: a list of non-empty strings "
                              "like [analytics, customers], or analytics/customers")
         return tuple(parts)
@@ -461,7 +461,7 @@ class EngineSpec(_Strict):
 
 
 def _engine(value):
-    return {"type": value} if isinstance(value, str) else value
+    return EngineSpec(type=value) if isinstance(value, str) else value
 
 
 class Limit(_Strict):
@@ -565,9 +565,10 @@ class DatasetSpec(_Strict):
     method: str = "auto"  # a key of core.methods.METHODS (checked below)
     generator: str = "auto"  # a key of core.engines.ENGINES or auto (checked below)
     # where the private scans run (core/scans.py): duckdb | postgres | spark | {type: ..., ...}
-    engine: Annotated[EngineSpec, BeforeValidator(
-        _engine, json_schema_input_type=Literal["duckdb", "postgres", "spark"] | EngineSpec)] = (
-        EngineSpec())
+    # (a name is the engine of that type: after validation, always an EngineSpec; the union is
+    # what the JSON schema of an entry shows, `dg check yaml`)
+    engine: Annotated[Literal["duckdb", "postgres", "spark"] | EngineSpec,
+                      AfterValidator(_engine)] = EngineSpec()
     rows: Literal["same"] | Annotated[int, Field(ge=1, le=1_000_000_000)] = "same"
     seed: Annotated[int, BeforeValidator(_integer), Field(ge=0, lt=2 ** 63)] | None = None
     schedule: str | None = None
@@ -790,11 +791,17 @@ def unknown_source_assets(sources: dict[str, tuple[str, ...]], defined: set[tupl
             "another code location: set `asset_elsewhere: true` beside `asset:` (no check).")
 
 
+# pydantic's tag of a generic union member in an error's location (`tuple[str, ...]`)
+_UNION_TAG = re.compile(r"^[a-z]+\[.*\]$")
+
+
 def _describe_location(loc: list[str]) -> str:
     """`dataset 'x', key 'privacy.epsilon'`; pydantic's union-member tags (class names,
-    `literal[...]`, `constrained-int`) are not keys and are dropped."""
+    `literal[...]`, `tuple[str, ...]`, `constrained-int`) are not keys and are dropped."""
     keys = [p for p in loc if not p.startswith(("literal[", "constrained-", "function-"))
-            and p not in {"TableSource", "ParquetSource", "CsvSource", "AttachSource"}]
+            and not _UNION_TAG.match(p)
+            and p not in {"TableSource", "ParquetSource", "CsvSource", "AttachSource",
+                          "EngineSpec"}]
     if len(keys) >= 2 and keys[0] == "datasets":
         key = ".".join(keys[2:])
         return f"dataset {keys[1]!r}, key {key!r}" if key else f"dataset {keys[1]!r}"
