@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import dagster as dg
-from pydantic import BaseModel, Field, create_model
 from dagster.components.scaffold.scaffold import scaffold_with
+from pydantic import BaseModel, Field, create_model
 
 from .core.config import DatasetSpec
 from .factory import dp_synth_definitions
@@ -137,7 +137,7 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
     public_dir: Annotated[str, _doc("The public-zone folder. Relative to this component's "
                                     "folder.")]
     datasets: Annotated[dict[str, dict[str, Any]], dg.Resolver(
-        _entries, model_field_type=dict[str, DatasetSpec], 
+        _entries, model_field_type=dict[str, DatasetSpec],
         description="Dataset name -> a datasets.yaml entry (source, columns, privacy, ...), "
                     "typed by dp-synth's registry model (`core.config.DatasetSpec`).")] = field(
         default_factory=dict)

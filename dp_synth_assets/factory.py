@@ -13,7 +13,9 @@ own, automation.build_job), no generic resource key (`dp_synth_warehouse`, `dp_s
 `source:` names an `asset:` of the host is downstream of that asset: its first stage depends on
 it, and it has no `source` asset of its own. The registry is validated first: a malformed
 datasets.yaml, two entries on one source without a shared `privacy.budget_group`, or a budget
-group whose entries disagree on the limit fail here, when the definitions load.
+group whose entries disagree on the limit fail here, when the definitions load; a `source.asset`
+that no asset of the merged definitions defines fails when Dagster builds the code location
+(source_check.py).
 """
 
 import logging
@@ -90,7 +92,8 @@ def dp_synth_definitions(
         pool: str | None = "dp_synth_warehouse", dataset_jobs: bool = False) -> dg.Definitions:
     """The dp-synth definitions of the registry `datasets`, to merge with the host's (module
     docstring): a datasets.yaml path, or a mapping of dataset names to entries of that schema
-    (validated by the same model, `core.config.parse_registry`, errors prefixed by `origin`;
+    (validated by the same model, `core.config.parse_registry`, errors prefixed by `origin`,
+    which every later message that asks to edit an entry names too (`DatasetSpec.entry`);
     their relative source files are read from `base_dir`, default the working directory).
 
     `warehouse`: the DuckDB file of the private zone (where `table:` sources are read and the
