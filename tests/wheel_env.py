@@ -20,6 +20,8 @@ import shutil
 import subprocess
 import sys
 import venv
+import zipfile
+from email.parser import Parser
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -61,6 +63,40 @@ def build_wheel(workdir: Path) -> Path:
     run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", out, source], source)
     [built] = out.glob("*.whl")
     return built
+
+
+def requirements(wheel: Path, extras: tuple[str, ...] = ()) -> list:
+    """The wheel's declared requirements (packaging Requirements) that apply to an install with
+    `extras`, on this interpreter; the wheel's references to its own extras are left out."""
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as archive:
+        [name] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = Parser().parsestr(archive.read(name).decode())
+    found = []
+    for text in metadata.get_all("Requires-Dist") or []:
+        req = Requirement(text)
+        if req.name == metadata["Name"]:
+            continue
+        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("", *extras)):
+            found.append(req)
+    return found
+
+
+def floors(wheel: Path, extras: tuple[str, ...] = ()) -> dict[str, str]:
+    """name -> the lowest version the wheel declares for it (its `>=` bound; the highest of them
+    where the default and an extra both bound it): the lowest end of the supported range."""
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    found: dict[str, str] = {}
+    for req in requirements(wheel, extras):
+        for spec in req.specifier:
+            if spec.operator in (">=", "==", "~="):
+                name = canonicalize_name(req.name)
+                if name not in found or Version(spec.version) > Version(found[name]):
+                    found[name] = spec.version
+    return found
 
 
 def install(wheel: Path, env_dir: Path) -> Path:
