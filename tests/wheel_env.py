@@ -11,6 +11,8 @@ ways, chosen by DP_SYNTH_WHEEL_DEPS:
   each of the wheel's requirements is checked against the version the venv imports.
 - `resolve`: pip resolves and installs the whole dependency set from the package index into the
   fresh venv (pip's cache is reused), as a platform's `pip install` does.
+- `floors`: the same, constrained to the lowest version the wheel declares for each requirement
+  (`floors`), with the extras named in DP_SYNTH_WHEEL_EXTRAS (comma-separated).
 DP_SYNTH_WHEEL_DAGSTER=<version> then installs that Dagster (and its webserver) into the venv, to
 run the host projects at either end of the supported range.
 """
@@ -114,6 +116,13 @@ def install(wheel: Path, env_dir: Path) -> Path:
         (Path(purelib) / "zz_test_environment.pth").write_text("\n".join(outer) + "\n")
         run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-installed", wheel],
             env_dir)
+    elif DEPS == "floors":
+        extras = tuple(e for e in os.environ.get("DP_SYNTH_WHEEL_EXTRAS", "").split(",") if e)
+        constraints = env_dir / "floors.txt"
+        constraints.write_text("".join(f"{n}=={v}\n" for n, v in floors(wheel, extras).items()))
+        spec = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
+        run([python, "-m", "pip", "install", "--quiet", "--constraint", constraints, spec],
+            env_dir, timeout=1800)
     else:
         run([python, "-m", "pip", "install", "--quiet", wheel], env_dir, timeout=1800)
     if DAGSTER:
