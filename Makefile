@@ -44,8 +44,9 @@ test: install
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -f definitions.py
 
-wheel: install
-	$(BIN)/python -m pip wheel --no-deps --quiet -w dist .
+# the system python builds it (setuptools, fetched by pip's build isolation): nothing else installed
+wheel:
+	python3 -m pip wheel --no-deps --quiet -w dist .
 
 # The privacy ledger (.dp_synth/: ledger.sqlite and its mirrored head) is never cleaned: the
 # budget it records was spent on outputs that stay released.

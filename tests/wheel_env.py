@@ -11,6 +11,8 @@ ways, chosen by DP_SYNTH_WHEEL_DEPS:
   each of the wheel's requirements is checked against the version the venv imports.
 - `resolve`: pip resolves and installs the whole dependency set from the package index into the
   fresh venv (pip's cache is reused), as a platform's `pip install` does.
+- `floors`: the same, constrained to the lowest version the wheel declares for each requirement
+  (`floors`), with the extras named in DP_SYNTH_WHEEL_EXTRAS (comma-separated).
 DP_SYNTH_WHEEL_DAGSTER=<version> then installs that Dagster (and its webserver) into the venv, to
 run the host projects at either end of the supported range.
 """
@@ -20,6 +22,8 @@ import shutil
 import subprocess
 import sys
 import venv
+import zipfile
+from email.parser import Parser
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,6 +67,40 @@ def build_wheel(workdir: Path) -> Path:
     return built
 
 
+def requirements(wheel: Path, extras: tuple[str, ...] = ()) -> list:
+    """The wheel's declared requirements (packaging Requirements) that apply to an install with
+    `extras`, on this interpreter; the wheel's references to its own extras are left out."""
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as archive:
+        [name] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = Parser().parsestr(archive.read(name).decode())
+    found = []
+    for text in metadata.get_all("Requires-Dist") or []:
+        req = Requirement(text)
+        if req.name == metadata["Name"]:
+            continue
+        if req.marker is None or any(req.marker.evaluate({"extra": e}) for e in ("", *extras)):
+            found.append(req)
+    return found
+
+
+def floors(wheel: Path, extras: tuple[str, ...] = ()) -> dict[str, str]:
+    """name -> the lowest version the wheel declares for it (its `>=` bound; the highest of them
+    where the default and an extra both bound it): the lowest end of the supported range."""
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+
+    found: dict[str, str] = {}
+    for req in requirements(wheel, extras):
+        for spec in req.specifier:
+            if spec.operator in (">=", "==", "~="):
+                name = canonicalize_name(req.name)
+                if name not in found or Version(spec.version) > Version(found[name]):
+                    found[name] = spec.version
+    return found
+
+
 def install(wheel: Path, env_dir: Path) -> Path:
     """A fresh venv at `env_dir` with the wheel installed; its python."""
     venv.create(env_dir, with_pip=True)
@@ -78,6 +116,13 @@ def install(wheel: Path, env_dir: Path) -> Path:
         (Path(purelib) / "zz_test_environment.pth").write_text("\n".join(outer) + "\n")
         run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-installed", wheel],
             env_dir)
+    elif DEPS == "floors":
+        extras = tuple(e for e in os.environ.get("DP_SYNTH_WHEEL_EXTRAS", "").split(",") if e)
+        constraints = env_dir / "floors.txt"
+        constraints.write_text("".join(f"{n}=={v}\n" for n, v in floors(wheel, extras).items()))
+        spec = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
+        run([python, "-m", "pip", "install", "--quiet", "--constraint", constraints, spec],
+            env_dir, timeout=1800)
     else:
         run([python, "-m", "pip", "install", "--quiet", wheel], env_dir, timeout=1800)
     if DAGSTER:

@@ -21,6 +21,7 @@ from ..core.domain import EncodingPlan
 from ..core.measure import Measurement
 from ..naming import Names
 from .frames import FRAME_BYTES, CheckInputs
+from .outcomes import json_safe
 from .suites import CHECKS, CheckResult, publish, run_all
 
 
@@ -44,12 +45,15 @@ def asset_check_result(result: CheckResult, warehouse: WarehouseResource,
 def _metadata_value(value):
     if isinstance(value, Path):
         return dg.MetadataValue.path(str(value))
+    # numbers as Python's own types: a numpy float64 is a float, but Dagster before 1.13 cannot
+    # serialize it (in a JSON value either)
     if isinstance(value, (list, dict)):
-        return dg.MetadataValue.json(value)
-    if isinstance(value, float):  # numbers as typed values: the UI charts them over runs
-        return dg.MetadataValue.float(value)
+        return dg.MetadataValue.json(json_safe(value))
+    # numbers as typed values: the UI charts them over runs
+    if isinstance(value, float):
+        return dg.MetadataValue.float(float(value))
     if isinstance(value, int) and not isinstance(value, bool):
-        return dg.MetadataValue.int(value)
+        return dg.MetadataValue.int(int(value))
     return value
 
 
@@ -71,9 +75,11 @@ def synthetic_check_specs(dataset: str, names: Names = Names()) -> list[dg.Asset
     stage op (pipeline.py), which runs them after `synthetic`, or alone when a run selects only
     the checks."""
     asset_key = names.key(dataset, "synthetic")
-    return [dg.AssetCheckSpec(name, asset=asset_key, blocking=check.blocking,
-                              description=check.description)
-            for name, check in CHECKS.items()]
+    # not `check`: Dagster 1.11.0 compiles a record's constructor on its first call with the
+    # caller's local names, and a local `check` hides its own `check` module
+    return [dg.AssetCheckSpec(name, asset=asset_key, blocking=entry.blocking,
+                              description=entry.description)
+            for name, entry in CHECKS.items()]
 
 
 def check_synthetic(context, warehouse: WarehouseResource, dataset: str, spec: DatasetSpec,

@@ -1,0 +1,209 @@
+"""Both ends of the supported range install beside the Dagster libraries a host already has, and a
+host project runs on each (the install matrix of `make test`).
+
+- Newest end: a fresh venv on Python 3.13 where pip installs, in one resolution, the current
+  dagster, dagster-dg-cli, dagster-dbt, dagster-duckdb-pandas, dagster-snowflake-pandas,
+  dagster-sling and the built wheel. The wheel adds no backtracking to the host libraries' own
+  resolution (a dry run of them alone, first) and every requirement is met.
+- Lowest end: a fresh venv on Python 3.11 installed with a constraints file made here from the
+  wheel's own metadata (`name==floor` for each lower bound it declares, so the file cannot drift
+  from pyproject.toml), plus dagster-duckdb-pandas of the floor Dagster.
+- In each, tests/host_project_io/ (whose source asset is a pandas DataFrame stored by
+  dagster-duckdb-pandas's DuckDBPandasIOManager) is materialized by the real `dagster` CLI, host
+  asset and dp-synth's chain in one run, and every check of dp-synth's passes.
+
+Each venv is about 1 GB (from pip's cache) and built once per module. DP_SYNTH_ENDS_EXTRAS (a
+comma-separated list, empty by default) installs the wheel with those extras at both ends. Each
+end's resolution (seconds, versions) is written to tests/artifacts/install_ends.json.
+"""
+
+import json
+import os
+import shutil
+import time
+import venv
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from tests.wheel_env import REPO, build_wheel, floors, host_env, requirements, run
+
+HOST = Path(__file__).resolve().parent / "host_project_io"
+PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+EXTRAS = tuple(e for e in os.environ.get("DP_SYNTH_ENDS_EXTRAS", "").split(",") if e)
+# the Dagster libraries a host typically has, installed beside the wheel at the newest end
+HOST_LIBRARIES = ("dagster", "dagster-dg-cli", "dagster-dbt", "dagster-duckdb-pandas",
+                  "dagster-snowflake-pandas", "dagster-sling")
+# what pip prints when it backtracks
+BACKTRACKING = ("backtracking", "looking at multiple versions")
+ARTIFACTS = REPO / "tests" / "artifacts"
+
+# the run's asset check evaluations on the instance: check name -> passed
+PROBE_CHECKS = """
+import json, dagster as dg
+from dagster._core.events import DagsterEventType
+with dg.DagsterInstance.get() as instance:
+    [run] = instance.get_runs()
+    events = instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    print(json.dumps({e.dagster_event.event_specific_data.asset_key.to_user_string() + ":"
+                      + e.dagster_event.event_specific_data.check_name:
+                      e.dagster_event.event_specific_data.passed for e in events}))
+"""
+
+
+def interpreter(version: str) -> Path:
+    """The python of that minor version: pyenv's, else one on PATH."""
+    found = sorted(PYENV.glob(f"{version}.*/bin/python{version}"))
+    if found:
+        return found[-1]
+    on_path = shutil.which(f"python{version}")
+    if on_path is None:
+        pytest.skip(f"no Python {version} (pyenv or PATH) for this end of the install matrix")
+    return Path(on_path)
+
+
+def fresh_venv(version: str, env_dir: Path) -> Path:
+    """A venv of that Python with the current pip; its python."""
+    run([interpreter(version), "-m", "venv", env_dir], env_dir.parent)
+    python = env_dir / "bin" / "python"
+    run([python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], env_dir)
+    return python
+
+
+def pip_install(python: Path, args: list, record: dict) -> str:
+    """pip install `args` in one resolution; its output. Notes the seconds it took."""
+    started = time.monotonic()
+    done = run([python, "-m", "pip", "install", *args], python.parents[1], timeout=1800)
+    record["seconds"] = round(time.monotonic() - started, 1)
+    return done.stdout + done.stderr
+
+
+def backtracked_on(output: str) -> set[str]:
+    """The distributions pip said it backtracked on ("pip is looking at multiple versions of X")."""
+    found = set()
+    for line in output.splitlines():
+        if "looking at multiple versions of " in line:
+            found.add(line.split("looking at multiple versions of ")[1].split()[0])
+    return found
+
+
+def installed_versions(python: Path, names) -> dict[str, str]:
+    script = ("import json, sys; from importlib.metadata import version; "
+              "print(json.dumps({n: version(n) for n in sys.argv[1:]}))")
+    return json.loads(run([python, "-c", script, *names], python.parents[1]).stdout)
+
+
+def unmet(python: Path) -> str:
+    """pip's own check of the venv: every installed distribution's requirements are met."""
+    done = run([python, "-m", "pip", "check"], python.parents[1])
+    return done.stdout.strip()
+
+
+def write_record(end: str, record: dict) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / "install_ends.json"
+    records = json.loads(path.read_text()) if path.exists() else {}
+    records[end] = record
+    path.write_text(json.dumps(records, indent=2) + "\n")
+
+
+def wheel_spec(wheel: Path) -> str:
+    return f"{wheel}[{','.join(EXTRAS)}]" if EXTRAS else str(wheel)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    return build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="module")
+def newest(wheel, tmp_path_factory) -> tuple[Path, str, dict]:
+    python = fresh_venv("3.13", tmp_path_factory.mktemp("newest") / "venv")
+    # the host libraries alone, resolved first (a dry run): what pip does without the wheel
+    alone: dict = {}
+    record: dict = {"python": "3.13", "extras": list(EXTRAS), "host_libraries_alone": alone}
+    alone_output = pip_install(python, ["--dry-run", *HOST_LIBRARIES], alone)
+    alone["backtracked_on"] = sorted(backtracked_on(alone_output))
+    output = pip_install(python, [*HOST_LIBRARIES, wheel_spec(wheel)], record)
+    record["backtracked_on"] = sorted(backtracked_on(output))
+    record["versions"] = installed_versions(
+        python, [*HOST_LIBRARIES, "dagster-dp-synth", *sorted(floors(wheel, EXTRAS))])
+    write_record("newest", record)
+    return python, output, record
+
+
+@pytest.fixture(scope="module")
+def lowest(wheel, tmp_path_factory) -> tuple[Path, dict, dict]:
+    workdir = tmp_path_factory.mktemp("lowest")
+    python = fresh_venv("3.11", workdir / "venv")
+    bounds = floors(wheel, EXTRAS)
+    # Dagster's libraries are versioned 0.(minor + 16).patch beside dagster 1.minor.patch
+    major, minor, *patch = (bounds["dagster"].split(".") + ["0"])[:3]
+    duckdb_pandas = f"dagster-duckdb-pandas==0.{int(minor) + 16}.{patch[0]}"
+    constraints = workdir / "constraints.txt"
+    constraints.write_text("".join(f"{name}=={floor}\n" for name, floor in bounds.items()))
+    record: dict = {"python": "3.11", "extras": list(EXTRAS), "constraints": bounds}
+    pip_install(python, ["--constraint", constraints, wheel_spec(wheel), duckdb_pandas], record)
+    record["versions"] = installed_versions(python, [*bounds, "dagster-duckdb-pandas"])
+    write_record("lowest", record)
+    return python, bounds, record
+
+
+def run_host(python: Path, tmp_path: Path) -> tuple[dict, int]:
+    """tests/host_project_io materialized by the venv's `dagster` CLI, the host's asset and
+    dp-synth's chain in one run: each check's outcome, and the synthetic table's row count."""
+    host = tmp_path / "host"
+    shutil.copytree(HOST, host, ignore=shutil.ignore_patterns("__pycache__"))
+    env = host_env(tmp_path / "dagster_home")
+    done = run([python.parent / "dagster", "asset", "materialize", "-f", "definitions.py",
+                "--select", "raw_customers*"], host, env)
+    assert "RUN_SUCCESS" in done.stdout + done.stderr
+    checks = json.loads(run([python, "-c", PROBE_CHECKS], host, env).stdout)
+    con = duckdb.connect(str(host / "warehouse.duckdb"), read_only=True)
+    try:
+        written = con.execute("SELECT count(*) FROM main.raw_customers").fetchone()[0]
+        rows = con.execute("SELECT count(*) FROM synthetic.customers").fetchone()[0]
+    finally:
+        con.close()
+    assert written == 5000  # the host's IO manager wrote the source table dp-synth read
+    return checks, rows
+
+
+def test_the_newest_end_resolves_beside_the_host_libraries_without_backtracking(newest, wheel):
+    """The wheel adds no backtracking to what the host libraries alone need: when the newest
+    dagster-dg-cli lags a dagster release, pip backtracks over the host libraries by themselves
+    (and without backtracking over anything when they are in step)."""
+    python, output, record = newest
+    said = [line for line in output.splitlines() if any(b in line.lower() for b in BACKTRACKING)]
+    assert set(record["backtracked_on"]) <= set(record["host_libraries_alone"]["backtracked_on"]), said
+    assert unmet(python) == "No broken requirements found."
+    versions = record["versions"]
+    for req in requirements(wheel, EXTRAS):
+        assert req.specifier.contains(versions[req.name.lower()] if req.name.lower() in versions
+                                      else versions[req.name], prereleases=True), (req, versions)
+
+
+def test_the_newest_end_runs_a_host_whose_source_is_written_by_dagster_duckdb_pandas(
+        newest, tmp_path):
+    python, _, _ = newest
+    checks, rows = run_host(python, tmp_path)
+    assert rows > 0
+    assert checks and all(checks.values()), checks
+
+
+def test_the_lowest_end_installs_every_declared_floor(lowest):
+    python, bounds, record = lowest
+    from packaging.version import Version
+
+    assert unmet(python) == "No broken requirements found."
+    assert {name: Version(v) for name, v in record["versions"].items() if name in bounds} == {
+        name: Version(floor) for name, floor in bounds.items()}
+
+
+def test_the_lowest_end_runs_a_host_whose_source_is_written_by_dagster_duckdb_pandas(
+        lowest, tmp_path):
+    python, _, _ = lowest
+    checks, rows = run_host(python, tmp_path)
+    assert rows > 0
+    assert checks and all(checks.values()), checks
