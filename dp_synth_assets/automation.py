@@ -36,10 +36,9 @@ def job_name(dataset: str, names: Names = Names()) -> str:
     return names.op_name(dataset, "synthesis")
 
 
-def build_job(dataset: str, spec: DatasetSpec | None = None, names: Names = Names(),
-              assets: list | None = None):
-    """The dataset's job over `assets` (its materializable assets; default: the group named
-    after the dataset, without its observable `source`). The job declares its own executor,
+def build_job(dataset: str, spec: DatasetSpec | None, names: Names, assets: list):
+    """The dataset's job over `assets` (its materializable assets: not its observable `source`
+    nor its observed `budget`). The job declares its own executor,
     so dp-synth sets none on the code location it joins: under `generate.multiprocess`
     (`model.executor`; by default when `generator: parallel_pgm` or `model.workers` > 1)
     Dagster's multiprocess executor, at most `generate.concurrency` steps at a time, so the
@@ -52,14 +51,9 @@ def build_job(dataset: str, spec: DatasetSpec | None = None, names: Names = Name
     if spec is not None and multiprocess(spec.generator, spec.model):
         executor = dg.multiprocess_executor.configured(
             {"max_concurrent": concurrency(spec.generator, spec.model)})
-    if assets is None:
-        selection = (dg.AssetSelection.groups(dataset)
-                     - dg.AssetSelection.keys(names.key(dataset, "source")))
-    else:
-        selection = dg.AssetSelection.assets(*assets)
     return dg.define_asset_job(
         job_name(dataset, names),
-        selection=selection,
+        selection=dg.AssetSelection.assets(*assets),
         description=f"Materialize the whole synthesis pipeline of {dataset!r}.",
         executor_def=executor,
     )

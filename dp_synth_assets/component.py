@@ -146,7 +146,7 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
     key_prefix: Annotated[str | list[str] | None, _doc(
         "Prepended to every asset key: [*key_prefix, <dataset>, <stage>].")] = None
     group_name: Annotated[str | None, _doc(
-        "One group for every dp-synth asset (default: one group per dataset).")] = None
+        "One group for every dp-synth asset (default: the key prefix, or dp_synth).")] = None
     tags: Annotated[dict[str, str], _doc("Added to every dp-synth asset.")] = field(
         default_factory=dict)
     owners: Annotated[list[str], _doc("Added to every dp-synth asset.")] = field(

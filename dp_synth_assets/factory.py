@@ -100,12 +100,13 @@ def dp_synth_definitions(
     synthetic tables written). `ledger`: the privacy ledger's SQLite file (`ledger_head`: its
     mirrored head file, default: the ledger's path + '.head'). `public_dir`: the public-zone
     folder. `key_prefix`: prepended to every asset key (`[*key_prefix, <dataset>, <stage>]`).
-    `group_name`: one group for every dp-synth asset (default: a group per dataset). `tags`,
-    `owners`: added to every dp-synth asset. `automation_condition`: set on every
-    materializable dp-synth asset; without it, a dataset whose source is a host's asset and
-    that asks for `on_source_change: resynthesize` or a `schedule` gets dp-synth's budget-aware
-    conditions (conditions.py), evaluated by the sensor `[<prefix>__]dp_synth_automation`. `*_resource_key`: the keys under which the warehouse, the
-    ledger and the IO manager of the model's units are provided. `io_manager`: that IO manager
+    `group_name`: one group for every dp-synth asset (default: `Names.label`, i.e. `dp_synth`,
+    or the key prefix joined by `__`). `tags`, `owners`: added to every dp-synth asset.
+    `automation_condition`: set on every materializable dp-synth asset; without it, a dataset
+    whose source is a host's asset and that asks for `on_source_change: resynthesize` or a
+    `schedule` gets dp-synth's budget-aware conditions (conditions.py), evaluated by the sensor
+    `<label>_automation`. `*_resource_key`: the keys under which the
+    warehouse, the ledger and the IO manager of the model's units are provided. `io_manager`: that IO manager
     (default: pickles under `<public_dir>/.dp_synth_io`; the units are public, post-processing of
     the noisy measurements). `pool`: the concurrency pool of the steps that open the warehouse
     (None: no pool). `dataset_jobs`: a job `<dataset>_synthesis` for every dataset; by default
@@ -157,8 +158,8 @@ def dp_synth_definitions(
             sensors.append(build_source_sensor(name, spec, target, names))
     checked = checked_sources(registry)
     if automated or checked:  # the sensor's target checks the source assets at load
-        sensors.append(automation_sensor("__".join([*names.key_prefix, "dp_synth_automation"]),
-                                         automated, CheckedSources(automated, checked, origin)))
+        sensors.append(automation_sensor(names.sensor_name("automation"), automated,
+                                         CheckedSources(automated, checked, origin)))
     public_dir = Path(public_dir).resolve()
     return dg.Definitions(
         assets=assets,

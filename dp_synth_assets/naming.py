@@ -26,7 +26,8 @@ ROLES = ("warehouse", "ledger")
 @dataclass(frozen=True)
 class Names:
     """`key_prefix`: prepended to every dp-synth asset key. `group_name`: the group of every
-    dp-synth asset (default: one group per dataset, named after it). `tags` and `owners`: added
+    dp-synth asset (default: `label`, so no dataset name collides with a host's group, such as
+    the dbt model's group a dataset `people` reads). `tags` and `owners`: added
     to every dp-synth asset (beside dp-synth's `privacy` tag). `automation_condition`: set on
     every materializable dp-synth asset. `warehouse`, `ledger`, `io_manager`: resource keys.
     `pool`: the concurrency pool of the steps that open the warehouse (DuckDB allows one writer
@@ -49,8 +50,20 @@ class Names:
         """An op name unique per dataset and key prefix (op names are global in a location)."""
         return "__".join([*self.key_prefix, dataset]) + "_" + name
 
-    def group(self, dataset: str) -> str:
-        return self.group_name or dataset
+    @property
+    def label(self) -> str:
+        """What dp-synth's location-wide objects are named after: the key prefix joined by `__`
+        (`privacy`, `analytics__synth`), or `dp_synth` without one."""
+        return "__".join(self.key_prefix) or "dp_synth"
+
+    @property
+    def group(self) -> str:
+        return self.group_name or self.label
+
+    def sensor_name(self, role: str) -> str:
+        """A location-wide sensor of dp-synth: `<label>_<role>` (`dp_synth_automation`,
+        `privacy_budget`)."""
+        return f"{self.label}_{role}"
 
     def asset_args(self, dataset: str, zone: dict[str, str], source: bool = False,
                    graph: bool = False) -> dict:
@@ -61,7 +74,7 @@ class Names:
         stages return a MaterializeResult (no value: their outputs are in the artifact store), so
         no IO manager is called for them; naming dp-synth's keeps the host's `io_manager` out of
         reach even so."""
-        args = {"group_name": self.group(dataset), "tags": {**self.tags, **zone}}
+        args = {"group_name": self.group, "tags": {**self.tags, **zone}}
         if not graph:
             args["io_manager_key"] = self.io_manager
         if not source:

@@ -253,7 +253,7 @@ def test_asset_graph_of_a_dataset(tmp_path, instance):
     for previous, key in zip([None, *keys], keys):
         node = graph.get(key)
         assert node.parent_keys == ({previous} if previous else set()), key
-        assert node.group_name == DATASET
+        assert node.group_name == "dp_synth"
         expected = "private" if key.path[1] in ("source", "preprocessed", "marginals") else "public"
         assert node.tags["privacy"] == expected, key
     assert graph.get(keys[0]).is_observable and not graph.get(keys[0]).is_materializable

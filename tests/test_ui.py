@@ -68,7 +68,8 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 BIN = Path(sys.executable).parent
 ARTIFACTS = REPO / "tests" / "artifacts"
-GROUP = "example"
+GROUP = "dp_synth"  # dp-synth's default group (no key prefix)
+DATASET = "example"
 LINEAGE = ["source", "preprocessed", "marginals", "selection", "measurements", "model",
            "synthetic"]
 CHECKS = ["schema", "domain", "row_count", "null_fraction", "one_way_tvd"]
@@ -481,7 +482,7 @@ def test_lineage_graph_and_checks_of_synthetic(server, materialized, browser):
              f"the asset graph of group {GROUP!r}: nodes {sorted(shown)} and their edges")
     screenshot(browser, "ui.png")
 
-    browser.get(f"{server.url}/assets/{GROUP}/synthetic")
+    browser.get(f"{server.url}/assets/{DATASET}/synthetic")
     click(browser, "//a[@role='tab'][normalize-space()='Checks']", "the Checks tab of synthetic")
     expected = next(n.checks for n in nodes if n.path[-1] == "synthetic")
     assert set(CHECKS) <= set(expected), f"checks on synthetic: {expected}"
@@ -490,10 +491,10 @@ def test_lineage_graph_and_checks_of_synthetic(server, materialized, browser):
 
 
 def latest_entries(server, stage: str, run_id: str) -> dict:
-    latest = server.gql(LATEST_METADATA, {"key": {"path": [GROUP, stage]}})[
+    latest = server.gql(LATEST_METADATA, {"key": {"path": [DATASET, stage]}})[
         "assetOrError"].get("assetMaterializations") or []
     assert latest and latest[0]["runId"] == run_id, \
-        f"[{GROUP}, {stage}] was not materialized by run {run_id}: {latest}"
+        f"[{DATASET}, {stage}] was not materialized by run {run_id}: {latest}"
     return {e["label"]: e for e in latest[0]["metadataEntries"]}
 
 
@@ -501,22 +502,22 @@ def test_synthetic_publishes_fidelity_figures_to_chart(server, materialized):
     entries = latest_entries(server, "synthetic", materialized)
     for key in FIDELITY_FLOATS:
         assert entries.get(key, {}).get("__typename") == "FloatMetadataEntry", \
-            f"[{GROUP}, synthetic] lacks the float {key} (it has {sorted(entries)})"
+            f"[{DATASET}, synthetic] lacks the float {key} (it has {sorted(entries)})"
         assert 0.0 <= entries[key]["floatValue"] <= 1.0
 
 
 def test_utility_report_shows_only_where_its_files_are(server, materialized, browser):
     names = {n.path[-1] for n in server.group_nodes()}
     if "utility_report" not in names:
-        pytest.fail(f"no [{GROUP}, utility_report] asset in group {GROUP!r} ({sorted(names)})")
+        pytest.fail(f"no [{DATASET}, utility_report] asset in group {GROUP!r} ({sorted(names)})")
     entries = latest_entries(server, "utility_report", materialized)
     kinds = {label: e["__typename"] for label, e in entries.items()}
     assert kinds == dict.fromkeys(REPORT_PATHS, "PathMetadataEntry"), \
-        f"[{GROUP}, utility_report]'s metadata should be the paths of its files only: {kinds}"
+        f"[{DATASET}, utility_report]'s metadata should be the paths of its files only: {kinds}"
     for key, name in REPORT_PATHS.items():
-        assert entries[key]["path"].endswith(f"/private/{GROUP}/{name}"), entries[key]
+        assert entries[key]["path"].endswith(f"/private/{DATASET}/{name}"), entries[key]
 
-    browser.get(f"{server.url}/assets/{GROUP}/utility_report")
+    browser.get(f"{server.url}/assets/{DATASET}/utility_report")
     for key, name in REPORT_PATHS.items():
         wait_for(browser, row_shows(key, name),
                  f"utility_report's metadata row {key} showing the path of {name}")
