@@ -93,12 +93,14 @@ def composition_note(delta: float) -> str:
 
 def budget_metadata(ledger: PrivacyLedger, dataset: str, budget: DatasetBudget,
                     run_epsilon: float, run_delta: float) -> dict:
-    """Public metadata of a finished synthesis: the (epsilon, delta) a run spends, and where the
-    dataset's privacy unit stands against its lifetime limit as plottable numbers, read after
-    this run's spend: the share of the limit's rho spent, the runs of the current run budget
-    that still fit (`BudgetStatus.runs_left`; absent when a run spends no rho) and the epsilons
-    rounded for display (`shown`), with the sentence on how they compose. From the ledger only
-    (public by design, DESIGN.md section 5); it reads, never charges."""
+    """Public metadata of where the dataset's privacy unit stands against its lifetime limit, as
+    plottable numbers: the (epsilon, delta) a run of the dataset spends, the share of the
+    limit's rho spent, the runs of that run budget that still fit (`BudgetStatus.runs_left`;
+    absent when a run spends no rho), the runs that have charged the unit (`runs_spent`, every
+    dataset of a budget group counted), the extra delta spent and the epsilons rounded for
+    display (`shown`), with the sentence on how they compose. Published by a finished synthesis
+    (read after its spend) and by the budget sensor (current_budget.py) on each change. From the
+    ledger and the limit only (budget figures are public); it reads, never charges."""
     s = ledger.summary(dataset)
     status = BudgetStatus.of(s, budget)
     used = min(1.0, max(0.0, s.spent_rho / budget.limit_rho)) if budget.limit_rho > 0 else 1.0
@@ -110,11 +112,13 @@ def budget_metadata(ledger: PrivacyLedger, dataset: str, budget: DatasetBudget,
         "privacy/run_delta": dg.MetadataValue.float(float(run_delta)),
         "privacy/budget_used_share": dg.MetadataValue.float(used),
         **({"privacy/runs_left": dg.MetadataValue.int(runs_left)} if runs_left is not None else {}),
+        "privacy/runs_spent": dg.MetadataValue.int(len(s.runs)),
         "privacy/epsilon_spent": dg.MetadataValue.float(shown(budget.epsilon(s.spent_rho))),
         "privacy/epsilon_remaining": dg.MetadataValue.float(shown(status.remaining_epsilon)),
         "privacy/epsilon_limit": dg.MetadataValue.float(shown(budget.epsilon(budget.limit_rho))),
         "privacy/rho_spent": dg.MetadataValue.float(s.spent_rho),
         "privacy/rho_limit": dg.MetadataValue.float(budget.limit_rho),
+        "privacy/delta_extra_spent": dg.MetadataValue.float(s.spent_delta_extra),
         "privacy/composition": dg.MetadataValue.text(composition_note(budget.delta)),
     }
 

@@ -30,6 +30,7 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 from .automation import build_job, build_schedule, build_source_sensor, resynthesis_assets
 from .budget import DatasetBudget
 from .conditions import automation_sensor
+from .current_budget import budget_asset, build_budget_sensor
 from .core.config import DatasetSpec, RegistryError, load_registry, parse_registry
 from .core.source import source_available, source_path
 from .core.units import group_name as unit_group_name, privacy_units, source_identity
@@ -105,13 +106,15 @@ def dp_synth_definitions(
     `automation_condition`: set on every materializable dp-synth asset; without it, a dataset
     whose source is a host's asset and that asks for `on_source_change: resynthesize` or a
     `schedule` gets dp-synth's budget-aware conditions (conditions.py), evaluated by the sensor
-    `<label>_automation`. `*_resource_key`: the keys under which the
-    warehouse, the ledger and the IO manager of the model's units are provided. `io_manager`: that IO manager
-    (default: pickles under `<public_dir>/.dp_synth_io`; the units are public, post-processing of
-    the noisy measurements). `pool`: the concurrency pool of the steps that open the warehouse
-    (None: no pool). `dataset_jobs`: a job `<dataset>_synthesis` for every dataset; by default
-    only where one is needed (`needs_job`): Dagster resolves each job against the whole asset
-    graph when the code location loads, a cost that grows with the square of the datasets."""
+    `<label>_automation`; the sensor `<label>_budget` observes each dataset's current budget on
+    its `budget` asset (current_budget.py). `*_resource_key`: the keys under which the
+    warehouse, the ledger and the IO manager of the model's units are provided. `io_manager`:
+    that IO manager (default: pickles under `<public_dir>/.dp_synth_io`; the units are public,
+    post-processing of the noisy measurements). `pool`: the concurrency pool of the steps that
+    open the warehouse (None: no pool). `dataset_jobs`: a job `<dataset>_synthesis` for every
+    dataset; by default only where one is needed (`needs_job`): Dagster resolves each job
+    against the whole asset graph when the code location loads, a cost that grows with the
+    square of the datasets."""
     names = make_names(key_prefix, group_name=group_name, tags=tags, owners=owners,
                        automation_condition=automation_condition,
                        warehouse=warehouse_resource_key, ledger=ledger_resource_key,
@@ -131,7 +134,7 @@ def dp_synth_definitions(
                  for name, spec in registry.items()},
         entries={name: spec.entry for name, spec in registry.items()},
         head_path=str(Path(ledger_head).resolve()) if ledger_head else None)
-    assets, jobs, schedules, sensors, automated = [], [], [], [], []
+    assets, jobs, schedules, sensors, automated, observed = [], [], [], [], [], {}
     for name, spec in registry.items():
         if spec.optional and not source_available(spec, base):
             log.warning(f"dataset {name!r} skipped: its source file "
@@ -143,7 +146,8 @@ def dp_synth_definitions(
         if spec.source.asset is not None and automation_condition is None:
             built, keys = resynthesis_assets(name, spec, built, names, ledger_resource)
             automated += keys
-        assets += built
+        assets += [*built, budget_asset(name, names)]
+        observed[name] = spec
         materializable = [a for a in built if isinstance(a, dg.AssetsDefinition)]
         job = None
         if dataset_jobs or needs_job(spec):
@@ -160,6 +164,8 @@ def dp_synth_definitions(
     if automated or checked:  # the sensor's target checks the source assets at load
         sensors.append(automation_sensor(names.sensor_name("automation"), automated,
                                          CheckedSources(automated, checked, origin)))
+    if observed:
+        sensors.append(build_budget_sensor(observed, names))
     public_dir = Path(public_dir).resolve()
     return dg.Definitions(
         assets=assets,

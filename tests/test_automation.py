@@ -23,6 +23,7 @@ pytestmark = pytest.mark.filterwarnings(
 DATASET = "example"
 JOB = "example_synthesis"
 SENSOR = "example_source_change"
+BUDGET_SENSOR = "dp_synth_budget"
 SCHEDULE = "example_schedule"
 STAGES = ["source", "preprocessed", "marginals", "selection", "measurements", "model", "synthetic"]
 
@@ -222,12 +223,12 @@ def test_schedule_requests_a_run_only_when_the_budget_covers_it(tmp_path, instan
     assert "budget" in skipped.skip_message and "privacy.limit.epsilon" in skipped.skip_message
 
 
-def test_no_schedule_without_cron_and_no_sensor_when_changes_are_ignored(tmp_path, instance):
+def test_no_schedule_without_cron_and_no_source_sensor_when_changes_are_ignored(tmp_path, instance):
     # (`instance`: loading a repository reads the current instance's definitions state)
     project = make_project(tmp_path, rows=200, schedule=None, on_source_change="ignore")
     repo = project.defs_fn().get_repository_def()
     assert repo.schedule_defs == []
-    assert repo.sensor_defs == []
+    assert [s.name for s in repo.sensor_defs] == [BUDGET_SENSOR]  # observes; requests no run
     # nothing launches a job of its own: manual runs use the location's implicit asset job
     assert not repo.has_job(JOB)
     assert repo.get_implicit_global_asset_job_def().asset_layer.has(dg.AssetKey([DATASET,
@@ -236,7 +237,7 @@ def test_no_schedule_without_cron_and_no_sensor_when_changes_are_ignored(tmp_pat
     project = make_project(tmp_path / "default", rows=200)  # the repo's entry: sensor, no cron
     repo = project.defs_fn().get_repository_def()
     assert [s.name for s in repo.schedule_defs] == []
-    assert [s.name for s in repo.sensor_defs] == [SENSOR]
+    assert sorted(s.name for s in repo.sensor_defs) == [BUDGET_SENSOR, SENSOR]
 
 
 # ---- the asset graph -----------------------------------------------------------------------------
@@ -247,7 +248,9 @@ def test_asset_graph_of_a_dataset(tmp_path, instance):
     graph = defs.resolve_asset_graph()
     keys = [dg.AssetKey([DATASET, stage]) for stage in STAGES]
     report = dg.AssetKey([DATASET, "utility_report"])  # the example has a `report:` block
-    assert set(graph.get_all_asset_keys()) == set(keys) | {report}
+    budget = dg.AssetKey([DATASET, "budget"])  # observed by the budget sensor, never run
+    assert set(graph.get_all_asset_keys()) == set(keys) | {report, budget}
+    assert not graph.get(budget).is_executable and graph.get(budget).group_name == "dp_synth"
     assert graph.get(report).parent_keys == {keys[-1]}
     assert graph.get(report).tags["privacy"] == "private"
     for previous, key in zip([None, *keys], keys):

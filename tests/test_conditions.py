@@ -80,7 +80,8 @@ def spend_runs(ours, datasets, runs: float) -> None:
 def test_the_host_asset_source_is_automated_declaratively_without_polling(tmp_path):
     _, ours, defs, _ = host_project(tmp_path, schedule="0 3 * * *", min_interval="1h")
     sensors = {s.name: s for s in ours.sensors}
-    assert list(sensors) == ["dp_synth_automation"]  # no polling sensor, no schedule
+    # no polling sensor, no schedule: the automation and the budget's observation (no run)
+    assert sorted(sensors) == ["dp_synth_automation", "dp_synth_budget"]
     assert not list(ours.schedules or [])
     assert isinstance(sensors["dp_synth_automation"], dg.AutomationConditionSensorDefinition)
     graph = defs.resolve_asset_graph()
@@ -181,7 +182,8 @@ def test_a_host_condition_replaces_the_default_and_the_automation_sensor_only_ch
     ours = dp_synth_definitions(datasets=datasets, warehouse=database,
                                 ledger=tmp_path / "ledger.sqlite", public_dir=tmp_path / "public",
                                 automation_condition=eager)
-    (sensor,) = ours.sensors
+    assert sorted(s.name for s in ours.sensors) == ["dp_synth_automation", "dp_synth_budget"]
+    sensor = next(s for s in ours.sensors if s.name == "dp_synth_automation")
     assert sensor.default_status == dg.DefaultSensorStatus.STOPPED
     merged = dg.Definitions.merge(dg.Definitions(assets=[dg.AssetSpec(HOST_KEY)]), ours)
     graph = merged.resolve_asset_graph()

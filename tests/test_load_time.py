@@ -110,7 +110,7 @@ def test_sensor_automated_datasets_add_no_job_and_a_fixed_number_of_ops_each(loa
     the example's entry (an external table resynthesized by its source-change sensor) gets a
     sensor that targets its assets, run in the location's one implicit asset job."""
     one, fifty = loads[1], loads[50]
-    assert fifty["sensors"] == 50
+    assert fifty["sensors"] == 50 + 1  # and the location's one budget sensor (no run, no op)
     assert one["jobs"] == fifty["jobs"] == ["__ASSET_JOB"]
     # each dataset adds the same nodes to that job: its source observation and one op for its
     # stages and checks (Dagster builds and snapshots every op when the location loads)

@@ -174,6 +174,7 @@ def test_budget_metadata_counts_open_reservations_in_runs_left_but_not_in_the_sh
     assert md["privacy/budget_used_share"].value == 0.25
     assert md["privacy/runs_left"].value == 2  # 1.0 - 0.25 spent - 0.25 reserved = 2 runs
     assert md["privacy/rho_spent"].value == 0.25 and md["privacy/rho_limit"].value == 1.0
+    assert md["privacy/runs_spent"].value == 1  # run2 holds a reservation but charged nothing
     assert md["privacy/epsilon_remaining"].value == shown(epsilon_from_rho(0.5, 1e-9))
 
 
