@@ -10,7 +10,8 @@ from contextlib import contextmanager
 
 import dagster as dg
 
-from dp_synth_assets.resources.ledger import BudgetExceeded, LedgerError, PrivacyLedger
+from dp_synth_assets.resources.ledger import (BudgetExceeded, LedgerError, LedgerSummary,
+                                              PrivacyLedger)
 
 from .core.budget import DELTA_EXTRA_SHARE, PRIVATE_STAGES, BudgetStatus, DatasetBudget  # noqa: F401
 from .core.privacy import Spend
@@ -91,17 +92,17 @@ def composition_note(delta: float) -> str:
             f"remaining epsilon need not sum to the limit.")
 
 
-def budget_metadata(ledger: PrivacyLedger, dataset: str, budget: DatasetBudget,
-                    run_epsilon: float, run_delta: float) -> dict:
-    """Public metadata of where the dataset's privacy unit stands against its lifetime limit, as
+def budget_metadata(s: LedgerSummary, budget: DatasetBudget, run_epsilon: float,
+                    run_delta: float) -> dict:
+    """Public metadata of where a dataset's privacy unit stands against its lifetime limit, from
+    the ledger's summary of the dataset (`PrivacyLedger.summary`) and its budget, as
     plottable numbers: the (epsilon, delta) a run of the dataset spends, the share of the
     limit's rho spent, the runs of that run budget that still fit (`BudgetStatus.runs_left`;
     absent when a run spends no rho), the runs that have charged the unit (`runs_spent`, every
     dataset of a budget group counted), the extra delta spent and the epsilons rounded for
     display (`shown`), with the sentence on how they compose. Published by a finished synthesis
     (read after its spend) and by the budget sensor (current_budget.py) on each change. From the
-    ledger and the limit only (budget figures are public); it reads, never charges."""
-    s = ledger.summary(dataset)
+    ledger and the limit only (budget figures are public)."""
     status = BudgetStatus.of(s, budget)
     used = min(1.0, max(0.0, s.spent_rho / budget.limit_rho)) if budget.limit_rho > 0 else 1.0
     group = group_name(s.unit)

@@ -30,7 +30,7 @@ from .pipeline import PUBLIC
 
 STAGE = "budget"
 # A budget changes only when a run spends or the location reloads with another limit: a read a
-# minute is enough, and costs one pass over the ledger's rows per dataset.
+# minute is enough (one read of the ledger per tick, `PrivacyLedger.summaries`).
 MINIMUM_INTERVAL_SECONDS = 60
 
 
@@ -42,12 +42,6 @@ def budget_asset(dataset: str, names: Names) -> dg.AssetSpec:
         description=f"The privacy budget of {dataset!r} as the ledger holds it now (spent, "
                     f"limit, runs left), observed by the sensor {names.sensor_name(STAGE)} "
                     f"when it changes, without a run: its metadata charts the budget over time.")
-
-
-def budget_figures(ledger, dataset: str, spec: DatasetSpec) -> dict:
-    """`budget_metadata` of `dataset` now, against the limit of `spec` (raises LedgerError)."""
-    return budget_metadata(ledger, dataset, DatasetBudget.of(spec), spec.privacy.epsilon,
-                           spec.privacy.delta)
 
 
 def fingerprint(figures: dict) -> str:
@@ -70,10 +64,11 @@ def build_budget_sensor(registry: Mapping[str, DatasetSpec],
     @names.bind("ledger")
     def _sensor(context: dg.SensorEvaluationContext, ledger: LedgerResource):
         last = json.loads(context.cursor) if context.cursor else {}
-        led = ledger.ledger()
+        summaries = ledger.ledger().summaries(registry)  # raises LedgerError: the tick fails
         observed, events = {}, []
         for dataset, spec in registry.items():
-            figures = budget_figures(led, dataset, spec)
+            figures = budget_metadata(summaries[dataset], DatasetBudget.of(spec),
+                                      spec.privacy.epsilon, spec.privacy.delta)
             observed[dataset] = fingerprint(figures)
             if observed[dataset] != last.get(dataset):
                 events.append(dg.AssetObservation(names.key(dataset, STAGE), metadata=figures))

@@ -281,7 +281,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
                     "dagster/storage_kind": dg.MetadataValue.text("duckdb")}
         # where the dataset's budget stands after this run's spend (read only, never charged)
         try:
-            budget_figures = budget_metadata(ledger.ledger(), dataset, budget,
+            budget_figures = budget_metadata(ledger.ledger().summary(dataset), budget,
                                              spec.privacy.epsilon, spec.privacy.delta)
         except LedgerError as e:  # the table is written; a broken ledger fails the next spend
             context.log.warning(f"budget metadata left out: {e}")

@@ -170,7 +170,7 @@ def test_budget_metadata_counts_open_reservations_in_runs_left_but_not_in_the_sh
     ledger.charge("d", "run1", "measurements", Spend("gaussian", 0.25))
     ledger.release("d", "run1")
     ledger.reserve("d", "run2", 0.25, 1.0, delta=1e-9)
-    md = budget_metadata(ledger, "d", budget, 1.0, 1e-9)
+    md = budget_metadata(ledger.summary("d"), budget, 1.0, 1e-9)
     assert md["privacy/budget_used_share"].value == 0.25
     assert md["privacy/runs_left"].value == 2  # 1.0 - 0.25 spent - 0.25 reserved = 2 runs
     assert md["privacy/rho_spent"].value == 0.25 and md["privacy/rho_limit"].value == 1.0

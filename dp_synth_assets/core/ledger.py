@@ -48,7 +48,7 @@ import secrets
 import socket
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -930,11 +930,20 @@ class PrivacyLedger:
 
     def summary(self, dataset: str) -> LedgerSummary:
         """Spent and reserved budget of the dataset's unit, with charges per run and stage."""
+        return self.summaries([dataset])[dataset]
+
+    def summaries(self, datasets: Iterable[str]) -> dict[str, LedgerSummary]:
+        """`summary` of each of `datasets`, from one read (and one tamper check) of the ledger:
+        a reader of every dataset's budget reads the rows once, not once per dataset."""
         rows = self._read()
-        (unit, _), book = self._scope(dataset, rows)
-        reserved_rho, reserved_delta_extra = book.reserved()
-        return LedgerSummary(dataset, book.spent_rho, reserved_rho, book.spent_delta_extra,
-                             book.runs, reserved_delta_extra, unit)
+        found = {}
+        for dataset in datasets:
+            (unit, _), book = self._scope(dataset, rows)
+            reserved_rho, reserved_delta_extra = book.reserved()
+            found[dataset] = LedgerSummary(dataset, book.spent_rho, reserved_rho,
+                                           book.spent_delta_extra, book.runs,
+                                           reserved_delta_extra, unit)
+        return found
 
     def spent_by_run(self, dataset: str, run_id: str) -> dict[str, float]:
         """A run's charges for this dataset by stage (every charge it ever made)."""

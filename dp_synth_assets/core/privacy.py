@@ -51,8 +51,11 @@ def _profile_at(rho: float):
     return meas.map(1)
 
 
+@lru_cache(maxsize=4096)
 def epsilon_from_rho(rho: float, delta: float, accounting: str = "tight") -> float:
-    """The epsilon at which rho-zCDP satisfies (epsilon, delta)-DP."""
+    """The epsilon at which rho-zCDP satisfies (epsilon, delta)-DP. Memoized: OpenDP's profile
+    takes milliseconds, and the budget sensor converts the same spent and limit rho on every
+    tick until a run spends."""
     if rho <= 0:
         return 0.0
     if accounting == "paper":
