@@ -68,8 +68,8 @@ class Daemon:
     """The sensor daemon's iteration over one code location, served by a code server (a
     `dagster api grpc` process, as under `dagster dev`) from a definitions file."""
 
-    def __init__(self, instance, definitions_file):
-        self.instance = instance
+    def __init__(self, instance, definitions_file, sensor: str = SENSOR):
+        self.instance, self.sensor = instance, sensor
         self.location = "budget_test"
         self.stack = contextlib.ExitStack()
         self.context = self.stack.enter_context(create_test_daemon_workspace_context(
@@ -97,7 +97,7 @@ class Daemon:
                                           threadpool_executor=None,
                                           submit_threadpool_executor=None))
         [state] = [s for s in self.instance.all_instigator_state(
-            instigator_type=InstigatorType.SENSOR) if s.instigator_name == SENSOR]
+            instigator_type=InstigatorType.SENSOR) if s.instigator_name == self.sensor]
         return self.instance.get_ticks(state.instigator_origin_id, state.selector_id,
                                        limit=1)[0]
 

@@ -4,7 +4,7 @@ A module-scoped `dagster-webserver -f definitions.py` serves a throwaway project
 example, 3000 rows); the example group's whole pipeline and its checks are materialized through
 the webserver's GraphQL API (the instance's DefaultRunCoordinator launches the run from the
 webserver, no daemon needed); then the browser checks what a person would see: the lineage graph
-of group `example` with its edges, the checks of `synthetic` passed, the public fidelity figures
+of group `dp_synth` (dp-synth's default group) with its edges, the checks of `synthetic` passed, the public fidelity figures
 on `synthetic` (numbers Dagster charts over runs), and the owner-only utility report showing only
 where its files are (no figures, no plots: the event log is public).
 
@@ -12,12 +12,14 @@ A second webserver serves a host project (a copy of tests/host_project/: the hos
 `raw_customers` writing a DuckDB table, dp-synth added with the factory under `privacy/`) after
 two syntheses from the CLI, and the browser sees the lineage from the host's asset through every
 dp-synth stage, and the charts Dagster draws over those runs from the numbers dp-synth publishes:
-the budget on `synthetic` (its metadata plots) and a check's worst TVD (the check's plots).
+the budget on `synthetic` (its metadata plots), the current budget on `budget` (observed by the
+budget sensor, ticked as the daemon ticks it, before and after the limit is raised and the code
+location reloaded, with no run between) and a check's worst TVD (the check's plots).
 
 Needs chromium and chromedriver on PATH (`.ci/install-browser` installs Debian's); without them
 the module is skipped. Screenshots go to tests/artifacts/ (ui.png, ui-checks.png,
-ui-utility-report.png, ui-host-lineage.png, ui-budget-chart.png, ui-check-chart.png, and
-ui-failure-*.png when a wait times out).
+ui-utility-report.png, ui-host-lineage.png, ui-budget-chart.png, ui-current-budget-chart.png,
+ui-check-chart.png, and ui-failure-*.png when a wait times out).
 """
 
 import itertools
@@ -34,7 +36,9 @@ import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
+import dagster as dg
 import pytest
+import yaml
 
 from tests.helpers import REPO, dagster_env, make_project
 
@@ -42,6 +46,7 @@ HOST_PROJECT = REPO / "tests" / "host_project"
 HOST_LINEAGE = ["raw_customers", "preprocessed", "marginals", "selection", "measurements",
                 "model", "synthetic"]
 HOST_SYNTHETIC = "/assets/privacy/customers/synthetic"
+HOST_BUDGET = "/assets/privacy/customers/budget"
 BUDGET_PLOTS = ["privacy/budget_used_share", "privacy/runs_left"]
 
 CHROMIUM = shutil.which("chromium")
@@ -125,6 +130,12 @@ query GroupNodes($group: AssetGroupSelector!) {
     assetKey { path } isExecutable dependencyKeys { path }
     assetChecksOrError { ... on AssetChecks { checks { name } } }
   }
+}"""
+
+OBSERVATIONS = """
+query Observations($key: AssetKeyInput!) {
+  assetOrError(assetKey: $key) { ... on Asset { assetObservations(limit: 10) {
+    metadataEntries { label ... on FloatMetadataEntry { floatValue } } } } }
 }"""
 
 RUN_STATUS = "query RunStatus($runId: ID!) { runOrError(runId: $runId) { __typename " \
@@ -295,7 +306,28 @@ def host_server(tmp_path_factory):
              "--select", "raw_customers*"], cwd=host, env=env, capture_output=True, text=True,
             timeout=RUN_TIMEOUT)
         assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    observe_budget(host, home)
     yield from serve(host / "definitions.py", host, env, root / "webserver.log")
+
+
+def observe_budget(host: Path, home: Path) -> None:
+    """Two observations of the host's `budget` asset, as the daemon ticks `privacy_budget`:
+    after the two runs, and after the limit was raised in datasets.yaml and the code location
+    reloaded (no run in between)."""
+    from tests.test_current_budget import Daemon
+
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        daemon = Daemon(instance, host / "definitions.py", sensor="privacy_budget")
+        try:
+            daemon.tick()
+            datasets = host / "datasets.yaml"
+            registry = yaml.safe_load(datasets.read_text())
+            registry["datasets"]["customers"]["privacy"]["limit"]["epsilon"] *= 2
+            datasets.write_text(yaml.safe_dump(registry, sort_keys=False))
+            daemon.reload()
+            daemon.tick()
+        finally:
+            daemon.close()
 
 
 @pytest.fixture(scope="module")
@@ -557,6 +589,19 @@ def test_the_budget_and_a_check_are_charted_over_runs(host_server, browser):
                      f"charts of {BUDGET_PLOTS} on synthetic's overview")
     browser.execute_script("arguments[0].scrollIntoView({block: 'start'});", first)
     screenshot(browser, "ui-budget-chart.png")
+
+    browser.get(f"{host_server.url}{HOST_BUDGET}?view=overview")
+    click(browser, "//button[.//*[normalize-space(text())='Plots']]",
+          "the Plots toggle of budget's metadata")
+    first = wait_for(browser, plots_drawn(["privacy/epsilon_limit", "privacy/runs_left"]),
+                     "charts of the observed epsilon_limit and runs_left on budget's overview")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'start'});", first)
+    screenshot(browser, "ui-current-budget-chart.png")
+    observed = host_server.gql(OBSERVATIONS, {"key": {"path": ["privacy", "customers",
+                                                               "budget"]}})
+    limits = [e["floatValue"] for o in observed["assetOrError"]["assetObservations"]
+              for e in o["metadataEntries"] if e["label"] == "privacy/epsilon_limit"]
+    assert len(limits) == 2 and limits[0] == pytest.approx(2 * limits[1], rel=1e-2), limits
 
     browser.get(f"{host_server.url}{HOST_SYNTHETIC}?view=checks&checkDetail=one_way_tvd")
     first = wait_for(browser, plots_drawn(["max_tvd", "max_tvd_ratio", "max_tvd_tolerance"]),
