@@ -196,6 +196,16 @@ def test_separators_measured_holds_for_a_tree_and_fails_for_an_unmeasured_fill_i
     assert parallel_pgm.separators_measured(domain, closed)
 
 
+def sampled_errors(data, domain, t_par, t_pgm):
+    """The mean 2-way TVD from `data` of a sample of each fitted tree, and parallel_pgm's sample."""
+    rng = np.random.default_rng(5)
+    synth_par = tree.sample(t_par, len(data["a"]), rng)
+    synth_pgm = tree.sample(t_pgm, len(data["a"]), rng)
+    pairs = list(itertools.combinations(domain, 2))
+    return (np.mean([tvd(data, synth_par, domain, p) for p in pairs]),
+            np.mean([tvd(data, synth_pgm, domain, p) for p in pairs]), synth_par)
+
+
 def test_parallel_pgm_in_two_units_is_as_accurate_as_pgm_on_a_triangulated_selection():
     data, domain = table()
     cliques = [("a", "b"), ("b", "c"), ("a", "c"), ("c", "d"), ("b", "d")]
@@ -204,12 +214,7 @@ def test_parallel_pgm_in_two_units_is_as_accurate_as_pgm_on_a_triangulated_selec
     assert parallel_pgm.separators_measured(domain, found)
     t_par = parallel_pgm.fit(domain, found, n, 1000, workers=2)
     t_pgm = generate.fit("pgm", domain, found, n, ModelSettings(iterations=1000))
-    rng = np.random.default_rng(5)
-    synth_par = tree.sample(t_par, len(data["a"]), rng)
-    synth_pgm = tree.sample(t_pgm, len(data["a"]), rng)
-    pairs = list(itertools.combinations(domain, 2))
-    err_par = np.mean([tvd(data, synth_par, domain, p) for p in pairs])
-    err_pgm = np.mean([tvd(data, synth_pgm, domain, p) for p in pairs])
+    err_par, err_pgm, synth_par = sampled_errors(data, domain, t_par, t_pgm)
     # ABSyn section VIII.C: the two differ by at most 0.01 average TVD
     assert abs(err_par - err_pgm) <= 0.01, (err_par, err_pgm)
     for clique in cliques:
@@ -232,12 +237,7 @@ def test_without_the_jax_extra_every_fit_is_numpy_s(monkeypatch):
     assert parallel_pgm.estimator() == "numpy"
     t_par = parallel_pgm.fit(domain, found, n, pgm.iterations(None, "numpy"), workers=2)
     t_pgm = generate.fit("pgm", domain, found, n, ModelSettings())
-    rng = np.random.default_rng(5)
-    synth_par = tree.sample(t_par, len(data["a"]), rng)
-    synth_pgm = tree.sample(t_pgm, len(data["a"]), rng)
-    pairs = list(itertools.combinations(domain, 2))
-    err_par = np.mean([tvd(data, synth_par, domain, p) for p in pairs])
-    err_pgm = np.mean([tvd(data, synth_pgm, domain, p) for p in pairs])
+    err_par, err_pgm, synth_par = sampled_errors(data, domain, t_par, t_pgm)
     assert abs(err_par - err_pgm) <= 0.01, (err_par, err_pgm)
     for clique in cliques:
         assert tvd(data, synth_par, domain, clique) < 0.02

@@ -29,6 +29,18 @@ def installed(tmp_path_factory) -> Path:
     return install(build_wheel(tmp_path_factory.mktemp("wheel")), tmp_path_factory.mktemp("venv"))
 
 
+def host_copy(installed: Path, tmp_path: Path) -> tuple[Path, dict]:
+    """A copy of the dg host project under `tmp_path` and the environment its commands run in
+    (the installed venv first on PATH, its own DAGSTER_HOME)."""
+    project = tmp_path / "host_lake"
+    shutil.copytree(HOST, project, ignore=shutil.ignore_patterns("__pycache__"))
+    venv_dir = installed.parents[1]
+    env = host_env(tmp_path / "dagster_home", VIRTUAL_ENV=str(venv_dir),
+                   PYTHONPATH=str(project / "src"))
+    env["PATH"] = f"{venv_dir / 'bin'}:{env['PATH']}"
+    return project, env
+
+
 def dg(installed: Path, project: Path, env: dict, *args: str) -> str:
     """`dg` run by the venv's python (its console script belongs to the test environment)."""
     return run([installed, "-c", "import sys; from dagster_dg_cli.cli import main; "
@@ -36,12 +48,7 @@ def dg(installed: Path, project: Path, env: dict, *args: str) -> str:
 
 
 def test_a_dg_project_adds_dp_synth_as_a_component_on_its_parquet_asset(installed, tmp_path):
-    project = tmp_path / "host_lake"
-    shutil.copytree(HOST, project, ignore=shutil.ignore_patterns("__pycache__"))
-    venv_dir = installed.parents[1]
-    env = host_env(tmp_path / "dagster_home", VIRTUAL_ENV=str(venv_dir),
-                   PYTHONPATH=str(project / "src"))
-    env["PATH"] = f"{venv_dir / 'bin'}:{env['PATH']}"
+    project, env = host_copy(installed, tmp_path)
 
     listed = json.loads(dg(installed, project, env, "list", "components", "--json"))
     items = listed["items"] if isinstance(listed, dict) else listed
@@ -83,12 +90,7 @@ def test_the_installed_component_refuses_a_mistyped_source_asset_in_dg_check_def
                                                                                     tmp_path):
     """From the installed package, `dg check defs` passes the project as written and refuses it,
     with dp-synth's message naming the component's defs.yaml, once the source key is mistyped."""
-    project = tmp_path / "host_lake"
-    shutil.copytree(HOST, project, ignore=shutil.ignore_patterns("__pycache__"))
-    venv_dir = installed.parents[1]
-    env = host_env(tmp_path / "dagster_home", VIRTUAL_ENV=str(venv_dir),
-                   PYTHONPATH=str(project / "src"))
-    env["PATH"] = f"{venv_dir / 'bin'}:{env['PATH']}"
+    project, env = host_copy(installed, tmp_path)
     assert "All definitions loaded successfully" in dg(installed, project, env, "check", "defs")
     defs_yaml = project / "src" / "host_lake" / "defs" / "synth" / "defs.yaml"
     defs_yaml.write_text(defs_yaml.read_text().replace("asset: [analytics, orders]",
