@@ -74,6 +74,8 @@ SOURCE_VIEW = "dp_synth_source"
 _STREAM = "dp_synth_stream"
 # what the privacy ledger calls the API's spend when no `dataset` is given
 DEFAULT_DATASET = "notebook"
+# where a refusal (the budget's) tells a notebook user to change the settings
+ARGUMENTS_ENTRY = "the Synthesizer's arguments (its `limit`)"
 # datasets.yaml keys that are `Synthesizer` arguments of another name
 _PRIVACY_ARGUMENTS = {"epsilon": "epsilon", "delta": "delta", "limit": "limit"}
 
@@ -102,7 +104,7 @@ def dataset_spec(columns: Mapping, *, epsilon: float, delta: float = 1e-9,
              "method": method, "generator": generator, "rows": rows, "seed": seed,
              "selection": dict(selection or {}), "model": dict(model or {})}
     try:
-        return DatasetSpec.model_validate(entry)
+        spec = DatasetSpec.model_validate(entry)
     except ValidationError as e:
         problems: dict[str, list[str]] = {}
         for err in e.errors():
@@ -112,6 +114,8 @@ def dataset_spec(columns: Mapping, *, epsilon: float, delta: float = 1e-9,
                 problems[where].append(err["msg"])
         raise SpecError("Synthesizer arguments are invalid:\n  " + "\n  ".join(
             f"{where}: {' or '.join(msgs)}" for where, msgs in problems.items())) from None
+    spec._entry = ARGUMENTS_ENTRY  # a refusal asks to change the arguments, not a file
+    return spec
 
 
 def _argument(loc: list[str]) -> str:
@@ -373,7 +377,7 @@ class Synthesizer:
             spec = spec.model_copy(update={"report": None})  # no holdout: every row trains
         self.spec = spec
         self.budget = DatasetBudget.of(spec)
-        self.ledger = _ledger(ledger)
+        self.ledger = _ledger(ledger, {dataset: spec.entry})
         self.dataset = dataset
         self.lock = (DatasetLock(Path(public_dir) / dataset, dataset)
                      if public_dir is not None else None)
@@ -543,10 +547,11 @@ class Synthesizer:
             generator_reason=self.choice.reason if self.choice else "not fitted yet")
 
 
-def _ledger(ledger):
-    """A PrivacyLedger from a path (the ledger module is loaded only when asked)."""
+def _ledger(ledger, entries: dict[str, str]):
+    """A PrivacyLedger from a path (the ledger module is loaded only when asked); `entries`:
+    where each dataset's settings are written, for its budget refusal."""
     if ledger is None or not isinstance(ledger, (str, Path)):
         return ledger
     from .core.ledger import PrivacyLedger
 
-    return PrivacyLedger(ledger)
+    return PrivacyLedger(ledger, entries=entries)

@@ -182,8 +182,11 @@ def test_with_a_ledger_a_fit_beyond_the_limit_is_refused_before_reading(tmp_path
     assert [e["kind"] for e in events][0] == "reserve" and events[-1]["kind"] == "release"
     assert {e["stage"] for e in events if e["kind"] == "charge"} == {"selection", "measurements"}
     # the source of the refused fit does not exist: reading it would raise another error
-    with pytest.raises(BudgetExceeded, match="people"):
+    with pytest.raises(BudgetExceeded, match="people") as refused:
         synth.fit(tmp_path / "missing.parquet")
+    # the notebook user has no datasets.yaml: the refusal names what they can change
+    assert "the Synthesizer's arguments (its `limit`)" in str(refused.value)
+    assert "datasets.yaml" not in str(refused.value)
     assert ledger.events("people") == events
     assert ledger.summary("people").reserved_rho == 0
 
