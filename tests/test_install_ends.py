@@ -184,14 +184,6 @@ def test_the_newest_end_resolves_beside_the_host_libraries_without_backtracking(
                                       else versions[req.name], prereleases=True), (req, versions)
 
 
-def test_the_newest_end_runs_a_host_whose_source_is_written_by_dagster_duckdb_pandas(
-        newest, tmp_path):
-    python, _, _ = newest
-    checks, rows = run_host(python, tmp_path)
-    assert rows > 0
-    assert checks and all(checks.values()), checks
-
-
 def test_the_lowest_end_installs_every_declared_floor(lowest):
     python, bounds, record = lowest
     from packaging.version import Version
@@ -201,9 +193,10 @@ def test_the_lowest_end_installs_every_declared_floor(lowest):
         name: Version(floor) for name, floor in bounds.items()}
 
 
-def test_the_lowest_end_runs_a_host_whose_source_is_written_by_dagster_duckdb_pandas(
-        lowest, tmp_path):
-    python, _, _ = lowest
+@pytest.mark.parametrize("end", ["newest", "lowest"])
+def test_each_end_runs_a_host_whose_source_is_written_by_dagster_duckdb_pandas(
+        end, request, tmp_path):
+    python, _, _ = request.getfixturevalue(end)
     checks, rows = run_host(python, tmp_path)
     assert rows > 0
     assert checks and all(checks.values()), checks
