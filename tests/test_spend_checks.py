@@ -78,6 +78,46 @@ def test_the_registry_reads_yaml_as_the_safe_loader_does_and_checks_keys_beside_
         parse_yaml("base: &b {x: 1}\nuse:\n  <<: *b\n  y: 1\n  y: 2\n")
 
 
+def test_merges_build_as_the_safe_loader_builds_them():
+    """YAML's merge rule, as `yaml.safe_load` applies it: own keys win, an earlier merged
+    mapping wins over a later one, merged values are copies of the anchored ones."""
+    from dp_synth_assets.core.config import parse_yaml
+
+    for text in [
+        "a: &a {x: 1, y: {z: 2}}\nb: &b {x: 3, w: 4}\nc:\n  <<: [*a, *b]\n  w: 5\n",
+        "a: &a {x: 1}\nc: {<<: *a}\nd: {<<: [*a], x: 2}\n",
+        "a: &a {x: {y: 1}}\nb: &b {<<: *a, z: 2}\nc: {<<: *b, q: 3}\n",
+    ]:
+        assert parse_yaml(text) == yaml.safe_load(text), text
+
+
+@pytest.mark.parametrize("text,line", [
+    # the issue's case: a nested mapping beside a merge key, its `limit` written twice
+    ("base: &base {a: 1}\nd:\n  <<: *base\n  privacy:\n    limit: {epsilon: 3}\n"
+     "    limit: {epsilon: 3000}\n", 6),
+    # a duplicate inside the anchored mapping that is merged
+    ("base: &base\n  privacy:\n    limit: 3\n    limit: 3000\nd:\n  <<: *base\n", 4),
+    # a duplicate inside one of a list of merged mappings
+    ("a: &a {x: 1}\nb: &b\n  y: 1\n  y: 2\nd: {<<: [*a, *b]}\n", 4),
+])
+def test_a_key_written_twice_is_refused_in_every_construct_merges_included(text, line):
+    from dp_synth_assets.core.config import DuplicateKey, parse_yaml
+
+    with pytest.raises(DuplicateKey, match=f"line {line}"):
+        parse_yaml(text)
+
+
+def test_a_limit_written_twice_under_a_merge_key_refuses_the_registry(tmp_path):
+    """A registry whose entry merges a base and writes its `privacy.limit` twice is refused
+    when it loads, naming both lines; it does not reserve against either limit silently."""
+    body = ("x-base: &base\n  source: {table: main.t}\n  columns: {b: {kind: boolean}}\n"
+            "datasets:\n  t:\n    <<: *base\n    privacy:\n      epsilon: 1.0\n"
+            "      delta: 1.0e-9\n      limit: {epsilon: 3.0, delta: 1.0e-8}\n"
+            "      limit: {epsilon: 3000.0, delta: 1.0e-8}\n")
+    message = refused(tmp_path, body)
+    assert "'limit'" in message and "line 10" in message and "line 11" in message, message
+
+
 @pytest.mark.parametrize("key,value", [
     ("epsilon", True), ("epsilon", "1"), ("delta", False), ("delta", "1e-9"),
 ])

@@ -815,16 +815,29 @@ _MERGE = "tag:yaml.org,2002:merge"
 
 def _construct(node, loader):
     """The Python value of a composed YAML node, as YAML's safe constructor builds it, refusing
-    a key written twice in one mapping (`DuplicateKey`). Strings, mappings and sequences (most
-    of a registry) are built here, every other scalar by the safe constructor: a registry of
-    hundreds of entries loads in half the time of the safe loader's generic walk. A mapping
-    with a merge key (`<<`) is built by the safe constructor once its own keys are checked."""
+    a key written twice in one mapping (`DuplicateKey`), at any depth, inside an anchored node,
+    an alias or a merge. Strings, mappings and sequences (most of a registry) are built here,
+    every other scalar by the safe constructor: a registry of hundreds of entries loads in half
+    the time of the safe loader's generic walk. A merge key (`<<: *base` or `<<: [*a, *b]`)
+    follows YAML's merge rule: the mapping's own keys win over merged ones, and an earlier
+    merged mapping wins over a later one; each merged mapping is itself built and checked
+    here."""
     if isinstance(node, yaml.MappingNode):
         seen: dict = {}
         out = {}
-        merging = any(k.tag == _MERGE for k, _ in node.value)
+        merged: dict = {}
         for key_node, value_node in node.value:
             if key_node.tag == _MERGE:
+                sources = (value_node.value if isinstance(value_node, yaml.SequenceNode)
+                           else [value_node])
+                for source in sources:
+                    if not isinstance(source, yaml.MappingNode):
+                        raise yaml.constructor.ConstructorError(
+                            "while constructing a mapping", node.start_mark,
+                            "expected a mapping (or a list of mappings) for merging",
+                            source.start_mark)
+                    for key, value in _construct(source, loader).items():
+                        merged.setdefault(key, value)
                 continue
             key, line = _construct(key_node, loader), key_node.start_mark.line + 1
             try:
@@ -835,9 +848,8 @@ def _construct(node, loader):
                     "while constructing a mapping", node.start_mark, "found unhashable key",
                     key_node.start_mark) from None
             seen[key] = line
-            if not merging:
-                out[key] = _construct(value_node, loader)
-        return loader.construct_object(node, deep=True) if merging else out
+            out[key] = _construct(value_node, loader)
+        return {**merged, **out} if merged else out
     if isinstance(node, yaml.SequenceNode):
         return [_construct(item, loader) for item in node.value]
     if node.tag == _STR:
