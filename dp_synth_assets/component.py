@@ -35,7 +35,7 @@ import dagster as dg
 from dagster.components.scaffold.scaffold import scaffold_with
 from pydantic import BaseModel, Field, create_model
 
-from .core.config import DatasetSpec
+from .core.config import DatasetSpec, check_unique_keys
 from .factory import dp_synth_definitions
 from .naming import Names
 
@@ -181,6 +181,10 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
 
         def path(value: str) -> Path:
             return (folder / value).resolve()
+
+        defs_yaml = folder / "defs.yaml"
+        if defs_yaml.is_file():  # Dagster's loader keeps a key written twice silently
+            check_unique_keys(defs_yaml.read_text(), str(defs_yaml))
 
         return dp_synth_definitions(
             self.datasets, warehouse=path(self.warehouse), ledger=path(self.ledger),

@@ -147,6 +147,31 @@ def test_a_malformed_entry_fails_naming_the_defs_yaml_line_and_the_key(tmp_path)
     assert "run epsilon 2.0 is above the dataset's limit epsilon 1.0" in text
 
 
+def test_a_limit_written_twice_in_defs_yaml_fails_the_load_naming_both_lines(tmp_path):
+    """Dagster's YAML loader keeps the second of two equal keys; the component refuses the
+    defs.yaml instead (with the registry's checked constructor: merge keys included)."""
+    sandbox = dg_project(tmp_path)
+    folder = write_instance(sandbox, {"warehouse": "w.duckdb", "ledger": "l.sqlite",
+                                      "public_dir": "public", "datasets": {}})
+    body = (folder / "defs.yaml").read_text().replace(
+        "datasets: {}", "datasets:\n" + textwrap.indent(
+            yaml.safe_dump({"customers": customers_entry()}, sort_keys=False), "    "))
+    lines = body.splitlines()
+    at = next(i for i, text in enumerate(lines, 1) if text.strip().startswith("limit:"))
+    lines[at + 2:at + 2] = lines[at - 1:at + 2]  # `limit:` and its two keys, written again
+    (folder / "defs.yaml").write_text("\n".join(lines) + "\n")
+    with pytest.raises(Exception) as raised:
+        with sandbox.build_component_tree() as tree:
+            tree.build_defs()
+    chain, error = [], raised.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__ or error.__context__
+    text = "\n".join(chain)
+    assert f"{folder / 'defs.yaml'}: key 'limit' is written twice" in text, text
+    assert f"line {at} and on line {at + 3}" in text, text
+
+
 def test_a_relative_file_source_is_read_from_the_component_folder(tmp_path):
     """An optional `parquet:` source is skipped while its file is absent from the component's
     folder, and built once it is there (not in the working directory)."""

@@ -874,6 +874,24 @@ def parse_yaml(text: str) -> object:
         loader.dispose()
 
 
+def check_unique_keys(text: str, where: str) -> None:
+    """Refuse (RegistryError naming `where` and the lines) a YAML stream, of one document or
+    several (a Component's defs.yaml), that writes a key twice in one mapping, merges and
+    anchors included: YAML loaders, Dagster's among them, keep the second value silently."""
+    loader = _SAFE_LOADER(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is not None:
+                _construct(node, loader)
+    except DuplicateKey as e:
+        raise RegistryError(f"{where}: {e}") from None
+    except yaml.YAMLError:
+        return  # not ours to report: the YAML's own loader names the syntax error
+    finally:
+        loader.dispose()
+
+
 def load_registry(path: str | Path) -> dict[str, DatasetSpec]:
     path = Path(path)
     if not path.exists():
