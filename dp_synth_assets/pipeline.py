@@ -14,6 +14,7 @@ its failures are generic in public and detailed in the owner-only private log.
 
 import functools
 import json
+import os
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -79,6 +80,16 @@ def secret_path(warehouse: WarehouseResource) -> Path:
     return private_dir(warehouse) / "change_detection.key"
 
 
+def change_secret(warehouse: WarehouseResource) -> bytes:
+    """The installation's change-detection secret: the environment variable the warehouse
+    resource's `change_secret_env` names (DP_SYNTH_CHANGE_SECRET by default), when set, else
+    the file `secret_path`, created on first use."""
+    text = os.environ.get(warehouse.change_secret_env) if warehouse.change_secret_env else None
+    if text:
+        return change.secret_from_hex(text, f"the environment variable {warehouse.change_secret_env}")
+    return change.load_or_create_secret(secret_path(warehouse))
+
+
 def change_state_path(warehouse: WarehouseResource, dataset: str) -> Path:
     return private_dir(warehouse, dataset) / "change_state.json"
 
@@ -105,7 +116,7 @@ def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec,
         path = source_path(spec, Path(warehouse.base_dir))
         files = sorted(path.parent.glob(path.name))
         signal = json.dumps([[str(f), f.stat().st_size, f.stat().st_mtime_ns] for f in files])
-    return change.change_mac(change.load_or_create_secret(secret_path(warehouse)), signal)
+    return change.change_mac(change_secret(warehouse), signal)
 
 
 def source_version(warehouse: WarehouseResource, spec: DatasetSpec, dataset: str,

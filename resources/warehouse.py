@@ -52,6 +52,9 @@ class WarehouseResource(dg.ConfigurableResource):
     lock_report_seconds: float = 5.0
     # how long a run waits for another run of the same dataset (one at a time) before it gives up
     run_wait_seconds: float = 600.0
+    # the environment variable holding the change-detection secret (64 hex digits), which a
+    # secret store fills in a container; unset or empty: a file in the private zone
+    change_secret_env: str | None = "DP_SYNTH_CHANGE_SECRET"
 
     @contextmanager
     def connect(self, read_only: bool = False, lock_timeout_seconds: float | None = None,

@@ -62,6 +62,31 @@ def test_secret_is_created_once_owner_only_and_the_same_for_concurrent_creators(
     assert path.stat().st_mode & 0o777 == 0o600
 
 
+def test_the_secret_comes_from_the_environment_when_a_secret_store_sets_it(tmp_path,
+                                                                           monkeypatch):
+    """A container run has no secret file to keep: DP_SYNTH_CHANGE_SECRET (64 hex digits)
+    keys the MAC, and no file is written; a malformed value is refused, naming the variable and
+    never quoting it."""
+    from dp_synth_assets.pipeline import change_secret
+
+    project = make_project(tmp_path, rows=50)
+    warehouse = project.defs_fn().resources["warehouse"]
+    key = "ab" * 32
+    monkeypatch.setenv("DP_SYNTH_CHANGE_SECRET", key)
+    assert change_secret(warehouse) == bytes.fromhex(key)
+    assert not secret_path(warehouse).exists()
+    spec = load_registry(project.datasets)[DATASET]
+    version = source_version(warehouse, spec, DATASET)
+    assert HEX32.match(version) and not secret_path(warehouse).exists()
+    for bad in ("ab" * 31, "zz" * 32, "s3cr3t-value"):
+        monkeypatch.setenv("DP_SYNTH_CHANGE_SECRET", bad)
+        with pytest.raises(change.ChangeDetectionError) as refused:
+            change_secret(warehouse)
+        assert "DP_SYNTH_CHANGE_SECRET" in str(refused.value) and bad not in str(refused.value)
+    monkeypatch.delenv("DP_SYNTH_CHANGE_SECRET")
+    assert change_secret(warehouse) == secret_path(warehouse).read_bytes()  # the file, as before
+
+
 def test_mac_is_keyed_by_the_installation_secret():
     signal = json.dumps({"content": "12345"})
     a, b = b"a" * 32, b"b" * 32

@@ -2,8 +2,9 @@
 
 Three pieces, all in the private zone except the last:
 
-- the installation's secret: 32 random bytes in one owner-only file (mode 0600), created on first
-  use (`load_or_create_secret`);
+- the installation's secret: 32 random bytes, from an environment variable that a secret store
+  fills (`secret_from_hex`: a container run has no file to keep), else in one owner-only file
+  (mode 0600) of the private zone, created on first use (`load_or_create_secret`);
 - the change signal's MAC: HMAC-SHA256 under that secret of a summary of the source (its content
   summary for tables, its files' names, sizes and modification times for Parquet/CSV), kept in a
   per-dataset state file (`observe`), never published;
@@ -77,6 +78,23 @@ def load_or_create_secret(path: Path) -> bytes:
         raise ChangeDetectionError(
             f"the change-detection secret {path} is not {SECRET_BYTES} bytes long; delete it to "
             "create a new one (the next observation of each source then counts as a change)")
+    return secret
+
+
+def secret_from_hex(text: str, where: str) -> bytes:
+    """The installation's secret given as 64 hexadecimal digits (32 bytes) by `where` (an
+    environment variable a secret store fills: a container has no secret file), or a
+    ChangeDetectionError that names `where` and never quotes the value."""
+    try:
+        secret = bytes.fromhex(text.strip())
+    except ValueError:
+        secret = b""
+    if len(secret) != SECRET_BYTES:
+        raise ChangeDetectionError(
+            f"{where} does not hold a change-detection secret: it must be {2 * SECRET_BYTES} "
+            f"hexadecimal digits ({SECRET_BYTES} random bytes), e.g. the output of `python -c "
+            f"\"import secrets; print(secrets.token_hex({SECRET_BYTES}))\"`; keep the same value "
+            f"in every deployment (a new one makes the next observation of each source a change)")
     return secret
 
 
