@@ -5,7 +5,8 @@ Paths come from the environment, with defaults inside the project folder
 DP_SYNTH_WAREHOUSE (data/warehouse.duckdb, the private zone), DP_SYNTH_LEDGER
 (.dp_synth/ledger.sqlite: outside data/, which `make clean` deletes, because the budget outlives
 the outputs it paid for), DP_SYNTH_LEDGER_HEAD (the ledger's mirrored head file, default: the
-ledger's path + '.head'), DP_SYNTH_PUBLIC (public/, the public zone).
+ledger's path + '.head'), DP_SYNTH_PUBLIC (public/, the public zone), DP_SYNTH_WAREHOUSE_NAME
+(the warehouse's stable name, which names its tables' privacy units; default `default`).
 """
 
 from pathlib import Path

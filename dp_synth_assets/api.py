@@ -31,7 +31,9 @@ Guarantees:
   happens, and the remainder is released at the end or on failure; a refused reservation raises
   the ledger's `BudgetExceeded` and nothing is read or spent. The ledger keys the spend by
   `dataset` (its privacy unit, unless the ledger's `units` say otherwise); `limit` is the
-  lifetime limit it enforces (default: one run's epsilon and delta).
+  lifetime limit it enforces (default: one run's epsilon and delta). The ledger keeps the limit
+  a unit was first given: a `limit` above it raises `LimitNotGranted` (a notebook cannot raise
+  the limit of a pipeline's dataset); `PrivacyLedger.set_limit` raises it on the record.
 - With `public_dir=` (the pipeline's public folder, DP_SYNTH_PUBLIC), a fit holds the dataset's
   run lock (`core.runs.DatasetLock`, `<public_dir>/<dataset>/run.lock`) from before the
   reservation to the release, as a Dagster run of that dataset does: a notebook fit and a

@@ -26,6 +26,7 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .budget import BudgetStatus, DatasetBudget
 from .conditions import resynthesis_condition, with_first_stage
+from .core.budget import fits
 from .core.config import DatasetSpec
 from .naming import Names
 from .pipeline import source_version
@@ -92,6 +93,13 @@ def budget_skip_reason(ledger: LedgerResource, dataset: str, spec: DatasetSpec) 
     if led.can_cover(dataset, budget.run_rho, budget.limit_rho, budget.run_delta_extra,
                      budget.limit_delta_extra):
         return None
+    kept = led.limit(dataset)
+    if kept is not None and not (fits(budget.limit_rho, kept[0])
+                                 and fits(budget.limit_delta_extra, kept[1])):
+        return (f"the privacy limit of {dataset!r} in {spec.entry} is above the limit the ledger "
+                f"keeps for its data (rho {kept[0]:.6g}): record the new limit with `python -m "
+                f"dp_synth_assets.resources.ledger raise-limit {dataset} --reason '<why>'`, or "
+                f"set the entry back")
     left = BudgetStatus.of(led.summary(dataset), budget).remaining_rho
     group = spec.privacy.budget_group
     return (f"privacy budget of {dataset!r}"

@@ -4,8 +4,19 @@ A run reserves, before its first read of private data, the rho of every spending
 execute; each mechanism charges its spend as it draws noise; the last private stage of the run (or
 the first one to fail) releases the unspent remainder. A run that executes only public-zone assets
 (model, synthetic, checks) never touches the ledger.
+
+Two public mirrors of the ledger's head let a run recognize a ledger that lost spending (deleted
+with its head file, or swapped for an empty, older or other ledger), and refuse it before
+anything is spent: the `privacy/ledger_rows` and `privacy/ledger_head` metadata of the dataset's
+spending materializations, and a record that Dagster's instance keeps per privacy unit
+(`unit_head_key`, in its cursor storage: in the instance's database, PostgreSQL in production),
+written after every private stage that touched the ledger, whatever entry name or key prefix
+ran it. A renamed entry or a changed key prefix has no materializations of its own yet, but its
+unit's record is there.
 """
 
+import hashlib
+import json
 from contextlib import contextmanager
 
 import dagster as dg
@@ -157,6 +168,52 @@ def verify_published_head(context, ledger: PrivacyLedger, dataset: str) -> None:
             return
 
 
+def unit_head_key(unit: str) -> str:
+    """The key of a privacy unit's ledger head in the instance's cursor storage."""
+    return "dp_synth/ledger_head/" + hashlib.sha256(unit.encode()).hexdigest()[:32]
+
+
+def _unit(ledger: PrivacyLedger, dataset: str) -> str | None:
+    return ledger.units.get(dataset)
+
+
+def record_unit_head(context, ledger: PrivacyLedger, dataset: str) -> None:
+    """Keep the ledger's current head as the dataset's unit's record in the instance (module
+    docstring). A failure to keep it is logged and the stage's own outcome stands: the next
+    record catches up, and the materializations' metadata still mirror the head."""
+    unit = _unit(ledger, dataset)
+    if unit is None:
+        return
+    try:
+        rows, head = ledger.head()
+        if rows == 0:
+            return
+        context.instance.daemon_cursor_storage.set_cursor_values({unit_head_key(unit): json.dumps(
+            {"rows": rows, "head": head, "unit": unit, "dataset": dataset,
+             "run_id": context.run_id})})
+    except Exception as e:  # noqa: BLE001 - an unreadable ledger is reported by the next run
+        context.log.warning(f"The ledger head of dataset {dataset!r} could not be kept in "
+                            f"Dagster's instance ({type(e).__name__}); the next private stage "
+                            f"keeps it.")
+
+
+def verify_unit_head(context, ledger: PrivacyLedger, dataset: str) -> None:
+    """Refuse a run whose ledger does not extend the head the instance keeps for the dataset's
+    unit (`record_unit_head`), whatever entry or key prefix recorded it."""
+    unit = _unit(ledger, dataset)
+    if unit is None:
+        return
+    key = unit_head_key(unit)
+    text = context.instance.daemon_cursor_storage.get_cursor_values({key}).get(key)
+    if not text:
+        return
+    kept = json.loads(text)
+    ledger.verify_published(
+        int(kept["rows"]), str(kept["head"]),
+        f"Dagster's instance, for privacy unit {unit} (kept by dataset {kept['dataset']!r}, "
+        f"run {kept['run_id']})")
+
+
 @contextmanager
 def private_stage(context: dg.AssetExecutionContext, ledger: PrivacyLedger, dataset: str,
                   stage: str, budget: DatasetBudget):
@@ -170,6 +227,7 @@ def private_stage(context: dg.AssetExecutionContext, ledger: PrivacyLedger, data
     if request > 0:
         try:
             verify_published_head(context, ledger, dataset)
+            verify_unit_head(context, ledger, dataset)
             ledger.reserve(dataset, run_id, request, budget.limit_rho, request_delta,
                            budget.limit_delta_extra, delta=budget.delta)
         except (BudgetExceeded, LedgerError) as e:  # public: amounts, paths and row counts
@@ -178,9 +236,13 @@ def private_stage(context: dg.AssetExecutionContext, ledger: PrivacyLedger, data
         yield StageBudget(ledger, dataset, run_id, stage, budget)
     except BaseException:
         release(context, ledger, dataset, run_id, f"failed in {stage}")
+        if private:
+            record_unit_head(context, ledger, dataset)
         raise
     if not private or stage == private[-1]:
         release(context, ledger, dataset, run_id, "run finished")
+    if private:
+        record_unit_head(context, ledger, dataset)
 
 
 def release(context, ledger: PrivacyLedger, dataset: str, run_id: str, reason: str) -> None:

@@ -36,6 +36,7 @@ from dagster.components.scaffold.scaffold import scaffold_with
 from pydantic import BaseModel, Field, create_model
 
 from .core.config import DatasetSpec, check_unique_keys
+from .core.units import DEFAULT_WAREHOUSE_NAME
 from .factory import dp_synth_definitions
 from .naming import Names
 
@@ -53,6 +54,8 @@ attributes:
   warehouse: "{{{{ context.project_root }}}}/warehouse.duckdb"  # private zone: read and written
   ledger: "{{{{ context.project_root }}}}/.dp_synth/ledger.sqlite"  # privacy ledger (private)
   public_dir: "{{{{ context.project_root }}}}/public"  # public zone
+  # The warehouse's stable name (its tables' privacy units): set it once, never change it.
+  warehouse_name: default
   key_prefix: dp_synth
   # group_name: privacy
   # tags: {{team: data-platform}}
@@ -136,6 +139,11 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
                                 "Relative to this component's folder.")]
     public_dir: Annotated[str, _doc("The public-zone folder. Relative to this component's "
                                     "folder.")]
+    warehouse_name: Annotated[str, _doc(
+        "The warehouse's stable name: its tables' privacy units are `table:<name>:<schema."
+        "table>`, never the file's path, so moving or copying the project keeps the spend. "
+        "Give two warehouses that share one ledger different names; never change it.")] = (
+        DEFAULT_WAREHOUSE_NAME)
     datasets: Annotated[dict[str, dict[str, Any]], dg.Resolver(
         _entries, model_field_type=dict[str, DatasetSpec],
         description="Dataset name -> a datasets.yaml entry (source, columns, privacy, ...), "
@@ -195,7 +203,7 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
             owners=self.owners, automation_condition=self.automation_condition,
             warehouse_resource_key=self.warehouse_resource_key,
             ledger_resource_key=self.ledger_resource_key, io_manager_key=self.io_manager_key,
-            pool=self.pool, dataset_jobs=self.dataset_jobs)
+            pool=self.pool, dataset_jobs=self.dataset_jobs, warehouse_name=self.warehouse_name)
 
 
 __all__ = ["DpSynthComponent", "DpSynthScaffolder"]

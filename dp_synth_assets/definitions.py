@@ -14,6 +14,7 @@ import dagster as dg
 
 from dp_synth_assets.resources.ledger import LedgerError
 
+from .core.units import DEFAULT_WAREHOUSE_NAME
 from .factory import dp_synth_definitions
 
 
@@ -27,7 +28,8 @@ def environment_paths(environ: Mapping[str, str] | None = None,
     zone), DP_SYNTH_LEDGER (.dp_synth/ledger.sqlite: outside data/, which `make clean` deletes,
     because the budget outlives the outputs it paid for), DP_SYNTH_LEDGER_HEAD (the ledger's
     mirrored head file, default: the ledger's path + '.head'), DP_SYNTH_PUBLIC (public/, the
-    public zone). Raises LedgerError rather than default to a fresh ledger beside one from before
+    public zone), DP_SYNTH_WAREHOUSE_NAME (the warehouse's stable name, which names its tables'
+    privacy units; default `default`). Raises LedgerError rather than default to a fresh ledger beside one from before
     the hash chain (data/ledger.sqlite), whose budget would be forgotten."""
     environ = os.environ if environ is None else environ
     legacy = project_dir / "data" / "ledger.sqlite"
@@ -44,12 +46,13 @@ def environment_paths(environ: Mapping[str, str] | None = None,
         "ledger": environ.get("DP_SYNTH_LEDGER", default),
         "public_dir": environ.get("DP_SYNTH_PUBLIC", project_dir / "public"),
         "ledger_head": environ.get("DP_SYNTH_LEDGER_HEAD") or None,
+        "warehouse_name": environ.get("DP_SYNTH_WAREHOUSE_NAME") or DEFAULT_WAREHOUSE_NAME,
     }
 
 
 def build_definitions(datasets: str | Path, warehouse: str | Path, ledger: str | Path,
-                      public_dir: str | Path, ledger_head: str | Path | None = None
-                      ) -> dg.Definitions:
+                      public_dir: str | Path, ledger_head: str | Path | None = None,
+                      warehouse_name: str = DEFAULT_WAREHOUSE_NAME) -> dg.Definitions:
     """The repository's own code location: `factory.dp_synth_definitions` with the resource
     keys `warehouse` and `ledger` (this location holds dp-synth alone, so nothing competes for
     them), and the in-process executor for the location's implicit job (one process per run:
@@ -58,6 +61,7 @@ def build_definitions(datasets: str | Path, warehouse: str | Path, ledger: str |
     (default: the ledger's path + '.head')."""
     return dg.Definitions.merge(
         dp_synth_definitions(datasets, warehouse, ledger, public_dir, ledger_head=ledger_head,
+                             warehouse_name=warehouse_name,
                              warehouse_resource_key="warehouse", ledger_resource_key="ledger"),
         dg.Definitions(executor=dg.in_process_executor),
     )

@@ -33,6 +33,7 @@ from .conditions import automation_sensor
 from .current_budget import budget_asset, build_budget_sensor
 from .core.config import DatasetSpec, RegistryError, load_registry, parse_registry
 from .core.source import source_available, source_path
+from .core.units import DEFAULT_WAREHOUSE_NAME, aliases as unit_aliases, checked_warehouse_name
 from .core.units import group_name as unit_group_name, privacy_units, source_identity
 from .naming import names as make_names
 from .pipeline import build_dataset_assets
@@ -90,7 +91,8 @@ def dp_synth_definitions(
         ledger_resource_key: str = "dp_synth_ledger",
         io_manager_key: str = "dp_synth_io_manager",
         io_manager: dg.ConfigurableIOManager | dg.IOManagerDefinition | None = None,
-        pool: str | None = "dp_synth_warehouse", dataset_jobs: bool = False) -> dg.Definitions:
+        pool: str | None = "dp_synth_warehouse", dataset_jobs: bool = False,
+        warehouse_name: str = DEFAULT_WAREHOUSE_NAME) -> dg.Definitions:
     """The dp-synth definitions of the registry `datasets`, to merge with the host's (module
     docstring): a datasets.yaml path, or a mapping of dataset names to entries of that schema
     (validated by the same model, `core.config.parse_registry`, errors prefixed by `origin`,
@@ -98,7 +100,9 @@ def dp_synth_definitions(
     their relative source files are read from `base_dir`, default the working directory).
 
     `warehouse`: the DuckDB file of the private zone (where `table:` sources are read and the
-    synthetic tables written). `ledger`: the privacy ledger's SQLite file (`ledger_head`: its
+    synthetic tables written). `warehouse_name`: the warehouse's stable name, which names its
+    tables' privacy units (`core.units`: never the file's path, so moving or copying the project
+    keeps the spend; give two warehouses that share one ledger different names). `ledger`: the privacy ledger's SQLite file (`ledger_head`: its
     mirrored head file, default: the ledger's path + '.head'). `public_dir`: the public-zone
     folder. `key_prefix`: prepended to every asset key (`[*key_prefix, <dataset>, <stage>]`).
     `group_name`: one group for every dp-synth asset (default: `Names.label`, i.e. `dp_synth`,
@@ -126,12 +130,15 @@ def dp_synth_definitions(
         origin = str(Path(datasets).resolve())  # load_registry's, for every later message
         registry = load_registry(origin)
         base = Path(datasets).resolve().parent
-    units = privacy_units(registry, base, warehouse)
+    warehouse_name = checked_warehouse_name(warehouse_name)
+    units = privacy_units(registry, base, warehouse, warehouse_name)
     _check_shared_limits(registry, units)
     ledger_resource = LedgerResource(
         path=str(Path(ledger).resolve()), units=units,
-        sources={name: source_identity(spec, base, warehouse)
+        sources={name: source_identity(spec, base, warehouse, warehouse_name)
                  for name, spec in registry.items()},
+        aliases={name: list(names) for name, names in
+                 unit_aliases(registry, base, warehouse, warehouse_name).items()},
         entries={name: spec.entry for name, spec in registry.items()},
         head_path=str(Path(ledger_head).resolve()) if ledger_head else None)
     assets, jobs, schedules, sensors, automated, observed = [], [], [], [], [], {}

@@ -3,7 +3,7 @@
 The ledger itself, an append-only, hash-chained SQLite table of budget events, is
 `dp_synth_assets.core.ledger` (no Dagster: the notebook API uses it too); this module wraps it as
 `LedgerResource` and is its command line
-(`python -m dp_synth_assets.resources.ledger adopt|migrate`). The ledger's names are re-exported
+(`python -m dp_synth_assets.resources.ledger adopt|migrate|raise-limit`). The ledger's names are re-exported
 here for the code that imports them from this module.
 (This file must not postpone annotations with a __future__ import: Dagster inspects them.)
 """
@@ -26,6 +26,7 @@ from dp_synth_assets.core.ledger import (  # noqa: F401 - re-exported
     budget_message,
     BudgetExceeded,
     ChargeExceedsReservation,
+    LimitNotGranted,
     Reservation,
     LedgerSummary,
     owner_id,
@@ -52,6 +53,9 @@ class LedgerResource(dagster.ConfigurableResource):
     entries: dict[str, str] = Field(
         default_factory=dict, description="Dataset name -> where its entry is written (the "
                                           "file the user edits), named by a budget refusal.")
+    aliases: dict[str, list[str]] = Field(
+        default_factory=dict, description="Dataset name -> earlier names of its source (by "
+                                          "absolute path), whose rows count for its unit.")
     stale_after_seconds: float = Field(
         default=DEFAULT_STALE_AFTER_SECONDS,
         description="An open reservation with no ledger activity for this long is released.",
@@ -71,7 +75,33 @@ class LedgerResource(dagster.ConfigurableResource):
                              head_path=self.head_path, sources=self.sources,
                              lock_timeout_seconds=self.lock_timeout_seconds,
                              lock_report_seconds=self.lock_report_seconds,
-                             log=dagster.get_dagster_logger().warning, entries=self.entries)
+                             log=dagster.get_dagster_logger().warning, entries=self.entries,
+                             aliases={k: tuple(v) for k, v in self.aliases.items()})
+
+
+def registry_ledger(path: str | None = None) -> tuple[PrivacyLedger, dict]:
+    """The ledger and the registry as the project's definitions see them, from the variables
+    and defaults of `definitions.environment_paths` in the working directory (DP_SYNTH_DATASETS,
+    DP_SYNTH_WAREHOUSE, DP_SYNTH_WAREHOUSE_NAME, DP_SYNTH_LEDGER, DP_SYNTH_LEDGER_HEAD; `path`
+    overrides the ledger), with each dataset's unit, source identity and aliases."""
+    from dp_synth_assets.core.config import load_registry
+    from dp_synth_assets.core.units import (DEFAULT_WAREHOUSE_NAME, aliases, privacy_units,
+                                            source_identity)
+
+    env = os.environ
+    datasets = Path(env.get("DP_SYNTH_DATASETS", "datasets.yaml")).resolve()
+    warehouse = env.get("DP_SYNTH_WAREHOUSE", "data/warehouse.duckdb")
+    name = env.get("DP_SYNTH_WAREHOUSE_NAME") or DEFAULT_WAREHOUSE_NAME
+    registry = load_registry(datasets)
+    ledger = PrivacyLedger(
+        path or env.get("DP_SYNTH_LEDGER", ".dp_synth/ledger.sqlite"),
+        units=privacy_units(registry, datasets.parent, warehouse, name),
+        sources={dataset: source_identity(spec, datasets.parent, warehouse, name)
+                 for dataset, spec in registry.items()},
+        aliases=aliases(registry, datasets.parent, warehouse, name),
+        head_path=env.get("DP_SYNTH_LEDGER_HEAD") or None,
+        entries={d: s.entry for d, s in registry.items()})
+    return ledger, registry
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -79,7 +109,11 @@ def main(argv: list[str] | None = None) -> None:
     head file was lost, after checking its chain.
     `python -m dp_synth_assets.resources.ledger migrate OLD NEW`: copy a ledger from before the
     hash chain into a new one, with the privacy units of the registry that DP_SYNTH_DATASETS and
-    DP_SYNTH_WAREHOUSE name (defaults as in definitions.py)."""
+    DP_SYNTH_WAREHOUSE name (defaults as in definitions.py).
+    `python -m dp_synth_assets.resources.ledger raise-limit DATASET --reason WHY`: record the
+    limit the dataset's entry now declares as its privacy unit's limit (the ledger keeps the
+    limit a unit was first given; only this raises it), with the reason, the user and the
+    time; run from the project folder, with the DP_SYNTH_* variables set as for Dagster."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m dp_synth_assets.resources.ledger")
@@ -89,20 +123,43 @@ def main(argv: list[str] | None = None) -> None:
     migrate = commands.add_parser("migrate", help="copy a pre-chain ledger into a new one")
     migrate.add_argument("old")
     migrate.add_argument("new")
+    raise_limit = commands.add_parser(
+        "raise-limit", help="record the limit a dataset's entry declares as its unit's limit")
+    raise_limit.add_argument("dataset")
+    raise_limit.add_argument("--reason", required=True, help="why (kept in the ledger)")
+    raise_limit.add_argument("--ledger", help="the ledger (default: as the definitions use it)")
     args = parser.parse_args(argv)
     if args.command == "adopt":
         rows, head = PrivacyLedger(args.ledger).adopt()
         print(f"{args.ledger}: {rows} rows, head {head}")
         return
+    if args.command == "raise-limit":
+        from dp_synth_assets.core.budget import DatasetBudget
+
+        ledger, registry = registry_ledger(args.ledger)
+        if args.dataset not in registry:
+            parser.error(f"no dataset {args.dataset!r} in the registry "
+                         f"({', '.join(sorted(registry)) or 'none'})")
+        spec = registry[args.dataset]
+        budget = DatasetBudget.of(spec)
+        before = ledger.limit(args.dataset)
+        ledger.set_limit(args.dataset, budget.limit_rho, budget.limit_delta_extra,
+                         reason=args.reason, delta=budget.delta)
+        was = "none" if before is None else f"rho {before[0]:.6g}"
+        print(f"{ledger.path}: the limit of dataset {args.dataset!r} (privacy unit "
+              f"{ledger.units[args.dataset]}) is now epsilon {spec.privacy.limit.epsilon:g} at "
+              f"delta {spec.privacy.limit.delta:g} (rho {budget.limit_rho:.6g}; was {was})")
+        return
     from dp_synth_assets.core.config import load_registry
-    from dp_synth_assets.core.units import privacy_units, source_identity
+    from dp_synth_assets.core.units import DEFAULT_WAREHOUSE_NAME, privacy_units, source_identity
 
     datasets = Path(os.environ.get("DP_SYNTH_DATASETS", "datasets.yaml")).resolve()
     warehouse = os.environ.get("DP_SYNTH_WAREHOUSE", "data/warehouse.duckdb")
+    name = os.environ.get("DP_SYNTH_WAREHOUSE_NAME") or DEFAULT_WAREHOUSE_NAME
     registry = load_registry(datasets)
-    units = privacy_units(registry, datasets.parent, warehouse)
-    sources = {name: source_identity(spec, datasets.parent, warehouse)
-               for name, spec in registry.items()}
+    units = privacy_units(registry, datasets.parent, warehouse, name)
+    sources = {dataset: source_identity(spec, datasets.parent, warehouse, name)
+               for dataset, spec in registry.items()}
     count = migrate_legacy(args.old, args.new, units, sources)
     print(f"{args.new}: {count} rows migrated from {args.old}")
 

@@ -20,7 +20,8 @@ from dp_synth_assets.core.config import DatasetSpec
 from dp_synth_assets.core.preprocess import Task, exact_aggregates, prepare_encoded_view
 from dp_synth_assets.core.marginals import MarginalStore, compute_marginals
 from dp_synth_assets.example import generate_example
-from tests.helpers import counted_cells, example_entry, record_fetches, registry_project
+from tests.helpers import (counted_cells, example_entry, ledger_rows, record_fetches,
+                           registry_project)
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pyproject: psycopg)")
 
@@ -406,3 +407,32 @@ def test_a_postgres_error_in_a_dagster_run_publishes_no_value(postgres, tmp_path
                                   public_dir=str(project.public), base_dir=str(tmp_path))
     log = private_log_path(warehouse, "example").read_text()
     assert secret in log and "PostgreSQL" in log
+
+
+def test_a_new_warehouse_file_does_not_reset_the_budget_of_rows_left_in_postgres(
+        postgres, tmp_path, monkeypatch):
+    """The rows live in PostgreSQL: pointing the definitions at another warehouse file (a new
+    DP_SYNTH_WAREHOUSE) is the same data, so the run after the one the limit allows is refused
+    (its unit is `postgres:<dsn_env>:<table>`, not the warehouse file's path)."""
+    import dagster as dg
+
+    from dp_synth_assets.definitions import build_definitions
+
+    kept = ("age", "sex", "newsletter")
+    columns = {k: v for k, v in example_entry()["columns"].items() if k in kept}
+    project = _pipeline_project(tmp_path, postgres, monkeypatch, rows=500, columns=columns,
+                                privacy={"epsilon": 1.0, "delta": 1e-9,
+                                         "limit": {"epsilon": 1.1, "delta": 1e-9}})
+    instance = dg.DagsterInstance.ephemeral()
+    first = dg.materialize(project.defs.assets, resources=project.defs.resources,
+                           instance=instance, raise_on_error=False)
+    assert first.success
+    moved = build_definitions(project.datasets, tmp_path / "new" / "warehouse.duckdb",
+                              project.ledger, tmp_path / "new" / "public")
+    rows = ledger_rows(project.ledger)
+    second = dg.materialize(moved.assets, resources=moved.resources,
+                            instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+    assert not second.success
+    failure = next(e for e in second.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "cannot cover this run" in failure.event_specific_data.error.message
+    assert ledger_rows(project.ledger) == rows

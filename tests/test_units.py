@@ -5,7 +5,8 @@ import os
 import pytest
 
 from dp_synth_assets.core.config import RegistryError, parse_registry
-from dp_synth_assets.core.units import privacy_unit, privacy_units, source_identity
+from dp_synth_assets.core.units import (aliases, checked_warehouse_name, path_identity,
+                                        privacy_unit, privacy_units, source_identity)
 
 COLUMNS = {"a": {"kind": "boolean"}, "b": {"kind": "boolean"}}
 LIMIT = {"epsilon": 2.0, "delta": 1e-8}
@@ -26,15 +27,50 @@ def registry(**entries) -> dict:
 def test_table_spellings_are_one_unit(tmp_path, spelling):
     warehouse = tmp_path / "warehouse.duckdb"
     spec = registry(x=entry({"table": spelling}))["x"]
-    assert privacy_unit(spec, tmp_path, warehouse) == f"duckdb:{warehouse.resolve()}:main.t"
+    assert privacy_unit(spec, tmp_path, warehouse) == "table:default:main.t"
+    assert privacy_unit(spec, tmp_path, warehouse, "prod") == "table:prod:main.t"
 
 
-def test_other_schema_or_other_warehouse_is_another_unit(tmp_path):
+def test_other_schema_or_other_warehouse_name_is_another_unit(tmp_path):
     specs = registry(a=entry({"table": "t"}), b=entry({"table": "other.t"}))
     assert source_identity(specs["a"], tmp_path, tmp_path / "w.duckdb") != source_identity(
         specs["b"], tmp_path, tmp_path / "w.duckdb")
-    assert source_identity(specs["a"], tmp_path, tmp_path / "w.duckdb") != source_identity(
-        specs["a"], tmp_path, tmp_path / "v.duckdb")
+    assert source_identity(specs["a"], tmp_path, tmp_path / "w.duckdb", "x") != source_identity(
+        specs["a"], tmp_path, tmp_path / "w.duckdb", "y")
+
+
+def test_no_unit_depends_on_where_the_project_or_the_warehouse_file_lies(tmp_path):
+    """The issue's attacks: the project copied to another folder, the warehouse file copied and
+    pointed at, a new warehouse path with the PostgreSQL engine. Every unit stays the same."""
+    specs = registry(
+        table=entry({"table": "main.t"}),
+        parquet=entry({"parquet": "data/x.parquet"}),
+        attached=entry({"attach": "other.duckdb", "type": "duckdb", "table": "main.u"}),
+        server=entry({"attach": "host=db1 port=5432 user=me password=s3cret dbname=sales",
+                      "type": "postgres", "table": "t"}),
+        pg_engine={**entry({"table": "public.v"}),
+                   "engine": {"type": "postgres", "dsn_env": "SALES_DSN"}})
+    one, two = tmp_path / "a" / "project", tmp_path / "b" / "copy"
+    first = privacy_units(specs, one, one / "data" / "warehouse.duckdb", "sales")
+    second = privacy_units(specs, two, tmp_path / "elsewhere" / "w2.duckdb", "sales")
+    assert first == second
+    assert first["table"] == "table:sales:main.t"
+    assert first["parquet"] == "file:data/x.parquet"
+    assert first["attached"] == "duckdb:other.duckdb:main.u"
+    assert first["server"] == "postgres:dbname=sales:public.t"  # no host, user or password
+    assert first["pg_engine"] == "postgres:SALES_DSN:public.v"
+    for unit in first.values():
+        assert str(tmp_path) not in unit and "s3cret" not in unit
+    # their earlier, path-keyed names are aliases (rows recorded under them still count)
+    old = aliases(specs, one, one / "data" / "warehouse.duckdb", "sales")
+    assert old["table"] == (f"duckdb:{(one / 'data' / 'warehouse.duckdb').resolve()}:main.t",)
+    assert old["table"] == (path_identity(specs["table"], one, one / "data" / "warehouse.duckdb"),)
+
+
+@pytest.mark.parametrize("name", ["", "a b", "x" * 101, "a/b", "a:b"])
+def test_a_warehouse_name_is_validated(name):
+    with pytest.raises(RegistryError, match="warehouse name"):
+        checked_warehouse_name(name)
 
 
 def test_a_relative_file_and_its_absolute_path_are_one_unit(tmp_path, monkeypatch):
@@ -44,8 +80,11 @@ def test_a_relative_file_and_its_absolute_path_are_one_unit(tmp_path, monkeypatc
                      absolute=entry({"parquet": str(tmp_path / "x.parquet")}),
                      glob=entry({"parquet": "parts/*.parquet"}))
     units = {n: privacy_unit(s, tmp_path, tmp_path / "w.duckdb") for n, s in specs.items()}
-    assert units["rel"] == units["up"] == units["absolute"] == f"file:{(tmp_path / 'x.parquet').resolve()}"
-    assert units["glob"] == f"file:{tmp_path.resolve()}/parts/*.parquet"
+    assert units["rel"] == units["up"] == units["absolute"] == "file:x.parquet"
+    assert units["glob"] == "file:parts/*.parquet"
+    outside = registry(o=entry({"parquet": str(tmp_path.parent / "y.parquet")}))["o"]
+    assert privacy_unit(outside, tmp_path, tmp_path / "w.duckdb") == \
+        f"file:{(tmp_path.parent / 'y.parquet').resolve()}"
     monkeypatch.chdir(os.sep)  # the base folder, not the working directory, anchors a path
     assert privacy_unit(specs["rel"], tmp_path, tmp_path / "w.duckdb") == units["rel"]
 
@@ -58,7 +97,8 @@ def test_attaching_the_warehouse_names_the_same_unit_as_its_table(tmp_path):
     warehouse = tmp_path / "warehouse.duckdb"
     units = {n: privacy_unit(s, tmp_path, warehouse) for n, s in specs.items()}
     assert units["direct"] == units["attached"]
-    assert units["pg1"] == units["pg2"] == "postgres:dbname=d host=h:public.t"
+    assert units["direct"] == "table:default:main.t"
+    assert units["pg1"] == units["pg2"] == "postgres:dbname=d:public.t"
 
 
 def test_two_entries_on_one_source_without_a_shared_group_are_refused(tmp_path):

@@ -3,7 +3,16 @@
 Every event is one row of `privacy_ledger` with kind
 - `reserve`: a run sets aside its whole budget before it reads private data;
 - `charge`: one mechanism invocation spends part of that reservation (its privacy map's answer);
-- `release`: the run's reservation is closed; the row's rho is the unspent remainder.
+- `release`: the run's reservation is closed; the row's rho is the unspent remainder;
+- `limit`: the unit's limit is set by an explicit ledger command (`set_limit`, the command line's
+  `raise-limit`); the row's rho and delta_extra are the new limit, its parameters say who set it,
+  when and why.
+
+The ledger keeps the limit a unit was first given: the limit of its first reservation (or the
+largest of the reservations made before this rule existed), until a `limit` row sets another. A
+reservation that asks for a larger limit (a datasets.yaml, a Component or a notebook's
+`Synthesizer` edited to a larger `privacy.limit`) is refused with `LimitNotGranted`, naming the
+command that raises it; a smaller one applies, and pins nothing.
 
 A run's open reservation is its last `reserve` row with no later `release` row. Spent = the sum of all
 charges, forever (a crashed run keeps what it spent). Reserved = open reservations minus their charges.
@@ -60,7 +69,7 @@ from .privacy import Spend, epsilon_from_rho
 from .sql import sql
 from .units import group_name
 
-KINDS = ("reserve", "charge", "release")
+KINDS = ("reserve", "charge", "release", "limit")
 BUSY_TIMEOUT_MS = 30_000  # the default lock timeout (`PrivacyLedger.lock_timeout_seconds`)
 LOCK_REPORT_SECONDS = 5.0
 DEFAULT_STALE_AFTER_SECONDS = 6 * 3600.0
@@ -202,6 +211,38 @@ class ChargeExceedsReservation(BudgetExceeded):
         ).strip()
 
 
+class LimitNotGranted(LedgerError):
+    """A reservation whose limit is above the one the ledger keeps for its unit (module
+    docstring): a configuration cannot raise a unit's limit; `set_limit` (the command line's
+    `raise-limit`) can, explicitly and on the record."""
+
+    def __init__(self, dataset: str, unit: str, asked_rho: float, asked_delta_extra: float,
+                 granted: dict, delta: float | None, entry: str | None = None):
+        self.dataset, self.unit, self.granted = dataset, unit, granted
+        self.asked_rho, self.asked_delta_extra, self.delta = asked_rho, asked_delta_extra, delta
+        row = granted["row"]
+        how = (f"set by `raise-limit` on {row['ts'][:19]}" if granted["explicit"] else
+               f"first given by run {row['run_id']} on {row['ts'][:19]}")
+
+        def amount(rho: float) -> str:
+            if delta is None:
+                return f"rho {rho:.6g}"
+            return f"epsilon {epsilon_from_rho(rho, delta):.6g} (rho {rho:.6g})"
+
+        what = (f"{amount(asked_rho)}, above the limit {amount(granted['rho'])}"
+                if not _fits(asked_rho, granted["rho"]) else
+                f"delta_extra {asked_delta_extra:g}, above the limit's delta_extra "
+                f"{granted['delta_extra']:g}")
+        super().__init__(
+            f"The privacy ledger keeps the limit of dataset '{dataset}' (privacy unit {unit}): "
+            f"{amount(granted['rho'])}, {how}. This run asks for {what}: a configuration "
+            f"cannot raise the limit of data that has been spent on. Nothing was spent. To "
+            f"raise it, record the new limit in the ledger: `python -m "
+            f"dp_synth_assets.resources.ledger raise-limit {dataset} --reason '<why>'` (it reads "
+            f"the limit from {entry or 'datasets.yaml'}; a notebook calls "
+            f"`PrivacyLedger.set_limit`); or keep {entry or 'the entry'} at the ledger's limit.")
+
+
 @dataclass(frozen=True)
 class Reservation:
     """An open reservation: the `reserve` row of a run."""
@@ -313,10 +354,15 @@ class _Book:
         self.spent_rho = 0.0
         self.spent_delta_extra = 0.0
         self.runs: dict[str, dict[str, float]] = {}
+        self.limit: dict | None = None  # the unit's granted limit (module docstring)
         for row in rows:
             key, kind = (row["dataset"], row["run_id"]), row["kind"]
             if kind == "reserve":
                 self.open[key] = _Open(row, last_ts=row["ts"], last_owner=row["owner"])
+                self._granted(row)
+            elif kind == "limit":
+                self.limit = {"rho": row["rho"], "delta_extra": row["delta_extra"], "row": row,
+                              "explicit": True}
             elif kind == "charge":
                 self.spent_rho += row["rho"]
                 self.spent_delta_extra += row["delta_extra"]
@@ -329,6 +375,18 @@ class _Book:
                     o.last_ts, o.last_owner = row["ts"], row["owner"]
             elif kind == "release":
                 self.open.pop(key, None)
+
+    def _granted(self, row: dict) -> None:
+        """A reservation's limit pins the unit's limit when none is pinned; before an explicit
+        `limit` row, a larger one (a raise made before limits were kept) replaces it."""
+        if self.limit is not None and self.limit["explicit"]:
+            return
+        parameters = json.loads(row["parameters"])
+        rho = float(parameters.get("limit_rho", row["rho"]))
+        delta_extra = float(parameters.get("limit_delta_extra", row["delta_extra"]))
+        if self.limit is None or rho > self.limit["rho"] or (
+                rho == self.limit["rho"] and delta_extra > self.limit["delta_extra"]):
+            self.limit = {"rho": rho, "delta_extra": delta_extra, "row": row, "explicit": False}
 
     def reserved(self, opens=None) -> tuple[float, float]:
         """(rho, delta_extra) still held by open reservations."""
@@ -463,7 +521,8 @@ class PrivacyLedger:
     sources under another unit); a dataset they do not name is taken to be where its latest row
     was recorded, else in a unit of its own name. `head_path` is the mirrored head file (default `<path>.head`).
     `entries` maps dataset names to where their entries are written (`config.DatasetSpec.entry`),
-    which a budget refusal names.
+    which a budget refusal names. `aliases` maps dataset names to earlier names of their source
+    (`units.aliases`): rows recorded under them count for the dataset's unit.
 
     An open reservation is stale, and released by the next `reserve` or by `release_stale`, when the
     process that last wrote for its run (reserve or charge) ran on this host and is gone, or when the
@@ -477,7 +536,8 @@ class PrivacyLedger:
                  head_path: str | Path | None = None, sources: dict[str, str] | None = None,
                  lock_timeout_seconds: float = BUSY_TIMEOUT_MS / 1000,
                  lock_report_seconds: float = LOCK_REPORT_SECONDS, log=None,
-                 entries: dict[str, str] | None = None):
+                 entries: dict[str, str] | None = None,
+                 aliases: dict[str, tuple[str, ...]] | None = None):
         self.path = Path(path)
         self.head_path = (Path(head_path) if head_path
                           else self.path.with_name(self.path.name + LEDGER_HEAD_SUFFIX))
@@ -487,6 +547,7 @@ class PrivacyLedger:
         self.units = dict(units or {})
         self.sources = dict(sources or {})
         self.entries = dict(entries or {})
+        self.aliases = {name: tuple(names) for name, names in (aliases or {}).items()}
         self.lock_timeout_seconds = float(lock_timeout_seconds)
         self.lock_report_seconds = float(lock_report_seconds)
         self.log = log  # a callable taking one line (a wait still going on), or None
@@ -514,12 +575,15 @@ class PrivacyLedger:
     def _counted(self, dataset: str, rows: list[dict]) -> tuple[tuple[str, str], list[dict]]:
         """(unit, source) of the dataset, and the book of every row its budget counts: the rows
         of its unit and the rows on any source of the unit, whatever unit they were recorded in
-        (so joining or leaving a budget group does not forget what a source has spent)."""
+        (so joining or leaving a budget group does not forget what a source has spent), and the
+        rows recorded under an earlier name of one of those sources (`aliases`)."""
         unit = self.unit_of(dataset, rows)
         source = self._recorded(self.sources, "source", dataset, rows)
-        sources = {source} | {self.sources[d] for d, u in self.units.items()
-                              if u == unit and d in self.sources}
-        return (unit, source), [r for r in rows if r["unit"] == unit or r["source"] in sources]
+        members = {d for d, u in self.units.items() if u == unit} | {dataset}
+        sources = {source} | {self.sources[d] for d in members if d in self.sources}
+        earlier = {a for d in members for a in self.aliases.get(d, ())}
+        units, sources = {unit} | earlier, sources | earlier
+        return (unit, source), [r for r in rows if r["unit"] in units or r["source"] in sources]
 
     def _members(self, unit: str, dataset: str) -> tuple[str, ...]:
         return tuple(sorted({d for d, u in self.units.items() if u == unit} | {dataset}))
@@ -718,6 +782,7 @@ class PrivacyLedger:
                     f"from the project folder, with DP_SYNTH_DATASETS and DP_SYNTH_WAREHOUSE set "
                     f"as for Dagster), then point DP_SYNTH_LEDGER at the new file (or move it to "
                     f"the default .dp_synth/ledger.sqlite, with its .head file).")
+            self._upgrade_kinds(conn)
             for statement in _SCHEMA:
                 conn.execute(statement)
             if conn.execute(_GENESIS).fetchone() is None:
@@ -730,6 +795,19 @@ class PrivacyLedger:
             rows, genesis = self._load(conn)
             if not rows:
                 self._write_head(rows, genesis)
+
+    @staticmethod
+    def _upgrade_kinds(conn: sqlite3.Connection) -> None:
+        """Inside `_setup`'s transaction: a ledger whose events table predates the `limit` kind
+        (its CHECK constraint refuses it) gets the current table, its rows copied unchanged,
+        so the hash chain is the same."""
+        found = conn.execute(sql("ledger_events_schema")).fetchone()
+        if found is None or "'limit'" in found[0]:
+            return
+        conn.execute(sql("ledger_upgrade_rename"))
+        conn.execute(_SCHEMA[0])
+        conn.execute(sql("ledger_upgrade_copy"))
+        conn.execute(sql("ledger_upgrade_drop"))
 
     def _load(self, conn: sqlite3.Connection) -> tuple[list[dict], str]:
         """All rows in id order and the chain's starting hash, unverified."""
@@ -850,7 +928,8 @@ class PrivacyLedger:
         """Reserve a run's whole budget, or raise BudgetExceeded (after releasing stale reservations).
 
         Fits when the unit's spent + reserved + rho <= limit_rho (and likewise for delta_extra).
-        A run that already holds an open reservation for this dataset gets that one back. `delta`
+        A `limit_rho` (or `limit_delta_extra`) above the unit's kept limit raises
+        `LimitNotGranted`; the first reservation of a unit keeps its limit. A run that already holds an open reservation for this dataset gets that one back. `delta`
         only serves the refusal's message (epsilon figures) and is recorded in the row's parameters.
         """
         rho, limit_rho = _check_amount("rho", rho), _check_amount("limit_rho", limit_rho)
@@ -868,7 +947,12 @@ class PrivacyLedger:
             reserved_rho, reserved_delta_extra = book.reserved()
             group = dict(group=group_name(unit), members=self._members(unit, dataset),
                          entry=self.entries.get(dataset))
-            if not _fits(book.spent_rho + reserved_rho + rho, limit_rho):
+            if book.limit is not None and not (
+                    _fits(limit_rho, book.limit["rho"])
+                    and _fits(limit_delta_extra, book.limit["delta_extra"])):
+                refusal = LimitNotGranted(dataset, unit, limit_rho, limit_delta_extra,
+                                          book.limit, delta, self.entries.get(dataset))
+            elif not _fits(book.spent_rho + reserved_rho + rho, limit_rho):
                 refusal = BudgetExceeded(dataset, rho, book.spent_rho, reserved_rho, limit_rho, delta,
                                          **group)
             elif not _fits(book.spent_delta_extra + reserved_delta_extra + delta_extra,
@@ -925,6 +1009,36 @@ class PrivacyLedger:
             o = self._scope(dataset, tx.rows)[1].open.get((dataset, run_id))
             if o is not None:
                 self._insert_release(tx, o, reason)
+
+    def set_limit(self, dataset: str, limit_rho: float, limit_delta_extra: float = 0.0, *,
+                  reason: str, delta: float | None = None, by: str | None = None) -> dict:
+        """Record a new limit for the dataset's unit (a `limit` row: the explicit way to raise,
+        or lower, what the ledger keeps; module docstring). `reason` is required and kept with
+        `by` (default: the user and host running this) and `delta` (for epsilon figures).
+        Returns the row."""
+        limit_rho = _check_amount("limit_rho", limit_rho)
+        limit_delta_extra = _check_amount("limit_delta_extra", limit_delta_extra)
+        if not reason or not reason.strip():
+            raise ValueError("a limit change needs a reason, recorded in the ledger")
+        if by is None:
+            import getpass
+
+            by = f"{getpass.getuser()}@{socket.gethostname()}"
+        with self._transaction() as tx:
+            scope, book = self._scope(dataset, tx.rows)
+            before = book.limit
+            parameters = {"reason": reason.strip(), "by": by, "delta": delta,
+                          "previous_rho": None if before is None else before["rho"],
+                          "previous_delta_extra": None if before is None
+                          else before["delta_extra"]}
+            return self._insert(tx, scope, dataset, "", "limit", limit_rho, limit_delta_extra,
+                                parameters=parameters)
+
+    def limit(self, dataset: str) -> tuple[float, float] | None:
+        """(rho, delta_extra) of the limit the ledger keeps for the dataset's unit, or None
+        before its first reservation."""
+        book = self._scope(dataset, self._read())[1]
+        return None if book.limit is None else (book.limit["rho"], book.limit["delta_extra"])
 
     # -- reading
 
@@ -1001,6 +1115,9 @@ class PrivacyLedger:
         now = _utc(now)
         rows = self._read()
         book = self._scope(dataset, rows)[1]
+        if book.limit is not None and not (_fits(limit_rho, book.limit["rho"]) and
+                                           _fits(limit_delta_extra, book.limit["delta_extra"])):
+            return False  # `reserve` would refuse: the limit is above the kept one
         live = [o for o in book.open.values() if self._stale_reason(o, now) is None]
         reserved_rho, reserved_delta_extra = book.reserved(live)
         return _fits(book.spent_rho + reserved_rho + rho, limit_rho) and _fits(

@@ -1,39 +1,88 @@
-"""Privacy units: what one privacy budget belongs to (DESIGN.md section 5).
+"""Privacy units: what one privacy budget belongs to.
 
-A budget protects the rows of a source, not a name in datasets.yaml. Each entry's privacy unit is
-the normalized identity of its source, or `group:<name>` when it declares
-`privacy.budget_group`. The ledger keys every row by the unit, so renaming an entry keeps its
-spend and two entries on one source spend one budget.
+A budget protects the rows of a source, not a name in datasets.yaml and not a path on one
+machine. Each entry's privacy unit is the normalized identity of its source, or `group:<name>`
+when it declares `privacy.budget_group` (the way to name a unit explicitly, when the user knows
+better: two entries on one source, or a source whose identity would change). The ledger keys
+every row by the unit, so renaming an entry keeps its spend and two entries on one source spend
+one budget; and no identity contains the absolute path of a file the project holds, so moving,
+copying or redeploying the project keeps the spend.
 
-Normal forms (identifiers are case-insensitive in DuckDB, so they are lower-cased):
-- `table: t` read from the warehouse file W: `duckdb:<W resolved>:main.t` (schema `main` when
-  unqualified; a catalog equal to W's default catalog name, its file stem, is dropped);
-- `attach:` a DuckDB or SQLite file F, table t: `duckdb:<F resolved>:main.t` (resp. `sqlite:`), so
-  attaching the warehouse itself names the same unit as a `table:` source;
-- `attach:` a database server: `<type>:<connection string, key=value pairs sorted>:<table>`
-  (postgres' default schema is `public`);
-- `parquet:` / `csv:` path or glob: `file:<absolute path, resolved against datasets.yaml's
-  folder>`.
+Normal forms (identifiers are case-insensitive in DuckDB and PostgreSQL, so they are
+lower-cased):
+- `table: t` in the warehouse: `table:<warehouse name>:main.t`. The warehouse name is given once
+  by the user (`warehouse_name`, DP_SYNTH_WAREHOUSE_NAME; default `default`), never derived from
+  the file's path: a copy of the warehouse file, or the same file at another path, is the same
+  data. A catalog equal to the warehouse file's default catalog (its stem) is dropped.
+  With `engine: postgres` the table is in that database: `postgres:<dsn_env, else the warehouse
+  name>:public.t` (the name of the variable holding the connection, never its value); with
+  `engine: spark`, `spark:<warehouse name>:default.t`.
+- `attach:` a DuckDB or SQLite file F, table t: `duckdb:<F>:main.t` (resp. `sqlite:`), F relative
+  to the registry's folder when it lies inside it (else absolute); attaching the warehouse file
+  itself names the same unit as a `table:` source;
+- `attach:` a database server: `<type>:<connection string without user, password, host, port and
+  SSL settings, key=value pairs sorted>:<table>` (postgres' default schema is `public`), so the
+  unit survives a server moving and never holds a secret;
+- `parquet:` / `csv:` path or glob: `file:<path relative to the registry's folder>` when it lies
+  inside it (else absolute); a URI (object storage) as written.
+
 Two entries on one source must share one `budget_group`, and entries sharing a unit must declare
 the same limit; `privacy_units` refuses anything else with a RegistryError naming the entries and
 the fix. Overlapping globs (`x/*.parquet` and `x/a.parquet`) are different units: a unit is the
 source's name, not its bytes.
+
+Earlier releases named a unit by absolute paths (`duckdb:/abs/warehouse.duckdb:main.t`);
+`path_identity` still computes that name, which the ledger counts as an alias of the unit
+(`aliases`), so upgrading keeps what a source spent under its old name.
 """
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from .config import AttachSource, CsvSource, DatasetSpec, ParquetSource, RegistryError, is_uri
 
 GROUP_PREFIX = "group:"
-_DEFAULT_SCHEMA = {"duckdb": "main", "sqlite": "main", "postgres": "public"}
+DEFAULT_WAREHOUSE_NAME = "default"
+_DEFAULT_SCHEMA = {"duckdb": "main", "sqlite": "main", "postgres": "public", "spark": "default"}
+# connection settings that say where or as whom, not which data: left out of a unit
+_LOCATION_KEYS = {"user", "password", "host", "hostaddr", "port", "passfile", "sslmode",
+                  "sslcert", "sslkey", "sslrootcert", "sslpassword", "connect_timeout"}
+
+
+def checked_warehouse_name(name: str) -> str:
+    """The warehouse's name, or a RegistryError: letters, digits, `_`, `-` and `.`, at most
+    100 characters (it becomes part of every unit of its tables)."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}", name):
+        raise RegistryError(
+            f"the warehouse name {name!r} is not a name: use letters, digits, '_', '-' and '.' "
+            f"(at most 100), e.g. 'analytics-prod'. It names the warehouse's tables in the "
+            f"privacy ledger (DP_SYNTH_WAREHOUSE_NAME, the factory's and the Component's "
+            f"`warehouse_name`), so keep it once chosen.")
+    return name
+
+
+def _absolute(path: str, base_dir: Path) -> str:
+    p = Path(path).expanduser()
+    return str((p if p.is_absolute() else Path(base_dir) / p).resolve())
 
 
 def _resolved(path: str, base_dir: Path) -> str:
     if is_uri(path):
         return path  # object storage: the URI as written
-    p = Path(path).expanduser()
-    return str((p if p.is_absolute() else Path(base_dir) / p).resolve())
+    return _absolute(path, base_dir)
+
+
+def _portable(path: str, base_dir: Path) -> str:
+    """A file's name in a unit: a URI as written; a path relative to `base_dir` (the registry's
+    folder, resolved) when it lies inside it, else absolute."""
+    if is_uri(path):
+        return path
+    absolute, base = Path(_absolute(path, base_dir)), Path(base_dir).resolve()
+    try:
+        return absolute.relative_to(base).as_posix()
+    except ValueError:
+        return str(absolute)
 
 
 def _table(name: str, default_schema: str | None, default_catalog: str | None = None) -> str:
@@ -45,17 +94,51 @@ def _table(name: str, default_schema: str | None, default_catalog: str | None = 
     return ".".join(parts)
 
 
-def _connection(text: str) -> str:
-    """A libpq/MySQL `key=value ...` string with its pairs sorted; a URI is kept as written."""
+def _connection(text: str, keep_location: bool = True) -> str:
+    """A libpq/MySQL `key=value ...` string with its pairs sorted (without the location and
+    credential keys unless `keep_location`); a URI is kept as written, without its password."""
     pairs = text.split()
     if pairs and all("=" in p for p in pairs):
-        return " ".join(sorted(pairs))
-    return text.strip()
+        return " ".join(sorted(p for p in pairs
+                               if keep_location or p.split("=", 1)[0].lower() not in _LOCATION_KEYS))
+    text = text.strip()
+    if not keep_location and "://" in text:
+        scheme, rest = text.split("://", 1)
+        return f"{scheme}://{rest.rsplit('@', 1)[-1].split('/', 1)[-1]}"  # the database
+    return text
 
 
-def source_identity(spec: DatasetSpec, base_dir: str | Path, warehouse: str | Path) -> str:
+def source_identity(spec: DatasetSpec, base_dir: str | Path, warehouse: str | Path,
+                    warehouse_name: str = DEFAULT_WAREHOUSE_NAME) -> str:
     """The normalized identity of a dataset's source (module docstring): equal exactly when two
-    specs name the same table, file or glob, whatever the spelling."""
+    specs name the same table, file or glob, whatever the spelling and wherever the project
+    lies. `warehouse`: the warehouse file (its stem is the default catalog; attaching it is
+    reading the warehouse); `warehouse_name`: the name the user gives the warehouse."""
+    src, base_dir = spec.source, Path(base_dir)
+    if isinstance(src, (ParquetSource, CsvSource)):
+        return "file:" + _portable(src.parquet if isinstance(src, ParquetSource) else src.csv,
+                                   base_dir)
+    if isinstance(src, AttachSource):
+        if src.type in ("duckdb", "sqlite"):
+            target = _resolved(src.attach, base_dir)
+            if src.type == "duckdb" and target == _absolute(str(warehouse), base_dir):
+                return f"table:{warehouse_name}:{_table(src.table, 'main', Path(target).stem)}"
+            catalog = Path(target).stem if src.type == "duckdb" else None
+            return (f"{src.type}:{_portable(src.attach, base_dir)}:"
+                    f"{_table(src.table, 'main', catalog)}")
+        return (f"{src.type}:{_connection(src.attach, keep_location=False)}:"
+                f"{_table(src.table, _DEFAULT_SCHEMA.get(src.type))}")
+    engine = spec.engine.type
+    if engine == "postgres":
+        return f"postgres:{spec.engine.dsn_env or warehouse_name}:{_table(src.table, 'public')}"
+    if engine == "spark":
+        return f"spark:{warehouse_name}:{_table(src.table, 'default')}"
+    return f"table:{warehouse_name}:{_table(src.table, 'main', Path(warehouse).stem)}"
+
+
+def path_identity(spec: DatasetSpec, base_dir: str | Path, warehouse: str | Path) -> str:
+    """The identity earlier releases gave a source, by absolute paths (module docstring): the
+    ledger's rows recorded under it still count for the source's unit."""
     src, base_dir = spec.source, Path(base_dir)
     if isinstance(src, (ParquetSource, CsvSource)):
         return "file:" + _resolved(src.parquet if isinstance(src, ParquetSource) else src.csv,
@@ -70,11 +153,25 @@ def source_identity(spec: DatasetSpec, base_dir: str | Path, warehouse: str | Pa
     return f"duckdb:{target}:{_table(src.table, 'main', Path(target).stem)}"
 
 
-def privacy_unit(spec: DatasetSpec, base_dir: str | Path, warehouse: str | Path) -> str:
+def aliases(registry: Mapping[str, DatasetSpec], base_dir: str | Path,
+            warehouse: str | Path, warehouse_name: str = DEFAULT_WAREHOUSE_NAME
+            ) -> dict[str, tuple[str, ...]]:
+    """Each entry's earlier names of its source (`path_identity`) where they differ from its
+    identity: the ledger counts rows recorded under them for the entry's unit."""
+    found = {}
+    for name, spec in registry.items():
+        old = path_identity(spec, base_dir, warehouse)
+        if old != source_identity(spec, base_dir, warehouse, warehouse_name):
+            found[name] = (old,)
+    return found
+
+
+def privacy_unit(spec: DatasetSpec, base_dir: str | Path, warehouse: str | Path,
+                 warehouse_name: str = DEFAULT_WAREHOUSE_NAME) -> str:
     """The unit a dataset's budget belongs to: its budget group, else its source's identity."""
     if spec.privacy.budget_group is not None:
         return GROUP_PREFIX + spec.privacy.budget_group
-    return source_identity(spec, base_dir, warehouse)
+    return source_identity(spec, base_dir, warehouse, warehouse_name)
 
 
 def group_name(unit: str) -> str | None:
@@ -83,12 +180,14 @@ def group_name(unit: str) -> str | None:
 
 
 def privacy_units(registry: Mapping[str, DatasetSpec], base_dir: str | Path,
-                  warehouse: str | Path) -> dict[str, str]:
+                  warehouse: str | Path, warehouse_name: str = DEFAULT_WAREHOUSE_NAME
+                  ) -> dict[str, str]:
     """Each entry's privacy unit, after checking that entries on one source share one
     `budget_group` and that entries sharing a unit declare the same limit (RegistryError)."""
     by_source: dict[str, list[str]] = {}
     for name, spec in registry.items():
-        by_source.setdefault(source_identity(spec, base_dir, warehouse), []).append(name)
+        by_source.setdefault(source_identity(spec, base_dir, warehouse, warehouse_name),
+                             []).append(name)
     for source, names in by_source.items():
         groups = {registry[n].privacy.budget_group for n in names}
         if len(names) > 1 and (len(groups) > 1 or None in groups):
@@ -100,7 +199,8 @@ def privacy_units(registry: Mapping[str, DatasetSpec], base_dir: str | Path,
                 f"Give each of them the same `privacy.budget_group: <name>` (and the same "
                 f"`privacy.limit`), or remove all but one entry."
             )
-    units = {name: privacy_unit(spec, base_dir, warehouse) for name, spec in registry.items()}
+    units = {name: privacy_unit(spec, base_dir, warehouse, warehouse_name)
+             for name, spec in registry.items()}
     by_unit: dict[str, list[str]] = {}
     for name, unit in units.items():
         by_unit.setdefault(unit, []).append(name)
