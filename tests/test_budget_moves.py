@@ -140,3 +140,27 @@ def test_raise_limit_is_the_explicit_way_and_then_the_run_fits(spent, monkeypatc
     assert materialize(project.defs_fn(), instance).success
     limits = [e for e in PrivacyLedger(project.ledger).events() if e["kind"] == "limit"]
     assert [e["parameters"]["reason"] for e in limits] == ["owner approved 3.0"]
+
+
+def test_spend_recorded_under_the_earlier_path_keyed_unit_still_counts(tmp_path):
+    """A ledger written before units had warehouse names (`duckdb:/abs/path:main.example`):
+    upgrading keeps its spend, through the source's alias in the ledger resource."""
+    from dp_synth_assets.core.budget import DatasetBudget
+    from dp_synth_assets.core.privacy import Spend
+    from dp_synth_assets.core.units import path_identity
+
+    project = make_project(tmp_path, rows=ROWS, report=None, privacy=PRIVACY)
+    spec = load_registry(project.datasets)["example"]
+    old = path_identity(spec, project.datasets.parent, project.warehouse)
+    assert old.startswith("duckdb:/")
+    budget = DatasetBudget.of(spec)
+    earlier = PrivacyLedger(project.ledger, units={"example": old}, sources={"example": old})
+    earlier.reserve("example", "before", budget.run_rho, budget.limit_rho, delta=budget.delta)
+    earlier.charge("example", "before", "measurements", Spend("gaussian", budget.run_rho, 0.0,
+                                                              1.0, 1.0))
+    earlier.release("example", "before")
+    rows = ledger_rows(project.ledger)
+    result = materialize(project.defs_fn(), dg.DagsterInstance.ephemeral())
+    assert not result.success
+    assert "cannot cover this run" in failure_message(result), failure_message(result)
+    assert ledger_rows(project.ledger) == rows

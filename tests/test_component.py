@@ -85,6 +85,19 @@ def customers_entry(**overrides) -> dict:
                          on_source_change=None, report=None, **overrides)
 
 
+def load_failure(sandbox: DefsFolderSandbox) -> str:
+    """The messages of the error that building the sandbox's definitions raises, with every
+    cause and context it chains."""
+    with pytest.raises(Exception) as raised:
+        with sandbox.build_component_tree() as tree:
+            tree.build_defs()
+    chain, error = [], raised.value
+    while error is not None:
+        chain.append(str(error))
+        error = error.__cause__ or error.__context__
+    return "\n".join(chain)
+
+
 def test_the_yaml_instance_builds_the_stages_downstream_of_the_host_asset(tmp_path):
     sandbox = dg_project(tmp_path)
     folder = write_instance(sandbox, {
@@ -135,14 +148,7 @@ def test_a_malformed_entry_fails_naming_the_defs_yaml_line_and_the_key(tmp_path)
                                       "public_dir": "public", "datasets": {"customers": bad}})
     lines = (folder / "defs.yaml").read_text().splitlines()
     line = next(i for i, text in enumerate(lines, 1) if text.strip() == "privacy:")
-    with pytest.raises(Exception) as raised:
-        with sandbox.build_component_tree() as tree:
-            tree.build_defs()
-    chain, error = [], raised.value
-    while error is not None:
-        chain.append(str(error))
-        error = error.__cause__ or error.__context__
-    text = "\n".join(chain)
+    text = load_failure(sandbox)
     assert f"attributes.datasets.customers.privacy at {folder / 'defs.yaml'}:{line}" in text
     assert "run epsilon 2.0 is above the dataset's limit epsilon 1.0" in text
 
@@ -160,14 +166,7 @@ def test_a_limit_written_twice_in_defs_yaml_fails_the_load_naming_both_lines(tmp
     at = next(i for i, text in enumerate(lines, 1) if text.strip().startswith("limit:"))
     lines[at + 2:at + 2] = lines[at - 1:at + 2]  # `limit:` and its two keys, written again
     (folder / "defs.yaml").write_text("\n".join(lines) + "\n")
-    with pytest.raises(Exception) as raised:
-        with sandbox.build_component_tree() as tree:
-            tree.build_defs()
-    chain, error = [], raised.value
-    while error is not None:
-        chain.append(str(error))
-        error = error.__cause__ or error.__context__
-    text = "\n".join(chain)
+    text = load_failure(sandbox)
     assert f"{folder / 'defs.yaml'}: key 'limit' is written twice" in text, text
     assert f"line {at} and on line {at + 3}" in text, text
 

@@ -10,6 +10,7 @@ import pytest
 
 from dp_synth_assets.core.ledger import LedgerError, LimitNotGranted, PrivacyLedger
 from dp_synth_assets.core.privacy import Spend
+from dp_synth_assets.core.units import alias_digest
 
 LIMIT = 1.0
 
@@ -127,7 +128,7 @@ def test_rows_recorded_under_an_earlier_name_of_the_source_still_count(tmp_path)
     run(old, "r1", 0.7, LIMIT)
     new = PrivacyLedger(path, units={"b": "table:default:main.t"},
                         sources={"b": "table:default:main.t"},
-                        aliases={"b": ("duckdb:/x/warehouse.duckdb:main.t",)})
+                        aliases={"b": (alias_digest("duckdb:/x/warehouse.duckdb:main.t"),)})
     assert new.summary("b").spent_rho == pytest.approx(0.7)
     with pytest.raises(Exception, match="cannot cover"):
         new.reserve("b", "r2", 0.5, LIMIT)

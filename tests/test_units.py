@@ -5,7 +5,8 @@ import os
 import pytest
 
 from dp_synth_assets.core.config import RegistryError, parse_registry
-from dp_synth_assets.core.units import (aliases, checked_warehouse_name, path_identity,
+from dp_synth_assets.core.units import (alias_digest, aliases, checked_warehouse_name,
+                                        path_identity,
                                         privacy_unit, privacy_units, source_identity)
 
 COLUMNS = {"a": {"kind": "boolean"}, "b": {"kind": "boolean"}}
@@ -62,9 +63,18 @@ def test_no_unit_depends_on_where_the_project_or_the_warehouse_file_lies(tmp_pat
     for unit in first.values():
         assert str(tmp_path) not in unit and "s3cret" not in unit
     # their earlier, path-keyed names are aliases (rows recorded under them still count)
-    old = aliases(specs, one, one / "data" / "warehouse.duckdb", "sales")
-    assert old["table"] == (f"duckdb:{(one / 'data' / 'warehouse.duckdb').resolve()}:main.t",)
-    assert old["table"] == (path_identity(specs["table"], one, one / "data" / "warehouse.duckdb"),)
+    old = {name: path_identity(spec, one, one / "data" / "warehouse.duckdb")
+           for name, spec in specs.items()}
+    assert old["table"] == f"duckdb:{(one / 'data' / 'warehouse.duckdb').resolve()}:main.t"
+    assert old["parquet"] == f"file:{(one / 'data' / 'x.parquet').resolve()}"
+    assert old["attached"] == f"duckdb:{(one / 'other.duckdb').resolve()}:main.u"
+    assert old["server"] == \
+        "postgres:dbname=sales host=db1 password=s3cret port=5432 user=me:public.t"
+    assert old["pg_engine"] == f"duckdb:{(one / 'data' / 'warehouse.duckdb').resolve()}:public.v"
+    # kept in configuration (the UI shows a resource's) as digests: no password
+    kept = aliases(specs, one, one / "data" / "warehouse.duckdb", "sales")
+    assert kept == {name: (alias_digest(identity),) for name, identity in old.items()}
+    assert "s3cret" not in str(kept)
 
 
 @pytest.mark.parametrize("name", ["", "a b", "x" * 101, "a/b", "a:b"])

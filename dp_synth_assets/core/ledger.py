@@ -67,7 +67,7 @@ from .budget import REL_TOL, remaining_rho  # noqa: F401 - REL_TOL: re-exported
 from .budget import fits as _fits
 from .privacy import Spend, epsilon_from_rho
 from .sql import sql
-from .units import group_name
+from .units import alias_digest, group_name
 
 KINDS = ("reserve", "charge", "release", "limit")
 BUSY_TIMEOUT_MS = 30_000  # the default lock timeout (`PrivacyLedger.lock_timeout_seconds`)
@@ -522,7 +522,8 @@ class PrivacyLedger:
     was recorded, else in a unit of its own name. `head_path` is the mirrored head file (default `<path>.head`).
     `entries` maps dataset names to where their entries are written (`config.DatasetSpec.entry`),
     which a budget refusal names. `aliases` maps dataset names to earlier names of their source
-    (`units.aliases`): rows recorded under them count for the dataset's unit.
+    (`units.aliases`, as `units.alias_digest`s): rows recorded under them count for the
+    dataset's unit.
 
     An open reservation is stale, and released by the next `reserve` or by `release_stale`, when the
     process that last wrote for its run (reserve or charge) ran on this host and is gone, or when the
@@ -582,8 +583,12 @@ class PrivacyLedger:
         members = {d for d, u in self.units.items() if u == unit} | {dataset}
         sources = {source} | {self.sources[d] for d in members if d in self.sources}
         earlier = {a for d in members for a in self.aliases.get(d, ())}
-        units, sources = {unit} | earlier, sources | earlier
-        return (unit, source), [r for r in rows if r["unit"] in units or r["source"] in sources]
+        if not earlier:
+            return (unit, source), [r for r in rows
+                                    if r["unit"] == unit or r["source"] in sources]
+        return (unit, source), [r for r in rows if r["unit"] == unit or r["source"] in sources
+                                or alias_digest(r["unit"]) in earlier
+                                or alias_digest(r["source"]) in earlier]
 
     def _members(self, unit: str, dataset: str) -> tuple[str, ...]:
         return tuple(sorted({d for d, u in self.units.items() if u == unit} | {dataset}))

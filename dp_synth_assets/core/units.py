@@ -36,6 +36,7 @@ Earlier releases named a unit by absolute paths (`duckdb:/abs/warehouse.duckdb:m
 (`aliases`), so upgrading keeps what a source spent under its old name.
 """
 
+import hashlib
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -85,6 +86,10 @@ def _portable(path: str, base_dir: Path) -> str:
         return str(absolute)
 
 
+def _file(src: ParquetSource | CsvSource) -> str:
+    return src.parquet if isinstance(src, ParquetSource) else src.csv
+
+
 def _table(name: str, default_schema: str | None, default_catalog: str | None = None) -> str:
     parts = name.lower().split(".")
     if len(parts) == 3 and default_catalog is not None and parts[0] == default_catalog.lower():
@@ -116,8 +121,7 @@ def source_identity(spec: DatasetSpec, base_dir: str | Path, warehouse: str | Pa
     reading the warehouse); `warehouse_name`: the name the user gives the warehouse."""
     src, base_dir = spec.source, Path(base_dir)
     if isinstance(src, (ParquetSource, CsvSource)):
-        return "file:" + _portable(src.parquet if isinstance(src, ParquetSource) else src.csv,
-                                   base_dir)
+        return "file:" + _portable(_file(src), base_dir)
     if isinstance(src, AttachSource):
         if src.type in ("duckdb", "sqlite"):
             target = _resolved(src.attach, base_dir)
@@ -141,28 +145,33 @@ def path_identity(spec: DatasetSpec, base_dir: str | Path, warehouse: str | Path
     ledger's rows recorded under it still count for the source's unit."""
     src, base_dir = spec.source, Path(base_dir)
     if isinstance(src, (ParquetSource, CsvSource)):
-        return "file:" + _resolved(src.parquet if isinstance(src, ParquetSource) else src.csv,
-                                   base_dir)
-    if isinstance(src, AttachSource):
-        if src.type in ("duckdb", "sqlite"):
-            target = _resolved(src.attach, base_dir)
-            catalog = Path(target).stem if src.type == "duckdb" else None
-            return f"{src.type}:{target}:{_table(src.table, 'main', catalog)}"
+        return "file:" + _resolved(_file(src), base_dir)
+    if isinstance(src, AttachSource) and src.type in ("duckdb", "sqlite"):
+        target = _resolved(src.attach, base_dir)
+    elif isinstance(src, AttachSource):
         return f"{src.type}:{_connection(src.attach)}:{_table(src.table, _DEFAULT_SCHEMA.get(src.type))}"
-    target = str(Path(warehouse).expanduser().resolve())
-    return f"duckdb:{target}:{_table(src.table, 'main', Path(target).stem)}"
+    else:
+        target = str(Path(warehouse).expanduser().resolve())
+    kind = src.type if isinstance(src, AttachSource) else "duckdb"
+    return f"{kind}:{target}:{_table(src.table, 'main', Path(target).stem if kind == 'duckdb' else None)}"
+
+
+def alias_digest(identity: str) -> str:
+    """How an earlier name of a source is kept in configuration: its SHA-256 (an earlier name
+    of a server source held its connection string, password included)."""
+    return "sha256:" + hashlib.sha256(identity.encode()).hexdigest()
 
 
 def aliases(registry: Mapping[str, DatasetSpec], base_dir: str | Path,
             warehouse: str | Path, warehouse_name: str = DEFAULT_WAREHOUSE_NAME
             ) -> dict[str, tuple[str, ...]]:
-    """Each entry's earlier names of its source (`path_identity`) where they differ from its
-    identity: the ledger counts rows recorded under them for the entry's unit."""
+    """Each entry's earlier names of its source (`path_identity`, as `alias_digest`s) where they
+    differ from its identity: the ledger counts rows recorded under them for the entry's unit."""
     found = {}
     for name, spec in registry.items():
         old = path_identity(spec, base_dir, warehouse)
         if old != source_identity(spec, base_dir, warehouse, warehouse_name):
-            found[name] = (old,)
+            found[name] = (alias_digest(old),)
     return found
 
 
