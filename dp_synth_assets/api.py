@@ -68,7 +68,7 @@ from .core.privacy import Spend, epsilon_from_rho
 from .core.select import Selection
 from .core.sql import ident, sql
 from .core.runs import DEFAULT_RUN_WAIT_SECONDS, DatasetLock, RunWaitTimeout  # noqa: F401
-from .core.store import MemoryStore
+from .core.store import MemoryStore, location
 from .core.synthesize import decode_typed
 
 # the name a registered in-memory source gets inside the embedded connection
@@ -381,7 +381,7 @@ class Synthesizer:
         self.budget = DatasetBudget.of(spec)
         self.ledger = _ledger(ledger, {dataset: spec.entry})
         self.dataset = dataset
-        self.lock = (DatasetLock(Path(public_dir) / dataset, dataset)
+        self.lock = (DatasetLock(location(public_dir) / dataset, dataset)
                      if public_dir is not None else None)
         self.run_wait_seconds = run_wait_seconds
         self.store = MemoryStore(dataset)

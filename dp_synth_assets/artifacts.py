@@ -29,7 +29,8 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .budget import run_asset_keys
 from .core.runs import DEFAULT_RUN_WAIT_SECONDS, DatasetLock, RunWaitTimeout
-from .core.store import InconsistentArtifacts, MissingArtifact, RunStore, remove_temporaries
+from .core.store import (InconsistentArtifacts, MissingArtifact, RunStore, location,
+                         remove_temporaries)
 
 WRITERS = ("preprocessed", "marginals", "selection", "measurements", "model", "synthetic")
 
@@ -55,8 +56,9 @@ def synthetic_table(dataset: str) -> str:
     return f"synthetic.{dataset}"
 
 
-def dataset_dir(warehouse: WarehouseResource, dataset: str) -> Path:
-    return Path(warehouse.public_dir) / dataset
+def dataset_dir(warehouse: WarehouseResource, dataset: str):
+    """`<public_dir>/<dataset>`: a local folder, or a `UPath` on an object store."""
+    return location(warehouse.public_dir) / dataset
 
 
 def artifacts(warehouse: WarehouseResource, dataset: str, context=None) -> PublicArtifacts:

@@ -15,9 +15,10 @@ entry. Its attributes:
   message that asks to edit an entry names `attributes.datasets.<name>` in that file.
   A `source.asset` that no asset of the project defines is refused when the code location loads
   (source_check.py).
-- `warehouse`, `ledger`, `public_dir` (and `ledger_head`): paths, absolute or relative to the
-  component's folder (the folder of its `defs.yaml`), as a datasets.yaml's relative source files
-  are relative to its own folder; `{{ context.project_root }}/...` names the project's root. A
+- `warehouse`, `ledger`, `public_dir` (and `ledger_head`, `private_dir`): paths, absolute or
+  relative to the component's folder (the folder of its `defs.yaml`), as a datasets.yaml's
+  relative source files are relative to its own folder; `{{ context.project_root }}/...` names
+  the project's root. `public_dir` and `private_dir` may be object-store URLs (`s3://...`). A
   dataset's relative `parquet:`/`csv:` source is read from the component's folder too.
 - `key_prefix`, `group_name`, `tags`, `owners`, `automation_condition` (a template such as
   `"{{ dg.AutomationCondition.eager() }}"`), `warehouse_resource_key`, `ledger_resource_key`,
@@ -36,6 +37,7 @@ from dagster.components.scaffold.scaffold import scaffold_with
 from pydantic import BaseModel, Field, create_model
 
 from .core.config import DatasetSpec, check_unique_keys
+from .core.store import is_url
 from .core.units import DEFAULT_WAREHOUSE_NAME
 from .factory import dp_synth_definitions
 from .naming import Names
@@ -137,8 +139,8 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
         "there. Relative to this component's folder.")]
     ledger: Annotated[str, _doc("The privacy ledger's SQLite file (private; back it up). "
                                 "Relative to this component's folder.")]
-    public_dir: Annotated[str, _doc("The public-zone folder. Relative to this component's "
-                                    "folder.")]
+    public_dir: Annotated[str, _doc("The public-zone folder: relative to this component's "
+                                    "folder, or an object-store URL (s3://bucket/prefix).")]
     warehouse_name: Annotated[str, _doc(
         "The warehouse's stable name: its tables' privacy units are `table:<name>:<schema."
         "table>`, never the file's path, so moving or copying the project keeps the spend. "
@@ -149,6 +151,10 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
         description="Dataset name -> a datasets.yaml entry (source, columns, privacy, ...), "
                     "typed by dp-synth's registry model (`core.config.DatasetSpec`).")] = field(
         default_factory=dict)
+    private_dir: Annotated[str | None, _doc(
+        "The private zone's folder (private log, utility report, change-detection secret): "
+        "relative to this component's folder, or an object-store URL (default: `private` "
+        "beside the warehouse file).")] = None
     ledger_head: Annotated[str | None, _doc(
         "The ledger's mirrored head file (default: the ledger's path + '.head').")] = None
     key_prefix: Annotated[str | list[str] | None, _doc(
@@ -190,13 +196,17 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
         def path(value: str) -> Path:
             return (folder / value).resolve()
 
+        def zone(value: str) -> str | Path:
+            return value if is_url(value) else path(value)
+
         defs_yaml = folder / "defs.yaml"
         if defs_yaml.is_file():  # Dagster's loader keeps a key written twice silently
             check_unique_keys(defs_yaml.read_text(), str(defs_yaml))
 
         return dp_synth_definitions(
             self.datasets, warehouse=path(self.warehouse), ledger=path(self.ledger),
-            public_dir=path(self.public_dir), base_dir=folder,
+            public_dir=zone(self.public_dir), base_dir=folder,
+            private_dir=zone(self.private_dir) if self.private_dir else None,
             origin=f"{folder / 'defs.yaml'} (attributes.datasets)",
             ledger_head=path(self.ledger_head) if self.ledger_head else None,
             key_prefix=self.key_prefix, group_name=self.group_name, tags=self.tags,

@@ -31,9 +31,11 @@ from .automation import build_job, build_schedule, build_source_sensor, resynthe
 from .budget import DatasetBudget
 from .conditions import automation_sensor
 from .current_budget import budget_asset, build_budget_sensor
+from .io_manager import ObjectStoreIOManager
 from .core.config import DatasetSpec, RegistryError, load_registry, parse_registry
 from .core.source import source_available, source_path
 from .core.units import DEFAULT_WAREHOUSE_NAME, aliases as unit_aliases, checked_warehouse_name
+from .core.store import check_zone, is_url, location
 from .core.units import group_name as unit_group_name, privacy_units, source_identity
 from .naming import names as make_names
 from .pipeline import build_dataset_assets
@@ -82,7 +84,8 @@ def needs_job(spec: DatasetSpec) -> bool:
 def dp_synth_definitions(
         datasets: str | Path | Mapping[str, DatasetSpec | Mapping], warehouse: str | Path,
         ledger: str | Path, public_dir: str | Path,
-        *, base_dir: str | Path | None = None, origin: str = "datasets",
+        *, private_dir: str | Path | None = None,
+        base_dir: str | Path | None = None, origin: str = "datasets",
         ledger_head: str | Path | None = None,
         key_prefix: str | Sequence[str] | None = None, group_name: str | None = None,
         tags: Mapping[str, str] | None = None, owners: Sequence[str] | None = None,
@@ -104,7 +107,11 @@ def dp_synth_definitions(
     tables' privacy units (`core.units`: never the file's path, so moving or copying the project
     keeps the spend; give two warehouses that share one ledger different names). `ledger`: the privacy ledger's SQLite file (`ledger_head`: its
     mirrored head file, default: the ledger's path + '.head'). `public_dir`: the public-zone
-    folder. `key_prefix`: prepended to every asset key (`[*key_prefix, <dataset>, <stage>]`).
+    folder, a path or an object-store URL (`s3://bucket/prefix`, `gs://`, `az://` ...; the
+    `objectstore` extra). `private_dir`: the private zone's folder for its files (the private
+    log, the utility report, the change-detection secret), a path or a URL, default `private`
+    beside the warehouse file. A zone at a URL is probed when the definitions load
+    (`check_zones`). `key_prefix`: prepended to every asset key (`[*key_prefix, <dataset>, <stage>]`).
     `group_name`: one group for every dp-synth asset (default: `Names.label`, i.e. `dp_synth`,
     or the key prefix joined by `__`). `tags`, `owners`: added to every dp-synth asset.
     `automation_condition`: set on every materializable dp-synth asset; without it, a dataset
@@ -113,8 +120,9 @@ def dp_synth_definitions(
     `<label>_automation`; the sensor `<label>_budget` observes each dataset's current budget on
     its `budget` asset (current_budget.py). `*_resource_key`: the keys under which the
     warehouse, the ledger and the IO manager of the model's units are provided. `io_manager`:
-    that IO manager (default: pickles under `<public_dir>/.dp_synth_io`; the units are public,
-    post-processing of the noisy measurements). `pool`: the concurrency pool of the steps that
+    that IO manager (default: pickles under `<public_dir>/.dp_synth_io`, Dagster's
+    `FilesystemIOManager` or, on an object store, `io_manager.ObjectStoreIOManager`; the units
+    are public, post-processing of the noisy measurements). `pool`: the concurrency pool of the steps that
     open the warehouse (None: no pool). `dataset_jobs`: a job `<dataset>_synthesis` for every
     dataset; by default only where one is needed (`needs_job`): Dagster resolves each job
     against the whole asset graph when the code location loads, a cost that grows with the
@@ -173,7 +181,13 @@ def dp_synth_definitions(
                                          CheckedSources(automated, checked, origin)))
     if observed:
         sensors.append(build_budget_sensor(observed, names))
-    public_dir = Path(public_dir).resolve()
+    public = _zone(public_dir)
+    private = _zone(private_dir) if private_dir is not None else None
+    check_zones(public, private, ledger)
+    if io_manager is None:
+        io_folder = f"{public.rstrip('/')}/{IO_FOLDER}"
+        io_manager = (ObjectStoreIOManager(base_dir=io_folder) if is_url(public)
+                      else dg.FilesystemIOManager(base_dir=io_folder))
     return dg.Definitions(
         assets=assets,
         jobs=jobs,
@@ -181,10 +195,32 @@ def dp_synth_definitions(
         sensors=sensors,
         resources={
             names.warehouse: WarehouseResource(database=str(Path(warehouse).resolve()),
-                                               public_dir=str(public_dir),
+                                               public_dir=public, private_dir=private,
                                                base_dir=str(base)),
             names.ledger: ledger_resource,
-            names.io_manager: io_manager if io_manager is not None else
-            dg.FilesystemIOManager(base_dir=str(public_dir / IO_FOLDER)),
+            names.io_manager: io_manager,
         },
     )
+
+
+def _zone(where: str | Path) -> str:
+    """A zone's location as the resources keep it: an object-store URL as given (refused with
+    the pip command when the `objectstore` extra is missing), a path made absolute."""
+    if is_url(where):
+        location(where)  # the extra's refusal, at load
+        return str(where).rstrip("/")
+    return str(location(where).resolve())
+
+
+def check_zones(public: str, private: str | None, ledger) -> None:
+    """Refuse, when the definitions load, a zone at a URL that this process cannot use
+    (`store.check_zone`: a missing or read-only bucket, wrong credentials, an unreachable
+    endpoint), before anything runs or is spent. The public zone's store must also support
+    conditional writes, which the run lock takes there (`core.runs.DatasetLock`), unless the
+    ledger is a PostgreSQL database."""
+    postgres = str(ledger).startswith(("postgresql://", "postgres://"))
+    where = "the factory's `public_dir`, DP_SYNTH_PUBLIC or the component's `public_dir`"
+    check_zone(public, "public zone", where, conditional=not postgres)
+    if private is not None:
+        check_zone(private, "private zone", "the factory's `private_dir`, DP_SYNTH_PRIVATE or "
+                   "the component's `private_dir`")

@@ -38,6 +38,7 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 from .core.change import OWNER_ONLY, make_private_dir
 from .core.domain import SchemaError
 from .core.source import SourceError
+from .core.store import append_bytes
 
 LOG_NAME = "private.log"
 
@@ -46,30 +47,27 @@ VALUE_ERRORS = (duckdb.ConversionException, duckdb.OutOfRangeException,
 READ_ERRORS = (duckdb.IOException, duckdb.CatalogException, OSError)
 
 
-def private_dir(warehouse: WarehouseResource, dataset: str | None = None) -> Path:
-    """The private zone beside the warehouse file (`<folder of database>/private`, 0700), or
-    its folder for one dataset."""
-    base = Path(warehouse.database).resolve().parent / "private"
+def private_dir(warehouse: WarehouseResource, dataset: str | None = None):
+    """The private zone's folder (`WarehouseResource.private_root`: `private_dir`, else
+    `<folder of database>/private`; made 0700 on a local disk), or its folder for one dataset."""
+    base = warehouse.private_root()
     return make_private_dir(base / dataset if dataset else base)
 
 
-def private_log_path(warehouse: WarehouseResource, dataset: str) -> Path:
+def private_log_path(warehouse: WarehouseResource, dataset: str):
     return private_dir(warehouse, dataset) / LOG_NAME
 
 
-def append_private_log(path: Path, dataset: str, stage: str, run_id: str,
+def append_private_log(path, dataset: str, stage: str, run_id: str,
                        error: BaseException, public: str) -> None:
     """Append one entry (time, run, stage, the public message, the full traceback) to the
-    owner-only log at `path`, created 0600; one write per entry (O_APPEND)."""
+    owner-only log at `path`, created 0600; one write per entry (O_APPEND; on an object store
+    the log object is rewritten, `store.append_bytes`)."""
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     entry = (f"==== {when} dataset {dataset!r} stage {stage!r} run {run_id}\n"
              f"public message: {public}\n"
              + "".join(traceback.format_exception(error)) + "\n")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, OWNER_ONLY)
-    try:
-        os.write(fd, entry.encode(errors="replace"))
-    finally:
-        os.close(fd)
+    append_bytes(path, entry.encode(errors="replace"), OWNER_ONLY)
 
 
 def problem_kind(error: BaseException) -> str:
@@ -82,7 +80,7 @@ def problem_kind(error: BaseException) -> str:
     return "an unexpected error"
 
 
-def public_message(error: BaseException, dataset: str, stage: str, log: Path) -> str:
+def public_message(error: BaseException, dataset: str, stage: str, log) -> str:
     """The description of the public failure for `error` raised in `stage` (see module doc)."""
     if isinstance(error, SourceError):
         reason = error.public

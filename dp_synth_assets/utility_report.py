@@ -19,6 +19,7 @@ import numpy as np
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .core.config import DatasetSpec
+from .core.store import PARQUET, atomic_write, is_remote, local_copy
 from .core.sql import sql
 from .artifacts import artifacts
 from .pipeline import PRIVATE, Stage, encoded_view, source_connection
@@ -49,8 +50,10 @@ def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()
         cap = report_spec.max_rows
         seed = spec.seed if spec.seed is not None else 0
         expressions = encoded_columns(plan)
-        parquet = literal(str(store.path("synthetic.parquet")))
-        with source_connection(warehouse, spec, dataset, read_only=True) as con:
+        with local_copy(store.path(PARQUET)) as local, \
+                source_connection(warehouse, spec, dataset, read_only=True) as con:
+            parquet = literal(str(local))
+
             def rows(relation: str) -> dict:
                 return con.execute(sql("sample_rows", relation=relation, rows=int(cap),
                                        seed=int(seed))).fetchnumpy()
@@ -71,13 +74,19 @@ def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()
         del train, test, synth
         names = evaluation.REPORT_FILES
         folder = warehouse.private_path(dataset, names["json"]).parent
-        paths = evaluation.write_owner_only(folder, {
+        files = {
             names["json"]: json.dumps(evaluation.report_document(report)).encode(),
             names["html"]: evaluation.report_html(
                 report, f"Utility report of {dataset!r} (owner-only)").encode(),
             names["histograms"]: report.histograms_png,
             names["heatmap"]: report.tvd_heatmap_png,
-        }, root=folder.parent)
+        }
+        if is_remote(folder):  # the private bucket's permissions keep them owner-only
+            paths = {name: str(folder / name) for name in files}
+            for name, content in files.items():
+                atomic_write(folder / name, content)
+        else:
+            paths = evaluation.write_owner_only(folder, files, root=folder.parent)
         context.log.info(f"utility report written to {paths[names['html']]} (private zone, "
                          "owner-only; not shown here)")
         return dg.MaterializeResult(metadata={

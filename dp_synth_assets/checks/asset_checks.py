@@ -7,7 +7,9 @@ is stored beside the set it checked, `<public_dir>/<dataset>/runs/<run_id>/check
 (the check's own run's set when that run wrote one, else the published set; `checks/` at the
 dataset's top follows the published set), rendered into the Data Docs site
 `<public_dir>/<dataset>/data_docs/` and reported as an `AssetCheckResult` whose metadata links
-both.
+both. With the public zone on an object store, the checks read a local copy of the Parquet and
+GX renders into a local copy of the site, uploaded when the checks end (`store.local_copy`,
+`store.staged_folder`; both removed).
 """
 
 from pathlib import Path
@@ -19,23 +21,29 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 from ..core.config import DatasetSpec
 from ..core.domain import EncodingPlan
 from ..core.measure import Measurement
+from ..core.store import PARQUET, is_remote, local_copy, staged_folder
 from ..naming import Names
 from .frames import FRAME_BYTES, CheckInputs
 from .outcomes import json_safe
 from .suites import CHECKS, CheckResult, publish, run_all
 
 
-def data_docs_dir(warehouse: WarehouseResource, dataset: str) -> Path:
+def data_docs_dir(warehouse: WarehouseResource, dataset: str):
     """GX Data Docs of the checks (a static site: open index.html): public/<dataset>/data_docs."""
     return warehouse.public_path(dataset, "data_docs/index.html").parent
 
 
 def asset_check_result(result: CheckResult, warehouse: WarehouseResource,
-                       dataset: str, checks_dir: Path | None = None) -> dg.AssetCheckResult:
-    """Publish `result` (`suites.publish`) into `checks_dir` (default: the published set's)
-    and report it with its check's severity."""
+                       dataset: str, checks_dir: Path | None = None, docs_dir=None
+                       ) -> dg.AssetCheckResult:
+    """Publish `result` (`suites.publish`) into `checks_dir` (default: the published set's) and
+    the Data Docs site `docs_dir` (default: the dataset's; a local copy of it when the zone is on
+    an object store, whose own location the metadata then names), and report it with its
+    check's severity."""
+    site = data_docs_dir(warehouse, dataset)
     metadata = publish(result, checks_dir or warehouse.public_path(dataset, "checks"),
-                       data_docs_dir(warehouse, dataset))
+                       docs_dir if docs_dir is not None else site)
+    metadata["data_docs"] = site / "index.html"
     return dg.AssetCheckResult(
         asset_key=dg.AssetKey([dataset, "synthetic"]), check_name=result.name,
         passed=result.passed, severity=dg.AssetCheckSeverity[CHECKS[result.name].severity],
@@ -43,7 +51,7 @@ def asset_check_result(result: CheckResult, warehouse: WarehouseResource,
 
 
 def _metadata_value(value):
-    if isinstance(value, Path):
+    if isinstance(value, Path) or is_remote(value):
         return dg.MetadataValue.path(str(value))
     # numbers as Python's own types: a numpy float64 is a float, but Dagster before 1.13 cannot
     # serialize it (in a JSON value either)
@@ -60,13 +68,15 @@ def _metadata_value(value):
 def run_checks(warehouse: WarehouseResource, dataset: str, plan: EncodingPlan,
                measurements: list[Measurement], noisy_total: float, rows: int, table: str,
                parquet: str, model=None, frame_bytes: int = FRAME_BYTES, log=None,
-               checks_dir: Path | None = None):
+               checks_dir: Path | None = None, docs_dir=None):
     """Yield one AssetCheckResult per check of `CHECKS`, in order, as each finishes (`log` gets
-    `run_all`'s start and end lines; results stored in `checks_dir`, see `asset_check_result`)."""
+    `run_all`'s start and end lines; results stored in `checks_dir` and rendered in `docs_dir`,
+    a local folder, see `asset_check_result`)."""
+    docs = docs_dir if docs_dir is not None else data_docs_dir(warehouse, dataset)
     inputs = CheckInputs(dataset, plan, measurements, noisy_total, rows, table, parquet,
-                         data_docs_dir(warehouse, dataset), model, frame_bytes)
+                         docs, model, frame_bytes)
     for result in run_all(lambda: warehouse.connect(read_only=True), inputs, log):
-        yield asset_check_result(result, warehouse, dataset, checks_dir)
+        yield asset_check_result(result, warehouse, dataset, checks_dir, docs)
 
 
 def synthetic_check_specs(dataset: str, names: Names = Names()) -> list[dg.AssetCheckSpec]:
@@ -95,8 +105,10 @@ def check_synthetic(context, warehouse: WarehouseResource, dataset: str, spec: D
     plan, found = store.plan(), store.measurements()
     rows = requested_rows(spec, found.noisy_total)
     model = store.model() if store.has("model") else None
-    for result in run_checks(warehouse, dataset, plan, list(found.measurements),
-                             found.noisy_total, rows, synthetic_table(dataset),
-                             str(store.path("synthetic.parquet")), model,
-                             log=context.log.info, checks_dir=store.folder / "checks"):
-        yield result._replace(asset_key=asset_key)
+    with local_copy(store.path(PARQUET)) as parquet, \
+            staged_folder(data_docs_dir(warehouse, dataset)) as docs:
+        for result in run_checks(warehouse, dataset, plan, list(found.measurements),
+                                 found.noisy_total, rows, synthetic_table(dataset),
+                                 str(parquet), model, log=context.log.info,
+                                 checks_dir=store.folder / "checks", docs_dir=docs):
+            yield result._replace(asset_key=asset_key)

@@ -127,9 +127,11 @@ def json_safe(obj: Any) -> Any:
 
 def write_outcome(outcome: SuiteOutcome, path: str | os.PathLike) -> Path:
     """Write `outcome.raw` as strict JSON (indented, keys sorted) to `path`, creating parent
-    directories; returns the path."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
+    directories; returns the path (a local path or an object-store URL, `store.location`)."""
+    from ..core.store import location, make_folder
+
+    p = location(path)
+    make_folder(p.parent)
     p.write_text(json.dumps(outcome.raw, indent=2, sort_keys=True, allow_nan=False) + "\n")
     return p
 

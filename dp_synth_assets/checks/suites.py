@@ -323,7 +323,9 @@ def publish(result: CheckResult, checks_dir: Path, docs_dir: Path) -> dict:
     `docs_dir` unless its pages are written already, and return the check's metadata with the
     failed expectations and both paths. A rendering failure does not change the verdict: it is
     reported in the metadata (`data_docs_error`)."""
-    path = write_outcome(result.outcome, Path(checks_dir) / f"{result.name}.json")
+    from ..core.store import location
+
+    path = write_outcome(result.outcome, location(checks_dir) / f"{result.name}.json")
     metadata = dict(result.metadata)
     if not result.rendered:
         try:

@@ -29,7 +29,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from .store import atomic_write, exclusive_lock
+from contextlib import nullcontext
+
+from .store import atomic_write, exclusive_lock, is_remote, location, make_folder
 
 SECRET_BYTES = 32
 OWNER_ONLY = 0o600
@@ -49,10 +51,10 @@ class ChangeState:
     changed_at: str
 
 
-def make_private_dir(path: Path) -> Path:
-    """`path` as a directory, created owner-only (0700) if it does not exist yet."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return path
+def make_private_dir(path):
+    """`path` as a directory, created owner-only (0700) if it does not exist yet (an object
+    store has no folders: its bucket's permissions keep it private)."""
+    return make_folder(path, mode=0o700)
 
 
 def write_private(path: Path, data: bytes) -> None:
@@ -66,12 +68,12 @@ def load_or_create_secret(path: Path) -> bytes:
     written to a fresh 0600 file (O_CREAT | O_EXCL) and linked into place, so that two processes
     creating it at once end up with the same one and nobody ever reads a half-written file. An
     existing file with group or other permission bits is narrowed to 0600."""
-    path = Path(path)
+    path = location(path)
     if not path.exists():
         make_private_dir(path.parent)
         # linked into place only if absent: two processes creating it at once keep one secret
         atomic_write(path, secrets.token_bytes(SECRET_BYTES), OWNER_ONLY, keep_existing=True)
-    if path.stat().st_mode & 0o077:
+    if not is_remote(path) and path.stat().st_mode & 0o077:
         os.chmod(path, OWNER_ONLY)
     secret = path.read_bytes()
     if len(secret) != SECRET_BYTES:
@@ -119,7 +121,7 @@ def advance(state: ChangeState | None, mac: str, mint: Callable[[], str] = mint_
 
 def read_state(state_path: Path) -> ChangeState | None:
     try:
-        data = json.loads(Path(state_path).read_text())
+        data = json.loads(location(state_path).read_text())
         return ChangeState(**data)
     except FileNotFoundError:
         return None
@@ -131,9 +133,12 @@ def observe(state_path: Path, mac: str, mint: Callable[[], str] = mint_version) 
     """Record a signal's MAC in the private state file at `state_path` and return the public
     version id: the stored one when the MAC has not changed, a new one otherwise. Concurrent
     observers serialize on `<state>.lock`; the state is replaced atomically."""
-    state_path = Path(state_path)
+    state_path = location(state_path)
     make_private_dir(state_path.parent)
-    with exclusive_lock(state_path.with_name(state_path.name + ".lock"), OWNER_ONLY):
+    # an object store has no lock: two observers at once may mint two ids for one change
+    guard = nullcontext() if is_remote(state_path) else exclusive_lock(
+        state_path.with_name(state_path.name + ".lock"), OWNER_ONLY)
+    with guard:
         before = read_state(state_path)
         after = advance(before, mac, mint)
         if after != before:

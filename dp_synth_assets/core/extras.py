@@ -29,6 +29,10 @@ FEATURES = {
                       "the owner-only utility report (`report:`)"),
     "postgres": Feature("postgres", ("psycopg", "sqlglot"), "`engine: {type: postgres}`"),
     "spark": Feature("spark", ("pyspark", "sqlglot"), "`engine: {type: spark}`"),
+    # a zone at a URL (s3://, gs://, az://, ...): universal_pathlib over fsspec; s3fs for s3://
+    # (another store's fsspec package, e.g. gcsfs or adlfs, is the user's to install)
+    "objectstore": Feature("objectstore", ("upath", "fsspec"),
+                           "a zone on object storage (a `s3://`, `gs://`, `az://` ... location)"),
 }
 
 

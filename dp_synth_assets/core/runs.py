@@ -3,16 +3,20 @@
 A lock, rather than Dagster's run or tag concurrency, because it holds the same way under every
 executor (in-process, multiprocess, one pod per step), for runs launched by the CLI, the UI, a
 sensor or `dagster.materialize`, and without the daemon's queued run coordinator.
+
+On an object store (a public zone at a URL, `store.location`) there is no flock: the lock object
+is created with a conditional write (create-if-absent, `store.atomic_write(keep_existing=True)`),
+which the definitions check the store supports when they load (`store.check_zone`).
 """
 
 import json
 import multiprocessing
 import os
 import time
-from pathlib import Path
+from contextlib import nullcontext
 
 from .ledger import owner_alive, owner_id
-from .store import atomic_write, exclusive_lock
+from .store import atomic_write, exclusive_lock, is_remote, location, make_folder
 
 LOCK = "run.lock"
 DEFAULT_RUN_WAIT_SECONDS = 600.0
@@ -37,11 +41,29 @@ class DatasetLock:
     run id). Another run waits, saying once whom it waits for, and gives up with
     `RunWaitTimeout` after `timeout` seconds. A lock whose owner process is gone (this host) or
     whose run `finished(run_id)` reports ended is stale and taken over. The file is read and
-    written under an flock of `<root>/run.lock.guard`, so two runs never both take it."""
+    written under an flock of `<root>/run.lock.guard`, so two runs never both take it. On an
+    object store, the lock object is created only if absent (a conditional write: of two runs,
+    one creates it, the other finds it held); a stale one is deleted before it is taken over."""
 
     def __init__(self, root: str | os.PathLike, dataset: str):
-        self.root, self.dataset = Path(root), dataset
+        self.root, self.dataset = location(root), dataset
         self.path = self.root / LOCK
+        self.remote = is_remote(self.root)
+
+    def _guard(self):
+        if self.remote:
+            return nullcontext()
+        return exclusive_lock(self.path.with_name(LOCK + ".guard"), mode=0o644)
+
+    def _take(self, data: bytes, stale: bool) -> bool:
+        """Write the lock naming this run; False when another run created it first (object
+        store: a conditional write; locally the guard's flock serializes the takers)."""
+        if not self.remote:
+            atomic_write(self.path, data, mode=0o644)
+            return True
+        if stale:
+            self.path.unlink(missing_ok=True)
+        return atomic_write(self.path, data, keep_existing=True)
 
     def holder(self) -> dict | None:
         try:
@@ -62,12 +84,12 @@ class DatasetLock:
         """Hold the dataset for `run_id`; returns True when the run takes it now (its first
         step, or a stale lock taken over), False when it held it already. `wait_setting`: where
         the caller sets `timeout`, named in the timeout's message."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_folder(self.root)
         owner = owner or run_owner()
         deadline = time.monotonic() + timeout
         waited = None
         while True:
-            with exclusive_lock(self.path.with_name(LOCK + ".guard"), mode=0o644):
+            with self._guard():
                 held = self.holder()
                 if held is not None and held["run_id"] == run_id:
                     return False
@@ -75,8 +97,9 @@ class DatasetLock:
                     if held is not None and log:
                         log(f"dataset {self.dataset!r}: run {held['run_id']} left the dataset "
                             "held and has ended; taking it over")
-                    atomic_write(self.path, json.dumps({"run_id": run_id, "owner": owner})
-                                 .encode(), mode=0o644)
+                    claim = json.dumps({"run_id": run_id, "owner": owner}).encode()
+                    if not self._take(claim, stale=held is not None):
+                        continue  # another run created it first: read who holds it
                     if waited and log:
                         log(f"dataset {self.dataset!r}: run {waited} finished; this run goes on")
                     return True
@@ -96,7 +119,7 @@ class DatasetLock:
 
     def release(self, run_id: str) -> bool:
         """Free the dataset if `run_id` holds it; returns whether it did."""
-        with exclusive_lock(self.path.with_name(LOCK + ".guard"), mode=0o644):
+        with self._guard():
             held = self.holder()
             if held is None or held["run_id"] != run_id:
                 return False

@@ -27,20 +27,191 @@ Two stores implement `ArtifactStore`:
 Every other file the core writes goes through `atomic_write` (owner-only files with
 `mode=0o600`), `atomic_target` (a file a library writes, such as DuckDB's Parquet export) or
 `exclusive_lock`; tests/test_architecture.py holds the core to that.
+
+A folder of the store is a local path (a `pathlib.Path`; `file://` URLs too) or an object-store
+URL (`s3://`, `gs://`, `az://` ...: a `upath.UPath` over fsspec, the `objectstore` extra;
+`location`). On object storage there are no symbolic links, no rename and no owner-only modes:
+each object is written whole (a reader sees the old object or the new one), a run publishes its
+set by writing the pointer object `current` (its run id) last, readers follow it, a file a
+library writes goes to a local temporary file first and is uploaded (`atomic_target`,
+`staged_folder`), and `atomic_write(..., keep_existing=True)` is a conditional write
+(create-if-absent). Access rights are the bucket's; credentials are fsspec's (environment,
+config files), never the store's arguments.
 """
 
 import json
 import os
 import secrets
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import generate
+from . import extras, generate
 from .domain import EncodingPlan
 from .measure import Measurements
 from .select import Selection
+
+
+# ------------------------------------------------------------ locations: folders or object stores
+
+
+class ZoneError(ValueError):
+    """A zone's location cannot be used: its extra is not installed, or the store refuses what
+    the zone needs (the message names the location, the problem and the fix)."""
+
+
+def is_url(where) -> bool:
+    """Whether `where` is an object-store URL (`<scheme>://...`, any scheme but `file`)."""
+    text = str(where)
+    scheme, sep, _ = text.partition("://")
+    return bool(sep) and scheme.isidentifier() and scheme.lower() != "file"
+
+
+def location(where):
+    """The folder or file `where` names: a `pathlib.Path` for a plain path or a `file://` URL,
+    a `upath.UPath` for an object-store URL (refused with the pip command when the
+    `objectstore` extra is missing). A `Path` or a `UPath` is returned as it is."""
+    if isinstance(where, Path) or is_remote(where):
+        return where
+    text = os.fspath(where) if isinstance(where, os.PathLike) else str(where)
+    if text.startswith("file://"):
+        return Path(text[len("file://"):])
+    if not is_url(text):
+        return Path(text)
+    refused = extras.refusal("objectstore")
+    if refused:
+        raise ZoneError(f"the location {text}: {refused}")
+    from upath import UPath
+
+    return UPath(text)
+
+
+def is_remote(path) -> bool:
+    """Whether `path` is on an object store (a `UPath` that is not a local file system's)."""
+    return hasattr(path, "fs") and not isinstance(path, Path) and \
+        getattr(path, "protocol", "") not in ("", "file", "local")
+
+
+def _temporary_local(name: str) -> Path:
+    """A fresh path in the local temporary folder (never in a zone) for a file named `name`."""
+    fd, tmp = tempfile.mkstemp(prefix=".dp_synth.", suffix=f".{name}")
+    os.close(fd)
+    return Path(tmp)
+
+
+@contextmanager
+def local_copy(path) -> Iterator[Path]:
+    """`path` as a local file for a reader outside Python's file calls (DuckDB's read_parquet):
+    the path itself when it is local, else a temporary local copy removed after the block."""
+    path = location(path)
+    if not is_remote(path):
+        yield path
+        return
+    tmp = _temporary_local(path.name)
+    try:
+        path.fs.get_file(path.path, str(tmp))
+        yield tmp
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextmanager
+def staged_folder(folder) -> Iterator[Path]:
+    """`folder` as a local folder for a writer outside Python's file calls (GX's Data Docs): the
+    folder itself when it is local; else a temporary local folder holding the folder's objects,
+    uploaded back when the block ends normally, removed in any case."""
+    folder = location(folder)
+    if not is_remote(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+        yield folder
+        return
+    tmp = Path(tempfile.mkdtemp(prefix=".dp_synth."))
+    try:
+        if folder.fs.isdir(folder.path):
+            folder.fs.get(folder.path.rstrip("/") + "/", str(tmp) + "/", recursive=True)
+        yield tmp
+        folder.fs.put(str(tmp) + "/", folder.path.rstrip("/") + "/", recursive=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def make_folder(path, mode: int | None = None):
+    """`path` as a folder (with `mode` when it is created): object stores have no folders."""
+    path = location(path)
+    if not is_remote(path):
+        path.mkdir(parents=True, exist_ok=True, **({"mode": mode} if mode is not None else {}))
+    return path
+
+
+def _remove_tree(path) -> None:
+    if is_remote(path):
+        try:
+            path.fs.rm(path.path, recursive=True)
+        except FileNotFoundError:
+            pass
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def append_bytes(path, data: bytes, mode: int = 0o600) -> None:
+    """Append `data` to the file `path` (created with `mode`): one O_APPEND write on a local
+    disk; on an object store (no append), the object rewritten with `data` after its content."""
+    path = location(path)
+    if is_remote(path):
+        try:
+            before = path.read_bytes()
+        except FileNotFoundError:
+            before = b""
+        atomic_write(path, before + data)
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+PROBE = ".dp_synth-probe"
+
+
+def check_zone(where, zone: str, setting: str, conditional: bool = False) -> None:
+    """Refuse (`ZoneError`) an object-store zone that this process cannot write, read and
+    delete in (a missing or read-only bucket, wrong credentials, an unreachable endpoint), or,
+    with `conditional`, whose store ignores a create-if-absent write (the run lock needs one).
+    A probe object `<where>/.dp_synth-probe.<hex>` is written and removed. `zone` and `setting`
+    name the zone and where its location is set, for the message. A local folder passes."""
+    root = location(where)
+    if not is_remote(root):
+        return
+    probe = root / f"{PROBE}.{secrets.token_hex(8)}"
+    try:
+        try:
+            if not atomic_write(probe, b"probe", keep_existing=True):
+                raise OSError("a fresh probe object exists already")
+            if conditional and atomic_write(probe, b"again", keep_existing=True):
+                raise ZoneError(
+                    f"the {zone} {where} is on a store that ignores conditional writes "
+                    "(create-if-absent: S3's If-None-Match): the run lock of each dataset "
+                    "needs one there. Use a store that supports them (AWS S3 does), or keep "
+                    f"the ledger in PostgreSQL, whose database then holds the run lock ({setting})")
+            probe.fs.rm_file(probe.path)
+        except ZoneError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any store error: the zone is unusable
+            raise ZoneError(
+                f"the {zone} {where} cannot be written, read and deleted in by this process "
+                f"({type(e).__name__}: {e}). Check that the bucket exists, that the endpoint is "
+                "reachable and that the credentials fsspec finds (environment variables, the "
+                f"store's config files) allow writing there, or set another location "
+                f"({setting}); nothing was run or spent") from None
+    finally:
+        try:
+            probe.fs.rm_file(probe.path)
+        except Exception:  # noqa: BLE001, S110 - removed already, or never written
+            pass
 
 
 class MissingArtifact(LookupError):
@@ -124,10 +295,10 @@ class FolderStore(ArtifactStore):
     """The artifacts as files in `folder` (the pipeline's `<public_dir>/<dataset>/`)."""
 
     def __init__(self, folder: str | os.PathLike, dataset: str):
-        self.folder, self.dataset = Path(folder), dataset
+        self.folder, self.dataset = location(folder), dataset
         self._parsed: dict[str, object] = {}
 
-    def path(self, name: str) -> Path:
+    def path(self, name: str):
         """Where the artifact `name` (or another file of the folder, e.g. synthetic.parquet) is."""
         return self.folder / (ARTIFACTS[name].file if name in ARTIFACTS else name)
 
@@ -196,8 +367,16 @@ def atomic_write(path: str | os.PathLike, data: bytes, mode: int | None = None, 
     a wider mode; a failure removes the temporary file and leaves `path` as it was. With
     `keep_existing`, the file is linked into place only if `path` does not exist yet (two
     writers racing end up with one content); returns whether this call wrote `path`. Parent
-    folders are created (with `mode`'s owner bits as 0o700 when `mode` is given)."""
-    path = Path(path)
+    folders are created (with `mode`'s owner bits as 0o700 when `mode` is given). On an object
+    store, one whole object is written (`mode` is the bucket's business), `keep_existing` as a
+    conditional write (create-if-absent)."""
+    path = location(path)
+    if is_remote(path):
+        try:
+            path.fs.pipe_file(path.path, data, mode="create" if keep_existing else "overwrite")
+        except FileExistsError:
+            return False
+        return True
     path.parent.mkdir(parents=True, exist_ok=True, **({"mode": 0o700} if mode is not None else {}))
     tmp = _temporary(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666 if mode is None else mode)
@@ -221,8 +400,17 @@ def atomic_write(path: str | os.PathLike, data: bytes, mode: int | None = None, 
 @contextmanager
 def atomic_target(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary path beside `path` for a writer outside Python's file calls (DuckDB's COPY):
-    renamed to `path` when the block ends normally, removed when it raises."""
-    path = Path(path)
+    renamed to `path` when the block ends normally, removed when it raises. On an object store:
+    a local temporary file (never in a zone), uploaded to `path`, removed in any case."""
+    path = location(path)
+    if is_remote(path):
+        tmp = _temporary_local(path.name)
+        try:
+            yield tmp
+            path.fs.put_file(str(tmp), path.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temporary(path)
     try:
@@ -283,19 +471,28 @@ def content_hash(data: bytes) -> str:
 
 
 def published_run(root: str | os.PathLike) -> str | None:
-    """The run whose set `<root>/current` names, or None before the first publish."""
+    """The run whose set `<root>/current` names, or None before the first publish (on an object
+    store, `current` is an object holding the run id)."""
+    root = location(root)
+    if is_remote(root):
+        try:
+            run = (root / POINTER).read_text().strip()
+        except FileNotFoundError:
+            return None
+        return run if run and "/" not in run and not run.startswith(".") else None
     try:
-        target = os.readlink(Path(root) / POINTER)
+        target = os.readlink(root / POINTER)
     except OSError:
         return None
     return Path(target).name
 
 
-def published_folder(root: str | os.PathLike) -> Path:
+def published_folder(root: str | os.PathLike):
     """The folder of the published set: `runs/<run_id>` of the pointer, else `root` itself (a
     dataset folder from before per-run artifacts, with its files at the top)."""
+    root = location(root)
     run = published_run(root)
-    return Path(root) / RUNS / run if run else Path(root)
+    return root / RUNS / run if run else root
 
 
 def published_synthetic_run(root: str | os.PathLike) -> str | None:
@@ -329,7 +526,7 @@ class RunStore(FolderStore):
 
     def __init__(self, root: str | os.PathLike, dataset: str, run_id: str | None = None,
                  parents: tuple[str, ...] = ()):
-        self.root, self.run_id = Path(root), run_id
+        self.root, self.run_id = location(root), run_id
         self.own = self.root / RUNS / run_id if run_id else None
         base = next((self.root / RUNS / p for p in parents
                      if p and p != run_id and (self.root / RUNS / p).is_dir()), None)
@@ -354,6 +551,9 @@ class RunStore(FolderStore):
             raise RuntimeError(f"dataset {self.dataset!r}: a store without a run cannot write")
         if self.folder == self.own:
             return
+        if is_remote(self.own):
+            self._seed_objects()
+            return
         tmp = self.own.with_name(f".{self.own.name}.{secrets.token_hex(4)}.tmp")
         tmp.mkdir(parents=True, mode=0o755)
         for name in SET_FILES:
@@ -362,8 +562,6 @@ class RunStore(FolderStore):
                 try:
                     os.link(source, tmp / name)
                 except OSError:
-                    import shutil
-
                     shutil.copy2(source, tmp / name)
         manifest = self.manifest()
         manifest.update(run_id=self.own.name, seeded_from=self.set_run)
@@ -371,9 +569,22 @@ class RunStore(FolderStore):
         try:
             os.rename(tmp, self.own)
         except OSError:  # another step of this run seeded it first
-            import shutil
-
             shutil.rmtree(tmp, ignore_errors=True)
+        self.folder = self.own
+        self._parsed.clear()
+
+    def _seed_objects(self) -> None:
+        """`_seed` on an object store: the base set's objects copied (within the store), the
+        manifest written last with the time its run started writing (the pruning order)."""
+        import time
+
+        for name in SET_FILES:
+            source = self.base / name
+            if name != MANIFEST and source.is_file():
+                source.fs.copy(source.path, (self.own / name).path)
+        manifest = self.manifest()
+        manifest.update(run_id=self.own.name, seeded_from=self.set_run, seeded_at=time.time())
+        atomic_write(self.own / MANIFEST, json.dumps(manifest).encode())
         self.folder = self.own
         self._parsed.clear()
 
@@ -448,9 +659,10 @@ def _replace_link(link: Path, target: str) -> None:
 
 def publish_run(root: str | os.PathLike, run_id: str, keep: int = KEEP_RUNS) -> None:
     """Switch `<root>/current` to `runs/<run_id>` (see `RunStore.publish`)."""
-    import shutil
-
-    root = Path(root)
+    root = location(root)
+    if is_remote(root):
+        _publish_objects(root, run_id, keep)
+        return
     (root / RUNS / run_id / CHECKS).mkdir(exist_ok=True)
     _replace_link(root / POINTER, f"{RUNS}/{run_id}")
     for name in LINKED:
@@ -467,13 +679,35 @@ def publish_run(root: str | os.PathLike, run_id: str, keep: int = KEEP_RUNS) -> 
         shutil.rmtree(old, ignore_errors=True)
 
 
+def _publish_objects(root, run_id: str, keep: int) -> None:
+    """`publish_run` on an object store: the pointer object `current` (the run id) written last,
+    one whole object, so readers see the old set or the new one; no stable links. Old run folders
+    are pruned in the order their runs started writing (`seeded_at` of their manifests)."""
+    atomic_write(root / POINTER, run_id.encode())
+
+    def started(folder) -> float:
+        try:
+            return float(json.loads((folder / MANIFEST).read_text()).get("seeded_at", 0.0))
+        except (OSError, ValueError, TypeError):
+            return 0.0
+
+    runs_folder = root / RUNS
+    folders = [p for p in runs_folder.iterdir() if not p.name.startswith(".")] \
+        if runs_folder.exists() else []
+    runs = sorted(folders, key=started, reverse=True)
+    kept = [p for p in runs if p.name == run_id] + [p for p in runs if p.name != run_id]
+    for old in kept[max(keep, 1):]:
+        _remove_tree(old)
+
+
 def remove_temporaries(root: str | os.PathLike) -> list[Path]:
     """Remove what a killed writer left in the dataset folder: temporary files and links
     (`.<name>.<hex>.tmp`) and half-seeded run folders; call it holding the dataset
-    (`runs.DatasetLock`). Returns what was removed."""
-    import shutil
-
-    root = Path(root)
+    (`runs.DatasetLock`). Returns what was removed. An object store has none: its temporary
+    files are local (`atomic_target`) and its run folders are seeded in place."""
+    root = location(root)
+    if is_remote(root):
+        return []
     removed = []
     for folder in [root, root / RUNS, root / CHECKS,
                    *((root / RUNS).iterdir() if (root / RUNS).is_dir() else [])]:

@@ -100,14 +100,12 @@ def reconcile_synthetic(con: duckdb.DuckDBPyConnection, table: str, root, log=No
     (`store.published_synthetic_run`), and that run's folder under `<root>/runs/` has its
     Parquet, publish that run's set (the table commit is the commit point). Call it holding the
     dataset (`runs.DatasetLock`). Returns the run published, if any."""
-    from pathlib import Path
-
-    from .store import PARQUET, RUNS, publish_run, published_synthetic_run
+    from .store import PARQUET, RUNS, location, publish_run, published_synthetic_run
 
     written = table_stamp(con, table)
     if written is None or written == published_synthetic_run(root):
         return None
-    if not (Path(root) / RUNS / written / PARQUET).is_file():
+    if not (location(root) / RUNS / written / PARQUET).is_file():
         if log:
             log(f"{table} was written by run {written}, whose artifacts are gone; the next "
                 "synthetic run replaces it")

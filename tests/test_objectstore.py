@@ -1,0 +1,298 @@
+"""The public and private zones on object storage: the whole pipeline of the bundled example
+against a local S3-compatible server (moto's server mode, started here from the Python package
+on a free loopback port), with the public zone, the private zone's folder and the IO manager's
+pickles all on s3://.
+
+What must hold: the run succeeds and every check passes; the published plan and Parquet are
+readable from the bucket through the pointer object `current`; nothing private is in the public
+bucket (the leak scan of tests/test_leak_scan.py over its objects, and none of the private
+zone's files); a failing run leaves the previous published set readable and its private log in
+the private bucket; the run lock is a conditional write; a missing bucket, an unreachable
+endpoint, a store without conditional writes or a missing extra is refused when the definitions
+load, spending nothing.
+"""
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from tests.helpers import make_project, needs_extra, without_extra
+
+pytestmark = [
+    needs_extra("objectstore"),
+    pytest.mark.skipif(not __import__("importlib").util.find_spec("moto"),
+                       reason="needs moto[server] (the `test` extra)"),
+    pytest.mark.filterwarnings("ignore:Starting in dagster 1.11:UserWarning",
+                               "ignore::dagster.BetaWarning"),
+]
+
+PUBLIC = "s3://dp-public/zone"
+PRIVATE = "s3://dp-private/zone"
+DATASET = "example"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fresh_filesystems() -> None:
+    """Forget fsspec's cached S3 clients (they keep the endpoint they were made with)."""
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+@pytest.fixture(scope="module")
+def s3():
+    """A moto S3 server on a free loopback port, this process's AWS settings pointing at it
+    (fsspec finds its credentials and endpoint in the environment, as in a deployment), and
+    the two buckets. Yields an s3fs file system."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one line per request otherwise
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                            "AWS_DEFAULT_REGION": "us-east-1",
+                            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}"}.items():
+            mp.setenv(name, value)
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN"):
+            mp.delenv(name, raising=False)
+        fresh_filesystems()
+        import s3fs
+
+        fs = s3fs.S3FileSystem()
+        for bucket in ("dp-public", "dp-private"):
+            fs.mkdir(bucket)
+        try:
+            yield fs
+        finally:
+            fresh_filesystems()
+            server.stop()
+
+
+def s3_definitions(project, public: str = PUBLIC, private: str = PRIVATE):
+    from dp_synth_assets.definitions import build_definitions
+
+    return build_definitions(project.datasets, project.warehouse, project.ledger, public,
+                             private_dir=private)
+
+
+def materialize(defs, instance):
+    return dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                          instance=instance, raise_on_error=False)
+
+
+def objects(fs, root: str) -> list[str]:
+    return sorted(fs.find(root.removeprefix("s3://")))
+
+
+@pytest.fixture(scope="module")
+def s3run(s3, tmp_path_factory):
+    """The example, with the leak scan's planted rows, run once with both zones on S3; its fit
+    is parallel_pgm's graph of units, which pass between the graph's ops through dp-synth's IO
+    manager (pickles on the bucket)."""
+    from tests.test_leak_scan import PLANTED_ROWS
+    from tests.helpers import run_sql
+
+    project = make_project(tmp_path_factory.mktemp("s3"), rows=2400,
+                           privacy={"epsilon": 1.0, "delta": 1e-9,
+                                    "limit": {"epsilon": 3.0, "delta": 1e-8}},
+                           generator="parallel_pgm", model={"iterations": 100, "workers": 2})
+    run_sql(project, *PLANTED_ROWS)
+    instance = dg.DagsterInstance.ephemeral()
+    defs = s3_definitions(project)
+    result = materialize(defs, instance)
+    return project, defs, instance, result
+
+
+def test_the_whole_pipeline_runs_with_both_zones_and_the_pickles_on_s3(s3, s3run):
+    import pyarrow.parquet as pq
+
+    from dp_synth_assets.core.domain import EncodingPlan
+
+    project, defs, instance, result = s3run
+    assert result.success
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) == 7 and all(c.passed for c in checks), \
+        [(c.check_name, c.passed) for c in checks]
+    # the published set, found through the pointer object
+    run_id = s3.cat_file("dp-public/zone/example/current").decode()
+    assert run_id == result.run_id
+    run_folder = f"dp-public/zone/example/runs/{run_id}"
+    plan = EncodingPlan.from_json(s3.cat_file(f"{run_folder}/plan.json").decode())
+    assert plan.columns
+    with s3.open(f"{run_folder}/synthetic.parquet", "rb") as f:
+        table = pq.read_table(f)
+    assert table.num_rows > 0 and set(table.column_names) == set(plan.columns)
+    manifest = json.loads(s3.cat_file(f"{run_folder}/manifest.json"))
+    assert manifest["stamps"]["synthetic"]["run"] == run_id
+    # GX's results and Data Docs uploaded; the IO manager's pickles on the bucket
+    names = objects(s3, PUBLIC)
+    assert {f"{run_folder}/checks/{c.check_name}.json" for c in checks} <= set(names)
+    assert "dp-public/zone/example/data_docs/index.html" in names
+    assert any(n.startswith("dp-public/zone/.dp_synth_io/") for n in names)
+    assert not any(".dp_synth-probe" in n for n in names)  # the load's probes are removed
+    # the owner-only report in the private bucket; nothing of either zone on the local disk
+    private = objects(s3, PRIVATE)
+    assert any(n.endswith("/example/report.json") for n in private), private
+    local = {p.name for p in Path(project.warehouse).parent.iterdir()}
+    assert not local & {"public", "private", "zone"}, local
+    # the lock object is gone once the run published
+    assert "dp-public/zone/example/run.lock" not in names
+
+
+def test_nothing_private_is_in_the_public_bucket(s3, s3run):
+    """The leak scan of tests/test_leak_scan.py over every object of the public bucket (names,
+    text, the Parquet's schema and metadata) and the run's events; and no file of the private
+    zone (private log, utility report, change-detection key and state) in it."""
+    import pyarrow.parquet as pq
+
+    from dp_synth_assets.core.config import load_registry
+    from tests.test_leak_scan import assert_no_leak, published_texts, secrets_of
+
+    project, defs, instance, result = s3run
+    spec = load_registry(project.datasets)[DATASET]
+    numbers, strings = secrets_of(project, spec)
+    texts = published_texts(instance, project, [result.run_id])
+    for name in objects(s3, "s3://dp-public"):
+        texts.append(name)
+        suffix = Path(name).suffix
+        if suffix in (".json", ".html", ".md", ".txt", ".csv", ".yaml", ""):
+            texts.append(s3.cat_file(name).decode(errors="replace"))
+        elif suffix == ".parquet":
+            with s3.open(name, "rb") as f:
+                schema = pq.read_schema(f)
+            texts += [repr(schema), repr(schema.metadata)]
+        private_names = ("private.log", "report.json", "report.html", "change_detection.key",
+                         "change_state.json")
+        assert Path(name).name not in private_names, name
+    noisy = json.loads(s3.cat_file(
+        f"dp-public/zone/example/runs/{result.run_id}/measurements.json"))["noisy_total"]
+    assert_no_leak(texts, numbers, strings, noisy)
+
+
+def test_a_failing_run_leaves_the_published_set_readable(s3, s3run, monkeypatch):
+    """A run that fails in its measurements stage (an injected fault, after it wrote its plan
+    and selection into its own run folder) publishes nothing: `current` still names the first
+    run, whose plan and Parquet read as before; the dataset is free; the failure's details are
+    in the private log in the private bucket, the public message names only where that log
+    is."""
+    from dp_synth_assets.core import stages
+
+    project, defs, instance, first = s3run
+    before = s3.cat_file(f"dp-public/zone/example/runs/{first.run_id}/synthetic.parquet")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected fault quoting a private value")
+
+    monkeypatch.setattr(stages, "measure", broken)
+    result = materialize(s3_definitions(project), instance)
+    assert not result.success
+    assert s3.exists(f"dp-public/zone/example/runs/{result.run_id}/plan.json")
+    assert s3.cat_file("dp-public/zone/example/current").decode() == first.run_id
+    assert s3.cat_file(
+        f"dp-public/zone/example/runs/{first.run_id}/synthetic.parquet") == before
+    assert not s3.exists("dp-public/zone/example/run.lock")
+    log = s3.cat_file("dp-private/zone/example/private.log").decode()
+    assert "injected fault quoting a private value" in log and result.run_id in log
+    failures = [e.event_specific_data.error.message for e in result.all_events
+                if e.event_type_value == "STEP_FAILURE"]
+    assert failures and all("injected" not in m for m in failures)
+    assert any(f"{PRIVATE}/example/private.log" in m for m in failures), failures
+
+
+def test_the_run_lock_on_s3_is_one_conditional_write(s3):
+    """Two runs: one takes the dataset, the other finds it held and times out naming it; a lock
+    whose run has finished is taken over; release frees it."""
+    from dp_synth_assets.core.runs import DatasetLock, RunWaitTimeout
+
+    lock = DatasetLock(f"{PUBLIC}/locked", "locked")
+    assert lock.acquire("run-a", owner="elsewhere:1:1", timeout=0)
+    assert not lock.acquire("run-a", owner="elsewhere:1:1", timeout=0)  # re-entrant
+    with pytest.raises(RunWaitTimeout, match="run run-a"):
+        DatasetLock(f"{PUBLIC}/locked", "locked").acquire("run-b", timeout=0, poll=0)
+    assert lock.acquire("run-c", timeout=0, finished=lambda run: run == "run-a")
+    assert lock.holder()["run_id"] == "run-c"
+    assert not lock.release("run-a") and lock.release("run-c")
+    assert lock.holder() is None and not s3.exists("dp-public/zone/locked/run.lock")
+
+
+def assert_spent_nothing(project) -> None:
+    from tests.helpers import ledger_rows
+
+    assert not project.ledger.exists() or ledger_rows(project.ledger) == 0
+
+
+def test_a_missing_bucket_is_refused_at_load_spending_nothing(s3, tmp_path):
+    from dp_synth_assets.core.store import ZoneError
+
+    project = make_project(tmp_path, rows=200)
+    with pytest.raises(ZoneError, match="public zone s3://no-such-bucket/zone cannot be written"):
+        s3_definitions(project, public="s3://no-such-bucket/zone")
+    with pytest.raises(ZoneError, match="private zone s3://no-such-bucket/p cannot be written"):
+        s3_definitions(project, private="s3://no-such-bucket/p")
+    assert_spent_nothing(project)
+
+
+def test_an_unreachable_endpoint_is_refused_at_load(s3, tmp_path, monkeypatch):
+    from dp_synth_assets.core.store import ZoneError
+
+    project = make_project(tmp_path, rows=200)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    fresh_filesystems()
+    try:
+        with pytest.raises(ZoneError, match="endpoint is reachable.*nothing was run or spent"):
+            s3_definitions(project)
+    finally:
+        fresh_filesystems()
+    assert_spent_nothing(project)
+
+
+def test_a_store_without_conditional_writes_is_refused_at_load(s3, tmp_path, monkeypatch):
+    """Injected fault: the store ignores If-None-Match (overwrites), as some S3-compatible
+    servers do; the run lock cannot hold there, so the definitions refuse to load."""
+    import s3fs
+
+    from dp_synth_assets.core.store import ZoneError
+
+    real = s3fs.S3FileSystem._pipe_file
+
+    async def ignoring(self, path, data, *args, mode="overwrite", **kwargs):
+        return await real(self, path, data, *args, **kwargs)
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_pipe_file", ignoring)
+    project = make_project(tmp_path, rows=200)
+    with pytest.raises(ZoneError, match="ignores conditional writes"):
+        s3_definitions(project)
+    assert not [n for n in objects(s3, PUBLIC) if ".dp_synth-probe" in n]
+
+
+def test_a_url_without_the_extra_names_the_pip_command(tmp_path, monkeypatch):
+    from dp_synth_assets.core.store import ZoneError
+
+    without_extra(monkeypatch, "objectstore")
+    project = make_project(tmp_path, rows=200)
+    with pytest.raises(ZoneError, match=r"pip install 'dagster-dp-synth\[objectstore\]'"):
+        s3_definitions(project, private=None)
+    assert_spent_nothing(project)
+
+
+def test_the_environment_sets_the_private_zone(tmp_path):
+    from dp_synth_assets.definitions import environment_paths
+
+    paths = environment_paths({"DP_SYNTH_PRIVATE": "s3://other-bucket/private"},
+                              project_dir=tmp_path)
+    assert paths["private_dir"] == "s3://other-bucket/private"
+    assert environment_paths({}, project_dir=tmp_path)["private_dir"] is None
