@@ -8,9 +8,11 @@ gives) and ends after `lock_timeout_seconds` in a `WarehouseError` naming the ho
 A missing warehouse is never created by a read-only connection nor by one that says
 `create=False` (a source read from the warehouse); a file DuckDB cannot open (truncated,
 garbage, unreadable) raises a `WarehouseError` naming the file and the fix.
-The private zone lives in the warehouse (source, `private.*` views and tables); the public zone is
-`synthetic.*` tables and the `public_dir` folder (plans, selections, measurements, models,
-synthetic Parquet, validation results).
+The private zone lives in the warehouse (source, `private.*` views and tables) and in the
+`private_dir` folder (default `<folder of the warehouse>/private`: the private log, the utility
+report, the change-detection secret); the public zone is `synthetic.*` tables and the `public_dir`
+folder (plans, selections, measurements, models, synthetic Parquet, validation results). Either
+folder may be an object-store URL (`s3://...`, `core.store.location`).
 """
 
 import re
@@ -22,6 +24,7 @@ import dagster as dg
 import duckdb
 
 from dp_synth_assets.core.source import SourceError
+from dp_synth_assets.core.store import location, make_folder
 
 
 class WarehouseError(SourceError):
@@ -42,12 +45,15 @@ def _holder(message: str) -> str:
 
 
 class WarehouseResource(dg.ConfigurableResource):
-    """database: the DuckDB file. public_dir: the public-zone folder. base_dir: where relative
-    Parquet/CSV source paths resolve (the folder of datasets.yaml)."""
+    """database: the DuckDB file. public_dir: the public-zone folder (a path or an object-store
+    URL). private_dir: the private zone's folder (a path or a URL; default: `private` beside the
+    database file). base_dir: where relative Parquet/CSV source paths resolve (the folder of
+    datasets.yaml)."""
 
     database: str
     public_dir: str
     base_dir: str = "."
+    private_dir: str | None = None
     lock_timeout_seconds: float = 120.0
     lock_report_seconds: float = 5.0
     # how long a run waits for another run of the same dataset (one at a time) before it gives up
@@ -102,14 +108,20 @@ class WarehouseResource(dg.ConfigurableResource):
         finally:
             con.close()
 
-    def public_path(self, dataset: str, name: str) -> Path:
-        path = Path(self.public_dir) / dataset / name
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def public_path(self, dataset: str, name: str):
+        path = location(self.public_dir) / dataset / name
+        make_folder(path.parent)
         return path
 
-    def private_path(self, dataset: str, name: str) -> Path:
-        """A file in the private zone, beside the warehouse file (owner-only outputs such as the
-        utility report): `<folder of database>/private/<dataset>/<name>`."""
-        path = Path(self.database).resolve().parent / "private" / dataset / name
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def private_root(self):
+        """The private zone's folder: `private_dir`, else `<folder of database>/private`."""
+        if self.private_dir:
+            return location(self.private_dir)
+        return Path(self.database).resolve().parent / "private"
+
+    def private_path(self, dataset: str, name: str):
+        """A file in the private zone (owner-only outputs such as the utility report):
+        `<private_root>/<dataset>/<name>`."""
+        path = self.private_root() / dataset / name
+        make_folder(path.parent)
         return path
