@@ -14,6 +14,8 @@ from dp_synth_assets.budget import DatasetBudget
 from dp_synth_assets.checks import CHECKS
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.definitions import build_definitions, environment_paths
+from dp_synth_assets.artifacts import dataset_dir
+from dp_synth_assets.core.store import is_remote, published_folder
 from dp_synth_assets.pipeline import synthetic_table
 
 
@@ -25,11 +27,14 @@ def main(dataset: str) -> int:
     budget = DatasetBudget.of(spec)
     print(f"\nSynthetic table of {dataset!r}:")
     print(f"  warehouse: {warehouse.database}  table {synthetic_table(dataset)}")
-    print(f"  parquet:   {warehouse.public_path(dataset, 'synthetic.parquet')}")
+    # the stable links of a local zone; on an object store, the set `current` names
+    folder = dataset_dir(warehouse, dataset)
+    published = published_folder(folder) if is_remote(folder) else folder
+    print(f"  parquet:   {published / 'synthetic.parquet'}")
     print("Checks (Great Expectations):")
     ok = True
     for name in CHECKS:
-        path = warehouse.public_path(dataset, f"checks/{name}.json")
+        path = published / "checks" / f"{name}.json"
         if not path.exists():
             print(f"  {name:14s} not run")
             ok = False

@@ -171,7 +171,7 @@ def test_the_registry_of_extras_is_the_distribution_s(pyproject=REPO / "pyprojec
         "optional-dependencies", {})
     distribution = {"mbi": "mbi", "jax": "jax", "jaxlib": "jaxlib", "sklearn": "scikit-learn",
                     "matplotlib": "matplotlib", "psycopg": "psycopg", "sqlglot": "sqlglot",
-                    "pyspark": "pyspark"}
+                    "pyspark": "pyspark", "s3fs": "s3fs"}
     for name, feature in extras.FEATURES.items():
         if feature.extra not in optional:
             pytest.skip(f"pyproject.toml has no `{feature.extra}` extra yet")

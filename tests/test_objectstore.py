@@ -12,8 +12,8 @@ endpoint, a store without conditional writes or a missing extra is refused when 
 load, spending nothing.
 """
 
+import importlib.util
 import json
-import os
 import socket
 from pathlib import Path
 
@@ -24,7 +24,7 @@ from tests.helpers import make_project, needs_extra, without_extra
 
 pytestmark = [
     needs_extra("objectstore"),
-    pytest.mark.skipif(not __import__("importlib").util.find_spec("moto"),
+    pytest.mark.skipif(importlib.util.find_spec("moto") is None,
                        reason="needs moto[server] (the `test` extra)"),
     pytest.mark.filterwarnings("ignore:Starting in dagster 1.11:UserWarning",
                                "ignore::dagster.BetaWarning"),
@@ -71,7 +71,7 @@ def s3():
         fresh_filesystems()
         import s3fs
 
-        fs = s3fs.S3FileSystem()
+        fs = s3fs.S3FileSystem(use_listings_cache=False)  # sees what the runs write
         for bucket in ("dp-public", "dp-private"):
             fs.mkdir(bucket)
         try:
@@ -274,19 +274,44 @@ def test_a_store_without_conditional_writes_is_refused_at_load(s3, tmp_path, mon
 
     monkeypatch.setattr(s3fs.S3FileSystem, "_pipe_file", ignoring)
     project = make_project(tmp_path, rows=200)
-    with pytest.raises(ZoneError, match="ignores conditional writes"):
-        s3_definitions(project)
+    fresh_filesystems()  # a cached instance keeps the methods it was made with: the fault's
+    try:
+        with pytest.raises(ZoneError, match="ignores conditional writes"):
+            s3_definitions(project)
+    finally:
+        fresh_filesystems()
     assert not [n for n in objects(s3, PUBLIC) if ".dp_synth-probe" in n]
 
 
 def test_a_url_without_the_extra_names_the_pip_command(tmp_path, monkeypatch):
     from dp_synth_assets.core.store import ZoneError
 
-    without_extra(monkeypatch, "objectstore")
     project = make_project(tmp_path, rows=200)
+    if importlib.util.find_spec("gcsfs") is None:  # another store: fsspec names its package
+        with pytest.raises(ZoneError, match="gs://bucket/zone cannot be opened.*gcsfs"):
+            s3_definitions(project, public="gs://bucket/zone", private=None)
+    without_extra(monkeypatch, "objectstore")
     with pytest.raises(ZoneError, match=r"pip install 'dagster-dp-synth\[objectstore\]'"):
         s3_definitions(project, private=None)
     assert_spent_nothing(project)
+
+
+def test_the_report_reads_the_published_set_through_the_pointer(s3, s3run, monkeypatch,
+                                                                 capsys):
+    """`python -m dp_synth_assets.report` with DP_SYNTH_PUBLIC and DP_SYNTH_PRIVATE at the
+    buckets: the Parquet of the set `current` names, every check passed."""
+    from dp_synth_assets import report
+
+    project, defs, instance, first = s3run
+    for name, value in {"DP_SYNTH_DATASETS": project.datasets, "DP_SYNTH_LEDGER": project.ledger,
+                        "DP_SYNTH_WAREHOUSE": project.warehouse, "DP_SYNTH_PUBLIC": PUBLIC,
+                        "DP_SYNTH_PRIVATE": PRIVATE}.items():
+        monkeypatch.setenv(name, str(value))
+    published = s3.cat_file("dp-public/zone/example/current").decode()
+    assert report.main(DATASET) == 0
+    out = capsys.readouterr().out
+    assert f"{PUBLIC}/example/runs/{published}/synthetic.parquet" in out
+    assert out.count(" passed") == 7
 
 
 def test_the_environment_sets_the_private_zone(tmp_path):

@@ -29,10 +29,9 @@ FEATURES = {
                       "the owner-only utility report (`report:`)"),
     "postgres": Feature("postgres", ("psycopg", "sqlglot"), "`engine: {type: postgres}`"),
     "spark": Feature("spark", ("pyspark", "sqlglot"), "`engine: {type: spark}`"),
-    # a zone at a URL (s3://, gs://, az://, ...): universal_pathlib over fsspec; s3fs for s3://
-    # (another store's fsspec package, e.g. gcsfs or adlfs, is the user's to install)
-    "objectstore": Feature("objectstore", ("upath", "fsspec"),
-                           "a zone on object storage (a `s3://`, `gs://`, `az://` ... location)"),
+    # a zone at an s3:// URL: s3fs (universal_pathlib and fsspec come with Dagster itself);
+    # another store's fsspec package (gcsfs for gs://, adlfs for az://) is the user's to install
+    "objectstore": Feature("objectstore", ("s3fs",), "a zone on S3 (an `s3://` location)"),
 }
 
 

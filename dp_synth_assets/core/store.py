@@ -29,8 +29,8 @@ Every other file the core writes goes through `atomic_write` (owner-only files w
 `exclusive_lock`; tests/test_architecture.py holds the core to that.
 
 A folder of the store is a local path (a `pathlib.Path`; `file://` URLs too) or an object-store
-URL (`s3://`, `gs://`, `az://` ...: a `upath.UPath` over fsspec, the `objectstore` extra;
-`location`). On object storage there are no symbolic links, no rename and no owner-only modes:
+URL (`s3://`, `gs://`, `az://` ...: a `upath.UPath` over fsspec, `location`; S3 needs the
+`objectstore` extra, another store its fsspec package). On object storage there are no symbolic links, no rename and no owner-only modes:
 each object is written whole (a reader sees the old object or the new one), a run publishes its
 set by writing the pointer object `current` (its run id) last, readers follow it, a file a
 library writes goes to a local temporary file first and is uploaded (`atomic_target`,
@@ -81,12 +81,20 @@ def location(where):
         return Path(text[len("file://"):])
     if not is_url(text):
         return Path(text)
-    refused = extras.refusal("objectstore")
+    scheme = text.partition("://")[0].lower()
+    refused = extras.refusal("objectstore") if scheme in ("s3", "s3a") else None
     if refused:
         raise ZoneError(f"the location {text}: {refused}")
+    import fsspec
     from upath import UPath
 
-    return UPath(text)
+    try:
+        fsspec.get_filesystem_class(scheme)
+    except (ImportError, ValueError) as e:  # fsspec's message names the package to install
+        raise ZoneError(f"the location {text} cannot be opened: {e}") from None
+    # no listings cache: another process's objects (a run lock, a published pointer) must be
+    # seen as soon as they exist, not after this process's cached listing of their folder
+    return UPath(text, use_listings_cache=False)
 
 
 def is_remote(path) -> bool:
