@@ -321,3 +321,77 @@ def test_the_environment_sets_the_private_zone(tmp_path):
                               project_dir=tmp_path)
     assert paths["private_dir"] == "s3://other-bucket/private"
     assert environment_paths({}, project_dir=tmp_path)["private_dir"] is None
+
+
+def test_racing_runs_take_the_lock_once(s3):
+    """Eight runs try to take one dataset at once: the store's conditional write lets exactly
+    one create the lock object; the others find it held."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from dp_synth_assets.core.runs import DatasetLock, RunWaitTimeout
+
+    def take(i: int) -> bool:
+        try:
+            return DatasetLock(f"{PUBLIC}/raced", "raced").acquire(
+                f"run-{i}", owner="elsewhere:1:1", timeout=0, poll=0)
+        except RunWaitTimeout:
+            return False
+
+    with ThreadPoolExecutor(8) as pool:
+        taken = list(pool.map(take, range(8)))
+    assert taken.count(True) == 1
+    holder = DatasetLock(f"{PUBLIC}/raced", "raced").holder()["run_id"]
+    assert holder == f"run-{taken.index(True)}"
+
+
+def test_a_multiprocess_run_passes_its_units_through_the_bucket(s3, tmp_path):
+    """The Dagster CLI runs the dataset's job on the multiprocess executor (parallel_pgm, two
+    units): every step in a process of its own, the units' pickles passed between them through
+    the public bucket, the set published there; nothing of either zone on the local disk."""
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO, dagster_env, example_entry
+
+    columns = example_entry()["columns"]
+    project = make_project(tmp_path / "project", rows=2000, generator="parallel_pgm",
+                           model={"iterations": 100, "workers": 2}, report=None, columns={
+                               c: columns[c] for c in ("age", "sex", "race", "education",
+                                                       "occupation", "income", "newsletter")})
+    public, private = "s3://dp-public/cli", "s3://dp-private/cli"
+    env = {**dagster_env(project, tmp_path / "dagster_home"),
+           "DP_SYNTH_PUBLIC": public, "DP_SYNTH_PRIVATE": private}
+    done = subprocess.run([str(Path(sys.executable).parent / "dagster"), "job", "execute", "-f",
+                           str(REPO / "definitions.py"), "-j", "example_synthesis"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
+    with dg.DagsterInstance.from_config(str(tmp_path / "dagster_home")) as instance:
+        [record] = instance.get_runs()
+        assert record.status == dg.DagsterRunStatus.SUCCESS
+        pids = {e.dagster_event.pid for e in instance.all_logs(record.run_id)
+                if e.dagster_event and e.dagster_event.event_type_value == "STEP_START"
+                and "model_fit_unit" in e.dagster_event.step_key}
+        assert len(pids) == 2
+    assert s3.cat_file("dp-public/cli/example/current").decode() == record.run_id
+    pickles = [n for n in objects(s3, public) if n.startswith("dp-public/cli/.dp_synth_io/")]
+    assert any("fit_unit" in n for n in pickles), pickles
+    local = {p.name for p in Path(project.warehouse).parent.iterdir()}
+    assert not local & {"public", "private"}, local
+
+
+def test_a_staged_folder_is_synchronized_back_and_removed(s3):
+    """What a library writes into the local copy of a folder (GX's Data Docs) reaches the
+    bucket, what it removed is removed there, and the local copy is gone."""
+    from dp_synth_assets.core.store import staged_folder
+
+    with staged_folder(f"{PUBLIC}/staged") as first:
+        (first / "pages").mkdir()
+        (first / "index.html").write_text("one")
+        (first / "pages" / "old.html").write_text("old")
+    with staged_folder(f"{PUBLIC}/staged") as second:
+        assert (second / "pages" / "old.html").read_text() == "old"
+        (second / "pages" / "old.html").unlink()
+        (second / "pages" / "new.html").write_text("new")
+    assert objects(s3, f"{PUBLIC}/staged") == ["dp-public/zone/staged/index.html",
+                                               "dp-public/zone/staged/pages/new.html"]
+    assert not first.exists() and not second.exists()

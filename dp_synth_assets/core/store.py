@@ -130,18 +130,25 @@ def local_copy(path) -> Iterator[Path]:
 def staged_folder(folder) -> Iterator[Path]:
     """`folder` as a local folder for a writer outside Python's file calls (GX's Data Docs): the
     folder itself when it is local; else a temporary local folder holding the folder's objects,
-    uploaded back when the block ends normally, removed in any case."""
+    synchronized back when the block ends normally (what the writer removed is removed from
+    the store too), removed in any case."""
     folder = location(folder)
     if not is_remote(folder):
         folder.mkdir(parents=True, exist_ok=True)
         yield folder
         return
     tmp = Path(tempfile.mkdtemp(prefix=".dp_synth."))
+    remote = folder.path.rstrip("/")
     try:
-        if folder.fs.isdir(folder.path):
-            folder.fs.get(folder.path.rstrip("/") + "/", str(tmp) + "/", recursive=True)
+        before = folder.fs.find(remote) if folder.fs.isdir(remote) else []
+        if before:
+            folder.fs.get(remote + "/", str(tmp) + "/", recursive=True)
         yield tmp
-        folder.fs.put(str(tmp) + "/", folder.path.rstrip("/") + "/", recursive=True)
+        folder.fs.put(str(tmp) + "/", remote + "/", recursive=True)
+        gone = [name for name in before
+                if not (tmp / name[len(remote) + 1:]).is_file()]
+        if gone:
+            folder.fs.rm(gone)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
