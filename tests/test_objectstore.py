@@ -15,6 +15,7 @@ load, spending nothing.
 import importlib.util
 import json
 import socket
+import tempfile
 from pathlib import Path
 
 import dagster as dg
@@ -111,8 +112,13 @@ def s3run(s3, tmp_path_factory):
                            generator="parallel_pgm", model={"iterations": 100, "workers": 2})
     run_sql(project, *PLANTED_ROWS)
     instance = dg.DagsterInstance.ephemeral()
-    defs = s3_definitions(project)
-    result = materialize(defs, instance)
+    temporary = tmp_path_factory.mktemp("temporary")  # where the run's local copies go
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tempfile, "tempdir", str(temporary))
+        defs = s3_definitions(project)
+        result = materialize(defs, instance)
+    project.left_behind = sorted(p.name for p in temporary.iterdir()
+                                 if p.name.startswith(".dp_synth."))
     return project, defs, instance, result
 
 
@@ -148,6 +154,8 @@ def test_the_whole_pipeline_runs_with_both_zones_and_the_pickles_on_s3(s3, s3run
     assert any(n.endswith("/example/report.json") for n in private), private
     local = {p.name for p in Path(project.warehouse).parent.iterdir()}
     assert not local & {"public", "private", "zone"}, local
+    # the local copies (the Parquet export, the checks' Parquet, the Data Docs) are removed
+    assert project.left_behind == []
     # the lock object is gone once the run published
     assert "dp-public/zone/example/run.lock" not in names
 
