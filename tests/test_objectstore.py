@@ -403,3 +403,26 @@ def test_a_staged_folder_is_synchronized_back_and_removed(s3):
     assert objects(s3, f"{PUBLIC}/staged") == ["dp-public/zone/staged/index.html",
                                                "dp-public/zone/staged/pages/new.html"]
     assert not first.exists() and not second.exists()
+
+
+def test_a_stale_lock_is_taken_over_once_and_only_its_holder_frees_it(s3):
+    """Over one stale lock, of two runs that judged it stale only the first replaces it (the
+    second's replace-if-unchanged finds another version); a run's release never deletes a lock
+    written after it read it."""
+    from dp_synth_assets.core.runs import DatasetLock
+
+    root = f"{PUBLIC}/stale"
+    assert DatasetLock(root, "stale").acquire("dead", owner="elsewhere:1:1", timeout=0)
+    first, second = DatasetLock(root, "stale"), DatasetLock(root, "stale")
+    assert first.holder()["run_id"] == second.holder()["run_id"] == "dead"  # both read it
+    assert first._take(b'{"run_id": "one"}', stale=True)
+    assert not second._take(b'{"run_id": "two"}', stale=True)
+    assert DatasetLock(root, "stale").holder()["run_id"] == "one"
+    # "one" reads its lock, then another run replaces it (e.g. took it over as stale)
+    reader = DatasetLock(root, "stale")
+    assert reader.holder()["run_id"] == "one"
+    assert DatasetLock(root, "stale").acquire("three", timeout=0, finished=lambda r: r == "one")
+    from dp_synth_assets.core.store import replace_object
+
+    assert not replace_object(reader.path, None, reader._version)  # the old version is gone
+    assert DatasetLock(root, "stale").holder()["run_id"] == "three"

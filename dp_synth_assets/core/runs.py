@@ -16,7 +16,8 @@ import time
 from contextlib import nullcontext
 
 from .ledger import owner_alive, owner_id
-from .store import atomic_write, exclusive_lock, is_remote, location, make_folder
+from .store import (atomic_write, exclusive_lock, is_remote, location, make_folder,
+                    object_version, replace_object)
 
 LOCK = "run.lock"
 DEFAULT_RUN_WAIT_SECONDS = 600.0
@@ -43,12 +44,14 @@ class DatasetLock:
     whose run `finished(run_id)` reports ended is stale and taken over. The file is read and
     written under an flock of `<root>/run.lock.guard`, so two runs never both take it. On an
     object store, the lock object is created only if absent (a conditional write: of two runs,
-    one creates it, the other finds it held); a stale one is deleted before it is taken over."""
+    one creates it, the other finds it held); a stale one is replaced, and a run's own one
+    deleted, only if it is still the version read (S3's If-Match)."""
 
     def __init__(self, root: str | os.PathLike, dataset: str):
         self.root, self.dataset = location(root), dataset
         self.path = self.root / LOCK
         self.remote = is_remote(self.root)
+        self._version = None  # the lock object's version when `holder` read it
 
     def _guard(self):
         if self.remote:
@@ -56,16 +59,19 @@ class DatasetLock:
         return exclusive_lock(self.path.with_name(LOCK + ".guard"), mode=0o644)
 
     def _take(self, data: bytes, stale: bool) -> bool:
-        """Write the lock naming this run; False when another run created it first (object
-        store: a conditional write; locally the guard's flock serializes the takers)."""
+        """Write the lock naming this run; False when another run wrote it first (object store:
+        a conditional write, create-if-absent or, over a stale lock, replace-if-unchanged;
+        locally the guard's flock serializes the takers)."""
         if not self.remote:
             atomic_write(self.path, data, mode=0o644)
             return True
         if stale:
-            self.path.unlink(missing_ok=True)
+            return replace_object(self.path, data, self._version)
         return atomic_write(self.path, data, keep_existing=True)
 
     def holder(self) -> dict | None:
+        # on an object store, the version read first guards a takeover or a release
+        self._version = object_version(self.path) if self.remote else None
         try:
             held = json.loads(self.path.read_text())
         except (OSError, ValueError):
@@ -123,5 +129,7 @@ class DatasetLock:
             held = self.holder()
             if held is None or held["run_id"] != run_id:
                 return False
+            if self.remote:
+                return replace_object(self.path, None, self._version)
             self.path.unlink(missing_ok=True)
             return True

@@ -189,6 +189,44 @@ def append_bytes(path, data: bytes, mode: int = 0o600) -> None:
         os.close(fd)
 
 
+def object_version(path) -> str | None:
+    """The version tag of the object `path` (its ETag), None when it is absent or the store
+    gives none; read before its content, it guards a later `replace_object`."""
+    try:
+        info = path.fs.info(path.path)
+    except FileNotFoundError:
+        return None
+    return info.get("ETag") or None
+
+
+def replace_object(path, data: bytes | None, version: str | None) -> bool:
+    """Overwrite the object `path` with `data` (None: delete it) only if it is still at
+    `version` (`object_version`): on S3 one conditional request (If-Match), so of two writers
+    replacing one version only one succeeds; returns whether this call did. A store without
+    such requests (or a missing version) gets an unconditional delete, then a create-if-absent:
+    two writers may then both replace it."""
+    if version is not None and path.protocol in ("s3", "s3a"):
+        import errno
+
+        bucket, key, _ = path.fs.split_path(path.path)
+        try:
+            if data is None:
+                path.fs.call_s3("delete_object", Bucket=bucket, Key=key, IfMatch=version)
+            else:
+                path.fs.pipe_file(path.path, data, IfMatch=version)
+        except (FileNotFoundError, FileExistsError):
+            return False  # gone, or replaced by another writer
+        except OSError as e:
+            if e.errno == errno.EINVAL and "condition" in str(e).lower():
+                return False  # s3fs's PreconditionFailed: another version by now
+            raise
+        finally:
+            path.fs.invalidate_cache(path.path)
+        return True
+    path.unlink(missing_ok=True)
+    return data is None or atomic_write(path, data, keep_existing=True)
+
+
 PROBE = ".dp_synth-probe"
 
 
