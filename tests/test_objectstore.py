@@ -253,6 +253,28 @@ def test_a_missing_bucket_is_refused_at_load_spending_nothing(s3, tmp_path):
     assert_spent_nothing(project)
 
 
+def test_a_read_only_bucket_is_refused_at_load_spending_nothing(s3, tmp_path, monkeypatch):
+    """Injected fault: the store answers every write with Access Denied (credentials that may
+    only read). Each zone is refused when the definitions load, naming it and the fix."""
+    import s3fs
+
+    from dp_synth_assets.core.store import ZoneError
+
+    async def denied(self, path, data, *args, **kwargs):
+        raise PermissionError(f"Access Denied: {path}")
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_pipe_file", denied)
+    project = make_project(tmp_path, rows=200)
+    fresh_filesystems()  # a cached instance keeps the methods it was made with: the fault's
+    try:
+        with pytest.raises(ZoneError, match=r"public zone s3://dp-public/zone cannot be "
+                           r"written.*PermissionError: Access Denied.*credentials"):
+            s3_definitions(project)
+    finally:
+        fresh_filesystems()
+    assert_spent_nothing(project)
+
+
 def test_an_unreachable_endpoint_is_refused_at_load(s3, tmp_path, monkeypatch):
     from dp_synth_assets.core.store import ZoneError
 

@@ -74,7 +74,7 @@ def location(where):
     """The folder or file `where` names: a `pathlib.Path` for a plain path or a `file://` URL,
     a `upath.UPath` for an object-store URL (refused with the pip command when the
     `objectstore` extra is missing). A `Path` or a `UPath` is returned as it is."""
-    if isinstance(where, Path) or is_remote(where):
+    if is_remote(where) or isinstance(where, Path):
         return where
     text = os.fspath(where) if isinstance(where, os.PathLike) else str(where)
     if text.startswith("file://"):
@@ -98,9 +98,9 @@ def location(where):
 
 
 def is_remote(path) -> bool:
-    """Whether `path` is on an object store (a `UPath` that is not a local file system's)."""
-    return hasattr(path, "fs") and not isinstance(path, Path) and \
-        getattr(path, "protocol", "") not in ("", "file", "local")
+    """Whether `path` is on an object store (a `UPath` that is not a local file system's; a
+    `UPath` of universal_pathlib 0.2 is a `pathlib.Path` too, so its protocol decides)."""
+    return hasattr(path, "fs") and getattr(path, "protocol", "") not in ("", "file", "local")
 
 
 def _temporary_local(name: str) -> Path:
