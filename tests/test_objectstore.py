@@ -448,3 +448,6 @@ def test_a_stale_lock_is_taken_over_once_and_only_its_holder_frees_it(s3):
 
     assert not replace_object(reader.path, None, reader._version)  # the old version is gone
     assert DatasetLock(root, "stale").holder()["run_id"] == "three"
+    # a lock object that is not a lock (truncated, edited) is replaced, not waited on forever
+    s3.pipe_file("dp-public/zone/stale/run.lock", b"not json")
+    assert DatasetLock(root, "stale").acquire("four", timeout=0)

@@ -65,7 +65,7 @@ class DatasetLock:
         if not self.remote:
             atomic_write(self.path, data, mode=0o644)
             return True
-        if stale:
+        if stale or self._version is not None:  # stale, or there but unreadable
             return replace_object(self.path, data, self._version)
         return atomic_write(self.path, data, keep_existing=True)
 
