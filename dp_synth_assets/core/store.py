@@ -30,13 +30,13 @@ Every other file the core writes goes through `atomic_write` (owner-only files w
 
 A folder of the store is a local path (a `pathlib.Path`; `file://` URLs too) or an object-store
 URL (`s3://`, `gs://`, `az://` ...: a `upath.UPath` over fsspec, `location`; S3 needs the
-`objectstore` extra, another store its fsspec package). On object storage there are no symbolic links, no rename and no owner-only modes:
-each object is written whole (a reader sees the old object or the new one), a run publishes its
-set by writing the pointer object `current` (its run id) last, readers follow it, a file a
-library writes goes to a local temporary file first and is uploaded (`atomic_target`,
-`staged_folder`), and `atomic_write(..., keep_existing=True)` is a conditional write
-(create-if-absent). Access rights are the bucket's; credentials are fsspec's (environment,
-config files), never the store's arguments.
+`objectstore` extra, another store its fsspec package). On object storage there are no symbolic
+links, no rename and no owner-only modes: each object is written whole (a reader sees the old
+object or the new one), a run publishes its set by writing the pointer object `current` (its run
+id) last, readers follow it, a file a library writes goes to a local temporary file first and is
+uploaded (`atomic_target`, `staged_folder`), and `atomic_write(..., keep_existing=True)` is a
+conditional write (create-if-absent). Access rights are the bucket's; credentials are fsspec's
+(environment, config files), never the store's arguments.
 """
 
 import json
