@@ -24,12 +24,11 @@ import hmac
 import json
 import os
 import secrets
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
-
-from contextlib import nullcontext
 
 from .store import atomic_write, exclusive_lock, is_remote, location, make_folder
 
