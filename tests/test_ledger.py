@@ -17,6 +17,7 @@ import dagster
 import pytest
 
 import dp_synth_assets.core.ledger as ledger_module
+import dp_synth_assets.core.ledger_store as store_module
 import dp_synth_assets.resources.ledger as resource_module
 from dp_synth_assets.core.budget import BudgetStatus
 from dp_synth_assets.core.privacy import Spend, epsilon_from_rho
@@ -247,15 +248,21 @@ def test_ledger_is_append_only(ledger):
     check()
     assert [e["id"] for e in seen] == sorted(e["id"] for e in seen)
 
-    # no statement of the ledger updates, deletes or replaces: neither its source nor the
-    # sql/ files it loads (every statement it runs; test_architecture keeps SQL out of Python)
-    source = Path(ledger_module.__file__).read_text()
-    loads = [node.args[0] for node in ast.walk(ast.parse(source))
-             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "sql"]
+    # no statement of the ledger updates, deletes or replaces: neither its source (the ledger
+    # and its two stores) nor the sql/ files they load (every statement they run;
+    # test_architecture keeps SQL out of Python)
+    texts, loads = {}, []
+    for module in (ledger_module, store_module):
+        source = Path(module.__file__).read_text()
+        texts[module.__name__] = source
+        loads += [node.args[0] for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Call) and (getattr(node.func, "id", None) == "sql"
+                                                     or getattr(node.func, "attr", None)
+                                                     == "statement")]
     assert loads and all(isinstance(name, ast.Constant) for name in loads)
-    texts = {"dp_synth_assets/core/ledger.py": source} | {
-        f"sql/{name.value}.sql": (SQL_DIR / f"{name.value}.sql").read_text() for name in loads}
-    assert "sql/ledger_insert.sql" in texts
+    texts |= {f"sql/{name.value}.sql": (SQL_DIR / f"{name.value}.sql").read_text()
+              for name in loads}
+    assert "sql/ledger_insert.sql" in texts and "sql/ledger_pg_insert.sql" in texts
     for where, text in texts.items():
         for statement in (r"UPDATE\s+privacy_ledger", r"UPDATE\s+\S+\s+SET", r"DELETE\s+FROM",
                           r"OR\s+REPLACE", r"REPLACE\s+INTO", r"DROP\s+TABLE", r"ON\s+CONFLICT"):

@@ -1,0 +1,2 @@
+-- PostgreSQL. Whether the schema holds a ledger (its events table).
+SELECT to_regclass(%s) IS NOT NULL
