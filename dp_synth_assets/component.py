@@ -36,6 +36,7 @@ from dagster.components.scaffold.scaffold import scaffold_with
 from pydantic import BaseModel, Field, create_model
 
 from .core.config import DatasetSpec
+from .core.ledger_store import DEFAULT_SCHEMA, is_postgres
 from .factory import dp_synth_definitions
 from .naming import Names
 
@@ -132,8 +133,9 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
     warehouse: Annotated[str, _doc(
         "The private zone's DuckDB file: `table:` sources are read and synthetic tables written "
         "there. Relative to this component's folder.")]
-    ledger: Annotated[str, _doc("The privacy ledger's SQLite file (private; back it up). "
-                                "Relative to this component's folder.")]
+    ledger: Annotated[str, _doc("The privacy ledger's SQLite file (private; back it up), "
+                                "relative to this component's folder; or a postgresql:// URL "
+                                "of the database that holds it (`ledger_schema`).")]
     public_dir: Annotated[str, _doc("The public-zone folder. Relative to this component's "
                                     "folder.")]
     datasets: Annotated[dict[str, dict[str, Any]], dg.Resolver(
@@ -143,6 +145,8 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
         default_factory=dict)
     ledger_head: Annotated[str | None, _doc(
         "The ledger's mirrored head file (default: the ledger's path + '.head').")] = None
+    ledger_schema: Annotated[str, _doc(
+        "The schema of a PostgreSQL ledger's tables (default: dp_synth).")] = DEFAULT_SCHEMA
     key_prefix: Annotated[str | list[str] | None, _doc(
         "Prepended to every asset key: [*key_prefix, <dataset>, <stage>].")] = None
     group_name: Annotated[str | None, _doc(
@@ -183,7 +187,9 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
             return (folder / value).resolve()
 
         return dp_synth_definitions(
-            self.datasets, warehouse=path(self.warehouse), ledger=path(self.ledger),
+            self.datasets, warehouse=path(self.warehouse),
+            ledger=self.ledger if is_postgres(self.ledger) else path(self.ledger),
+            ledger_schema=self.ledger_schema,
             public_dir=path(self.public_dir), base_dir=folder,
             origin=f"{folder / 'defs.yaml'} (attributes.datasets)",
             ledger_head=path(self.ledger_head) if self.ledger_head else None,
