@@ -703,7 +703,7 @@ class PostgresStore:
 
     def _exists(self, conn) -> bool:
         return bool(conn.execute(sql("ledger_pg_exists"),
-                                 (f"{ident(self.database.schema)}.privacy_ledger",)).fetchone()[0])
+                                 (self.database.schema, "privacy_ledger")).fetchone()[0])
 
     def exists(self) -> bool:
         db = self.database

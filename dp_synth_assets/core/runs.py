@@ -162,7 +162,7 @@ class DatabaseDatasetLock(DatasetLock):
 
     def _table_missing(self) -> bool:
         found = self._conn.execute(sql("ledger_pg_exists"),
-                                   (f"{self.database.quoted}.run_locks",)).fetchone()[0]
+                                   (self.database.schema, "run_locks")).fetchone()[0]
         return not found
 
     def holder(self) -> dict | None:
