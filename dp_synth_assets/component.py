@@ -19,6 +19,8 @@ entry. Its attributes:
   component's folder (the folder of its `defs.yaml`), as a datasets.yaml's relative source files
   are relative to its own folder; `{{ context.project_root }}/...` names the project's root. A
   dataset's relative `parquet:`/`csv:` source is read from the component's folder too.
+  `ledger` may instead be a postgresql:// URL, the ledger then living in the schema
+  `ledger_schema` (default dp_synth) of that database.
 - `key_prefix`, `group_name`, `tags`, `owners`, `automation_condition` (a template such as
   `"{{ dg.AutomationCondition.eager() }}"`), `warehouse_resource_key`, `ledger_resource_key`,
   `io_manager_key`, `pool`: the factory's settings, with its defaults.
