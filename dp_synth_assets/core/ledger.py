@@ -1,4 +1,6 @@
-"""The privacy ledger (DESIGN.md section 5): an append-only SQLite table of budget events.
+"""The privacy ledger (DESIGN.md section 5): an append-only table of budget events, in a SQLite
+file or in a schema of a PostgreSQL database (`core.ledger_store`: this module is the ledger's
+logic, the store keeps its rows).
 
 Every event is one row of `privacy_ledger` with kind
 - `reserve`: a run sets aside its whole budget before it reads private data;
@@ -7,8 +9,9 @@ Every event is one row of `privacy_ledger` with kind
 
 A run's open reservation is its last `reserve` row with no later `release` row. Spent = the sum of all
 charges, forever (a crashed run keeps what it spent). Reserved = open reservations minus their charges.
-Every read-modify-write is one `BEGIN IMMEDIATE` transaction, so concurrent processes serialize on the
-database's write lock and cannot overspend. Rows are never updated or deleted: this module only
+Every read-modify-write is one transaction of the store that serializes it across processes
+(SQLite: `BEGIN IMMEDIATE` under a lock file; PostgreSQL: under an advisory lock, across hosts
+too), so concurrent runs cannot overspend. Rows are never updated or deleted: this module only
 inserts, and triggers make the database refuse UPDATE and DELETE as well.
 
 Rows are keyed by privacy unit (dp_synth_assets.core.units): the source's identity or a budget
@@ -16,27 +19,27 @@ group; the budget arithmetic (spent, reserved, reserve, can_cover) sums over the
 entry name wrote the rows. The `dataset` column keeps the entry name for display.
 
 Tamper evidence: row i carries hash_i = sha256(hash_{i-1} "\n" canonical(row i)), where hash_0
-derives from a random secret drawn when the file is created (so the public head hash cannot be
-tested against guessed row contents). After each write transaction commits, the head (row count,
-hash of the last row, hash_0) is mirrored, atomically (temporary file + os.replace), to a head
-file beside the ledger (`<ledger>.head`); a lock file (`<ledger>.lock`) serializes the whole
-write, SQLite transaction and head update, across processes. Spending assets also publish the
-head in their metadata. Every reading or writing access recomputes the chain and requires the
-ledger to extend the mirrored head: an edited row, a truncated ledger, an older copy, another
-ledger file, or a missing ledger whose head file records rows, raise LedgerError and nothing is
-spent. A crash between the commit and the head update leaves the ledger ahead of its mirror,
-which is accepted.
+derives from a random secret drawn when the ledger is created (so the public head hash cannot be
+tested against guessed row contents); a row hashes alike in both stores. Each write that adds
+rows mirrors the head (row count, hash of the last row, hash_0): SQLite, after the commit, to the
+head file `<ledger>.head`; PostgreSQL, in the same transaction, to the table `ledger_head`.
+Spending assets also publish the head in their metadata. Every reading or writing access
+recomputes the chain and requires the ledger to extend the mirrored head: an edited row, a
+truncated ledger, an older copy, another ledger, or a missing ledger whose head file records
+rows, raise LedgerError and nothing is spent (`core.ledger_store` says what each mirror can and
+cannot see). A crash between a SQLite commit and its head update leaves the ledger ahead of its
+mirror, which is accepted.
 
-Locks and files: a wait for the ledger's lock file or for SQLite's write lock is reported through
-`log` every `lock_report_seconds` while it lasts and ends after `lock_timeout_seconds` in a
-LedgerError naming the file, the processes holding its lock (read from /proc/locks where the
-system has it) and the fix. A ledger file that SQLite cannot open, read or write (not a
-database, truncated, read-only, a folder) raises a LedgerError naming the file and the fix,
-before anything is spent.
+Locks and errors: a wait for the ledger's lock is reported through `log` every
+`lock_report_seconds` while it lasts and ends after `lock_timeout_seconds` in a LedgerError
+naming the ledger, who holds the lock and the fix. A ledger that cannot be opened, read or
+written (a corrupt or read-only file, an unreachable server, a missing permission) raises a
+LedgerError naming it (never a password) and the fix, before anything is spent.
 
-`PrivacyLedger` uses only the standard library and its SQLite statements in sql/ledger_*.sql, so
-the pipeline (through `dp_synth_assets.resources.ledger.LedgerResource`, its Dagster wrapper)
-and the notebook API share it.
+`PrivacyLedger` uses only the standard library (and psycopg, imported when the ledger is in
+PostgreSQL) and its statements in sql/ledger_*.sql, so the pipeline (through
+`dp_synth_assets.resources.ledger.LedgerResource`, its Dagster wrapper) and the notebook API
+share it.
 """
 
 import hashlib
