@@ -392,3 +392,24 @@ def test_a_notebook_fit_with_a_postgres_ledger_holds_the_run_lock_there(ledger, 
     synth.fit(generate_example(500, seed=2))
     assert ledger.summary("adult").spent_rho > 0 and pipeline.holder() is None
     assert not (tmp_path / "public" / "adult" / "run.lock").exists()
+
+
+def test_a_held_ledger_lock_is_waited_for_reported_and_refused_naming_its_holder(pg_server,
+                                                                                  pg_schema):
+    from dp_synth_assets.core.ledger_store import _key
+
+    lines = []
+    ledger = PrivacyLedger(pg_server.url, schema=pg_schema, lock_timeout_seconds=0.6,
+                           lock_report_seconds=0.2, log=lines.append)
+    ledger.summary("adult")
+    with psycopg.connect(pg_server.dsn, autocommit=True,
+                         application_name="the holder") as holder:
+        holder.execute("SELECT pg_advisory_lock(%s, 0)", (_key("ledger", pg_schema),))
+        with pytest.raises(LedgerError) as error:
+            ledger.reserve("adult", "r1", 0.5, 1.0)
+    message = str(error.value)
+    assert "the holder" in message and "PostgreSQL backend" in message
+    assert "Nothing was spent" in message and "lock_timeout_seconds" in message
+    assert lines and "waiting for the privacy ledger's lock" in lines[0]
+    assert ledger.events() == []
+    ledger.reserve("adult", "r1", 0.5, 1.0)  # free again
