@@ -21,7 +21,6 @@ import signal
 import socket
 import sqlite3
 import time
-from pathlib import Path
 
 import dagster as dg
 import pytest

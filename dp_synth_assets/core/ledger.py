@@ -73,8 +73,6 @@ from .ledger_store import (  # noqa: F401 - re-exported: the ledger's names, whe
     owner_id,
     redact,
 )
-from .ledger_store import COLUMNS as _COLUMNS
-from .ledger_store import genesis_hash as _genesis_hash  # noqa: F401
 
 KINDS = ("reserve", "charge", "release")
 BUSY_TIMEOUT_MS = 30_000  # the default lock timeout (`PrivacyLedger.lock_timeout_seconds`)
