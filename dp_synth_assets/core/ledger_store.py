@@ -28,7 +28,12 @@ ledger releases its reservations as stale at once, from whatever host asks (a ho
 crashes outright is seen once the server drops its connection, after the server's TCP
 keepalive settle). An owner that never took the lock (rows written on behalf of another process
 through `owner_pid`, or copied by `migrate`) is judged as before: by its host's process table,
-else by `stale_after_seconds`. A presence lock lost while its process lives (the server
+else by `stale_after_seconds`. The owner is the process that wrote the run's last row, as on one
+host: where a run's steps run in child processes of the run worker (Dagster's multiprocess
+executor), a step's process is gone once the step ends, so a reservation made before the next
+step starts may release the run's reservation, and that step reserves again (a release never
+lets a charge through: at worst the step is refused when what is left no longer covers the
+run's reservation). A presence lock lost while its process lives (the server
 restarted) can only release that run's reservation early: its next charge is then refused, and
 nothing is overspent.
 
