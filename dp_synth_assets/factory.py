@@ -24,7 +24,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from dp_synth_assets.resources.ledger import LedgerResource
+from dp_synth_assets.resources.ledger import DEFAULT_SCHEMA, LedgerResource, is_postgres
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .automation import build_job, build_schedule, build_source_sensor, resynthesis_assets
@@ -83,7 +83,7 @@ def dp_synth_definitions(
         datasets: str | Path | Mapping[str, DatasetSpec | Mapping], warehouse: str | Path,
         ledger: str | Path, public_dir: str | Path,
         *, base_dir: str | Path | None = None, origin: str = "datasets",
-        ledger_head: str | Path | None = None,
+        ledger_head: str | Path | None = None, ledger_schema: str = DEFAULT_SCHEMA,
         key_prefix: str | Sequence[str] | None = None, group_name: str | None = None,
         tags: Mapping[str, str] | None = None, owners: Sequence[str] | None = None,
         automation_condition: dg.AutomationCondition | None = None,
@@ -102,8 +102,10 @@ def dp_synth_definitions(
     `warehouse`: the DuckDB file of the private zone (where `table:` sources are read and the
     synthetic tables written). `warehouse_name`: the warehouse's stable name, which names its
     tables' privacy units (`core.units`: never the file's path, so moving or copying the project
-    keeps the spend; give two warehouses that share one ledger different names). `ledger`: the privacy ledger's SQLite file (`ledger_head`: its
-    mirrored head file, default: the ledger's path + '.head'). `public_dir`: the public-zone
+    keeps the spend; give two warehouses that share one ledger different names). `ledger`: the
+    privacy ledger's SQLite file (`ledger_head`: its mirrored head file, default: the ledger's
+    path + '.head'), or a postgresql:// URL of the database holding it in the schema
+    `ledger_schema` (the dataset run locks too). `public_dir`: the public-zone
     folder. `key_prefix`: prepended to every asset key (`[*key_prefix, <dataset>, <stage>]`).
     `group_name`: one group for every dp-synth asset (default: `Names.label`, i.e. `dp_synth`,
     or the key prefix joined by `__`). `tags`, `owners`: added to every dp-synth asset.
@@ -134,7 +136,8 @@ def dp_synth_definitions(
     units = privacy_units(registry, base, warehouse, warehouse_name)
     _check_shared_limits(registry, units)
     ledger_resource = LedgerResource(
-        path=str(Path(ledger).resolve()), units=units,
+        path=str(ledger) if is_postgres(str(ledger)) else str(Path(ledger).resolve()),
+        schema_name=ledger_schema, units=units,
         sources={name: source_identity(spec, base, warehouse, warehouse_name)
                  for name, spec in registry.items()},
         aliases={name: list(names) for name, names in

@@ -1,4 +1,7 @@
-"""One run per dataset at a time: the lock file `<public_dir>/<dataset>/run.lock`.
+"""One run per dataset at a time: the lock file `<public_dir>/<dataset>/run.lock`, or, when the
+privacy ledger is in PostgreSQL, the dataset's row of the ledger schema's `run_locks` table
+(`dataset_lock` picks it: in a container deployment, or with the public zone on object storage,
+a file is not a lock that every run sees).
 
 A lock, rather than Dagster's run or tag concurrency, because it holds the same way under every
 executor (in-process, multiprocess, one pod per step), for runs launched by the CLI, the UI, a
@@ -11,7 +14,11 @@ import os
 import time
 from pathlib import Path
 
-from .ledger import owner_alive, owner_id
+from contextlib import contextmanager
+from datetime import datetime, timezone
+
+from .ledger_store import PostgresDatabase, _key, owner_alive, owner_id
+from .sql import sql
 from .store import atomic_write, exclusive_lock
 
 LOCK = "run.lock"
@@ -43,12 +50,33 @@ class DatasetLock:
         self.root, self.dataset = Path(root), dataset
         self.path = self.root / LOCK
 
+    # -- where the holder is kept (a file here; a table row in DatabaseDatasetLock)
+
+    @contextmanager
+    def _guarded(self):
+        """Exclusive access to the holder, for one read-modify-write."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with exclusive_lock(self.path.with_name(LOCK + ".guard"), mode=0o644):
+            yield
+
     def holder(self) -> dict | None:
         try:
             held = json.loads(self.path.read_text())
         except (OSError, ValueError):
             return None
         return held if isinstance(held, dict) and held.get("run_id") else None
+
+    def _take(self, run_id: str, owner: str) -> None:
+        atomic_write(self.path, json.dumps({"run_id": run_id, "owner": owner}).encode(),
+                     mode=0o644)
+
+    def _free(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+    def _manual_fix(self) -> str:
+        return f"delete {self.path}"
+
+    # -- the lock
 
     def _stale(self, held: dict, finished) -> bool:
         if owner_alive(str(held.get("owner", ""))) is False:
@@ -62,12 +90,11 @@ class DatasetLock:
         """Hold the dataset for `run_id`; returns True when the run takes it now (its first
         step, or a stale lock taken over), False when it held it already. `wait_setting`: where
         the caller sets `timeout`, named in the timeout's message."""
-        self.root.mkdir(parents=True, exist_ok=True)
         owner = owner or run_owner()
         deadline = time.monotonic() + timeout
         waited = None
         while True:
-            with exclusive_lock(self.path.with_name(LOCK + ".guard"), mode=0o644):
+            with self._guarded():
                 held = self.holder()
                 if held is not None and held["run_id"] == run_id:
                     return False
@@ -75,8 +102,9 @@ class DatasetLock:
                     if held is not None and log:
                         log(f"dataset {self.dataset!r}: run {held['run_id']} left the dataset "
                             "held and has ended; taking it over")
-                    atomic_write(self.path, json.dumps({"run_id": run_id, "owner": owner})
-                                 .encode(), mode=0o644)
+                    if held is not None:
+                        self._free()
+                    self._take(run_id, owner)
                     if waited and log:
                         log(f"dataset {self.dataset!r}: run {waited} finished; this run goes on")
                     return True
@@ -91,14 +119,83 @@ class DatasetLock:
                     f"{held.get('owner', '?')}) still holds it after {timeout:g} s; one run per "
                     f"dataset runs at a time. Retry when it has finished, or raise the wait "
                     f"({wait_setting}). If that run is dead on another "
-                    f"host, delete {self.path}")
+                    f"host, {self._manual_fix()}")
             time.sleep(poll)
 
     def release(self, run_id: str) -> bool:
         """Free the dataset if `run_id` holds it; returns whether it did."""
-        with exclusive_lock(self.path.with_name(LOCK + ".guard"), mode=0o644):
+        with self._guarded():
             held = self.holder()
             if held is None or held["run_id"] != run_id:
                 return False
-            self.path.unlink(missing_ok=True)
+            self._free()
             return True
+
+
+class DatabaseDatasetLock(DatasetLock):
+    """`DatasetLock` (same interface and semantics) kept in the dataset's row of the table
+    `run_locks` of a PostgreSQL ledger's schema (`database`, a `ledger_store.PostgresDatabase`):
+    each read-modify-write is one transaction under the dataset's transaction-level advisory
+    lock, so runs on any host exclude each other. A holder whose process is gone is seen from
+    its own host; from any other host, once Dagster reports its run `finished` (a run worker
+    killed in a container is marked failed by Dagster's run monitoring)."""
+
+    def __init__(self, database: PostgresDatabase, dataset: str):
+        self.database, self.dataset = database, dataset
+        self._conn = None
+
+    @contextmanager
+    def _guarded(self):
+        db = self.database
+        conn = db.connect("dp-synth run lock")
+        try:
+            with db.errors(), conn.transaction():
+                conn.execute(sql("ledger_pg_run_lock_xact"),
+                             (_key("run lock", db.schema), _key("dataset", self.dataset)))
+                self._conn = conn
+                try:
+                    yield
+                finally:
+                    self._conn = None
+        finally:
+            conn.close()
+
+    def _table_missing(self) -> bool:
+        found = self._conn.execute(sql("ledger_pg_exists"),
+                                   (self.database.schema, "run_locks")).fetchone()[0]
+        return not found
+
+    def holder(self) -> dict | None:
+        if self._conn is None:
+            with self._guarded():
+                return self.holder()
+        if self._table_missing():
+            return None
+        found = self._conn.execute(sql("ledger_pg_run_lock_holder", schema=self.database.quoted),
+                                   (self.dataset,)).fetchone()
+        return None if found is None else {"run_id": found[0], "owner": found[1]}
+
+    def _take(self, run_id: str, owner: str) -> None:
+        if self._table_missing():  # the ledger creates its schema on first use
+            from .ledger import PrivacyLedger
+
+            PrivacyLedger(self.database.url, schema=self.database.schema).head()
+        self._conn.execute(sql("ledger_pg_run_lock_take", schema=self.database.quoted),
+                           (self.dataset, run_id, owner,
+                            datetime.now(timezone.utc).isoformat(timespec="seconds")))
+
+    def _free(self) -> None:
+        self._conn.execute(sql("ledger_pg_run_lock_free", schema=self.database.quoted),
+                           (self.dataset,))
+
+    def _manual_fix(self) -> str:
+        return (f"delete the dataset's row {self.dataset!r} of the table "
+                f"{self.database.table('run_locks')} in {self.database.name}")
+
+
+def dataset_lock(root: str | os.PathLike, dataset: str, database: PostgresDatabase | None = None
+                 ) -> DatasetLock:
+    """The run lock of `dataset`: in the ledger's PostgreSQL schema when there is one
+    (`PrivacyLedger.database`), else the file under `root`."""
+    return DatabaseDatasetLock(database, dataset) if database is not None else \
+        DatasetLock(root, dataset)
