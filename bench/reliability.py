@@ -1,7 +1,14 @@
-"""Issue 17's reliability series: concurrent runs of one dataset, and kills at random moments.
+"""Issue 17's reliability series: concurrent runs of one dataset, and kills at random moments,
+on each privacy ledger: the SQLite file and PostgreSQL (issue 31).
 
-    .venv/bin/python bench/reliability.py                        # N = 8 twice, 30 kills
+    .venv/bin/python bench/reliability.py                        # N = 8 twice, 30 kills, both
     .venv/bin/python bench/reliability.py --n 4 --repeats 1 --kills 5 --rows 2000   # reduced
+    .venv/bin/python bench/reliability.py --ledgers sqlite       # one ledger only
+
+With `postgres` among `--ledgers`, the series starts a throwaway PostgreSQL server of its own
+(`tests/helpers.postgres_server`: DP_SYNTH_PG_BIN's initdb and pg_ctl, a temporary directory, a
+loopback port) and points the project's ledger at it (a postgresql:// URL, schema dp_synth), so
+the run lock is held there too; the public zone and the warehouse stay files.
 
 One project (the bundled example, `--rows` rows, `model: {iterations: 200}`, a lifetime limit
 wide enough for every run) under bench/work/reliability/. Every run is `dagster.materialize` of
@@ -16,7 +23,8 @@ the whole dataset (every asset and check) in its own Python process, as a CLI ru
   typical run's duration; after each, a probe run of the dataset (`marginals` only: it takes the
   dataset, repairs what the killed run left, spends nothing) must succeed, and then the table
   must equal the published Parquet, no temporary file may be left, and the ledger's stale
-  reservations are released. A kill is *survived* when all of that holds.
+  reservations are released, leaving nothing reserved. A kill is *survived* when all of that
+  holds.
 - Budget spent on failed runs: the rho the ledger charged to runs that did not succeed (killed
   ones: what their mechanisms had already drawn; the goal is nothing else), beside the total.
 
@@ -28,7 +36,6 @@ import json
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -100,13 +107,14 @@ def leftovers(project) -> list[str]:
 
 
 def charged_by_run(project) -> dict[str, float]:
-    con = sqlite3.connect(project.ledger)
-    try:
-        rows = con.execute("SELECT run_id, sum(rho) FROM privacy_ledger WHERE kind = 'charge' "
-                           "GROUP BY run_id").fetchall()
-    finally:
-        con.close()
-    return {run: rho for run, rho in rows}
+    """rho charged per run, from the verified ledger (either store)."""
+    from dp_synth_assets.core.ledger import PrivacyLedger
+
+    charged: dict[str, float] = {}
+    for event in PrivacyLedger(project.ledger).events():
+        if event["kind"] == "charge":
+            charged[event["run_id"]] = charged.get(event["run_id"], 0.0) + event["rho"]
+    return charged
 
 
 def concurrency(project, script: Path, n: int, repeats: int) -> dict:
@@ -146,16 +154,20 @@ def kills(project, script: Path, count: int, run_seconds: float, seed: int) -> d
         if killed:
             killed_runs |= new_runs
         probe = finish(start(project, script, "marginals"))
-        stale = PrivacyLedger(project.ledger).release_stale()
+        ledger = PrivacyLedger(project.ledger)
+        stale = ledger.release_stale()
         record = {
             "kill": k, "at_seconds": round(moment, 2), "killed": killed,
             "probe_succeeded": bool(probe.get("success")),
             "table_is_published": table_is_published(project),
             "temporaries_left": leftovers(project),
             "stale_reservations_released": len(stale),
+            # nothing may stay reserved once the probe ran and stale reservations are released
+            "reserved_rho_after": ledger.summary("example").reserved_rho,
         }
         record["survived"] = (record["probe_succeeded"] and record["table_is_published"]
-                              and not record["temporaries_left"])
+                              and not record["temporaries_left"]
+                              and record["reserved_rho_after"] == 0)
         records.append(record)
         print(json.dumps(record), flush=True)
     final = finish(start(project, script))
@@ -171,6 +183,20 @@ def kills(project, script: Path, count: int, run_seconds: float, seed: int) -> d
     }
 
 
+def series(project, args) -> dict:
+    """Both series on one project (its ledger in one store)."""
+    script = RUN_ONCE
+    started = time.perf_counter()
+    first = finish(start(project, script))
+    run_seconds = time.perf_counter() - started
+    assert first.get("success"), first
+    return {
+        "one_run_seconds": round(run_seconds, 1),
+        "concurrency": concurrency(project, script, args.n, args.repeats),
+        "kill": kills(project, script, args.kills, run_seconds, args.seed),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=8)
@@ -178,31 +204,36 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=30)
     parser.add_argument("--rows", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--ledgers", default="sqlite,postgres",
+                        help="comma-separated: sqlite, postgres (default: both)")
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "work" / "reliability")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reliability.json")
     args = parser.parse_args()
 
-    from tests.helpers import make_project
+    from tests.helpers import make_project, postgres_server
 
-    args.workdir.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=args.workdir))
-    project = make_project(work, rows=args.rows, privacy={
-        "epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 1e4, "delta": 1e-6}})
-    script = RUN_ONCE
-
-    started = time.perf_counter()
-    first = finish(start(project, script))
-    run_seconds = time.perf_counter() - started
-    assert first.get("success"), first
-    results = {
-        "rows": args.rows, "model_iterations": 200, "one_run_seconds": round(run_seconds, 1),
-        "concurrency": concurrency(project, script, args.n, args.repeats),
-        "kill": kills(project, script, args.kills, run_seconds, args.seed),
-    }
+    privacy = {"epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 1e4, "delta": 1e-6}}
+    results = {"rows": args.rows, "model_iterations": 200,
+               "settings": {"n": args.n, "repeats": args.repeats, "kills": args.kills,
+                            "seed": args.seed}, "ledgers": {}}
+    for store in args.ledgers.split(","):
+        args.workdir.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(dir=args.workdir))
+        project = make_project(work, rows=args.rows, privacy=privacy)
+        print(f"== ledger: {store}", flush=True)
+        if store == "sqlite":
+            results["ledgers"][store] = series(project, args)
+        elif store == "postgres":
+            with postgres_server(skip=False) as server:
+                project.ledger = server.url  # schema dp_synth; the run lock is held there too
+                results["ledgers"][store] = series(project, args)
+        else:
+            parser.error(f"unknown ledger {store!r}: sqlite or postgres")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps({k: v for k, v in results.items() if k != "kill"} | {
-        "kill": {k: v for k, v in results["kill"].items() if k != "records"}}, indent=2))
+    print(json.dumps({store: {k: v for k, v in r.items() if k != "kill"} | {
+        "kill": {k: v for k, v in r["kill"].items() if k != "records"}}
+        for store, r in results["ledgers"].items()}, indent=2))
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ Guarantees:
   (`core.budget.DatasetBudget.of`): rho(epsilon, delta) split between preprocessing (when a column
   needs it), selection and measurement. Every mechanism reports its spend through one
   `charge(spend, **params)` callback, which refuses a charge beyond the run's rho.
-- With `ledger=` (a `dp_synth_assets.core.ledger.PrivacyLedger` or the path of one), the pipeline's rules
+- With `ledger=` (a `dp_synth_assets.core.ledger.PrivacyLedger`, the path of one, or the
+  postgresql:// URL of a PostgreSQL ledger in its default schema), the pipeline's rules
   apply: the run's whole rho is reserved before any private read, each charge is recorded as it
   happens, and the remainder is released at the end or on failure; a refused reservation raises
   the ledger's `BudgetExceeded` and nothing is read or spent. The ledger keys the spend by
@@ -35,7 +36,8 @@ Guarantees:
   a unit was first given: a `limit` above it raises `LimitNotGranted` (a notebook cannot raise
   the limit of a pipeline's dataset); `PrivacyLedger.set_limit` raises it on the record.
 - With `public_dir=` (the pipeline's public folder, DP_SYNTH_PUBLIC), a fit holds the dataset's
-  run lock (`core.runs.DatasetLock`, `<public_dir>/<dataset>/run.lock`) from before the
+  run lock (`core.runs.dataset_lock`: `<public_dir>/<dataset>/run.lock`, or the dataset's row in
+  the ledger's schema when the ledger is in PostgreSQL) from before the
   reservation to the release, as a Dagster run of that dataset does: a notebook fit and a
   pipeline run of one dataset never interleave. A fit that finds it held says whom it waits
   for (the `dp_synth` logger, a warning) and raises `RunWaitTimeout` after `run_wait_seconds`;
@@ -67,7 +69,8 @@ from .core.measure import Measurements
 from .core.privacy import Spend, epsilon_from_rho
 from .core.select import Selection
 from .core.sql import ident, sql
-from .core.runs import DEFAULT_RUN_WAIT_SECONDS, DatasetLock, RunWaitTimeout  # noqa: F401
+from .core.runs import (DEFAULT_RUN_WAIT_SECONDS, DatasetLock, RunWaitTimeout,  # noqa: F401
+                        dataset_lock)
 from .core.store import MemoryStore, location
 from .core.synthesize import decode_typed
 
@@ -381,7 +384,8 @@ class Synthesizer:
         self.budget = DatasetBudget.of(spec)
         self.ledger = _ledger(ledger, {dataset: spec.entry})
         self.dataset = dataset
-        self.lock = (DatasetLock(location(public_dir) / dataset, dataset)
+        self.lock = (dataset_lock(location(public_dir) / dataset, dataset,
+                                  getattr(self.ledger, "database", None))
                      if public_dir is not None else None)
         self.run_wait_seconds = run_wait_seconds
         self.store = MemoryStore(dataset)

@@ -9,7 +9,8 @@ step's run: it reads the run's own set once the run has written one, else its pa
 (a re-execution) or the published set, and writes into the run's own folder.
 
 `holding(...)` wraps every step that writes or spends for a dataset: the first one takes the
-dataset (`core.runs.DatasetLock`; a run that finds it taken waits, logging whom for, up to
+dataset (`core.runs.dataset_lock`: the file `run.lock`, or the dataset's row in the ledger's
+PostgreSQL schema when the ledger is there; a run that finds it taken waits, logging whom for, up to
 `WarehouseResource.run_wait_seconds`), repairs what a killed run left (temporary files; a
 synthetic table committed but not published, `synthesize.reconcile_synthetic`); the run's last
 writing stage publishes its set and frees the dataset; a failing step frees it at once. The
@@ -28,7 +29,8 @@ import dagster as dg
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .budget import run_asset_keys
-from .core.runs import DEFAULT_RUN_WAIT_SECONDS, DatasetLock, RunWaitTimeout
+from .core.ledger_store import DEFAULT_SCHEMA, PostgresDatabase, is_postgres
+from .core.runs import DEFAULT_RUN_WAIT_SECONDS, RunWaitTimeout, dataset_lock
 from .core.store import (InconsistentArtifacts, MissingArtifact, RunStore, location,
                          remove_temporaries)
 
@@ -90,11 +92,28 @@ def _finished(context):
     return finished
 
 
-def take_dataset(context, warehouse: WarehouseResource, dataset: str) -> bool:
+def ledger_database(ledger) -> PostgresDatabase | None:
+    """The PostgreSQL schema of a `LedgerResource` whose ledger is there, else None."""
+    path = getattr(ledger, "path", None)
+    if not is_postgres(str(path)):
+        return None
+    return PostgresDatabase(str(path), getattr(ledger, "schema_name", DEFAULT_SCHEMA))
+
+
+def run_lock(context, warehouse: WarehouseResource, dataset: str, names=None):
+    """The run lock of `dataset` (`core.runs.dataset_lock`): in the ledger's PostgreSQL schema
+    when the step's ledger resource (key `names.ledger`) is there, else the file."""
+    ledger = None
+    if names is not None:
+        ledger = getattr(context.resources, names.ledger, None)
+    return dataset_lock(dataset_dir(warehouse, dataset), dataset, ledger_database(ledger))
+
+
+def take_dataset(context, warehouse: WarehouseResource, dataset: str, names=None) -> bool:
     """Hold `dataset` for the step's run (waiting for another run to end, `RunWaitTimeout` as a
     `dagster.Failure` after `run_wait_seconds`); on the run's first step, repair what a killed
     run left. Returns whether this step took it."""
-    lock = DatasetLock(dataset_dir(warehouse, dataset), dataset)
+    lock = run_lock(context, warehouse, dataset, names)
     wait = getattr(warehouse, "run_wait_seconds", DEFAULT_RUN_WAIT_SECONDS)
     try:
         fresh = lock.acquire(context.run_id, timeout=wait, finished=_finished(context),
@@ -125,8 +144,8 @@ def repair(warehouse: WarehouseResource, dataset: str, log=None) -> None:
         reconcile_synthetic(con, synthetic_table(dataset), root, log)
 
 
-def free_dataset(context, warehouse: WarehouseResource, dataset: str) -> None:
-    DatasetLock(dataset_dir(warehouse, dataset), dataset).release(context.run_id)
+def free_dataset(context, warehouse: WarehouseResource, dataset: str, names=None) -> None:
+    run_lock(context, warehouse, dataset, names).release(context.run_id)
 
 
 @contextmanager
@@ -134,11 +153,11 @@ def holding(context, warehouse: WarehouseResource, dataset: str, stage: str, nam
     """Run a writing step of `dataset` holding it (module docstring): `stage` the step's stage;
     when it is the run's last writing stage, its set is published and the dataset freed at the
     end; any failure frees it."""
-    take_dataset(context, warehouse, dataset)
+    take_dataset(context, warehouse, dataset, names)
     try:
         yield
     except BaseException:
-        free_dataset(context, warehouse, dataset)
+        free_dataset(context, warehouse, dataset, names)
         raise
     if stage == last_writer(context, dataset, names):
         try:
@@ -148,4 +167,4 @@ def holding(context, warehouse: WarehouseResource, dataset: str, stage: str, nam
                 context.log.info(f"published the artifacts of run {context.run_id} "
                                  f"({store.own})")
         finally:
-            free_dataset(context, warehouse, dataset)
+            free_dataset(context, warehouse, dataset, names)

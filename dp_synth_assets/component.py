@@ -20,6 +20,8 @@ entry. Its attributes:
   relative source files are relative to its own folder; `{{ context.project_root }}/...` names
   the project's root. `public_dir` and `private_dir` may be object-store URLs (`s3://...`). A
   dataset's relative `parquet:`/`csv:` source is read from the component's folder too.
+  `ledger` may instead be a postgresql:// URL, the ledger then living in the schema
+  `ledger_schema` (default dp_synth) of that database.
 - `key_prefix`, `group_name`, `tags`, `owners`, `automation_condition` (a template such as
   `"{{ dg.AutomationCondition.eager() }}"`), `warehouse_resource_key`, `ledger_resource_key`,
   `io_manager_key`, `pool`: the factory's settings, with its defaults.
@@ -37,6 +39,7 @@ from dagster.components.scaffold.scaffold import scaffold_with
 from pydantic import BaseModel, Field, create_model
 
 from .core.config import DatasetSpec, check_unique_keys
+from .core.ledger_store import DEFAULT_SCHEMA, is_postgres
 from .core.store import is_url
 from .core.units import DEFAULT_WAREHOUSE_NAME
 from .factory import dp_synth_definitions
@@ -137,8 +140,9 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
     warehouse: Annotated[str, _doc(
         "The private zone's DuckDB file: `table:` sources are read and synthetic tables written "
         "there. Relative to this component's folder.")]
-    ledger: Annotated[str, _doc("The privacy ledger's SQLite file (private; back it up). "
-                                "Relative to this component's folder.")]
+    ledger: Annotated[str, _doc("The privacy ledger's SQLite file (private; back it up), "
+                                "relative to this component's folder; or a postgresql:// URL "
+                                "of the database that holds it (`ledger_schema`).")]
     public_dir: Annotated[str, _doc("The public-zone folder: relative to this component's "
                                     "folder, or an object-store URL (s3://bucket/prefix).")]
     warehouse_name: Annotated[str, _doc(
@@ -157,6 +161,8 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
         "beside the warehouse file).")] = None
     ledger_head: Annotated[str | None, _doc(
         "The ledger's mirrored head file (default: the ledger's path + '.head').")] = None
+    ledger_schema: Annotated[str, _doc(
+        "The schema of a PostgreSQL ledger's tables (default: dp_synth).")] = DEFAULT_SCHEMA
     key_prefix: Annotated[str | list[str] | None, _doc(
         "Prepended to every asset key: [*key_prefix, <dataset>, <stage>].")] = None
     group_name: Annotated[str | None, _doc(
@@ -204,7 +210,9 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
             check_unique_keys(defs_yaml.read_text(), str(defs_yaml))
 
         return dp_synth_definitions(
-            self.datasets, warehouse=path(self.warehouse), ledger=path(self.ledger),
+            self.datasets, warehouse=path(self.warehouse),
+            ledger=self.ledger if is_postgres(self.ledger) else path(self.ledger),
+            ledger_schema=self.ledger_schema,
             public_dir=zone(self.public_dir), base_dir=folder,
             private_dir=zone(self.private_dir) if self.private_dir else None,
             origin=f"{folder / 'defs.yaml'} (attributes.datasets)",

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from dp_synth_assets.resources.ledger import LedgerResource
+from dp_synth_assets.resources.ledger import DEFAULT_SCHEMA, LedgerResource, is_postgres
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .automation import build_job, build_schedule, build_source_sensor, resynthesis_assets
@@ -86,7 +86,7 @@ def dp_synth_definitions(
         ledger: str | Path, public_dir: str | Path,
         *, private_dir: str | Path | None = None,
         base_dir: str | Path | None = None, origin: str = "datasets",
-        ledger_head: str | Path | None = None,
+        ledger_head: str | Path | None = None, ledger_schema: str = DEFAULT_SCHEMA,
         key_prefix: str | Sequence[str] | None = None, group_name: str | None = None,
         tags: Mapping[str, str] | None = None, owners: Sequence[str] | None = None,
         automation_condition: dg.AutomationCondition | None = None,
@@ -105,13 +105,15 @@ def dp_synth_definitions(
     `warehouse`: the DuckDB file of the private zone (where `table:` sources are read and the
     synthetic tables written). `warehouse_name`: the warehouse's stable name, which names its
     tables' privacy units (`core.units`: never the file's path, so moving or copying the project
-    keeps the spend; give two warehouses that share one ledger different names). `ledger`: the privacy ledger's SQLite file (`ledger_head`: its
-    mirrored head file, default: the ledger's path + '.head'). `public_dir`: the public-zone
-    folder, a path or an object-store URL (`s3://bucket/prefix`, `gs://`, `az://` ...; the
-    `objectstore` extra). `private_dir`: the private zone's folder for its files (the private
-    log, the utility report, the change-detection secret), a path or a URL, default `private`
-    beside the warehouse file. A zone at a URL is probed when the definitions load
-    (`check_zones`). `key_prefix`: prepended to every asset key (`[*key_prefix, <dataset>, <stage>]`).
+    keeps the spend; give two warehouses that share one ledger different names). `ledger`: the
+    privacy ledger's SQLite file (`ledger_head`: its mirrored head file, default: the ledger's
+    path + '.head'), or a postgresql:// URL of the database holding it in the schema
+    `ledger_schema` (the dataset run locks too). `public_dir`: the public-zone folder, a path or
+    an object-store URL (`s3://bucket/prefix`, `gs://`, `az://` ...; the `objectstore` extra).
+    `private_dir`: the private zone's folder for its files (the private log, the utility
+    report, the change-detection secret), a path or a URL, default `private` beside the
+    warehouse file. A zone at a URL is probed when the definitions load (`check_zones`).
+    `key_prefix`: prepended to every asset key (`[*key_prefix, <dataset>, <stage>]`).
     `group_name`: one group for every dp-synth asset (default: `Names.label`, i.e. `dp_synth`,
     or the key prefix joined by `__`). `tags`, `owners`: added to every dp-synth asset.
     `automation_condition`: set on every materializable dp-synth asset; without it, a dataset
@@ -142,7 +144,8 @@ def dp_synth_definitions(
     units = privacy_units(registry, base, warehouse, warehouse_name)
     _check_shared_limits(registry, units)
     ledger_resource = LedgerResource(
-        path=str(Path(ledger).resolve()), units=units,
+        path=str(ledger) if is_postgres(str(ledger)) else str(Path(ledger).resolve()),
+        schema_name=ledger_schema, units=units,
         sources={name: source_identity(spec, base, warehouse, warehouse_name)
                  for name, spec in registry.items()},
         aliases={name: list(names) for name, names in
@@ -216,9 +219,9 @@ def check_zones(public: str, private: str | None, ledger) -> None:
     """Refuse, when the definitions load, a zone at a URL that this process cannot use
     (`store.check_zone`: a missing or read-only bucket, wrong credentials, an unreachable
     endpoint), before anything runs or is spent. The public zone's store must also support
-    conditional writes, which the run lock takes there (`core.runs.DatasetLock`), unless the
-    ledger is a PostgreSQL database."""
-    postgres = str(ledger).startswith(("postgresql://", "postgres://"))
+    conditional writes, which the run lock takes there (`core.runs.ObjectStoreDatasetLock`),
+    unless the ledger is a PostgreSQL database, whose schema then holds the run locks."""
+    postgres = is_postgres(str(ledger))
     where = "the factory's `public_dir`, DP_SYNTH_PUBLIC or the component's `public_dir`"
     check_zone(public, "public zone", where, conditional=not postgres)
     if private is not None:

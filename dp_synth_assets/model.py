@@ -112,7 +112,8 @@ def build_model_asset(dataset: str, spec: DatasetSpec, names: Names = Names()) -
     `names`)."""
     key = lambda stage: names.key(dataset, stage)  # noqa: E731
     prefix = names.op_name(dataset, "model")
-    warehouse_key = names.resource_keys("warehouse")
+    # the ledger too: a PostgreSQL ledger holds the dataset's run lock (artifacts.holding)
+    warehouse_key = names.resource_keys("warehouse", "ledger")
 
     @dg.op(name=f"{prefix}_plan_fit", ins={"after": dg.In(dg.Nothing)},
            out=dg.DynamicOut(io_manager_key=names.io_manager),

@@ -1,6 +1,11 @@
 """Shared test helpers: a throwaway dp-synth project (warehouse, datasets.yaml, ledger, public dir)."""
 
 import math
+import os
+import shutil
+import socket
+import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -236,3 +241,60 @@ def stage_logs(instance, run_id: str, dataset: str, stage: str) -> list:
         if inside:
             records.append(record)
     return records
+
+
+# ---- a throwaway PostgreSQL server ----------------------------------------------------------------
+
+PG_BIN = Path(os.environ.get("DP_SYNTH_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+
+class NoPostgres(RuntimeError):
+    """The PostgreSQL server binaries (or a way to run them) are missing: the message says which."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def postgres_server(skip: bool = True):
+    """A PostgreSQL server of its own: initdb into a temporary directory, started by pg_ctl on a
+    free loopback port (as the `postgres` user when the tests run as root), stopped after.
+    Yields `.dsn` (libpq key words), `.url` (postgresql://...) and `.data` (its directory).
+    Without the binaries (DP_SYNTH_PG_BIN, default Debian's; `.ci/install-postgres` installs
+    them) the test skips, saying so (`skip=False`: raises NoPostgres, for bench/)."""
+    why = None
+    if not (PG_BIN / "initdb").exists() or not (PG_BIN / "pg_ctl").exists():
+        why = f"PostgreSQL binaries not found in {PG_BIN} (set DP_SYNTH_PG_BIN)"
+    as_user = []
+    if why is None and os.geteuid() == 0:
+        if shutil.which("runuser") is None:
+            why = "running as root without runuser: cannot start PostgreSQL"
+        as_user = ["runuser", "-u", "postgres", "--"]
+    if why is not None:
+        if skip:
+            pytest.skip(why)
+        raise NoPostgres(why)
+    base = Path(f"/tmp/dp_synth_pg_{os.getpid()}_{free_port()}")
+    base.mkdir(mode=0o700)
+    if as_user:
+        shutil.chown(base, "postgres", "postgres")
+    data, port = base / "data", free_port()
+    subprocess.run(as_user + [str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres",
+                              "--auth=trust", "--no-sync", "-E", "UTF8"],
+                   check=True, capture_output=True)
+    subprocess.run(as_user + [str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(base / "log"),
+                              "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1 "
+                                    "-c fsync=off -c max_connections=200", "-w", "start"],
+                   check=True, capture_output=True)
+    server = SimpleNamespace(dsn=f"host=127.0.0.1 port={port} user=postgres dbname=postgres",
+                             url=f"postgresql://postgres@127.0.0.1:{port}/postgres",
+                             port=port, data=data)
+    try:
+        yield server
+    finally:
+        subprocess.run(as_user + [str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate",
+                                  "stop"], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)

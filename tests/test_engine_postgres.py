@@ -5,10 +5,6 @@ example synthesizes end to end with `engine: postgres` (notebook API and Dagster
 change detection included) while no query returns more rows than an aggregate's cells, and an
 error of PostgreSQL that quotes a value stays out of everything public."""
 
-import os
-import shutil
-import socket
-import subprocess
 from pathlib import Path
 
 import duckdb
@@ -20,12 +16,12 @@ from dp_synth_assets.core.config import DatasetSpec
 from dp_synth_assets.core.preprocess import Task, exact_aggregates, prepare_encoded_view
 from dp_synth_assets.core.marginals import MarginalStore, compute_marginals
 from dp_synth_assets.example import generate_example
-from tests.helpers import (counted_cells, example_entry, ledger_rows, record_fetches,
+from tests.helpers import (counted_cells, example_entry, ledger_rows, postgres_server,
+                           record_fetches,
                            registry_project)
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pyproject: psycopg)")
 
-PG_BIN = Path(os.environ.get("DP_SYNTH_PG_BIN", "/usr/lib/postgresql/15/bin"))
 ROWS = 3000
 BIG_ROWS = 20_000
 TABLE = "public.example"
@@ -33,43 +29,12 @@ _TYPES = {"int64": "BIGINT", "int32": "INTEGER", "double": "DOUBLE PRECISION", "
           "large_string": "TEXT", "bool": "BOOLEAN", "date32[day]": "DATE"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def postgres(tmp_path_factory):
-    """A PostgreSQL server of its own: initdb into a temporary directory, started by pg_ctl on
-    a free loopback port (as the `postgres` user when the tests run as root), stopped after."""
-    if not (PG_BIN / "initdb").exists() or not (PG_BIN / "pg_ctl").exists():
-        pytest.skip(f"PostgreSQL binaries not found in {PG_BIN} (set DP_SYNTH_PG_BIN)")
-    as_user = []
-    if os.geteuid() == 0:
-        if shutil.which("runuser") is None:
-            pytest.skip("running as root without runuser: cannot start PostgreSQL")
-        as_user = ["runuser", "-u", "postgres", "--"]
-    base = Path(f"/tmp/dp_synth_pg_{os.getpid()}_{_free_port()}")
-    base.mkdir(mode=0o700)
-    if as_user:
-        shutil.chown(base, "postgres", "postgres")
-    data, port = base / "data", _free_port()
-    subprocess.run(as_user + [str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres",
-                              "--auth=trust", "--no-sync", "-E", "UTF8"],
-                   check=True, capture_output=True)
-    subprocess.run(as_user + [str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(base / "log"),
-                              "-o", f"-p {port} -k {base} -c listen_addresses=127.0.0.1 "
-                                    "-c fsync=off", "-w", "start"],
-                   check=True, capture_output=True)
-    dsn = f"host=127.0.0.1 port={port} user=postgres dbname=postgres"
-    try:
-        _load_example(dsn)
-        yield dsn
-    finally:
-        subprocess.run(as_user + [str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate",
-                                  "stop"], capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
+def postgres():
+    """A PostgreSQL server of its own (`helpers.postgres_server`) holding the example's rows."""
+    with postgres_server() as server:
+        _load_example(server.dsn)
+        yield server.dsn
 
 
 def _load_example(dsn: str, name: str = TABLE, rows: int = ROWS) -> None:

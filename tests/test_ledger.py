@@ -17,6 +17,7 @@ import dagster
 import pytest
 
 import dp_synth_assets.core.ledger as ledger_module
+import dp_synth_assets.core.ledger_store as store_module
 import dp_synth_assets.resources.ledger as resource_module
 from dp_synth_assets.core.budget import BudgetStatus
 from dp_synth_assets.core.privacy import Spend, epsilon_from_rho
@@ -41,8 +42,10 @@ def spend(rho: float, mechanism: str = "gaussian_counts", delta_extra: float = 0
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> PrivacyLedger:
-    return PrivacyLedger(tmp_path / "ledger" / "privacy.sqlite")
+def ledger(location) -> PrivacyLedger:
+    """A new ledger in each store (conftest `location`: a SQLite file, a PostgreSQL schema)."""
+    path, schema = location
+    return PrivacyLedger(path, schema=schema)
 
 
 def row_count(ledger: PrivacyLedger) -> int:
@@ -247,15 +250,21 @@ def test_ledger_is_append_only(ledger):
     check()
     assert [e["id"] for e in seen] == sorted(e["id"] for e in seen)
 
-    # no statement of the ledger updates, deletes or replaces: neither its source nor the
-    # sql/ files it loads (every statement it runs; test_architecture keeps SQL out of Python)
-    source = Path(ledger_module.__file__).read_text()
-    loads = [node.args[0] for node in ast.walk(ast.parse(source))
-             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "sql"]
+    # no statement of the ledger updates, deletes or replaces: neither its source (the ledger
+    # and its two stores) nor the sql/ files they load (every statement they run;
+    # test_architecture keeps SQL out of Python)
+    texts, loads = {}, []
+    for module in (ledger_module, store_module):
+        source = Path(module.__file__).read_text()
+        texts[module.__name__] = source
+        loads += [node.args[0] for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Call) and (getattr(node.func, "id", None) == "sql"
+                                                     or getattr(node.func, "attr", None)
+                                                     == "statement")]
     assert loads and all(isinstance(name, ast.Constant) for name in loads)
-    texts = {"dp_synth_assets/core/ledger.py": source} | {
-        f"sql/{name.value}.sql": (SQL_DIR / f"{name.value}.sql").read_text() for name in loads}
-    assert "sql/ledger_insert.sql" in texts
+    texts |= {f"sql/{name.value}.sql": (SQL_DIR / f"{name.value}.sql").read_text()
+              for name in loads}
+    assert "sql/ledger_insert.sql" in texts and "sql/ledger_pg_insert.sql" in texts
     # the one DROP: the schema upgrade drops the old events table once its rows are copied, in
     # the same transaction (tests/test_ledger_limits.py checks that every row is kept)
     assert re.fullmatch(r"(--[^\n]*\n)*DROP TABLE privacy_ledger_upgraded\n?",
@@ -265,42 +274,70 @@ def test_ledger_is_append_only(ledger):
                           r"OR\s+REPLACE", r"REPLACE\s+INTO", r"DROP\s+TABLE", r"ON\s+CONFLICT"):
             assert not re.search(statement, text, re.IGNORECASE), (where, statement)
 
-    conn = sqlite3.connect(ledger.path)  # the database itself refuses, too
-    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
-        conn.execute("UPDATE privacy_ledger SET rho = 0")
-    with pytest.raises(sqlite3.DatabaseError, match="append-only"):
-        conn.execute("DELETE FROM privacy_ledger")
-    conn.close()
+    raw_refuses_changes(ledger)  # the database itself refuses, too
     assert ledger.events() == seen
+
+
+def raw_refuses_changes(ledger: PrivacyLedger) -> None:
+    """The ledger's database refuses UPDATE and DELETE (and, in PostgreSQL, TRUNCATE) of its
+    rows, whoever connects."""
+    if ledger.database is None:
+        conn = sqlite3.connect(ledger.path)
+        try:
+            for statement in ("UPDATE privacy_ledger SET rho = 0", "DELETE FROM privacy_ledger"):
+                with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+                    conn.execute(statement)
+        finally:
+            conn.close()
+        return
+    import psycopg
+
+    with psycopg.connect(ledger.database.url, autocommit=True) as conn:
+        for table in ("privacy_ledger", "ledger_meta", "ledger_head"):
+            for statement in (f"UPDATE {ledger.database.schema}.{table} SET rows = 0"
+                              if table == "ledger_head" else
+                              f"UPDATE {ledger.database.schema}.{table} SET id = 0",
+                              f"DELETE FROM {ledger.database.schema}.{table}",
+                              f"TRUNCATE {ledger.database.schema}.{table}"):
+                with pytest.raises(psycopg.Error, match="append-only"):
+                    conn.execute(statement)
 
 
 # ---- real processes ------------------------------------------------------------------------------
 
 
-def _race(paths: list[str], run_id: str, barrier, results) -> None:
-    """Reserve 60% of the limit on each ledger file, at the same moment as the other process."""
-    for path in paths:
-        ledger = PrivacyLedger(path)
+def _race(locations: list[tuple[str, str]], run_id: str, barrier, results) -> None:
+    """Reserve 30% of the limit in each ledger, at the same moment as the other processes."""
+    for path, schema in locations:
+        ledger = PrivacyLedger(path, schema=schema)
         barrier.wait(timeout=60)
         try:
-            ledger.reserve("adult", run_id, 0.6, 1.0, delta=DELTA)
-            results.put((path, run_id, True))
+            ledger.reserve("adult", run_id, 0.3, 1.0, delta=DELTA)
+            results.put((schema + path, run_id, True))
         except BudgetExceeded:
-            results.put((path, run_id, False))
+            results.put((schema + path, run_id, False))
 
 
-def test_concurrent_reservations_from_two_processes_cannot_overspend(tmp_path):
-    rounds = 5
-    paths = [str(tmp_path / f"round{i}" / "ledger.sqlite") for i in range(rounds)]
+def test_concurrent_reservations_from_separate_processes_cannot_overspend(store, tmp_path,
+                                                                           request):
+    """Six processes reserve 0.3 of a limit of 1 at the same moment, in each of three new
+    ledgers of the store: exactly three fit each time, whatever the interleaving."""
+    rounds, n = 3, 6
+    if store == "sqlite":
+        locations = [(str(tmp_path / f"round{i}" / "ledger.sqlite"), "dp_synth")
+                     for i in range(rounds)]
+    else:
+        url = request.getfixturevalue("pg_server").url
+        locations = [(url, f"race_{os.getpid()}_{i}_{time.monotonic_ns()}") for i in range(rounds)]
     context = multiprocessing.get_context("spawn")
-    barrier, results = context.Barrier(2), context.Queue()
-    workers = [context.Process(target=_race, args=(paths, run_id, barrier, results))
-               for run_id in ("run-a", "run-b")]
+    barrier, results = context.Barrier(n), context.Queue()
+    workers = [context.Process(target=_race, args=(locations, f"run-{k}", barrier, results))
+               for k in range(n)]
     for worker in workers:
         worker.start()
     outcomes = []
-    deadline = time.monotonic() + 60
-    while len(outcomes) < 2 * rounds and time.monotonic() < deadline:
+    deadline = time.monotonic() + 120
+    while len(outcomes) < n * rounds and time.monotonic() < deadline:
         try:
             outcomes.append(results.get(timeout=0.5))
         except queue.Empty:
@@ -311,33 +348,34 @@ def test_concurrent_reservations_from_two_processes_cannot_overspend(tmp_path):
         if worker.exitcode is None:
             worker.kill()
             worker.join()
-    assert [worker.exitcode for worker in workers] == [0, 0]
-    assert len(outcomes) == 2 * rounds
+    assert [worker.exitcode for worker in workers] == [0] * n
+    assert len(outcomes) == n * rounds
 
-    for path in paths:
-        assert sorted(ok for p, _, ok in outcomes if p == path) == [False, True], path
-        ledger = PrivacyLedger(path)
-        assert ledger.summary("adult").reserved_rho == 0.6
-        assert [e["kind"] for e in ledger.events()] == ["reserve"]
+    for path, schema in locations:
+        accepted = sorted(ok for where, _, ok in outcomes if where == schema + path)
+        assert accepted == [False] * 3 + [True] * 3, (path, schema)
+        ledger = PrivacyLedger(path, schema=schema)
+        assert ledger.summary("adult").reserved_rho == pytest.approx(0.9)
+        assert [e["kind"] for e in ledger.events()] == ["reserve"] * 3
 
 
-def _reserve_charge_and_hang(path: str, ready) -> None:
-    ledger = PrivacyLedger(path)
+def _reserve_charge_and_hang(path: str, ready, schema: str = "dp_synth") -> None:
+    ledger = PrivacyLedger(path, schema=schema)
     ledger.reserve("adult", "doomed", 0.625, 1.0)
     ledger.charge("adult", "doomed", "measure", spend(0.25))
     ready.set()
     time.sleep(300)
 
 
-def test_killed_run_keeps_its_charges_and_its_reservation_is_released(tmp_path):
-    path = str(tmp_path / "ledger.sqlite")
+def test_killed_run_keeps_its_charges_and_its_reservation_is_released(location):
+    path, schema = location
     context = multiprocessing.get_context("spawn")
     ready = context.Event()
-    process = context.Process(target=_reserve_charge_and_hang, args=(path, ready))
+    process = context.Process(target=_reserve_charge_and_hang, args=(path, ready, schema))
     process.start()
     try:
         assert ready.wait(timeout=60)
-        ledger = PrivacyLedger(path)
+        ledger = PrivacyLedger(path, schema=schema)
         # 0.25 spent + 0.375 reserved + 0.5 > 1 while the run lives
         assert not ledger.can_cover("adult", 0.5, 1.0)
         with pytest.raises(BudgetExceeded):

@@ -16,8 +16,11 @@ LIMIT = 1.0
 
 
 @pytest.fixture
-def ledger(tmp_path: Path) -> PrivacyLedger:
-    return PrivacyLedger(tmp_path / "ledger.sqlite", units={"a": "table:w:main.t"})
+def ledger(location) -> PrivacyLedger:
+    """A new ledger in each store (tests/conftest.py: SQLite, and PostgreSQL when the server
+    binaries are here)."""
+    path, schema = location
+    return PrivacyLedger(path, units={"a": "table:w:main.t"}, schema=schema)
 
 
 def run(ledger: PrivacyLedger, run_id: str, rho: float, limit: float, dataset: str = "a"):
@@ -60,7 +63,7 @@ def test_a_delta_extra_limit_is_kept_too(ledger):
         ledger.reserve("a", "r2", 0.1, LIMIT, 0.0, 1e-6)
 
 
-def test_set_limit_raises_it_on_the_record_and_the_chain_holds(ledger, tmp_path):
+def test_set_limit_raises_it_on_the_record_and_the_chain_holds(ledger, location):
     run(ledger, "r1", 0.5, LIMIT)
     with pytest.raises(ValueError, match="reason"):
         ledger.set_limit("a", 3.0, reason=" ")
@@ -77,13 +80,13 @@ def test_set_limit_raises_it_on_the_record_and_the_chain_holds(ledger, tmp_path)
     with pytest.raises(LimitNotGranted, match="set by `raise-limit`"):
         ledger.reserve("a", "r3", 0.1, 4.0)
     # a fresh reader verifies the whole chain, the limit row included
-    assert PrivacyLedger(ledger.path).head() == ledger.head()
+    assert PrivacyLedger(location[0], schema=location[1]).head() == ledger.head()
 
 
 def test_raises_made_before_limits_were_kept_are_honoured(ledger):
     """A ledger written before this rule holds reservations with growing limits (each edit of
     datasets.yaml was a raise then): the largest is the unit's limit."""
-    with ledger._transaction() as tx:
+    with ledger._transaction() as tx:  # rows as an earlier release wrote them
         for run_id, limit in (("old1", 1.0), ("old2", 2.0)):
             for kind in ("reserve", "release"):
                 ledger._insert(tx, ("table:w:main.t", "table:w:main.t"), "a", run_id, kind, 0.1,

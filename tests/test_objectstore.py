@@ -223,13 +223,13 @@ def test_a_failing_run_leaves_the_published_set_readable(s3, s3run, monkeypatch)
 def test_the_run_lock_on_s3_is_one_conditional_write(s3):
     """Two runs: one takes the dataset, the other finds it held and times out naming it; a lock
     whose run has finished is taken over; release frees it."""
-    from dp_synth_assets.core.runs import DatasetLock, RunWaitTimeout
+    from dp_synth_assets.core.runs import RunWaitTimeout, dataset_lock
 
-    lock = DatasetLock(f"{PUBLIC}/locked", "locked")
+    lock = dataset_lock(f"{PUBLIC}/locked", "locked")
     assert lock.acquire("run-a", owner="elsewhere:1:1", timeout=0)
     assert not lock.acquire("run-a", owner="elsewhere:1:1", timeout=0)  # re-entrant
     with pytest.raises(RunWaitTimeout, match="run run-a"):
-        DatasetLock(f"{PUBLIC}/locked", "locked").acquire("run-b", timeout=0, poll=0)
+        dataset_lock(f"{PUBLIC}/locked", "locked").acquire("run-b", timeout=0, poll=0)
     assert lock.acquire("run-c", timeout=0, finished=lambda run: run == "run-a")
     assert lock.holder()["run_id"] == "run-c"
     assert not lock.release("run-a") and lock.release("run-c")
@@ -358,11 +358,11 @@ def test_racing_runs_take_the_lock_once(s3):
     one create the lock object; the others find it held."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from dp_synth_assets.core.runs import DatasetLock, RunWaitTimeout
+    from dp_synth_assets.core.runs import RunWaitTimeout, dataset_lock
 
     def take(i: int) -> bool:
         try:
-            return DatasetLock(f"{PUBLIC}/raced", "raced").acquire(
+            return dataset_lock(f"{PUBLIC}/raced", "raced").acquire(
                 f"run-{i}", owner="elsewhere:1:1", timeout=0, poll=0)
         except RunWaitTimeout:
             return False
@@ -370,7 +370,7 @@ def test_racing_runs_take_the_lock_once(s3):
     with ThreadPoolExecutor(8) as pool:
         taken = list(pool.map(take, range(8)))
     assert taken.count(True) == 1
-    holder = DatasetLock(f"{PUBLIC}/raced", "raced").holder()["run_id"]
+    holder = dataset_lock(f"{PUBLIC}/raced", "raced").holder()["run_id"]
     assert holder == f"run-{taken.index(True)}"
 
 
@@ -431,23 +431,23 @@ def test_a_stale_lock_is_taken_over_once_and_only_its_holder_frees_it(s3):
     """Over one stale lock, of two runs that judged it stale only the first replaces it (the
     second's replace-if-unchanged finds another version); a run's release never deletes a lock
     written after it read it."""
-    from dp_synth_assets.core.runs import DatasetLock
+    from dp_synth_assets.core.runs import dataset_lock
 
     root = f"{PUBLIC}/stale"
-    assert DatasetLock(root, "stale").acquire("dead", owner="elsewhere:1:1", timeout=0)
-    first, second = DatasetLock(root, "stale"), DatasetLock(root, "stale")
+    assert dataset_lock(root, "stale").acquire("dead", owner="elsewhere:1:1", timeout=0)
+    first, second = dataset_lock(root, "stale"), dataset_lock(root, "stale")
     assert first.holder()["run_id"] == second.holder()["run_id"] == "dead"  # both read it
-    assert first._take(b'{"run_id": "one"}', stale=True)
-    assert not second._take(b'{"run_id": "two"}', stale=True)
-    assert DatasetLock(root, "stale").holder()["run_id"] == "one"
+    assert first._take_over(first.holder(), "one", "elsewhere:1:1")
+    assert not second._take_over({"run_id": "dead"}, "two", "elsewhere:1:1")
+    assert dataset_lock(root, "stale").holder()["run_id"] == "one"
     # "one" reads its lock, then another run replaces it (e.g. took it over as stale)
-    reader = DatasetLock(root, "stale")
+    reader = dataset_lock(root, "stale")
     assert reader.holder()["run_id"] == "one"
-    assert DatasetLock(root, "stale").acquire("three", timeout=0, finished=lambda r: r == "one")
+    assert dataset_lock(root, "stale").acquire("three", timeout=0, finished=lambda r: r == "one")
     from dp_synth_assets.core.store import replace_object
 
     assert not replace_object(reader.path, None, reader._version)  # the old version is gone
-    assert DatasetLock(root, "stale").holder()["run_id"] == "three"
+    assert dataset_lock(root, "stale").holder()["run_id"] == "three"
     # a lock object that is not a lock (truncated, edited) is replaced, not waited on forever
     s3.pipe_file("dp-public/zone/stale/run.lock", b"not json")
-    assert DatasetLock(root, "stale").acquire("four", timeout=0)
+    assert dataset_lock(root, "stale").acquire("four", timeout=0)

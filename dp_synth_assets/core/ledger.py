@@ -1,4 +1,6 @@
-"""The privacy ledger (DESIGN.md section 5): an append-only SQLite table of budget events.
+"""The privacy ledger (DESIGN.md section 5): an append-only table of budget events, in a SQLite
+file or in a schema of a PostgreSQL database (`core.ledger_store`: this module is the ledger's
+logic, the store keeps its rows).
 
 Every event is one row of `privacy_ledger` with kind
 - `reserve`: a run sets aside its whole budget before it reads private data;
@@ -16,8 +18,9 @@ command that raises it; a smaller one applies, and pins nothing.
 
 A run's open reservation is its last `reserve` row with no later `release` row. Spent = the sum of all
 charges, forever (a crashed run keeps what it spent). Reserved = open reservations minus their charges.
-Every read-modify-write is one `BEGIN IMMEDIATE` transaction, so concurrent processes serialize on the
-database's write lock and cannot overspend. Rows are never updated or deleted: this module only
+Every read-modify-write is one transaction of the store that serializes it across processes
+(SQLite: `BEGIN IMMEDIATE` under a lock file; PostgreSQL: under an advisory lock, across hosts
+too), so concurrent runs cannot overspend. Rows are never updated or deleted: this module only
 inserts, and triggers make the database refuse UPDATE and DELETE as well.
 
 Rows are keyed by privacy unit (dp_synth_assets.core.units): the source's identity or a budget
@@ -25,38 +28,34 @@ group; the budget arithmetic (spent, reserved, reserve, can_cover) sums over the
 entry name wrote the rows. The `dataset` column keeps the entry name for display.
 
 Tamper evidence: row i carries hash_i = sha256(hash_{i-1} "\n" canonical(row i)), where hash_0
-derives from a random secret drawn when the file is created (so the public head hash cannot be
-tested against guessed row contents). After each write transaction commits, the head (row count,
-hash of the last row, hash_0) is mirrored, atomically (temporary file + os.replace), to a head
-file beside the ledger (`<ledger>.head`); a lock file (`<ledger>.lock`) serializes the whole
-write, SQLite transaction and head update, across processes. Spending assets also publish the
-head in their metadata. Every reading or writing access recomputes the chain and requires the
-ledger to extend the mirrored head: an edited row, a truncated ledger, an older copy, another
-ledger file, or a missing ledger whose head file records rows, raise LedgerError and nothing is
-spent. A crash between the commit and the head update leaves the ledger ahead of its mirror,
-which is accepted.
+derives from a random secret drawn when the ledger is created (so the public head hash cannot be
+tested against guessed row contents); a row hashes alike in both stores. Each write that adds
+rows mirrors the head (row count, hash of the last row, hash_0): SQLite, after the commit, to the
+head file `<ledger>.head`; PostgreSQL, in the same transaction, to the table `ledger_head`.
+Spending assets also publish the head in their metadata. Every reading or writing access
+recomputes the chain and requires the ledger to extend the mirrored head: an edited row, a
+truncated ledger, an older copy, another ledger, or a missing ledger whose head file records
+rows, raise LedgerError and nothing is spent (`core.ledger_store` says what each mirror can and
+cannot see). A crash between a SQLite commit and its head update leaves the ledger ahead of its
+mirror, which is accepted.
 
-Locks and files: a wait for the ledger's lock file or for SQLite's write lock is reported through
-`log` every `lock_report_seconds` while it lasts and ends after `lock_timeout_seconds` in a
-LedgerError naming the file, the processes holding its lock (read from /proc/locks where the
-system has it) and the fix. A ledger file that SQLite cannot open, read or write (not a
-database, truncated, read-only, a folder) raises a LedgerError naming the file and the fix,
-before anything is spent.
+Locks and errors: a wait for the ledger's lock is reported through `log` every
+`lock_report_seconds` while it lasts and ends after `lock_timeout_seconds` in a LedgerError
+naming the ledger, who holds the lock and the fix. A ledger that cannot be opened, read or
+written (a corrupt or read-only file, an unreachable server, a missing permission) raises a
+LedgerError naming it (never a password) and the fix, before anything is spent.
 
-`PrivacyLedger` uses only the standard library and its SQLite statements in sql/ledger_*.sql, so
-the pipeline (through `dp_synth_assets.resources.ledger.LedgerResource`, its Dagster wrapper)
-and the notebook API share it.
+`PrivacyLedger` uses only the standard library (and psycopg, imported when the ledger is in
+PostgreSQL) and its statements in sql/ledger_*.sql, so the pipeline (through
+`dp_synth_assets.resources.ledger.LedgerResource`, its Dagster wrapper) and the notebook API
+share it.
 """
 
-import fcntl
 import hashlib
 import json
 import math
-import os
-import secrets
 import socket
 import sqlite3
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -68,38 +67,30 @@ from .budget import fits as _fits
 from .privacy import Spend, epsilon_from_rho
 from .sql import sql
 from .units import alias_digest, group_name
+from .ledger_store import (  # noqa: F401 - re-exported: the ledger's names, wherever it is stored
+    DEFAULT_SCHEMA,
+    LEDGER_HEAD_SUFFIX,
+    LEDGER_LOCK_SUFFIX,
+    LedgerError,
+    PostgresStore,
+    SqliteStore,
+    StoreTx,
+    describe_processes,
+    is_postgres,
+    lock_holders,
+    open_store,
+    owner_alive,
+    owner_id,
+    redact,
+)
 
 KINDS = ("reserve", "charge", "release", "limit")
 BUSY_TIMEOUT_MS = 30_000  # the default lock timeout (`PrivacyLedger.lock_timeout_seconds`)
 LOCK_REPORT_SECONDS = 5.0
 DEFAULT_STALE_AFTER_SECONDS = 6 * 3600.0
 
-LEDGER_HEAD_SUFFIX = ".head"
-LEDGER_LOCK_SUFFIX = ".lock"
-_COLUMNS = ("id", "ts", "unit", "source", "dataset", "run_id", "stage", "mechanism", "kind", "rho",
-            "delta_extra", "parameters", "owner")
-
-# The SQLite statements live in sql/ledger_*.sql, like every statement of the project.
-_SCHEMA = (
-    sql("ledger_create_events"),
-    sql("ledger_create_index"),
-    *(sql("ledger_append_only", table="privacy_ledger", event=event,
-          name=f"privacy_ledger_append_only_{event[0].lower()}") for event in ("UPDATE", "DELETE")),
-    sql("ledger_create_meta"),
-    *(sql("ledger_append_only", table="ledger_meta", event=event,
-          name=f"ledger_meta_append_only_{event[0].lower()}") for event in ("UPDATE", "DELETE")),
-)
-_INSERT = sql("ledger_insert")
-_SELECT = sql("ledger_rows", columns=", ".join(_COLUMNS))
-_COLUMNS_OF = sql("ledger_columns")
+# What `migrate_legacy` reads of a ledger from before the hash chain (sql/ledger_legacy_rows.sql).
 _LEGACY_SELECT = sql("ledger_legacy_rows")
-_GENESIS = sql("ledger_genesis")
-_INSERT_GENESIS = sql("ledger_insert_genesis")
-
-
-class LedgerError(Exception):
-    """A misuse of the ledger (a charge by a run that holds no reservation), or a ledger that
-    fails its tamper checks (the message says what was detected and how to restore it)."""
 
 
 def budget_message(
@@ -275,49 +266,6 @@ class LedgerSummary:
         return remaining_rho(limit_rho, self.spent_rho, self.reserved_rho)
 
 
-# ---- owners: which process wrote a row, and is it still alive --------------------------------------
-
-
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state, start time) of a process from /proc/<pid>/stat (fields 3 and 22), or None if gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()  # the command name may contain spaces and ')'
-    return fields[0], fields[19]
-
-
-def owner_id(pid: int | None = None) -> str:
-    """'host:pid:start' of a process; the start time tells a reused pid from the original."""
-    pid = os.getpid() if pid is None else pid
-    stat = _proc_stat(pid)
-    return f"{socket.gethostname()}:{pid}:{stat[1] if stat else ''}"
-
-
-def owner_alive(owner: str) -> bool | None:
-    """Whether the owner process still runs; None when this host cannot tell (another host)."""
-    parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
-        return None
-    pid, start = int(parts[1]), parts[2]
-    if pid <= 0:
-        return None
-    if os.path.isdir("/proc/self"):
-        stat = _proc_stat(pid)
-        if stat is None:
-            return False
-        state, current_start = stat
-        return state not in ("Z", "X") and (not start or current_start == start)
-    try:  # no /proc (macOS): the pid alone
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 # ---- folding rows into the state of a dataset -------------------------------------------------------
 
 
@@ -412,73 +360,7 @@ def _json(parameters: dict) -> str:
                       default=lambda o: o.item() if hasattr(o, "item") else str(o))
 
 
-def _enable_wal(conn: sqlite3.Connection, timeout: float = BUSY_TIMEOUT_MS / 1000) -> None:
-    """Switch the database to WAL mode (persistent), retrying while another process holds it.
-
-    SQLite answers a journal-mode change with "database is locked" at once, without waiting for
-    the busy timeout, when another connection is creating the database at the same moment.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if conn.execute(sql("ledger_journal_wal")).fetchone()[0].lower() == "wal":
-                return
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) and "busy" not in str(error):
-                raise
-        if time.monotonic() > deadline:
-            raise sqlite3.OperationalError("could not switch the privacy ledger to WAL mode")
-        time.sleep(0.01)
-
-
 # ---- the hash chain and its mirrored head -----------------------------------------------------------
-
-
-def _is_locked(error: sqlite3.Error) -> bool:
-    text = str(error).lower()
-    return "locked" in text or "busy" in text
-
-
-def lock_holders(*paths: Path) -> list[int]:
-    """The processes holding a lock (flock or POSIX) on any of `paths`, from /proc/locks
-    (empty where the system has none, or when no lock is visible)."""
-    inodes = set()
-    for path in paths:
-        try:
-            inodes.add(os.stat(path).st_ino)
-        except OSError:
-            continue
-    pids = []
-    try:
-        lines = Path("/proc/locks").read_text().splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        fields = line.split()
-        try:
-            i = fields.index("->") + 1 if "->" in fields else 0
-            pid, where = int(fields[i + 4]), fields[i + 5]
-            inode = int(where.rsplit(":", 1)[1])
-        except (ValueError, IndexError):
-            continue
-        if inode in inodes and pid != os.getpid() and pid not in pids:
-            pids.append(pid)
-    return pids
-
-
-def describe_processes(pids: list[int]) -> str:
-    """'PID 123 (python -m dagster ...), PID 456' for a message; 'another process' if none."""
-    if not pids:
-        return "another process"
-    shown = []
-    for pid in pids:
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace").strip()
-        except OSError:
-            command = ""
-        shown.append(f"PID {pid}" + (f" ({command[:120]})" if command else ""))
-    return ", ".join(shown)
 
 
 def _canonical(row: dict) -> str:
@@ -493,15 +375,12 @@ def _chain(previous: str, row: dict) -> str:
     return hashlib.sha256(f"{previous}\n{_canonical(row)}".encode()).hexdigest()
 
 
-def _genesis_hash(secret: str) -> str:
-    return hashlib.sha256(f"dp-synth privacy ledger\n{secret}".encode()).hexdigest()
-
-
 @dataclass
 class _Tx:
-    """An open write transaction: its connection and the verified rows, grown by each insert."""
+    """An open write transaction: the store's (`ledger_store.StoreTx`) and the verified rows,
+    grown by each insert."""
 
-    conn: sqlite3.Connection
+    store: StoreTx
     rows: list[dict]
     genesis: str
 
@@ -514,22 +393,27 @@ class _Tx:
 
 
 class PrivacyLedger:
-    """The append-only privacy ledger in the SQLite file `path` (created on first use).
+    """The append-only privacy ledger at `path`: the SQLite file `path` (created on first use),
+    or, when `path` is a postgresql:// (postgres://) URL, the schema `schema` of that database
+    (created on first use); `core.ledger_store` keeps the rows, this class their meaning.
 
     `units` maps dataset names to privacy units (dp_synth_assets.core.units.privacy_units) and
     `sources` to their source identities (a unit's budget also counts the rows recorded on its
     sources under another unit); a dataset they do not name is taken to be where its latest row
-    was recorded, else in a unit of its own name. `head_path` is the mirrored head file (default `<path>.head`).
+    was recorded, else in a unit of its own name. `head_path` is the mirrored head file of a
+    SQLite ledger (default `<path>.head`; a PostgreSQL ledger mirrors its head in a table).
     `entries` maps dataset names to where their entries are written (`config.DatasetSpec.entry`),
     which a budget refusal names. `aliases` maps dataset names to earlier names of their source
     (`units.aliases`, as `units.alias_digest`s): rows recorded under them count for the
     dataset's unit.
 
     An open reservation is stale, and released by the next `reserve` or by `release_stale`, when the
-    process that last wrote for its run (reserve or charge) ran on this host and is gone, or when the
-    run has written nothing for `stale_after_seconds`. `owner_pid` names the process whose death
-    makes this ledger's reservations stale (default: the calling process); a Dagster step running in
-    a child process of the run worker may pass the run worker's pid.
+    process that last wrote for its run (reserve or charge) is gone: seen on this host from its
+    process table, and from any host with a PostgreSQL ledger (its presence lock,
+    `core.ledger_store`), or when the run has written nothing for `stale_after_seconds`.
+    `owner_pid` names the process whose death makes this ledger's reservations stale (default:
+    the calling process); a Dagster step running in a child process of the run worker may pass
+    the run worker's pid (its death is then seen from its host only).
     """
 
     def __init__(self, path: str | Path, stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
@@ -537,12 +421,12 @@ class PrivacyLedger:
                  head_path: str | Path | None = None, sources: dict[str, str] | None = None,
                  lock_timeout_seconds: float = BUSY_TIMEOUT_MS / 1000,
                  lock_report_seconds: float = LOCK_REPORT_SECONDS, log=None,
-                 entries: dict[str, str] | None = None,
+                 entries: dict[str, str] | None = None, schema: str = DEFAULT_SCHEMA,
                  aliases: dict[str, tuple[str, ...]] | None = None):
-        self.path = Path(path)
-        self.head_path = (Path(head_path) if head_path
-                          else self.path.with_name(self.path.name + LEDGER_HEAD_SUFFIX))
-        self.lock_path = self.path.with_name(self.path.name + LEDGER_LOCK_SUFFIX)
+        self._store = open_store(path, self, head_path, schema)
+        self.path = self._store.path  # the file, or the URL without its password
+        self.head_path = self._store.head_path  # None in PostgreSQL
+        self.database = self._store.database  # the PostgreSQL schema, None for a file
         self.stale_after_seconds = float(stale_after_seconds)
         self.owner_pid = owner_pid
         self.units = dict(units or {})
@@ -552,7 +436,6 @@ class PrivacyLedger:
         self.lock_timeout_seconds = float(lock_timeout_seconds)
         self.lock_report_seconds = float(lock_report_seconds)
         self.log = log  # a callable taking one line (a wait still going on), or None
-        self._ready = False
 
     # -- units
 
@@ -596,287 +479,62 @@ class PrivacyLedger:
     # -- tamper evidence
 
     def _restore_hint(self) -> str:
-        return (
-            f"Nothing was spent. Restore the ledger file {self.path} from a backup that contains "
-            f"the mirrored head (take backups with `sqlite3 {self.path} \".backup <file>\"`; the "
-            f"file is in WAL mode), or point DP_SYNTH_LEDGER at the right file. The head is "
-            f"mirrored in {self.head_path} and in the `privacy/ledger_rows` and "
-            f"`privacy/ledger_head` metadata of the latest spending materializations."
-        )
-
-    def _head(self) -> dict | None:
-        """The mirrored head {rows, head, genesis}, or None when there is no head file."""
-        try:
-            text = self.head_path.read_text()
-        except FileNotFoundError:
-            return None
-        try:
-            head = json.loads(text)
-            head = {"rows": int(head["rows"]), "head": str(head["head"]),
-                    "genesis": str(head["genesis"])}
-        except (ValueError, KeyError, TypeError):
-            raise LedgerError(f"The privacy ledger's head file {self.head_path} is unreadable; "
-                              f"restore it from a backup. {self._restore_hint()}") from None
-        return head
-
-    def _write_head(self, rows: list[dict], genesis: str) -> None:
-        """Mirror the head atomically (`store.atomic_write`: a complete temporary file, then
-        os.replace)."""
-        from .store import atomic_write
-
-        head = {"ledger": str(self.path.resolve()), "rows": len(rows),
-                "head": rows[-1]["hash"] if rows else genesis, "genesis": genesis}
-        atomic_write(self.head_path, json.dumps(head).encode())
+        return self._store.restore_hint()
 
     def _verify(self, rows: list[dict], genesis: str, head: dict | None) -> None:
         """Refuse (LedgerError) unless the chain recomputes and the ledger extends the head."""
+        name, mirror = self._store.name, self._store.head_name
         previous = genesis
         for position, row in enumerate(rows, start=1):
             if row["id"] != position or _chain(previous, row) != row["hash"]:
                 raise LedgerError(
-                    f"The privacy ledger {self.path} fails its hash chain at row {row['id']}: a "
+                    f"The privacy ledger {name} fails its hash chain at row {row['id']}: a "
                     f"row was edited, removed or inserted. {self._restore_hint()}")
             previous = row["hash"]
         if head is None:
             if rows:
                 raise LedgerError(
-                    f"The privacy ledger {self.path} has {len(rows)} rows but no head file "
-                    f"{self.head_path}, so a truncated or swapped ledger cannot be ruled out. If "
-                    f"you moved the ledger, move its head file with it. If this ledger is complete "
-                    f"(compare with the `privacy/ledger_head` metadata of the latest spending "
-                    f"materialization), record its head with "
-                    f"`python -m dp_synth_assets.resources.ledger adopt {self.path}`.")
+                    f"The privacy ledger {name} has {len(rows)} rows but no {mirror}, so a "
+                    f"truncated or swapped ledger cannot be ruled out. If you moved the ledger, "
+                    f"move its head with it. If this ledger is complete (compare with the "
+                    f"`privacy/ledger_head` metadata of the latest spending materialization), "
+                    f"record its head with `{self._store.adopt_command()}`.")
             return
         if head["genesis"] != genesis:
             raise LedgerError(
-                f"The privacy ledger {self.path} is not the ledger its head file {self.head_path} "
-                f"mirrors (it is another ledger file, or a new one: the ledger was swapped or "
-                f"deleted). {self._restore_hint()}")
+                f"The privacy ledger {name} is not the ledger its {mirror} mirrors (it is "
+                f"another ledger, or a new one: the ledger was swapped or deleted). "
+                f"{self._restore_hint()}")
         if len(rows) < head["rows"]:
             raise LedgerError(
-                f"The privacy ledger {self.path} has {len(rows)} rows, but its head file "
-                f"{self.head_path} records {head['rows']}: rows were removed (the ledger was "
-                f"truncated, or an older copy was put in its place). {self._restore_hint()}")
+                f"The privacy ledger {name} has {len(rows)} rows, but its {mirror} records "
+                f"{head['rows']}: rows were removed (the ledger was truncated, or an older copy "
+                f"was put in its place). {self._restore_hint()}")
         if head["rows"] and rows[head["rows"] - 1]["hash"] != head["head"]:
             raise LedgerError(
-                f"Row {head['rows']} of the privacy ledger {self.path} does not carry the head "
-                f"hash its head file {self.head_path} records: the ledger was replaced or "
-                f"rewritten. {self._restore_hint()}")
+                f"Row {head['rows']} of the privacy ledger {name} does not carry the head "
+                f"hash its {mirror} records: the ledger was replaced or rewritten. "
+                f"{self._restore_hint()}")
 
-    # -- connections
-
-    @contextmanager
-    def _lock(self) -> Iterator[None]:
-        """The cross-process lock around a write: SQLite transaction plus head update."""
-        try:
-            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as e:
-            raise LedgerError(self._unusable(self.lock_path, e)) from None
-        try:
-            wait = self._waiting(self.lock_path)
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    wait()
-                    time.sleep(0.005)
-            yield
-        finally:
-            os.close(fd)  # releases the lock
-
-    def _waiting(self, path: Path, *others: Path):
-        """A function called on each failed attempt to take a lock on `path`: it reports the wait
-        through `log` every `lock_report_seconds` and raises LedgerError after
-        `lock_timeout_seconds`, naming the holders (`lock_holders`) and the fix."""
-        started = time.monotonic()
-        reported = [started]
-
-        def wait() -> None:
-            now = time.monotonic()
-            if now - started > self.lock_timeout_seconds:
-                holders = describe_processes(lock_holders(path, *others))
-                raise LedgerError(
-                    f"The privacy ledger {self.path} is locked by {holders} for over "
-                    f"{self.lock_timeout_seconds:g} s ({path}). Nothing was spent by this "
-                    f"attempt. Wait for that process to finish (a run holds the lock for a "
-                    f"moment per ledger row), stop it if it is stuck, or raise the ledger's "
-                    f"`lock_timeout_seconds`.")
-            if self.log is not None and now - reported[0] >= self.lock_report_seconds:
-                reported[0] = now
-                self.log(f"waiting for the privacy ledger's lock on {path}, held by "
-                         f"{describe_processes(lock_holders(path, *others))}: "
-                         f"{now - started:.0f} s of {self.lock_timeout_seconds:g} s")
-        return wait
-
-    def _unusable(self, path: Path, error: BaseException) -> str:
-        """The message for a ledger file that cannot be opened, read or written."""
-        text = str(error)
-        if "not a database" in text or "malformed" in text or "disk image" in text:
-            what, fix = ("is not a SQLite database (it is corrupt, truncated or another file)",
-                         "Restore it from a backup (with its .head file)")
-        elif "readonly" in text or "read-only" in text or isinstance(error, PermissionError):
-            what, fix = ("cannot be written (a read-only file or folder)",
-                         "Make the file, its folder and its -wal/-shm/.lock files writable by "
-                         "this user")
-        else:
-            what, fix = (f"cannot be opened ({text})",
-                         "Check that the path is a file in a folder this user can write, or "
-                         "point DP_SYNTH_LEDGER (the ledger resource's `path`) at the ledger")
-        return (f"The privacy ledger {self.path} {what}: {path}. Nothing was spent. {fix}; "
-                f"never start a new, empty ledger in its place, which would forget what was "
-                f"spent.")
-
-    def _begin(self, conn: sqlite3.Connection) -> None:
-        """BEGIN IMMEDIATE, waiting for SQLite's write lock as `_waiting` says."""
-        wait = self._waiting(self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm"))
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                return
-            except sqlite3.OperationalError as e:
-                if not _is_locked(e):
-                    raise
-                wait()
-
-    def _connect(self, locked: bool = False) -> sqlite3.Connection:
-        if not self.path.exists():
-            self._ready = False
-            head = self._head()
-            if head is not None and head["rows"] > 0:
-                raise LedgerError(
-                    f"The privacy ledger {self.path} does not exist, but its head file "
-                    f"{self.head_path} records {head['rows']} rows: the ledger was deleted or "
-                    f"moved. {self._restore_hint()}")
-        if self.path.is_dir():
-            raise LedgerError(self._unusable(self.path, IsADirectoryError("it is a folder")))
-        # SQLite waits at most this long inside one statement; `_begin` retries and reports
-        step = max(0.001, min(self.lock_report_seconds, self.lock_timeout_seconds) / 5)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=step, isolation_level=None)
-            conn.row_factory = sqlite3.Row
-            conn.execute(sql("ledger_busy_timeout", milliseconds=int(step * 1000)))
-        except (OSError, sqlite3.Error) as e:
-            raise LedgerError(self._unusable(self.path, e)) from None
-        if not self._ready:
-            try:
-                if locked:
-                    self._setup(conn)
-                else:
-                    with self._lock():
-                        self._setup(conn)
-            except BaseException:
-                conn.close()
-                raise
-            self._ready = True
-        return conn
-
-    def _setup(self, conn: sqlite3.Connection) -> None:
-        """Create the tables and the chain's secret on first use; refuse a pre-chain ledger."""
-        _enable_wal(conn, self.lock_timeout_seconds)
-        self._begin(conn)
-        try:
-            columns = {row[0] for row in conn.execute(_COLUMNS_OF)}
-            if columns and "hash" not in columns:
-                raise LedgerError(
-                    f"The privacy ledger {self.path} was written by an earlier dp-synth, without "
-                    f"hash chain and privacy units. Migrate it into a new file: `python -m "
-                    f"dp_synth_assets.resources.ledger migrate {self.path} <new ledger>` (run "
-                    f"from the project folder, with DP_SYNTH_DATASETS and DP_SYNTH_WAREHOUSE set "
-                    f"as for Dagster), then point DP_SYNTH_LEDGER at the new file (or move it to "
-                    f"the default .dp_synth/ledger.sqlite, with its .head file).")
-            self._upgrade_kinds(conn)
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            if conn.execute(_GENESIS).fetchone() is None:
-                conn.execute(_INSERT_GENESIS, (secrets.token_hex(32),))
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        if self._head() is None:
-            rows, genesis = self._load(conn)
-            if not rows:
-                self._write_head(rows, genesis)
-
-    @staticmethod
-    def _upgrade_kinds(conn: sqlite3.Connection) -> None:
-        """Inside `_setup`'s transaction: a ledger whose events table predates the `limit` kind
-        (its CHECK constraint refuses it) gets the current table, its rows copied unchanged,
-        so the hash chain is the same."""
-        found = conn.execute(sql("ledger_events_schema")).fetchone()
-        if found is None or "'limit'" in found[0]:
-            return
-        conn.execute(sql("ledger_upgrade_rename"))
-        conn.execute(_SCHEMA[0])
-        conn.execute(sql("ledger_upgrade_copy"))
-        conn.execute(sql("ledger_upgrade_drop"))
-
-    def _load(self, conn: sqlite3.Connection) -> tuple[list[dict], str]:
-        """All rows in id order and the chain's starting hash, unverified."""
-        secret = conn.execute(_GENESIS).fetchone()
-        if secret is None:
-            raise LedgerError(f"The privacy ledger {self.path} has lost its chain secret "
-                              f"(table ledger_meta). {self._restore_hint()}")
-        return [dict(row) for row in conn.execute(_SELECT)], _genesis_hash(secret[0])
+    # -- the store
 
     @contextmanager
     def _transaction(self) -> Iterator[_Tx]:
-        """One write under the lock: a BEGIN IMMEDIATE transaction over the verified rows,
-        committed on success (then the head is mirrored), rolled back on any exception."""
-        with self._lock(), self._file_errors():
-            head = self._head()
-            conn = self._connect(locked=True)
-            try:
-                self._begin(conn)
-                try:
-                    rows, genesis = self._load(conn)
-                    self._verify(rows, genesis, head)
-                    tx = _Tx(conn, rows, genesis)
-                    before = len(rows)
-                    yield tx
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-            finally:
-                conn.close()
-            if len(tx.rows) != before:
-                self._write_head(tx.rows, tx.genesis)
+        """One serialized write (`ledger_store`): the verified rows, committed on success (and
+        the head mirrored), rolled back on any exception."""
+        with self._store.transaction() as stx:
+            self._verify(stx.rows, stx.genesis, stx.head)
+            yield _Tx(stx, stx.rows, stx.genesis)
+
+    def _snapshot(self) -> tuple[list[dict], str]:
+        """All rows, verified, and the chain's starting hash."""
+        rows, genesis, head = self._store.snapshot()
+        self._verify(rows, genesis, head)
+        return rows, genesis
 
     def _read(self) -> list[dict]:
-        """All rows, verified. The head is read first: it only advances after a commit, so the
-        rows read next extend it unless the ledger was tampered with."""
-        with self._file_errors():
-            head = self._head()
-            conn = self._connect()
-            try:
-                rows, genesis = self._load(conn)
-            finally:
-                conn.close()
-        self._verify(rows, genesis, head)
-        return rows
-
-    @contextmanager
-    def _file_errors(self) -> Iterator[None]:
-        """SQLite's and the file system's errors (not a lock wait: `_waiting`) as a LedgerError
-        naming the file and the fix (`_unusable`)."""
-        try:
-            yield
-        except sqlite3.OperationalError as e:
-            if _is_locked(e):
-                raise LedgerError(
-                    f"The privacy ledger {self.path} stayed locked by "
-                    f"{describe_processes(lock_holders(self.path))}: {e}. Nothing was spent by "
-                    f"this attempt; retry when that process is done, or raise the ledger's "
-                    f"`lock_timeout_seconds`.") from None
-            self._ready = False
-            raise LedgerError(self._unusable(self.path, e)) from None
-        except (sqlite3.Error, OSError) as e:
-            self._ready = False
-            raise LedgerError(self._unusable(self.path, e)) from None
+        """All rows, verified."""
+        return self._snapshot()[0]
 
     def _insert(self, tx: _Tx, scope: tuple[str, str], dataset: str, run_id: str, kind: str,
                 rho: float,
@@ -889,7 +547,7 @@ class PrivacyLedger:
                "delta_extra": float(delta_extra), "parameters": _json(parameters or {}),
                "owner": owner or owner_id(self.owner_pid)}
         row["hash"] = _chain(tx.last_hash, row)
-        tx.conn.execute(_INSERT, (*(row[c] for c in _COLUMNS), row["hash"]))
+        tx.store.insert(row)
         tx.rows.append(row)
         return row
 
@@ -902,8 +560,10 @@ class PrivacyLedger:
 
     # -- staleness
 
-    def _stale_reason(self, o: _Open, now: datetime) -> str | None:
-        if owner_alive(o.last_owner) is False:
+    def _stale_reason(self, o: _Open, now: datetime, gone=frozenset()) -> str | None:
+        """Why an open reservation is stale, or None; `gone`: the owners the store knows are
+        dead (`gone_owners`)."""
+        if owner_alive(o.last_owner) is False or o.last_owner in gone:
             return "stale: owner process gone"
         idle = (now - datetime.fromisoformat(o.last_ts)).total_seconds()
         if idle > self.stale_after_seconds:
@@ -912,9 +572,12 @@ class PrivacyLedger:
 
     def _release_stale(self, tx: _Tx, now: datetime) -> list[str]:
         released = []
-        for unit in dict.fromkeys(row["unit"] for row in tx.rows):
-            for (_, run_id), o in _Book([r for r in tx.rows if r["unit"] == unit]).open.items():
-                reason = self._stale_reason(o, now)
+        books = [_Book([r for r in tx.rows if r["unit"] == unit])
+                 for unit in dict.fromkeys(row["unit"] for row in tx.rows)]
+        gone = tx.store.gone({o.last_owner for book in books for o in book.open.values()})
+        for book in books:
+            for (_, run_id), o in book.open.items():
+                reason = self._stale_reason(o, now, gone)
                 if reason:
                     self._insert_release(tx, o, reason)
                     released.append(run_id)
@@ -1083,33 +746,27 @@ class PrivacyLedger:
 
     def head(self) -> tuple[int, str]:
         """(row count, hash of the last row) of the verified ledger: what the mirrors record."""
-        rows = self._read()
-        if rows:
-            return len(rows), rows[-1]["hash"]
-        with self._file_errors():
-            conn = self._connect()
-            try:
-                return 0, self._load(conn)[1]
-            finally:
-                conn.close()
+        rows, genesis = self._snapshot()
+        return (len(rows), rows[-1]["hash"]) if rows else (0, genesis)
 
     def verify_published(self, rows: int, head: str, where: str) -> None:
         """Refuse (LedgerError) unless this ledger extends a head published elsewhere (`rows`
         rows ending in hash `head`, e.g. the `privacy/ledger_*` metadata of a spending
-        materialization, named by `where`): a ledger deleted together with its head file, or
-        swapped for another or an older one, has fewer rows than the public outputs prove were
-        spent, or another hash at that row. Creates no ledger file."""
+        materialization, named by `where`): a ledger deleted together with its head file (or,
+        in PostgreSQL, its schema), or swapped for another or an older one, has fewer rows than
+        the public outputs prove were spent, or another hash at that row. Creates no ledger."""
         if rows <= 0:
             return
-        if not self.path.exists():
+        if not self._store.exists():
             raise LedgerError(
-                f"The privacy ledger {self.path} does not exist, but {where} records that it had "
-                f"{rows} rows: the ledger was deleted or moved. {self._restore_hint()}")
+                f"The privacy ledger {self._store.name} does not exist, but {where} records "
+                f"that it had {rows} rows: the ledger was deleted or moved. "
+                f"{self._restore_hint()}")
         recorded = self._read()
         if len(recorded) < rows or recorded[rows - 1]["hash"] != head:
             raise LedgerError(
-                f"The privacy ledger {self.path} does not extend the head that {where} records "
-                f"({rows} rows, head {head[:16]}...): it has "
+                f"The privacy ledger {self._store.name} does not extend the head that {where} "
+                f"records ({rows} rows, head {head[:16]}...): it has "
                 f"{'fewer rows' if len(recorded) < rows else 'another hash at that row'}, so "
                 f"spending recorded there is missing. {self._restore_hint()}")
 
@@ -1123,7 +780,8 @@ class PrivacyLedger:
         if book.limit is not None and not (_fits(limit_rho, book.limit["rho"]) and
                                            _fits(limit_delta_extra, book.limit["delta_extra"])):
             return False  # `reserve` would refuse: the limit is above the kept one
-        live = [o for o in book.open.values() if self._stale_reason(o, now) is None]
+        gone = self._store.gone_owners({o.last_owner for o in book.open.values()})
+        live = [o for o in book.open.values() if self._stale_reason(o, now, gone) is None]
         reserved_rho, reserved_delta_extra = book.reserved(live)
         return _fits(book.spent_rho + reserved_rho + rho, limit_rho) and _fits(
             book.spent_delta_extra + reserved_delta_extra + delta_extra, limit_delta_extra
@@ -1131,25 +789,22 @@ class PrivacyLedger:
 
     def adopt(self) -> tuple[int, str]:
         """Record the current head of a ledger whose chain recomputes as its mirrored head (after
-        the head file was lost); returns it. The caller vouches that the ledger is complete."""
-        with self._lock():
-            conn = self._connect(locked=True)
-            try:
-                rows, genesis = self._load(conn)
-            finally:
-                conn.close()
-            self._verify(rows, genesis, {"rows": 0, "head": genesis, "genesis": genesis})
-            self._write_head(rows, genesis)
+        the head file, or the head table's rows, were lost); returns it. The caller vouches that
+        the ledger is complete."""
+        rows, genesis = self._store.adopt(
+            lambda rows, genesis: self._verify(
+                rows, genesis, {"rows": 0, "head": genesis, "genesis": genesis}))
         return len(rows), rows[-1]["hash"] if rows else genesis
 
 
 def migrate_legacy(old: str | Path, new: str | Path, units: dict[str, str],
-                   sources: dict[str, str] | None = None) -> int:
+                   sources: dict[str, str] | None = None, schema: str = DEFAULT_SCHEMA) -> int:
     """Copy the rows of a ledger written before the hash chain (keyed by dataset name), in order
-    and unchanged, into a new chained ledger at `new`; each row's unit is its dataset's unit in
-    `units` (its dataset name for an entry no longer registered). Returns the number of rows.
-    The old file is only read; the new one must not exist."""
-    if Path(new).exists():
+    and unchanged, into a new chained ledger at `new` (a file, or a PostgreSQL URL and `schema`);
+    each row's unit is its dataset's unit in `units` (its dataset name for an entry no longer
+    registered). Returns the number of rows. The old file is only read; a new file must not
+    exist, a PostgreSQL ledger must hold no rows."""
+    if not is_postgres(str(new)) and Path(new).exists():
         raise LedgerError(f"{new} exists; migrate into a new file")
     source = sqlite3.connect(f"file:{Path(old).resolve()}?mode=ro", uri=True)
     source.row_factory = sqlite3.Row
@@ -1158,11 +813,51 @@ def migrate_legacy(old: str | Path, new: str | Path, units: dict[str, str],
     finally:
         source.close()
     sources = sources or {}
-    ledger = PrivacyLedger(new, units=units, sources=sources)
+    ledger = PrivacyLedger(new, units=units, sources=sources, schema=schema)
     with ledger._transaction() as tx:
+        if tx.rows:
+            raise LedgerError(f"The privacy ledger {ledger._store.name} already holds "
+                              f"{len(tx.rows)} rows; migrate into an empty ledger. Nothing was "
+                              f"copied.")
         for r in rows:
             unit = units.get(r["dataset"], r["dataset"])
             ledger._insert(tx, (unit, sources.get(r["dataset"], unit)), r["dataset"], r["run_id"],
                            r["kind"], r["rho"], r["delta_extra"], r["stage"], r["mechanism"],
                            json.loads(r["parameters"]), ts=r["ts"], owner=r["owner"])
     return len(rows)
+
+
+def chained(path: str | Path) -> bool:
+    """Whether the SQLite file at `path` is a ledger with the hash chain (else one from before
+    it, which `migrate_legacy` copies); reads the file only."""
+    source = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True)
+    try:
+        return "hash" in {row[0] for row in source.execute(sql("ledger_columns"))}
+    except sqlite3.Error as e:
+        raise LedgerError(f"{path} is not a readable SQLite ledger ({e}); nothing was "
+                          f"copied.") from None
+    finally:
+        source.close()
+
+
+def migrate_chain(old: str | Path, new: str, schema: str = DEFAULT_SCHEMA,
+                  old_head: str | Path | None = None) -> tuple[int, str]:
+    """Copy a chained SQLite ledger (`old`, verified against its head file `old_head`, default
+    `<old>.head`) into the empty PostgreSQL ledger at the URL `new`, schema `schema`: the same
+    ids, rows, hashes and chain secret, in one transaction, then verified by reading it back
+    through its own store. Returns (rows, head hash). The old file is only read; a target
+    that already holds rows is refused and nothing is copied."""
+    if not is_postgres(str(new)):
+        raise LedgerError(
+            f"{new} is not a postgresql:// URL: a chained SQLite ledger moves to another file "
+            f"by copying it with its head file (`sqlite3 {old} \".backup <file>\"`, then the "
+            f".head), not by migrate.")
+    source = PrivacyLedger(old, head_path=old_head)
+    rows, genesis = source._snapshot()
+    target = PrivacyLedger(new, schema=schema)
+    target._store.import_chain(source._store.secret(), rows)
+    copied, copied_genesis = target._snapshot()
+    if copied != rows or copied_genesis != genesis:
+        raise LedgerError(f"The copy in {target._store.name} does not read back as the rows of "
+                          f"{old}; do not use it.")
+    return len(copied), copied[-1]["hash"] if copied else copied_genesis

@@ -1,0 +1,8 @@
+-- PostgreSQL. The run lock of each dataset (core/runs.py): the run holding it and its process.
+-- Unlike the ledger's tables, rows come and go.
+CREATE TABLE {schema}.run_locks (
+    dataset TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    since TEXT NOT NULL
+)

@@ -1,0 +1,2 @@
+-- PostgreSQL. Free a dataset.
+DELETE FROM {schema}.run_locks WHERE dataset = %s
