@@ -556,15 +556,19 @@ def put_in_place(copy: Path, path: Path) -> None:
     path.write_bytes(copy.read_bytes())
 
 
-def assert_refused(ledger: PrivacyLedger, *phrases: str) -> None:
+def assert_refused(ledger: PrivacyLedger, *phrases: str) -> str:
+    """Both a reservation and `can_cover` are refused with a LedgerError holding `phrases`,
+    saying nothing was spent and how to restore this store's ledger; returns the message."""
+    restore = ((f"Restore the schema {ledger.database.schema}",) if ledger.database is not None
+               else ("Restore the ledger file", str(ledger.head_path)))
     for attempt in (lambda: ledger.reserve("adult", "next", 0.25, 1.0),
                     lambda: ledger.can_cover("adult", 0.25, 1.0)):
         with pytest.raises(LedgerError) as error:
             attempt()
         message = str(error.value)
-        for phrase in (*phrases, "Nothing was spent", "Restore the ledger file",
-                       str(ledger.head_path)):
+        for phrase in (*phrases, "Nothing was spent", *restore):
             assert phrase in message, (phrase, message)
+    return message
 
 
 def test_a_new_installation_starts_and_the_head_is_mirrored_beside_the_ledger(tmp_path):

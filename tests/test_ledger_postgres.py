@@ -30,6 +30,7 @@ import dp_synth_assets.resources.ledger as resource_module
 from dp_synth_assets.core.ledger import BudgetExceeded, LedgerError, PrivacyLedger
 from dp_synth_assets.core.privacy import Spend
 from dp_synth_assets.core.runs import DatabaseDatasetLock, RunWaitTimeout, dataset_lock
+from tests.test_ledger import assert_refused
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (the `postgres` extra)")
 
@@ -58,17 +59,6 @@ def superuser(ledger: PrivacyLedger, *statements: str) -> None:
             conn.execute(f"ALTER TABLE {schema}.{table} DISABLE TRIGGER USER")
         for statement in statements:
             conn.execute(statement.format(schema=schema))
-
-
-def refused(ledger: PrivacyLedger, *phrases: str) -> str:
-    for attempt in (lambda: ledger.reserve("adult", "next", 0.25, 1.0),
-                    lambda: ledger.can_cover("adult", 0.25, 1.0)):
-        with pytest.raises(LedgerError) as error:
-            attempt()
-        message = str(error.value)
-        for phrase in (*phrases, "Nothing was spent", f"Restore the schema {ledger.database.schema}"):
-            assert phrase in message, (phrase, message)
-    return message
 
 
 # ---- the tables --------------------------------------------------------------------------------
@@ -105,25 +95,25 @@ def test_the_head_is_mirrored_in_the_same_transaction(ledger):
 def test_deleted_rows_are_refused(ledger):
     spend_once(ledger, "r1", rho=0.75)
     superuser(ledger, "DELETE FROM {schema}.privacy_ledger WHERE id > 1")
-    refused(ledger, "has 1 rows, but its head table", "records 3")
+    assert_refused(ledger, "has 1 rows, but its head table", "records 3")
 
 
 def test_a_truncated_ledger_is_refused(ledger):
     spend_once(ledger, "r1", rho=0.75)
     superuser(ledger, "TRUNCATE {schema}.privacy_ledger")
-    refused(ledger, "has 0 rows, but its head table", "records 3")
+    assert_refused(ledger, "has 0 rows, but its head table", "records 3")
 
 
 def test_an_edited_row_is_refused(ledger):
     spend_once(ledger, "r1", rho=0.75)
     superuser(ledger, "UPDATE {schema}.privacy_ledger SET rho = 0 WHERE kind = 'charge'")
-    refused(ledger, "fails its hash chain at row 2")
+    assert_refused(ledger, "fails its hash chain at row 2")
 
 
 def test_a_replaced_chain_secret_is_refused(ledger):
     spend_once(ledger, "r1")
     superuser(ledger, "INSERT INTO {schema}.ledger_meta VALUES (2, 'genesis', 'guessed')")
-    refused(ledger, "fails its hash chain at row 1")
+    assert_refused(ledger, "fails its hash chain at row 1")
 
 
 def test_a_lost_head_table_is_refused_until_adopted(ledger):
