@@ -30,7 +30,7 @@ from .core.budget import fits
 from .core.config import DatasetSpec
 from .naming import Names
 from .pipeline import source_version
-from .private_log import append_private_log, private_log_path
+from .private_log import log_privately, private_log_path
 
 
 def job_name(dataset: str, names: Names = Names()) -> str:
@@ -159,11 +159,11 @@ def build_source_sensor(dataset: str, spec: DatasetSpec, target,
         except Exception as e:  # noqa: BLE001 - a busy or missing source is a skip, not a crash
             # the exception's text can quote a value of the source: it goes to the private log
             log = private_log_path(warehouse, dataset)
-            message = (f"cannot read the source of {dataset!r} (it is missing, busy or does not "
-                       f"match its declared spec); the data owner finds the details in the "
-                       f"private log {log}")
-            append_private_log(log, dataset, "source (sensor)", "-", e, message)
-            return dg.SkipReason(message)
+            cannot = (f"cannot read the source of {dataset!r} (it is missing, busy or does not "
+                      f"match its declared spec)")
+            message = f"{cannot}; the data owner finds the details in the private log {log}"
+            unlogged = log_privately(log, dataset, "source (sensor)", "-", e, message)
+            return dg.SkipReason(message if unlogged is None else f"{cannot}. {unlogged}")
         if "version" not in cursor:
             context.update_cursor(json.dumps({"version": current, "requested_at": 0}))
             return dg.SkipReason("first evaluation: recorded the source's version")

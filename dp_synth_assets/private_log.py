@@ -3,11 +3,14 @@
 The Dagster event log is public (DESIGN.md section 4), and an exception raised while reading the
 source can quote a value of it (DuckDB's conversion and overflow errors do). `private_errors`
 wraps every stage that reads private data: any exception becomes a `dagster.Failure`, raised
-`from None` so that no chained exception reaches the event log, whose description names the
+outside the exception handler so that no chained exception reaches the event log (neither the
+stage's nor, when the private log cannot be written, the log write's), whose description names the
 dataset, the stage and the kind of problem, never a value, a count or a row, and gives the path
 of the dataset's private log. The full message and traceback are appended to that log,
 `<warehouse dir>/private/<dataset>/private.log` (mode 0600), one entry per failure with the
-time, the run id and the stage.
+time, the run id and the stage. When that log cannot be written (a read-only or full private
+zone), the description says so instead, with the write's exception type only, and the details
+are lost rather than published.
 
 What the public description may say:
 - a `dagster.Failure` raised by this package (budget refusals, a missing upstream artifact) is
@@ -80,8 +83,10 @@ def problem_kind(error: BaseException) -> str:
     return "an unexpected error"
 
 
-def public_message(error: BaseException, dataset: str, stage: str, log) -> str:
-    """The description of the public failure for `error` raised in `stage` (see module doc)."""
+def public_message(error: BaseException, dataset: str, stage: str, log,
+                   unlogged: str | None = None) -> str:
+    """The description of the public failure for `error` raised in `stage` (see module doc);
+    `unlogged`: why the private log could not be written, said instead of pointing to it."""
     if isinstance(error, SourceError):
         reason = error.public
     elif isinstance(error, SchemaError):
@@ -90,8 +95,23 @@ def public_message(error: BaseException, dataset: str, stage: str, log) -> str:
         reason = problem_kind(error)
     if f"dataset {dataset!r}" not in reason:
         reason = f"dataset {dataset!r}: {reason}"
+    if unlogged is not None:
+        return f"{reason} (stage {stage!r}). {unlogged}"
     return (f"{reason} (stage {stage!r}). The data owner finds the details (the full message "
             f"and traceback) in the private log {log}")
+
+
+def log_privately(log, dataset: str, stage: str, run_id: str, error: BaseException,
+            public: str) -> str | None:
+    """Append the entry to the private log; None when it is written, else the public sentence
+    saying it could not be (the exception's type only: its text may quote the private one)."""
+    try:
+        append_private_log(log, dataset, stage, run_id, error, public)
+        return None
+    except Exception as failure:  # noqa: BLE001 - any failure to log is reported the same way
+        return (f"The private log {log} could not be written ({type(failure).__name__}), so "
+                f"the details of this failure are lost: make the private zone writable, with "
+                f"room, and run again.")
 
 
 @contextmanager
@@ -100,15 +120,23 @@ def private_errors(warehouse: WarehouseResource, dataset: str, stage: str, run_i
     privately (module doc). A `dagster.Failure` of the block is logged and passes unchanged."""
     try:
         yield
+        return
     except dg.Failure as e:
         log = private_log_path(warehouse, dataset)
-        append_private_log(log, dataset, stage, run_id, e, e.description or "")
-        raise
+        unlogged = log_privately(log, dataset, stage, run_id, e, e.description or "")
+        if unlogged is None:
+            raise
+        failure = dg.Failure(description=f"{e.description} {unlogged}", metadata=e.metadata)
     except Exception as e:  # noqa: BLE001 - every exception of a private stage is private
         log = private_log_path(warehouse, dataset)
         message = public_message(e, dataset, stage, log)
-        append_private_log(log, dataset, stage, run_id, e, message)
-        raise dg.Failure(description=message) from None
+        unlogged = log_privately(log, dataset, stage, run_id, e, message)
+        failure = dg.Failure(description=message if unlogged is None else
+                             public_message(e, dataset, stage, log, unlogged))
+    # raised outside the handlers and `from None`: nothing is published chained to it, neither
+    # the stage's exception (its text may quote a private value) nor the log write's (caught in
+    # `log_privately`); the context manager's exit would otherwise attach the stage's as context
+    raise failure from None
 
 
 def private_step(dataset: str, stage: str):

@@ -349,6 +349,38 @@ def test_a_private_stage_failure_publishes_no_value_of_its_exception(tmp_path, m
     assert error.cause is None and error.context is None  # no chained exception published
 
 
+def test_a_private_log_that_cannot_be_written_chains_nothing_to_the_public_failure(
+        tmp_path, monkeypatch):
+    """The private zone cannot take the log (here: a folder where the log file goes; a
+    read-only or full volume fails the same write): the public failure says that the log could
+    not be written, names only the write's exception type, and carries neither the stage's
+    exception (which quotes a value) nor the write's, as cause or context, in any event."""
+    project = make_project(tmp_path, rows=1200, report=None)
+    canary = "SECRET_CANARY_999"
+
+    def fault(*args, **kwargs):
+        raise duckdb.InvalidInputException(
+            f"CSV Error on Line: 7 Original Line: 7,B,{canary} Expected Number of Columns: 2 "
+            f"Found: 3 (value {PLANTED!r})")
+
+    monkeypatch.setattr("dp_synth_assets.core.stages.prepare_encoded_view", fault)
+    log_of(project).mkdir(parents=True)  # the log's path is taken: its write fails
+    instance = dg.DagsterInstance.ephemeral()
+    result = materialize(project.defs_fn(), instance)
+    assert not result.success
+    [message] = failure_messages(result)
+    assert f"The private log {log_of(project)} could not be written (IsADirectoryError)" \
+        in message, message
+    assert "stage 'preprocessed'" in message and "details of this failure are lost" in message
+    public = published(instance, project)
+    assert canary not in public and "Original Line" not in public
+    assert_nothing_of([PLANTED], public)
+    failed = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    error = failed[0].event_specific_data.error
+    assert error.cause is None and error.context is None
+    assert_spent_only_what_was_charged(project, result.run_id)
+
+
 def test_a_failing_source_observation_publishes_no_value(tmp_path, monkeypatch):
     project = make_project(tmp_path, rows=200)
     defs = project.defs_fn()
