@@ -276,3 +276,20 @@ def test_a_text_that_reads_as_no_boolean_fails_before_anything_is_spent(typed):
     assert charged(tmp) == spent
     assert PrivacyLedger(tmp / "ledger.sqlite").summary("t").reserved_rho == 0
     assert outputs(tmp) == before
+
+
+@pytest.mark.parametrize("column,refused", [
+    ({"kind": "categorical", "categories": ["a", "other"]}, True),
+    ({"kind": "categorical", "categories": ["a", "Other"], "other_label": "Other"}, True),
+    ({"kind": "categorical", "categories": ["a", "other"], "other_label": "else"}, False),
+    ({"kind": "categorical", "categories": ["a", "other"], "other": False}, False),
+])
+def test_a_category_named_like_the_other_code_is_refused_at_load(column, refused):
+    """A declared category equal to the other code's label would merge with the values outside
+    the list in the synthetic table (the audit counted 333 `other` rows against 167 real ones)."""
+    registry = {"datasets": {"t": entry(columns={"c": column, "b": {"kind": "boolean"}})}}
+    if not refused:
+        parse_registry(registry)
+        return
+    with pytest.raises(RegistryError, match="also the label of the other code"):
+        parse_registry(registry)

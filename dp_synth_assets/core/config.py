@@ -7,7 +7,9 @@ fails when the Dagster definitions load, before any run starts.
 
 What is refused at load, beyond the schema (each a mistake that would otherwise cost budget):
 - a key written twice in one mapping (YAML keeps the last one silently: a second `limit:`, two
-  entries of one name); the message names the key and both lines;
+  entries of one name), merged and anchored mappings included; the message names the key and
+  both lines;
+- a declared category equal to the other code's label (they would be one synthetic value);
 - an epsilon, delta or seed that is not a number (`epsilon: true`, `epsilon: "1"`), a negative
   seed, and an epsilon above `MAX_EPSILON` (its rho cannot be computed);
 - with `rows: same`, a run budget whose noisy row count cannot be meaningful: any noisy total
@@ -194,6 +196,12 @@ class ColumnSpec(_Strict):
             if not self.other and self.categories is None:
                 raise ValueError("`other: false` needs a declared `categories` list (the "
                                  "exhaustive domain); discovered categories need the other code")
+            if self.other and self.categories and self.other_label in map(str, self.categories):
+                raise ValueError(
+                    f"category {self.other_label!r} is also the label of the other code (the "
+                    f"values outside `categories`), so the two would be one value in the "
+                    f"synthetic table: set `other_label` to a label that is not a category, or "
+                    f"`other: false` if the list is exhaustive")
         elif not self.other:
             raise ValueError("`other` applies to categorical columns only")
         if self.kind == "boolean":
