@@ -63,12 +63,13 @@ def test_two_entries_of_one_name_are_refused(tmp_path):
 def test_the_registry_reads_yaml_as_the_safe_loader_does_and_checks_keys_beside_a_merge():
     """The registry's own construction (strings, mappings and sequences built directly, other
     scalars by the safe constructor) gives what `yaml.safe_load` gives, anchors and merges
-    included; a key written twice beside a merge key is still refused."""
+    included (but a plain number in exponent notation without a dot, which YAML 1.1 reads as
+    text: see the next test); a key written twice beside a merge key is still refused."""
     from dp_synth_assets.core.config import DuplicateKey, parse_yaml
 
     documents = [
         (REPO / "datasets.yaml").read_text(),
-        "a: 1\nb: [1, 2.5, true, null, ~, 2020-01-02, '3', 0x10, .inf, -.5e3, yes, 'no']\n",
+        "a: 1\nb: [1, 2.5, true, null, ~, 2020-01-02, '3', 0x10, .inf, -0.5e+3, yes, 'no']\n",
         "base: &b {x: 1, y: [2, {z: 3}]}\nuse:\n  <<: *b\n  y: 3\nagain: *b\n",
         "- a\n- {k: v, 1: 2, 2.5: x, null: n}\n- !!str 12\n", "", "# only a comment\n",
     ]
@@ -293,3 +294,21 @@ def test_a_category_named_like_the_other_code_is_refused_at_load(column, refused
         return
     with pytest.raises(RegistryError, match="also the label of the other code"):
         parse_registry(registry)
+
+
+def test_a_plain_exponent_reads_as_a_number_and_a_quoted_one_says_how_to_write_it(tmp_path):
+    """YAML 1.1 (PyYAML, Dagster's loader) reads a plain `1e-9` as text: datasets.yaml's loader
+    reads it as the number; text in exponent notation (quoted, or from a Component's YAML) is
+    refused naming how to write it."""
+    from dp_synth_assets.core.config import parse_yaml
+
+    assert parse_yaml("a: 1e-9\nb: -2E+3\nc: '1e-9'\nd: 1e\ne: x1e9\nf: -.5e3\n") == {
+        "a": 1e-9, "b": -2000.0, "c": "1e-9", "d": "1e", "e": "x1e9", "f": -500.0}
+    body = ("datasets:\n  t:\n    source: {table: main.t}\n"
+            "    columns: {a: {kind: boolean}, b: {kind: boolean}}\n"
+            "    privacy: {epsilon: 1, delta: 1e-9, limit: {epsilon: 2, delta: 1e-8}}\n")
+    (tmp_path / "datasets.yaml").write_text(body)
+    spec = load_registry(tmp_path / "datasets.yaml")["t"]
+    assert spec.privacy.delta == 1e-9 and spec.privacy.limit.delta == 1e-8
+    message = refused(tmp_path, body.replace("delta: 1e-9", "delta: '1e-9'"))
+    assert "privacy.delta" in message and "write 1.0e-9" in message, message

@@ -70,10 +70,21 @@ MAX_TOTAL_SD = 1_000_000.0
 UNKNOWN_ENTRY = "the dataset's entry"
 
 
+# a number in exponent notation without a dot: YAML 1.1's resolver (PyYAML's, Dagster's) reads
+# a plain `1e-9` as text; datasets.yaml's own loader reads it as the number it is (`_construct`)
+EXPONENT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+
+
 def _number(value):
     """A YAML number, as is: booleans (`epsilon: true` would read as 1.0) and text are refused
-    rather than converted."""
+    rather than converted; text in exponent notation is refused saying how to write it."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        if isinstance(value, str) and EXPONENT.match(value.strip()):
+            mantissa, exponent = value.strip().lower().split("e")
+            written = f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exponent}"
+            raise ValueError(f"expected a number, got the text {value!r} (YAML reads a number "
+                             f"in exponent notation without a dot, or in quotes, as text): write "
+                             f"{written}")
         raise ValueError(f"expected a number, got {value!r}")
     return value
 
@@ -861,6 +872,8 @@ def _construct(node, loader):
     if isinstance(node, yaml.SequenceNode):
         return [_construct(item, loader) for item in node.value]
     if node.tag == _STR:
+        if not node.style and EXPONENT.match(node.value):  # plain `1e-9`: a number
+            return float(node.value)
         return node.value
     return loader.construct_object(node, deep=True)
 
