@@ -312,3 +312,17 @@ def test_a_plain_exponent_reads_as_a_number_and_a_quoted_one_says_how_to_write_i
     assert spec.privacy.delta == 1e-9 and spec.privacy.limit.delta == 1e-8
     message = refused(tmp_path, body.replace("delta: 1e-9", "delta: '1e-9'"))
     assert "privacy.delta" in message and "write 1.0e-9" in message, message
+
+
+@pytest.mark.parametrize("text,says", [
+    # a recursive alias: a mapping that contains itself
+    ("a: &x\n  b: *x\n", "recursive alias"),
+    ("a: &x [1, *x]\n", "recursive alias"),
+    # nested aliases, ten times more values per level (a billion at the last)
+    ("l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 9)),
+     "more than 1,000,000 values"),
+])
+def test_recursive_and_exploding_aliases_are_refused_at_once(tmp_path, text, says):
+    message = refused(tmp_path, text)
+    assert "is not valid YAML" in message and says in message, message

@@ -25,6 +25,7 @@ import difflib
 import math
 import numbers
 import re
+from dataclasses import dataclass, field as dataclass_field
 from datetime import date, datetime
 from pathlib import Path
 from typing import Annotated, Literal, Union
@@ -832,7 +833,23 @@ _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
 
 
-def _construct(node, loader):
+MAX_YAML_VALUES = 1_000_000  # values a registry's YAML may expand to, aliases included
+
+
+class AliasError(yaml.YAMLError):
+    """A YAML document whose aliases refer to themselves, or expand it past MAX_YAML_VALUES
+    (a few lines of nested aliases can stand for billions of values)."""
+
+
+@dataclass
+class _Walk:
+    """What `_construct` has built so far: the values counted, the collections being built."""
+
+    values: int = 0
+    open: set = dataclass_field(default_factory=set)
+
+
+def _construct(node, loader, walk: "_Walk | None" = None):
     """The Python value of a composed YAML node, as YAML's safe constructor builds it, refusing
     a key written twice in one mapping (`DuplicateKey`), at any depth, inside an anchored node,
     an alias or a merge. Strings, mappings and sequences (most of a registry) are built here,
@@ -840,7 +857,32 @@ def _construct(node, loader):
     the time of the safe loader's generic walk. A merge key (`<<: *base` or `<<: [*a, *b]`)
     follows YAML's merge rule: the mapping's own keys win over merged ones, and an earlier
     merged mapping wins over a later one; each merged mapping is itself built and checked
-    here."""
+    here. An alias that contains itself, or a document that aliases expand past
+    MAX_YAML_VALUES, raises AliasError at once."""
+    walk = _Walk() if walk is None else walk
+    walk.values += 1
+    if walk.values > MAX_YAML_VALUES:
+        raise AliasError(f"its aliases expand it to more than {MAX_YAML_VALUES:,} values "
+                         f"(line {node.start_mark.line + 1}): write the repeated parts out, or "
+                         f"alias fewer levels deep")
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        if id(node) in walk.open:
+            raise AliasError(f"an alias on line {node.start_mark.line + 1} refers to a mapping "
+                             f"or list that contains it: a recursive alias has no value")
+        walk.open.add(id(node))
+        try:
+            return _construct_collection(node, loader, walk)
+        finally:
+            walk.open.discard(id(node))
+    if node.tag == _STR:
+        if not node.style and EXPONENT.match(node.value):  # plain `1e-9`: a number
+            return float(node.value)
+        return node.value
+    return loader.construct_object(node, deep=True)
+
+
+def _construct_collection(node, loader, walk: _Walk):
+    """`_construct` of a mapping (its own keys checked, merges applied) or a sequence."""
     if isinstance(node, yaml.MappingNode):
         seen: dict = {}
         out = {}
@@ -855,10 +897,10 @@ def _construct(node, loader):
                             "while constructing a mapping", node.start_mark,
                             "expected a mapping (or a list of mappings) for merging",
                             source.start_mark)
-                    for key, value in _construct(source, loader).items():
+                    for key, value in _construct(source, loader, walk).items():
                         merged.setdefault(key, value)
                 continue
-            key, line = _construct(key_node, loader), key_node.start_mark.line + 1
+            key, line = _construct(key_node, loader, walk), key_node.start_mark.line + 1
             try:
                 if key in seen:
                     raise DuplicateKey(key, seen[key], line)
@@ -867,15 +909,9 @@ def _construct(node, loader):
                     "while constructing a mapping", node.start_mark, "found unhashable key",
                     key_node.start_mark) from None
             seen[key] = line
-            out[key] = _construct(value_node, loader)
+            out[key] = _construct(value_node, loader, walk)
         return {**merged, **out} if merged else out
-    if isinstance(node, yaml.SequenceNode):
-        return [_construct(item, loader) for item in node.value]
-    if node.tag == _STR:
-        if not node.style and EXPONENT.match(node.value):  # plain `1e-9`: a number
-            return float(node.value)
-        return node.value
-    return loader.construct_object(node, deep=True)
+    return [_construct(item, loader, walk) for item in node.value]
 
 
 class DuplicateKey(ValueError):
