@@ -10,8 +10,8 @@ with its head file, or swapped for an empty, older or other ledger), and refuse 
 anything is spent: the `privacy/ledger_rows` and `privacy/ledger_head` metadata of the dataset's
 spending materializations, and a record that Dagster's instance keeps per privacy unit
 (`unit_head_key`, in its cursor storage: in the instance's database, PostgreSQL in production),
-written after every private stage that touched the ledger, whatever entry name or key prefix
-ran it. A renamed entry or a changed key prefix has no materializations of its own yet, but its
+written when a run's private stages end (its last one, or the one that fails), whatever entry
+name or key prefix ran it. A renamed entry or a changed key prefix has no materializations of its own yet, but its
 unit's record is there.
 """
 
@@ -173,15 +173,11 @@ def unit_head_key(unit: str) -> str:
     return "dp_synth/ledger_head/" + hashlib.sha256(unit.encode()).hexdigest()[:32]
 
 
-def _unit(ledger: PrivacyLedger, dataset: str) -> str | None:
-    return ledger.units.get(dataset)
-
-
 def record_unit_head(context, ledger: PrivacyLedger, dataset: str) -> None:
     """Keep the ledger's current head as the dataset's unit's record in the instance (module
     docstring). A failure to keep it is logged and the stage's own outcome stands: the next
-    record catches up, and the materializations' metadata still mirror the head."""
-    unit = _unit(ledger, dataset)
+    run's record catches up, and the materializations' metadata still mirror the head."""
+    unit = ledger.units.get(dataset)
     if unit is None:
         return
     try:
@@ -193,14 +189,13 @@ def record_unit_head(context, ledger: PrivacyLedger, dataset: str) -> None:
              "run_id": context.run_id})})
     except Exception as e:  # noqa: BLE001 - an unreadable ledger is reported by the next run
         context.log.warning(f"The ledger head of dataset {dataset!r} could not be kept in "
-                            f"Dagster's instance ({type(e).__name__}); the next private stage "
-                            f"keeps it.")
+                            f"Dagster's instance ({type(e).__name__}); the next run keeps it.")
 
 
 def verify_unit_head(context, ledger: PrivacyLedger, dataset: str) -> None:
     """Refuse a run whose ledger does not extend the head the instance keeps for the dataset's
     unit (`record_unit_head`), whatever entry or key prefix recorded it."""
-    unit = _unit(ledger, dataset)
+    unit = ledger.units.get(dataset)
     if unit is None:
         return
     key = unit_head_key(unit)
@@ -241,8 +236,8 @@ def private_stage(context: dg.AssetExecutionContext, ledger: PrivacyLedger, data
         raise
     if not private or stage == private[-1]:
         release(context, ledger, dataset, run_id, "run finished")
-    if private:
-        record_unit_head(context, ledger, dataset)
+        if private:  # once per run: the head after its charges and its release
+            record_unit_head(context, ledger, dataset)
 
 
 def release(context, ledger: PrivacyLedger, dataset: str, run_id: str, reason: str) -> None:

@@ -120,6 +120,23 @@ def run_sql(project: SimpleNamespace, *statements: str) -> None:
         con.close()
 
 
+def pre_chain_ledger(path: Path, rows: list[tuple]) -> None:
+    """A ledger file as dp-synth wrote it before the hash chain and privacy units: one run
+    `r1` of dataset `adult`, `rows` being (stage, kind, rho, parameters JSON)."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE privacy_ledger (id INTEGER PRIMARY KEY, ts TEXT NOT NULL, dataset"
+                 " TEXT NOT NULL, run_id TEXT NOT NULL, stage TEXT, mechanism TEXT, kind TEXT NOT"
+                 " NULL, rho REAL NOT NULL, delta_extra REAL NOT NULL DEFAULT 0, parameters TEXT"
+                 " NOT NULL DEFAULT '{}', owner TEXT NOT NULL)")
+    conn.executemany("INSERT INTO privacy_ledger (ts, dataset, run_id, stage, kind, rho, "
+                     "parameters, owner) VALUES ('2024-01-01T00:00:00+00:00', 'adult', 'r1', ?, ?,"
+                     " ?, ?, 'host:1:1')", rows)
+    conn.commit()
+    conn.close()
+
+
 def ledger_rows(path: Path) -> int:
     """Rows in a ledger file, read with plain sqlite3 (no verification, no creation)."""
     import sqlite3

@@ -32,7 +32,7 @@ from dp_synth_assets.resources.ledger import (
     owner_alive,
     owner_id,
 )
-from tests.helpers import ledger_rows
+from tests.helpers import ledger_rows, pre_chain_ledger
 
 DELTA = 1e-6
 
@@ -659,18 +659,9 @@ def test_a_ledger_without_its_head_file_is_refused_until_adopted(tmp_path):
 
 def test_a_ledger_from_before_the_chain_is_refused_and_migrates(tmp_path):
     old = tmp_path / "old.sqlite"
-    conn = sqlite3.connect(old)
-    conn.execute("CREATE TABLE privacy_ledger (id INTEGER PRIMARY KEY, ts TEXT NOT NULL, dataset"
-                 " TEXT NOT NULL, run_id TEXT NOT NULL, stage TEXT, mechanism TEXT, kind TEXT NOT"
-                 " NULL, rho REAL NOT NULL, delta_extra REAL NOT NULL DEFAULT 0, parameters TEXT"
-                 " NOT NULL DEFAULT '{}', owner TEXT NOT NULL)")
     rows = [(None, "reserve", 0.5, "{}"), ("measure", "charge", 0.5, '{"scale": 2}'),
             (None, "release", 0.0, '{"reason": "run finished"}')]
-    conn.executemany("INSERT INTO privacy_ledger (ts, dataset, run_id, stage, kind, rho, "
-                     "parameters, owner) VALUES ('2024-01-01T00:00:00+00:00', 'adult', 'r1', ?, ?,"
-                     " ?, ?, 'host:1:1')", rows)
-    conn.commit()
-    conn.close()
+    pre_chain_ledger(old, rows)
     with pytest.raises(LedgerError, match="python -m dp_synth_assets.resources.ledger migrate"):
         PrivacyLedger(old).summary("adult")
     units = {"adult_v2": "file:/x", "adult": "file:/x"}

@@ -19,7 +19,6 @@ import multiprocessing
 import os
 import signal
 import socket
-import sqlite3
 import time
 
 import dagster as dg
@@ -30,6 +29,7 @@ import dp_synth_assets.resources.ledger as resource_module
 from dp_synth_assets.core.ledger import BudgetExceeded, LedgerError, PrivacyLedger
 from dp_synth_assets.core.privacy import Spend
 from dp_synth_assets.core.runs import DatabaseDatasetLock, RunWaitTimeout, dataset_lock
+from tests.helpers import pre_chain_ledger
 from tests.test_ledger import assert_refused
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (the `postgres` extra)")
@@ -228,16 +228,8 @@ def test_migrate_refuses_a_tampered_source(ledger, tmp_path):
 
 def test_a_ledger_from_before_the_chain_migrates_into_postgres(ledger, tmp_path):
     old = tmp_path / "old.sqlite"
-    conn = sqlite3.connect(old)
-    conn.execute("CREATE TABLE privacy_ledger (id INTEGER PRIMARY KEY, ts TEXT NOT NULL, dataset"
-                 " TEXT NOT NULL, run_id TEXT NOT NULL, stage TEXT, mechanism TEXT, kind TEXT NOT"
-                 " NULL, rho REAL NOT NULL, delta_extra REAL NOT NULL DEFAULT 0, parameters TEXT"
-                 " NOT NULL DEFAULT '{}', owner TEXT NOT NULL)")
-    conn.executemany("INSERT INTO privacy_ledger (ts, dataset, run_id, stage, kind, rho, owner) "
-                     "VALUES ('2024-01-01T00:00:00+00:00', 'adult', 'r1', ?, ?, ?, 'h:1:1')",
-                     [(None, "reserve", 0.5), ("measure", "charge", 0.5), (None, "release", 0.0)])
-    conn.commit()
-    conn.close()
+    pre_chain_ledger(old, [(None, "reserve", 0.5, "{}"), ("measure", "charge", 0.5, "{}"),
+                           (None, "release", 0.0, "{}")])
     assert ledger_module.migrate_legacy(old, ledger.database.url, {}, {},
                                         schema=ledger.database.schema) == 3
     assert ledger.summary("adult").spent_rho == 0.5

@@ -62,6 +62,10 @@ def s3():
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    # moto keeps its buckets per process, across servers: each module starts from none
+    import requests
+
+    requests.post(f"http://127.0.0.1:{port}/moto-api/reset", timeout=30).raise_for_status()
     with pytest.MonkeyPatch.context() as mp:
         for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
                             "AWS_DEFAULT_REGION": "us-east-1",
