@@ -230,7 +230,19 @@ needs_browser = pytest.mark.skipif(
 PROBE = """
 const done = arguments[arguments.length - 1];
 const ready = window.jQuery ? new Promise(resolve => jQuery(resolve)) : Promise.resolve();
-ready.then(() => document.fonts.ready).then(() => {
+// bootstrap-table may build its tables after the ready handlers, on a loaded machine: wait
+// (at most 20 s) until every table it is asked to build is built
+const built = () => new Promise(resolve => {
+  const start = Date.now();
+  const poll = () => {
+    const asked = document.querySelectorAll('table[data-toggle="table"]').length;
+    const have = document.querySelectorAll('div.bootstrap-table').length;
+    if (!window.jQuery || have >= asked || Date.now() - start > 20000) resolve();
+    else setTimeout(poll, 100);
+  };
+  poll();
+});
+ready.then(built).then(() => document.fonts.ready).then(() => {
   const nav = document.querySelector('nav.navbar');
   const icon = document.querySelector('.fas');
   done({
@@ -268,7 +280,7 @@ def offline_browser():
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(120)
-    driver.set_script_timeout(60)
+    driver.set_script_timeout(90)
     try:
         yield driver
     finally:
