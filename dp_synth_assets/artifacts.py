@@ -31,8 +31,9 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 from .budget import run_asset_keys
 from .core.ledger_store import DEFAULT_SCHEMA, PostgresDatabase, is_postgres
 from .core.runs import DEFAULT_RUN_WAIT_SECONDS, RunWaitTimeout, dataset_lock
-from .core.store import (InconsistentArtifacts, MissingArtifact, RunStore, location,
-                         remove_temporaries)
+from .core.store import (ARTIFACTS, KEEP_RUNS, InconsistentArtifacts, MissingArtifact, RunStore,
+                         location, remove_temporaries)
+from .writes import public_zone_writes
 
 WRITERS = ("preprocessed", "marginals", "selection", "measurements", "model", "synthetic")
 
@@ -52,6 +53,21 @@ class PublicArtifacts(RunStore):
             super().require_consistent(*names)
         except InconsistentArtifacts as e:
             raise dg.Failure(description=str(e)) from None
+
+    # a write error is a public write failure naming the run's folder (`writes.write_failure`)
+    def _write(self, name: str, record) -> str:
+        with public_zone_writes(self.dataset, str(self.root), ARTIFACTS[name].file):
+            return super()._write(name, record)
+
+    @contextmanager
+    def writing(self, name: str):
+        with public_zone_writes(self.dataset, str(self.root), name), \
+                super().writing(name) as tmp:
+            yield tmp
+
+    def publish(self, keep: int = KEEP_RUNS) -> str:
+        with public_zone_writes(self.dataset, str(self.root), "the run's pointer"):
+            return super().publish(keep)
 
 
 def synthetic_table(dataset: str) -> str:

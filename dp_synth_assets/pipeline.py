@@ -41,6 +41,7 @@ from .core.synthesize import write_synthetic
 from .model import DESCRIPTION as MODEL_DESCRIPTION, build_model_asset, fit_model
 from .naming import Names
 from .private_log import private_dir, private_step
+from .writes import check_writes, warehouse_writes
 
 PRIVATE = {"privacy": "private"}
 PUBLIC = {"privacy": "public"}
@@ -162,6 +163,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
     def preprocessed(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                      ledger: LedgerResource) -> dg.MaterializeResult:
         led = ledger.ledger()
+        check_writes(context, warehouse, dataset, "preprocessed", spec, budget)
         with holding(context, warehouse, dataset, "preprocessed", names), \
                 private_stage(context, led, dataset, "preprocessed", budget) as stage:
             with source_connection(warehouse, spec, dataset) as con:
@@ -179,6 +181,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
     @private_step(dataset, "marginals")
     def marginals(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
+        check_writes(context, warehouse, dataset, "marginals", spec, budget)
         with holding(context, warehouse, dataset, "marginals", names), \
                 private_stage(context, ledger.ledger(), dataset, "marginals", budget):
             plan = artifacts(warehouse, dataset, context).plan()
@@ -194,6 +197,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
     def selection(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
         led = ledger.ledger()
+        check_writes(context, warehouse, dataset, "selection", spec, budget)
         with holding(context, warehouse, dataset, "selection", names), \
                 private_stage(context, led, dataset, "selection", budget) as stage:
             store = artifacts(warehouse, dataset, context)
@@ -227,6 +231,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
                 return stages.oracle(con, plan, view, table)(cliques)
 
         led = ledger.ledger()
+        check_writes(context, warehouse, dataset, "measurements", spec, budget)
         with holding(context, warehouse, dataset, "measurements", names), \
                 private_stage(context, led, dataset, "measurements", budget) as stage:
             store = artifacts(warehouse, dataset, context)
@@ -261,7 +266,8 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
             # the measured marginals of the synthetic rows, counted from the codes as they are
             # sampled (public: the rows and the noisy measurements are both public)
             counter = MarginalCounter.of(found.measurements, plan.domain)
-            with warehouse.connect() as con:
+            with warehouse_writes(warehouse, dataset, "the synthetic table"), \
+                    warehouse.connect() as con:
                 # the Parquet goes into this run's folder, then the table is replaced and
                 # stamped with the run id (the commit point), then the run's set is published
                 written = write_synthetic(con, plan, counter.counting(draw.chunks),

@@ -19,9 +19,11 @@ What the public description may say:
   file, a declared column the source lacks, "the source does not match its declared spec") and
   the data-dependent facts only in its full message, which goes to the private log;
 - a `SchemaError` speaks of the spec and the source's schema only, and is published as is;
-- anything else is published as one of three kinds: a value that does not fit the declared spec
-  (DuckDB's conversion, range and input errors), a source or warehouse that cannot be read (I/O),
-  or an unexpected error.
+- anything else is published as one of four kinds: a value that does not fit the declared spec
+  (DuckDB's conversion, range and input errors), a write that failed (an I/O error while a volume
+  of the run, probed again, cannot be written or is full, or an OS error only a write raises:
+  `writes.failed_write` names the volume and the exception type), a source or warehouse that
+  cannot be read (any other I/O error), or an unexpected error.
 Whether a run failed, and which of these kinds, stays visible: that is the one fact a failing
 run reveals.
 """
@@ -41,7 +43,8 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 from .core.change import OWNER_ONLY, make_private_dir
 from .core.domain import SchemaError
 from .core.source import SourceError
-from .core.store import append_bytes
+from .core.store import append_bytes, location
+from .writes import SPENT_STAYS, failed_write
 
 LOG_NAME = "private.log"
 
@@ -58,14 +61,17 @@ def private_dir(warehouse: WarehouseResource, dataset: str | None = None):
 
 
 def private_log_path(warehouse: WarehouseResource, dataset: str):
-    return private_dir(warehouse, dataset) / LOG_NAME
+    """Where the dataset's private log is; its folder is made when an entry is written
+    (`append_private_log`), so that an unwritable private zone fails the log's write only."""
+    return warehouse.private_root() / dataset / LOG_NAME
 
 
 def append_private_log(path, dataset: str, stage: str, run_id: str,
                        error: BaseException, public: str) -> None:
     """Append one entry (time, run, stage, the public message, the full traceback) to the
-    owner-only log at `path`, created 0600; one write per entry (O_APPEND; on an object store
+    owner-only log at `path`, created 0600 in a 0700 folder; one write per entry (O_APPEND; on an object store
     the log object is rewritten, `store.append_bytes`)."""
+    make_private_dir(location(path).parent)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     entry = (f"==== {when} dataset {dataset!r} stage {stage!r} run {run_id}\n"
              f"public message: {public}\n"
@@ -84,13 +90,16 @@ def problem_kind(error: BaseException) -> str:
 
 
 def public_message(error: BaseException, dataset: str, stage: str, log,
-                   unlogged: str | None = None) -> str:
+                   unlogged: str | None = None, written: str | None = None) -> str:
     """The description of the public failure for `error` raised in `stage` (see module doc);
-    `unlogged`: why the private log could not be written, said instead of pointing to it."""
+    `unlogged`: why the private log could not be written, said instead of pointing to it;
+    `written`: the failed write `error` is (`writes.failed_write`), said instead of its kind."""
     if isinstance(error, SourceError):
         reason = error.public
     elif isinstance(error, SchemaError):
         reason = str(error)
+    elif written is not None:
+        reason = f"{written}. Make it writable, with room, and run again. {SPENT_STAYS}"
     else:
         reason = problem_kind(error)
     if f"dataset {dataset!r}" not in reason:
@@ -129,10 +138,11 @@ def private_errors(warehouse: WarehouseResource, dataset: str, stage: str, run_i
         failure = dg.Failure(description=f"{e.description} {unlogged}", metadata=e.metadata)
     except Exception as e:  # noqa: BLE001 - every exception of a private stage is private
         log = private_log_path(warehouse, dataset)
-        message = public_message(e, dataset, stage, log)
+        written = failed_write(warehouse, dataset, e)
+        message = public_message(e, dataset, stage, log, written=written)
         unlogged = log_privately(log, dataset, stage, run_id, e, message)
         failure = dg.Failure(description=message if unlogged is None else
-                             public_message(e, dataset, stage, log, unlogged))
+                             public_message(e, dataset, stage, log, unlogged, written))
     # raised outside the handlers and `from None`: nothing is published chained to it, neither
     # the stage's exception (its text may quote a private value) nor the log write's (caught in
     # `log_privately`); the context manager's exit would otherwise attach the stage's as context

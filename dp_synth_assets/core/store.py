@@ -230,6 +230,37 @@ def replace_object(path, data: bytes | None, version: str | None) -> bool:
 PROBE = ".dp_synth-probe"
 
 
+def probe_write(where, mode: int | None = None) -> None:
+    """Write a small probe file `<where>/.dp_synth-probe.<hex>` and remove it, creating the
+    folder `where` first (with `mode` when it is created; an object store has no folders): a
+    real write, so a read-only, unreachable or full volume raises what the write raised
+    (`OSError` and its kinds on a local disk, the store's error on an object store)."""
+    folder = make_folder(where, mode)
+    probe = folder / f"{PROBE}.{secrets.token_hex(8)}"
+    try:
+        atomic_write(probe, b"dp-synth write probe\n", mode)
+    finally:
+        try:
+            probe.unlink()
+        except (OSError, ValueError):  # never written, or removed already
+            pass
+
+
+def volume_of(where) -> tuple[int, int] | None:
+    """(device id, free bytes) of the local volume that holds `where` (its nearest existing
+    folder), or None on an object store (no volume to measure). Free bytes are what an
+    unprivileged writer may use (`shutil.disk_usage`)."""
+    path = location(where)
+    if is_remote(path):
+        return None
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not path.is_dir():  # a file where a folder is wanted: its own folder's volume
+        path = path.parent
+    return os.stat(path).st_dev, shutil.disk_usage(path).free
+
+
 def check_zone(where, zone: str, setting: str, conditional: bool = False) -> None:
     """Refuse (`ZoneError`) an object-store zone that this process cannot write, read and
     delete in (a missing or read-only bucket, wrong credentials, an unreachable endpoint), or,
