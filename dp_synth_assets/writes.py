@@ -31,7 +31,7 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .budget import PRIVATE_STAGES, DatasetBudget, stages_in_run
 from .core.config import DatasetSpec, TableSource
-from .core.store import location, probe_write, volume_of
+from .core.store import RunStore, location, probe_write, volume_of
 from .core.sql import bookkeeping, ident, sql
 from .core.volumes import MB, PRIVATE, PUBLIC, WAREHOUSE, estimate, megabytes, shortfalls
 
@@ -79,10 +79,9 @@ def planned_rows(spec: DatasetSpec, warehouse: WarehouseResource, dataset: str) 
     `rows: same` the noisy row count of the published measurements (None before any)."""
     if spec.rows != "same":
         return int(spec.rows)
-    from .artifacts import artifacts
-
     try:
-        return max(int(round(artifacts(warehouse, dataset).measurements().noisy_total)), 0)
+        published = RunStore(places(warehouse, dataset)[PUBLIC], dataset)
+        return max(int(round(published.measurements().noisy_total)), 0)
     except Exception:  # noqa: BLE001 - no published measurements yet: no row estimate
         return None
 

@@ -228,3 +228,16 @@ def test_the_estimate_adds_up_zones_on_one_volume():
     assert short.needed == need and short.free == need - 1 and len(short.zones) == 3
     apart = {volumes.PUBLIC: (1, need - 1), volumes.PRIVATE: None, volumes.WAREHOUSE: (2, need)}
     assert volumes.shortfalls(out.needs, places, apart) == []  # each fits on its own device
+
+
+def test_rows_same_is_estimated_from_the_published_noisy_count(tmp_path, monkeypatch):
+    """With `rows: same`, the estimate reads the noisy row count of the published measurements
+    (public), never the source."""
+    from dp_synth_assets.core.store import RunStore
+
+    project = project_with_a_run(tmp_path)
+    noisy = RunStore(project.public / DATASET, DATASET).measurements().noisy_total
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: Usage(10 * volumes.MB, 0, volumes.MB))
+    result = materialize(project.defs_fn())
+    [message] = failure_messages(result)
+    assert f"{max(round(noisy), 0)} rows x 12 columns x 8 bytes x 2" in message, message
