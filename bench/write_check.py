@@ -56,7 +56,8 @@ def main() -> None:
             volume_of(folder)
         timings["free_space"].append(time.perf_counter() - started)
     result = {"repeat": args.repeat,
-              **{f"{k}_median_ms": round(1000 * statistics.median(v), 2) for k, v in timings.items()},
+              **{f"{k}_median_ms": round(1000 * statistics.median(v), 2)
+                 for k, v in timings.items()},
               **{f"{k}_max_ms": round(1000 * max(v), 2) for k, v in timings.items()}}
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

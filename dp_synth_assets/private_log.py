@@ -69,8 +69,8 @@ def private_log_path(warehouse: WarehouseResource, dataset: str):
 def append_private_log(path, dataset: str, stage: str, run_id: str,
                        error: BaseException, public: str) -> None:
     """Append one entry (time, run, stage, the public message, the full traceback) to the
-    owner-only log at `path`, created 0600 in a 0700 folder; one write per entry (O_APPEND; on an object store
-    the log object is rewritten, `store.append_bytes`)."""
+    owner-only log at `path`, created 0600 in a 0700 folder; one write per entry (O_APPEND; on
+    an object store the log object is rewritten, `store.append_bytes`)."""
     make_private_dir(location(path).parent)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     entry = (f"==== {when} dataset {dataset!r} stage {stage!r} run {run_id}\n"
@@ -138,7 +138,10 @@ def private_errors(warehouse: WarehouseResource, dataset: str, stage: str, run_i
         failure = dg.Failure(description=f"{e.description} {unlogged}", metadata=e.metadata)
     except Exception as e:  # noqa: BLE001 - every exception of a private stage is private
         log = private_log_path(warehouse, dataset)
-        written = failed_write(warehouse, dataset, e)
+        try:
+            written = failed_write(warehouse, dataset, e)
+        except Exception:  # noqa: BLE001 - a diagnosis that fails leaves the failure's kind
+            written = None
         message = public_message(e, dataset, stage, log, written=written)
         unlogged = log_privately(log, dataset, stage, run_id, e, message)
         failure = dg.Failure(description=message if unlogged is None else

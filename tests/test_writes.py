@@ -176,7 +176,8 @@ def test_the_synthetic_write_failing_names_its_volume_and_no_engine_text(tmp_pat
     assert not result.success
     [message] = failure_messages(result)
     volume = (f"synthetic.parquet to the public zone {project.public / DATASET}"
-              if fault == "parquet" else f"the synthetic table to the warehouse {project.warehouse}")
+              if fault == "parquet" else
+              f"the synthetic table to the warehouse {project.warehouse}")
     assert f"writing {volume} failed (IOException)" in message, message
     assert CANARY not in message and "No space" not in message
     [error] = failure_errors(result)
