@@ -30,7 +30,6 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
 
-    from dp_synth_assets.core.config import load_registry
     from dp_synth_assets.core.store import probe_write, volume_of
     from dp_synth_assets.resources.warehouse import WarehouseResource
     from dp_synth_assets.writes import folders, probe_warehouse
@@ -39,7 +38,6 @@ def main() -> None:
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
     project = make_project(WORK, rows=3000)
-    spec = load_registry(str(project.datasets))["example"]
     warehouse = WarehouseResource(database=str(project.warehouse), public_dir=str(project.public),
                                   base_dir=str(WORK))
     timings = {"probe_files": [], "probe_warehouse": [], "free_space": []}
@@ -49,7 +47,7 @@ def main() -> None:
             probe_write(folder)
         timings["probe_files"].append(time.perf_counter() - started)
         started = time.perf_counter()
-        probe_warehouse(warehouse, spec)
+        probe_warehouse(warehouse)
         timings["probe_warehouse"].append(time.perf_counter() - started)
         started = time.perf_counter()
         for folder in folders(warehouse, "example").values():

@@ -3,7 +3,7 @@
 `check_writes` runs in a run's first spending stage, before its dataset is taken and its budget
 reserved: each volume the run writes (the dataset's folder in the public zone, the private zone,
 the warehouse's folder) takes a real probe write, removed after (`store.probe_write`); the
-warehouse takes a probe table, created and dropped; and each local volume must have the room
+warehouse, when it exists, takes a probe table, created and dropped; and each local volume must have the room
 `core.volumes.estimate` asks from public facts (zones on one volume add up). A refusal is a
 `dagster.Failure` naming the volume (its path or URL), the cause (the write's exception type and
 the operating system's sentence for its error code, or the free and needed megabytes) and the
@@ -30,7 +30,7 @@ import duckdb
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .budget import PRIVATE_STAGES, DatasetBudget, stages_in_run
-from .core.config import DatasetSpec, TableSource
+from .core.config import DatasetSpec
 from .core.store import RunStore, location, probe_write, volume_of
 from .core.sql import bookkeeping, ident, sql
 from .core.volumes import MB, PRIVATE, PUBLIC, WAREHOUSE, estimate, megabytes, shortfalls
@@ -86,12 +86,14 @@ def planned_rows(spec: DatasetSpec, warehouse: WarehouseResource, dataset: str) 
         return None
 
 
-def probe_warehouse(warehouse: WarehouseResource, spec: DatasetSpec) -> None:
-    """Create and drop a probe table in the warehouse on a writable connection (a table source
-    needs the warehouse to exist: it is not created then, as in `pipeline.source_connection`)."""
+def probe_warehouse(warehouse: WarehouseResource) -> None:
+    """Create and drop a probe table in the warehouse on a writable connection. A warehouse that
+    does not exist yet is not created here: the probe file in its folder stands for it, and
+    the stage creates it, or refuses a table source it lacks (`pipeline.source_connection`)."""
+    if not Path(warehouse.database).exists():
+        return
     table = ident(bookkeeping(f"probe_{secrets.token_hex(8)}"))
-    create = not isinstance(spec.source, TableSource) or spec.engine.type != "duckdb"
-    with warehouse.connect(create=create) as con:
+    with warehouse.connect() as con:
         con.execute(sql("probe_table", table=table))
         con.execute(sql("drop_table", table=table))
 
@@ -121,7 +123,7 @@ def check_writes(context, warehouse: WarehouseResource, dataset: str, stage: str
             break
     if failure is None:
         try:
-            probe_warehouse(warehouse, spec)
+            probe_warehouse(warehouse)
         except WRITE_ERRORS as e:
             failure = refused(dataset, WAREHOUSE, where[WAREHOUSE], e)
     if failure is not None:
