@@ -158,9 +158,9 @@ HASHES = ("md5", "sha1", "sha256", "sha512", "blake2b", "sha3_256")
 
 def digest_forms(texts: list[str], secret: bytes | None) -> set[str]:
     """Every form a leaked digest of `texts` (a content summary, a change signal) could take:
-    the text itself when it is one token (a summary's digits); its unkeyed hashes (`HASHES`, the old fingerprint was sha256 of the
-    summary); its HMAC-SHA256 under the installation's secret (the change MAC of today); each
-    in lower hex, upper hex, base64 and URL-safe base64. A public text holding any 12-character
+    the text itself when it is one token (a summary's digits); its unkeyed hashes (`HASHES`;
+    the old fingerprint was sha256 of the summary); its HMAC-SHA256 under the installation's
+    secret (today's change MAC); each in lower hex, upper hex, base64 and URL-safe base64. A public text holding any 12-character
     window of one of them (`leaked_digests`) holds a truncation of it."""
     forms = set()
     for text in texts:
