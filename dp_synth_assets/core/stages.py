@@ -47,11 +47,12 @@ Oracle = Callable[[list[Clique]], dict[Clique, np.ndarray]]
 
 
 def preprocess(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str, base_dir: Path,
-               view: str, budget: DatasetBudget, charge) -> EncodingPlan:
-    """Check the source against the columns, learn what they leave undeclared (DP, with the
-    preprocessing budget) and create the encoded view `view` (`prepare_encoded_view`)."""
+               view: str, budget: DatasetBudget, charge, note=None) -> EncodingPlan:
+    """Check the source's schema against the columns, learn what they leave undeclared (DP,
+    with the preprocessing budget) and create the encoded view `view` (`prepare_encoded_view`;
+    `note` gets the private counts of values that read as NULL or took a fallback code)."""
     return prepare_encoded_view(con, spec, dataset, base_dir, view, budget.domains_rho,
-                                budget.run_delta_extra, charge, budget.count)
+                                budget.run_delta_extra, charge, budget.count, note)
 
 
 @dataclass(frozen=True)
