@@ -52,6 +52,7 @@ from dagster._core.definitions.observe import observe  # not re-exported by dags
 from dagster._core.events import DagsterEventType
 from dagster._serdes import serialize_value
 
+from dp_synth_assets.core.budget import BudgetStatus, DatasetBudget
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import TEST_DEFAULTS, example_entry, make_project, run_sql, without_random_ids
@@ -192,6 +193,9 @@ def public_numbers(project, spec) -> dict[float, str]:
         summary = ledger.summary(DATASET)
         add([v for v in vars(summary).values() if isinstance(v, (int, float))
              and not isinstance(v, bool)], "budget figures")
+        status = BudgetStatus.of(summary, DatasetBudget.of(spec))
+        add([status.runs_left or 0, status.remaining_rho, status.remaining_epsilon],
+            "budget figures (runs left, remaining)")
         charges = sum(e["kind"] == "charge" for e in ledger.events(DATASET))
         add(range(1, charges + 1), "the charges' sequence numbers (the ledger's count)")
         add(range(1, ledger.head()[0] + 1), "the ledger's row count (its published head)")
