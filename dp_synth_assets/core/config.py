@@ -67,6 +67,9 @@ MAX_EPSILON = 10_000.0
 # `rows: same` is refused when the noisy row count's standard deviation is at least this many
 # rows whatever the run measures (module docstring).
 MAX_TOTAL_SD = 1_000_000.0
+# the widest declared `bounds` (high - low): the bins are cut from the span (up to 4096 times
+# it, and the density grid rounds it up), which overflows a float (about 1.8e308) near its top
+MAX_BOUNDS_SPAN = 1e300
 # what a message calls the entry of a spec that no registry parsed (`DatasetSpec.entry`)
 UNKNOWN_ENTRY = "the dataset's entry"
 
@@ -233,6 +236,12 @@ class ColumnSpec(_Strict):
                 low, high = self.numeric_bounds()
                 if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
                     raise ValueError(f"`bounds` must be finite with low < high, got {list(self.bounds)}")
+                if not high - low <= MAX_BOUNDS_SPAN:
+                    raise ValueError(
+                        f"`bounds` {list(self.bounds)} are too far apart: high - low must be at "
+                        f"most {MAX_BOUNDS_SPAN:g} (the bins' arithmetic overflows a float "
+                        f"beyond it); declare bounds that fit the column's real range, or leave "
+                        f"`bounds` out to learn them with DP")
         if self.nullable is False and self.missing:
             raise ValueError("`missing` markers become NULLs, so the column must be nullable")
         self._values_fit_type()
