@@ -68,3 +68,65 @@ def test_bounds_at_the_limit_load_and_their_grid_and_bins_are_finite(tmp_path):
     start, width, cells = density_grid(low, high, False)
     assert all(map(math.isfinite, (start, width))) and 1 <= cells <= 1024
     assert np.isfinite(uniform_bin_edges(spec, low, high)).all()
+
+
+# ------------------------------------------------------------------ keys YAML reads as non-text
+
+
+def entry_with_column_key(key: str) -> str:
+    """A datasets.yaml whose second column's key is written `key` (unquoted)."""
+    return f"""datasets:
+  example:
+    source: {{table: main.example}}
+    columns:
+      age: {{kind: integer, bounds: [17, 90]}}
+      {key}: {{kind: boolean}}
+    privacy: {{epsilon: 1.0, delta: 1.0e-9, limit: {{epsilon: 10.0, delta: 1.0e-8}}}}
+"""
+
+
+@pytest.mark.parametrize("key,read_as", [
+    ("true", "a boolean"), ("yes", "a boolean"), ("off", "a boolean"), ("No", "a boolean"),
+    ("1", "a number"), ("2.5", "a number"), ("null", "null"), ("~", "null"),
+])
+def test_a_column_key_yaml_reads_as_no_name_is_refused_saying_to_quote_it(tmp_path, key, read_as):
+    """`true:` was refused with pydantic's "Input should be a valid string"; the message now
+    names the line, the key as written, what YAML read it as and the quoted spelling."""
+    message = load_failure(tmp_path, entry_with_column_key(key))
+    assert f"the key `{key}` on line 6 is read as {read_as}" in message, message
+    assert f'quote it, `"{key}":`' in message, message
+
+
+def test_a_quoted_key_names_the_column(tmp_path):
+    (tmp_path / "datasets.yaml").write_text(entry_with_column_key('"true"'))
+    from dp_synth_assets.core.config import load_registry
+
+    assert list(load_registry(tmp_path / "datasets.yaml")["example"].columns) == ["age", "true"]
+
+
+def test_a_boolean_column_key_in_a_components_defs_yaml_says_to_quote_it(tmp_path):
+    """Dagster reads the component's defs.yaml and validates each entry with the registry's
+    model: the same rule names the entry's key there."""
+    from tests.test_component import customers_entry, dg_project, load_failure as failure, \
+        write_instance
+
+    entry = customers_entry()
+    entry["columns"] = {**entry["columns"], True: {"kind": "boolean"}}
+    sandbox = dg_project(tmp_path)
+    folder = write_instance(sandbox, {"warehouse": "w.duckdb", "ledger": "l.sqlite",
+                                      "public_dir": "public", "datasets": {"customers": entry}})
+    assert "\n        true:" in (folder / "defs.yaml").read_text()  # unquoted, as users write it
+    text = failure(sandbox)
+    assert "attributes.datasets.customers.columns" in text, text
+    assert "column key True is read as a boolean" in text and '`"true":`' in text, text
+
+
+def test_a_dataset_name_yaml_reads_as_a_boolean_is_refused_in_a_components_defs_yaml(tmp_path):
+    from tests.test_component import customers_entry, dg_project, load_failure as failure, \
+        write_instance
+
+    sandbox = dg_project(tmp_path)
+    write_instance(sandbox, {"warehouse": "w.duckdb", "ledger": "l.sqlite",
+                             "public_dir": "public", "datasets": {False: customers_entry()}})
+    text = failure(sandbox)
+    assert "dataset key False is read as a boolean" in text and '`"no":`' in text, text

@@ -93,6 +93,45 @@ def _number(value):
     return value
 
 
+def key_problem(key) -> str | None:
+    """Why a mapping key of a registry is not a name (None when it is text): YAML 1.1 reads some
+    unquoted keys as other values (`true:` is a boolean, `1:` a number, `null:` nothing), which
+    no column, dataset or setting can be named; the message says what it was read as and how to
+    quote it."""
+    if isinstance(key, str):
+        return None
+    if isinstance(key, bool):
+        read = ("a boolean (YAML 1.1 reads an unquoted true, false, yes, no, on or off as a "
+                "boolean)")
+    elif isinstance(key, numbers.Number):
+        read = "a number"
+    elif key is None:
+        read = "null (YAML reads an unquoted null, ~ or an empty key as null)"
+    elif isinstance(key, (date, datetime)):
+        read = "a date"
+    else:
+        read = f"a {type(key).__name__}"
+    return f"is read as {read}, not as a name: quote it"
+
+
+def text_keys(what: str):
+    """A before-validator refusing a mapping whose keys are not all text (`key_problem`), naming
+    the key as `what` (e.g. "column"): pydantic's own message was "Input should be a valid
+    string"."""
+    def check(value):
+        if isinstance(value, dict):
+            for key in value:
+                problem = key_problem(key)
+                if problem:
+                    example = (('`"true":`, `"yes":` or `"on":`' if key else
+                                '`"false":`, `"no":` or `"off":`') if isinstance(key, bool) else
+                               '`"null":`' if key is None else f'`"{key}":`')
+                    shown = str(key) if isinstance(key, (date, datetime)) else repr(key)
+                    raise ValueError(f"{what} key {shown} {problem} as written, e.g. {example}")
+        return value
+    return check
+
+
 def _integer(value):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise ValueError(f"expected an integer, got {value!r}")
@@ -588,7 +627,7 @@ DurationText = Annotated[str, Field(pattern=r"^\d+(\.\d+)?\s*(s|m|h|d)$")]
 
 class DatasetSpec(_Strict):
     source: Source
-    columns: dict[str, ColumnSpec]
+    columns: Annotated[dict[str, ColumnSpec], BeforeValidator(text_keys("column"))]
     privacy: Privacy
     # default: auto, absyn or MST by public facts (select/auto.py; measured by bench/suite.py)
     method: str = "auto"  # a key of core.methods.METHODS (checked below)
@@ -745,7 +784,7 @@ def noisy_total_sd_bound(epsilon: float, delta: float) -> float:
 
 
 class Registry(_Strict):
-    datasets: dict[str, DatasetSpec]
+    datasets: Annotated[dict[str, DatasetSpec], BeforeValidator(text_keys("dataset"))]
 
     @field_validator("datasets")
     @classmethod
@@ -852,10 +891,12 @@ class AliasError(yaml.YAMLError):
 
 @dataclass
 class _Walk:
-    """What `_construct` has built so far: the values counted, the collections being built."""
+    """What `_construct` has built so far: the values counted, the collections being built;
+    `text_keys`: refuse a mapping key that is not text (`NonTextKey`)."""
 
     values: int = 0
     open: set = dataclass_field(default_factory=set)
+    text_keys: bool = False
 
 
 def _construct(node, loader, walk: "_Walk | None" = None):
@@ -910,6 +951,8 @@ def _construct_collection(node, loader, walk: _Walk):
                         merged.setdefault(key, value)
                 continue
             key, line = _construct(key_node, loader, walk), key_node.start_mark.line + 1
+            if walk.text_keys and key_problem(key):
+                raise NonTextKey(key, key_node, line)
             try:
                 if key in seen:
                     raise DuplicateKey(key, seen[key], line)
@@ -929,13 +972,21 @@ class DuplicateKey(ValueError):
                          f"line {line}: YAML would keep the second silently. Keep one.")
 
 
-def parse_yaml(text: str) -> object:
+class NonTextKey(ValueError):
+    def __init__(self, key, node, line: int):
+        written = node.value if isinstance(node, yaml.ScalarNode) and node.value else "null"
+        super().__init__(f"the key `{written}` on line {line} {key_problem(key)}, "
+                         f"`\"{written}\":`")
+
+
+def parse_yaml(text: str, text_keys: bool = False) -> object:
     """A YAML document, loaded safely (YAML's safe loader composes it; `_construct` builds it),
-    refusing duplicate keys (`DuplicateKey`)."""
+    refusing duplicate keys (`DuplicateKey`) and, with `text_keys`, a mapping key that is not
+    text (`NonTextKey`: every key of a registry is a name)."""
     loader = _SAFE_LOADER(text)
     try:
         node = loader.get_single_node()
-        return None if node is None else _construct(node, loader)
+        return None if node is None else _construct(node, loader, _Walk(text_keys=text_keys))
     finally:
         loader.dispose()
 
@@ -963,8 +1014,8 @@ def load_registry(path: str | Path) -> dict[str, DatasetSpec]:
     if not path.exists():
         raise RegistryError(f"{path} does not exist; create it or set DP_SYNTH_DATASETS")
     try:
-        data = parse_yaml(path.read_text())
-    except DuplicateKey as e:
+        data = parse_yaml(path.read_text(), text_keys=True)
+    except (DuplicateKey, NonTextKey) as e:
         raise RegistryError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise RegistryError(f"{path} is not valid YAML: {e}") from None
