@@ -130,3 +130,63 @@ def test_a_dataset_name_yaml_reads_as_a_boolean_is_refused_in_a_components_defs_
                              "public_dir": "public", "datasets": {False: customers_entry()}})
     text = failure(sandbox)
     assert "dataset key False is read as a boolean" in text and '`"no":`' in text, text
+
+
+# ------------------------------------------------------------- names that differ only in case
+
+
+def test_declared_columns_that_differ_only_in_case_are_refused_at_load(tmp_path):
+    columns = {"A": {"kind": "integer", "bounds": [0, 4]}, "a": {"kind": "boolean"}}
+    message = load_failure(tmp_path, registry(example_entry(columns=columns, report=None)))
+    assert "dataset 'example', key 'columns'" in message, message
+    assert "'A' and 'a' differ only in case" in message and "rename one" in message, message
+    # the CSV's own names, when declared, too
+    source = {"csv": "people.csv", "columns": ["A", "a", "age"]}
+    entry = example_entry(source=source, columns={"age": {"kind": "integer", "bounds": [0, 9]},
+                                                  "a": {"kind": "boolean"}}, report=None)
+    message = load_failure(tmp_path, registry(entry))
+    assert "source.columns" in message and "'A' and 'a'" in message, message
+    # non-ASCII letters are distinct identifiers to DuckDB: both load
+    columns = {"Ä": {"kind": "integer", "bounds": [0, 4]}, "ä": {"kind": "boolean"}}
+    path = tmp_path / "datasets.yaml"
+    path.write_text(registry(example_entry(columns=columns, report=None)))
+    build_definitions(path, tmp_path / "w.duckdb", tmp_path / "l.sqlite", tmp_path / "p")
+
+
+CASE_COLUMNS = {"a": {"kind": "integer", "bounds": [0, 2]},
+                "b": {"kind": "categorical", "categories": ["x0", "x1"]}}
+
+
+def materialize_preprocessed(project):
+    defs = project.defs_fn()
+    return dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                          instance=dg.DagsterInstance.ephemeral(), raise_on_error=False,
+                          selection=[dg.AssetKey(["example", "preprocessed"])])
+
+
+def test_a_csv_header_with_names_that_differ_only_in_case_says_so_spending_nothing(tmp_path):
+    """A header `A,a,b`: DuckDB could not bind the file's columns, and the run said "no such
+    table or file". The refusal names the cause and the fix, quotes only declared names (the
+    line is a row of data when the file has no header), and spends nothing; the fix it gives
+    (`source.columns`) runs."""
+    from tests.helpers import registry_project
+
+    (tmp_path / "people.csv").write_text(
+        "A,a,b\n" + "".join(f"{i % 5},{i % 3},x{i % 2}\n" for i in range(300)))
+    entry = example_entry(source={"csv": "people.csv"}, columns=CASE_COLUMNS, report=None)
+    project = registry_project(tmp_path, entry)
+    result = materialize_preprocessed(project)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    message = failure.event_specific_data.error.message
+    assert "differ only in case (among them the declared 'a')" in message, message
+    assert "no such table" not in message and "'A'" not in message, message
+    assert "`source.columns`" in message, message
+    ledger = PrivacyLedger(project.ledger)
+    assert not [e for e in ledger.events() if e["kind"] == "charge"]
+    log = (tmp_path / "private" / "example" / "private.log").read_text()
+    assert "[['A', 'a']]" in log  # the owner reads which names
+    # the fix the message gives
+    entry["source"] = {"csv": "people.csv", "columns": ["A_upper", "a", "b"]}
+    project = registry_project(tmp_path, entry)
+    assert materialize_preprocessed(project).success

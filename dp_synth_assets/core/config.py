@@ -38,6 +38,7 @@ from .engines import ENGINES
 from .extras import refusal
 from .methods import METHODS
 from .plugins import require_registered
+from .sql import same_identifier
 
 DATASET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 QUALIFIED_TABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*\.){0,2}[A-Za-z_][A-Za-z0-9_]*$")
@@ -466,6 +467,10 @@ class CsvSource(_SourceBase):
                 raise ValueError("`columns` must list non-empty names")
             if len(set(self.columns)) != len(self.columns):
                 raise ValueError("`columns` has duplicates")
+            for group in same_identifier(self.columns):
+                raise ValueError(f"`columns` names {' and '.join(map(repr, group))}, which "
+                                 f"differ only in case: DuckDB (like SQL) reads them as one "
+                                 f"name; rename one")
         return self
 
 
@@ -667,6 +672,10 @@ class DatasetSpec(_Strict):
         for name in v:  # identifiers are always quoted in SQL, so any non-empty name works
             if not name.strip() or "\x00" in name:
                 raise ValueError(f"column name {name!r} is empty or has a NUL character")
+        for group in same_identifier(v):
+            raise ValueError(f"columns {' and '.join(map(repr, group))} differ only in case, "
+                             f"which DuckDB (like SQL) reads as one name, quoted or not: the "
+                             f"source and the synthetic table cannot hold both; rename one")
         return v
 
     @field_validator("method")
