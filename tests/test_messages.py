@@ -190,3 +190,32 @@ def test_a_csv_header_with_names_that_differ_only_in_case_says_so_spending_nothi
     entry["source"] = {"csv": "people.csv", "columns": ["A_upper", "a", "b"]}
     project = registry_project(tmp_path, entry)
     assert materialize_preprocessed(project).success
+
+
+# ------------------------------------------------------------------------------ a bad cron
+
+
+@pytest.mark.parametrize("cron", ["61 * * * *", "0 0 30 2 *", "0 0 * * 8"])
+@pytest.mark.parametrize("source", [{"table": "main.example"},
+                                    {"asset": "up/stream", "table": "main.example",
+                                     "asset_elsewhere": True}])
+def test_a_cron_dagster_cannot_run_is_refused_naming_the_entry_key_and_value(tmp_path, cron,
+                                                                            source):
+    """Five fields, but not a schedule: Dagster's own definition error (or a check error, for a
+    source asset's cron condition) named neither the file nor the fix."""
+    message = load_failure(tmp_path, registry(example_entry(schedule=cron, source=source)))
+    assert f"dataset 'example' in {tmp_path / 'datasets.yaml'}: `schedule` '{cron}'" in message
+    assert "e.g. \"0 3 * * 1\"" in message and "remove `schedule`" in message, message
+
+
+def test_a_bad_cron_in_a_components_defs_yaml_names_its_entry(tmp_path):
+    from tests.test_component import customers_entry, dg_project, load_failure as failure, \
+        write_instance
+
+    sandbox = dg_project(tmp_path)
+    folder = write_instance(sandbox, {
+        "warehouse": "w.duckdb", "ledger": "l.sqlite", "public_dir": "public",
+        "datasets": {"customers": customers_entry(schedule="61 * * * *")}})
+    text = failure(sandbox)
+    assert (f"`attributes.datasets.customers` in {folder / 'defs.yaml'}: `schedule` "
+            "'61 * * * *' is not a cron expression") in text, text
