@@ -219,3 +219,42 @@ def test_a_bad_cron_in_a_components_defs_yaml_names_its_entry(tmp_path):
     text = failure(sandbox)
     assert (f"`attributes.datasets.customers` in {folder / 'defs.yaml'}: `schedule` "
             "'61 * * * *' is not a cron expression") in text, text
+
+
+# ------------------------------------------------------- the notebook API on a read-only file
+
+
+def test_fit_on_a_read_only_connection_works_and_writes_nothing_to_it(tmp_path):
+    """`fit("t", connection=duckdb.connect(path, read_only=True))` raised DuckDB's
+    CatalogException (an in-memory database cannot be attached read-only) after the ledger had
+    reserved. The working objects now live in an in-memory database attached read-write (and
+    a temporary table), so the fit spends its run budget and the file is left as it was."""
+    import hashlib
+    import math
+
+    from dp_synth_assets.api import Synthesizer
+    from dp_synth_assets.core.budget import DatasetBudget
+    from dp_synth_assets.example import EXAMPLE_COLUMNS, generate_example
+
+    path = tmp_path / "warehouse.duckdb"
+    with duckdb.connect(str(path)) as con:
+        con.register("rows", generate_example(1500, seed=2))
+        con.execute("CREATE TABLE people AS SELECT * FROM rows")
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    # `race` is discovered (DP thresholding through a temporary table of keys)
+    columns = {"sex": EXAMPLE_COLUMNS["sex"], "race": {"kind": "categorical"},
+               "age": EXAMPLE_COLUMNS["age"], "newsletter": EXAMPLE_COLUMNS["newsletter"]}
+    synth = Synthesizer(columns=columns, epsilon=1.0, delta=1e-9, generator="gum", seed=1,
+                        ledger=tmp_path / "ledger.sqlite", dataset="people")
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        out = synth.fit("people", connection=con).sample(50)
+        assert out.column_names == list(columns) and out.num_rows == 50
+        assert con.execute("SELECT count(*) FROM duckdb_databases() WHERE database_name LIKE "
+                           "'dp_synth%'").fetchone()[0] == 0
+        assert con.execute("SELECT count(*) FROM people").fetchone()[0] == 1500  # still usable
+    finally:
+        con.close()
+    assert math.isclose(synth.report.rho_spent, DatasetBudget.of(synth.spec).run_rho,
+                        rel_tol=1e-9)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
