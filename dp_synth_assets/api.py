@@ -318,13 +318,15 @@ class PrivateRun:
         """Check the source against the columns, learn what they leave undeclared with DP and
         create the encoded view (`stages.preprocess`)."""
         return stages.preprocess(self.con, self.spec, self.dataset, self.base_dir, self.view,
-                                 self.budget, self.accountant.stage("preprocessed"))
+                                 self.budget, self.accountant.stage("preprocessed"),
+                                 log=logging.getLogger("dp_synth").info)
 
     def marginals(self, plan: EncodingPlan) -> margs.MarginalStore:
         """The exact marginals the method needs, counted in one scan (`stages.marginals`), as
         the oracle the selection and measurement read (private: never return its answers to a
         user)."""
-        stages.marginals(self.con, self.spec, plan, self.view, self.table)
+        stages.marginals(self.con, self.spec, plan, self.view, self.table,
+                         log=logging.getLogger("dp_synth").info)
         return stages.oracle(self.con, plan, self.view, self.table)
 
     def select(self, plan: EncodingPlan, oracle) -> Selection:
