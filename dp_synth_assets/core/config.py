@@ -9,6 +9,10 @@ What is refused at load, beyond the schema (each a mistake that would otherwise 
 - a key written twice in one mapping (YAML keeps the last one silently: a second `limit:`, two
   entries of one name), merged and anchored mappings included; the message names the key and
   both lines;
+- a mapping key that YAML 1.1 reads as no text (`true:`, `1:`, `null:`; `NonTextKey`, or
+  `text_keys` where the YAML is Dagster's), naming the line and the quoted spelling;
+- two column names that differ only in case (one identifier to DuckDB), and `bounds` whose
+  span is above `MAX_BOUNDS_SPAN`;
 - a declared category equal to the other code's label (they would be one synthetic value);
 - an epsilon, delta or seed that is not a number (`epsilon: true`, `epsilon: "1"`), a negative
   seed, and an epsilon above `MAX_EPSILON` (its rho cannot be computed);
