@@ -47,12 +47,13 @@ Oracle = Callable[[list[Clique]], dict[Clique, np.ndarray]]
 
 
 def preprocess(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str, base_dir: Path,
-               view: str, budget: DatasetBudget, charge, log=None) -> EncodingPlan:
-    """Check the source against the columns, learn what they leave undeclared (DP, with the
-    preprocessing budget) and create the encoded view `view` (`prepare_encoded_view`); `log`
-    gets the progress lines (`preprocess.preprocess`)."""
+               view: str, budget: DatasetBudget, charge, note=None, log=None) -> EncodingPlan:
+    """Check the source's schema against the columns, learn what they leave undeclared (DP,
+    with the preprocessing budget) and create the encoded view `view` (`prepare_encoded_view`;
+    `note` gets the private counts of values that read as NULL or took a fallback code, `log`
+    the progress lines of `preprocess.preprocess`)."""
     return prepare_encoded_view(con, spec, dataset, base_dir, view, budget.domains_rho,
-                                budget.run_delta_extra, charge, budget.count, log=log)
+                                budget.run_delta_extra, charge, budget.count, note, log=log)
 
 
 @dataclass(frozen=True)
