@@ -18,8 +18,8 @@ substrings.
 
 Some numbers are public by design and can equal a small secret: `public_numbers` lists them,
 each from a public fact (datasets.yaml, the plan and the selection the run published, the DP
-row count and the measured cliques, the budget figures and the ledger's counts, the model's
-configured iterations, log levels, package versions);
+row count and the measured cliques, the budget figures and the ledger's counts, the progress
+lines' steps, the model's configured iterations, log levels, package versions);
 a secret equal to one of them cannot be searched for, and the test asserts that the held-out
 count and the planted country's count are not among them. Before numbers are read, the text
 loses what states no value of the data: random ids (`without_random_ids`), the test's own
@@ -35,6 +35,7 @@ The noisy total is searched nowhere within 2 of its value (it may round to the e
 finds the held-out count when a run logs it or prints it.
 """
 
+import itertools
 import json
 import math
 import re
@@ -53,7 +54,9 @@ from dagster._core.events import DagsterEventType
 from dagster._serdes import serialize_value
 
 from dp_synth_assets.core.budget import BudgetStatus, DatasetBudget
+from dp_synth_assets.core import preprocess as pp
 from dp_synth_assets.core.config import load_registry
+from dp_synth_assets.core.marginals import _batches
 from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import TEST_DEFAULTS, example_entry, make_project, run_sql, without_random_ids
 
@@ -174,6 +177,14 @@ def public_numbers(project, spec) -> dict[float, str]:
         for path in public.rglob(name):
             add(NUMBER.findall(json.dumps(without_noisy(json.loads(path.read_text())))),
                 f"{name} (the spec and the run's DP releases)")
+    tasks = len(pp.all_tasks(spec.columns))
+    add(range(1, tasks + 1), "preprocessing's mechanisms (its progress lines)")
+    for path in public.rglob("plan.json"):  # the marginals' progress: queries of the plan's
+        columns = [c["column"] for c in json.loads(path.read_text())]  # 1- and 2-way cliques
+        batches = _batches(columns, [(c,) for c in columns]
+                           + list(itertools.combinations(columns, 2)))
+        add(np.cumsum([len(b) for b in batches]), "the marginals' progress lines")
+        add([len(batches)], "the marginals' progress lines")
     for path in public.rglob("measurements.json"):
         from dp_synth_assets.core.generate.pgm import junction_cells
 
