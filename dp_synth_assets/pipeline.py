@@ -40,7 +40,7 @@ from .core.sql import sql
 from .core.synthesize import write_synthetic
 from .model import DESCRIPTION as MODEL_DESCRIPTION, build_model_asset, fit_model
 from .naming import Names
-from .private_log import private_dir, private_step
+from .private_log import append_private_note, private_dir, private_log_path, private_step
 from .writes import check_writes, warehouse_writes
 
 PRIVATE = {"privacy": "private"}
@@ -166,9 +166,13 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
         check_writes(context, warehouse, dataset, "preprocessed", spec, budget)
         with holding(context, warehouse, dataset, "preprocessed", names), \
                 private_stage(context, led, dataset, "preprocessed", budget) as stage:
+            def note(fallbacks):  # what the values did: the owner's log, on every run
+                append_private_note(private_log_path(warehouse, dataset), dataset,
+                                    "preprocessed", context.run_id, fallbacks.report())
+
             with source_connection(warehouse, spec, dataset) as con:
                 plan = stages.preprocess(con, spec, dataset, Path(warehouse.base_dir), view,
-                                         budget, stage.charge)
+                                         budget, stage.charge, note, log=context.log.info)
             path = artifacts(warehouse, dataset, context).write_plan(plan)
         context.log.info(f"encoded {len(plan.columns)} columns; domain {plan.domain}")
         return dg.MaterializeResult(metadata={
@@ -186,7 +190,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
                 private_stage(context, ledger.ledger(), dataset, "marginals", budget):
             plan = artifacts(warehouse, dataset, context).plan()
             with source_connection(warehouse, spec, dataset) as con:
-                counted = stages.marginals(con, spec, plan, view, table)
+                counted = stages.marginals(con, spec, plan, view, table, log=context.log.info)
         # no wall time: the scan's duration depends on the private rows (DESIGN.md section 4)
         context.log.info(f"{len(counted.cliques)} marginals ({counted.cells} cells) in one scan")
         return dg.MaterializeResult(metadata={

@@ -85,6 +85,7 @@ encoded domain and publish no `Measurement` (every marginal goes through
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -98,9 +99,10 @@ from .domain import (Derived, EncodingPlan, SchemaError, bin_count, build_plan, 
                      integer_valued, is_null_condition, uniform_bins, uniform_edges,
                      value_expression)
 from .privacy import Spend, gaussian_counts, gaussian_scale
+from .progress import due
 from .scans import as_engine
-from .source import (SourceError, describe_source, holdout_relation, training_relation,
-                     validate_source)
+from .source import (Fallbacks, SourceError, count_fallbacks, describe_source,
+                     holdout_relation, training_relation)
 from .sql import bookkeeping, ident, qualified, sql
 
 dp.enable_features("contrib")
@@ -164,10 +166,12 @@ def all_tasks(columns: dict[str, ColumnSpec]) -> list[Task]:
 
 
 def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str, ColumnSpec],
-               rho: float, delta_extra: float, charge) -> dict[str, Derived]:
+               rho: float, delta_extra: float, charge, log=None) -> dict[str, Derived]:
     """Run every column's mechanisms; returns what each column's encoding needs (public). With
     no rho, a spec whose only tasks are `density` histograms (an accuracy refinement: the domain
-    is declared) runs none of them, and its values are drawn uniformly inside their bins."""
+    is declared) runs none of them, and its values are drawn uniformly inside their bins. `log`
+    gets a line as each scan starts and about ten as the mechanisms run (`progress.due`), with
+    counts of scans and mechanisms (the spec's) only, never a time."""
     tasks = all_tasks(columns)
     if rho <= 0 and all(t.mechanism == "density" for t in tasks):
         return {}
@@ -180,27 +184,34 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
     out: dict[Task, object] = {}  # what each task's mechanism released
 
     edges_of: dict[str, np.ndarray] = {}  # the bins a `density` task shapes (public)
+    say = log or (lambda line: None)
 
-    def run(batch: list[Task], spans: dict[str, tuple[float, float]]) -> None:
+    def run(batch: list[Task], spans: dict[str, tuple[float, float]], scan: str) -> None:
+        if batch:
+            say(f"preprocessed: scan {scan}: the exact aggregates of {len(batch)} mechanisms")
         exact = exact_aggregates(con, relation, columns, batch, spans)
         for t in batch:
             out[t] = run_mechanism(t, exact[t], columns[t.column], spans.get(t.column), rho_of[t],
                                    delta_each, charge, edges_of.get(t.column))
+            if due(len(out), len(tasks)):
+                say(f"preprocessed: {len(out)}/{len(tasks)} mechanisms run")
 
     # PrivTree and density over DP bounds wait for them: their cells span what the first scan
     # releases
     spanned = ("privtree", "density")
     second = [t for t in tasks if t.mechanism in spanned and columns[t.column].bounds is None]
     first = [t for t in tasks if t not in second]
+    scans = bool(first) + bool(second)
     run(first, {t.column: columns[t.column].numeric_bounds() for t in first
-                if t.mechanism in spanned})
+                if t.mechanism in spanned}, f"1/{scans}")
     for name, spec in columns.items():  # post-processing of the first scan's releases
         edges = quantile_edges(spec, *out[Task(name, "bounds")]) \
             if spec.binning_rule == "quantile" else None
         if edges is not None:
             edges_of[name] = np.asarray(edges)
     if second:
-        run(second, {t.column: out[Task(t.column, "bounds")][0] for t in second})
+        run(second, {t.column: out[Task(t.column, "bounds")][0] for t in second},
+            f"{scans}/{scans}")
     derived: dict[str, Derived] = {}
     for name, spec in columns.items():
         if not mechanisms(name, spec):
@@ -344,18 +355,32 @@ def unbiased_counts(counts: dict[str, float], sigma: float, delta: float,
 
 
 def discovery_threshold(scale: float, delta: float) -> int:
-    """The smallest integer threshold at which OpenDP's Gaussian threshold mechanism with this
-    scale has delta <= `delta` for one added or removed row."""
+    """The smallest integer threshold at which the Gaussian threshold mechanism with this
+    scale has delta (`threshold_delta`) <= `delta` for one added or removed row."""
     low, high = 1, 2
-    while _threshold_measurement(scale, high).map((1, 1, 1))[1] > delta:
+    while threshold_delta(scale, high) > delta:
         low, high = high, high * 2
     while low < high:
         mid = (low + high) // 2
-        if _threshold_measurement(scale, mid).map((1, 1, 1))[1] > delta:
+        if threshold_delta(scale, mid) > delta:
             low = mid + 1
         else:
             high = mid
     return high
+
+
+def threshold_delta(scale: float, threshold: int) -> float:
+    """The delta of OpenDP's Gaussian threshold mechanism for one added or removed row: at
+    least the probability that a key only one table holds (count 1) is released, P[Z >=
+    threshold - 1] for the discrete Gaussian Z it draws (a count at or above the threshold is
+    released). OpenDP's map answers the continuous Gaussian's tail, smaller for discrete noise
+    (sigma 1, threshold 3: 0.023 against 0.059, the rate measured on its draws); the larger of
+    the two is charged."""
+    span = int(math.ceil(40 * scale)) + abs(threshold) + 2
+    z = np.arange(-span, span + 1)
+    weights = np.exp(-(z.astype(float) ** 2) / (2 * scale ** 2))
+    tail = float(weights[z >= threshold - 1].sum() / weights.sum())
+    return max(tail, float(_threshold_measurement(scale, threshold).map((1, 1, 1))[1]))
 
 
 def _threshold_measurement(scale: float, threshold: int):
@@ -374,7 +399,8 @@ def discover_categories(exact: dict[str, int], name: str, rho: float, delta: flo
     threshold = discovery_threshold(scale, delta)
     meas = _threshold_measurement(scale, threshold)
     released = meas(exact)
-    spent_rho, spent_delta = meas.map((1, 1, 1))
+    spent_rho = meas.map((1, 1, 1))[0]
+    spent_delta = threshold_delta(scale, threshold)
     charge(Spend("gaussian_threshold", float(spent_rho), float(spent_delta), 1.0, scale),
            column=name, purpose="category discovery", threshold=threshold)
     return {k: float(v) for k, v in sorted(released.items())}, scale
@@ -814,15 +840,20 @@ def noisy_row_count(con, relation: str, rho: float, charge) -> float:
 
 def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str,
                          base_dir: Path, view: str, rho=0.0, delta_extra: float = 0.0,
-                         charge=None, count_rho: float = 0.0) -> EncodingPlan:
-    """Check the source against the spec, learn the undeclared parts of the domain with DP
-    (`preprocess`, spending `rho` and `delta_extra` through `charge`), and create the encoded
-    view (a view, not a copy). Every check runs before any budget is spent. With `count_rho`,
+                         charge=None, count_rho: float = 0.0,
+                         note: Callable[[Fallbacks], None] | None = None,
+                         log=None) -> EncodingPlan:
+    """Check the source's schema against the spec, count what its values map to (`note` gets
+    the private `Fallbacks`, for the owner's log: no value is refused), learn the undeclared
+    parts of the domain with DP (`preprocess`, spending `rho` and `delta_extra` through
+    `charge`), and create the encoded view (a view, not a copy). The schema check runs before
+    any budget is spent. With `count_rho`,
     a noisy row count (`noisy_row_count`) is drawn first, `rho` is then a function of it (the
     rho the domains get: `budget.DatasetBudget.domains_rho`), and the plan records it
     (`EncodingPlan.noisy_rows`, for the later stages' split). With a report
     holdout, all of it reads the training rows only (`training_relation`) and a second view,
-    `<view>_holdout`, encodes the held-out rows for the owner-only utility report."""
+    `<view>_holdout`, encodes the held-out rows for the owner-only utility report. `log` gets
+    the progress lines of `preprocess`."""
     relation = training_relation(spec, base_dir, dataset)
     types = describe_source(con, relation, dataset, spec.entry)
     try:
@@ -834,10 +865,12 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
         raise SourceError(f"dataset {dataset!r}: declared column(s) {missing} are not in the "
                           f"source; fix the column names of {spec.entry} (for a CSV, also "
                           "`header` and `columns`)", detail=str(e)) from None
-    validate_source(con, relation, spec.columns, dataset)
+    fallbacks = count_fallbacks(con, relation, spec.columns, dataset)
+    if note is not None:
+        note(fallbacks)
     rows = noisy_row_count(con, relation, count_rho, charge) if count_rho > 0 else None
     derived = preprocess(con, relation, spec.columns, rho(rows) if callable(rho) else rho,
-                         delta_extra, charge)
+                         delta_extra, charge, log)
     try:
         plan = build_plan(spec.columns, types, derived)
     except SchemaError as e:

@@ -47,11 +47,13 @@ Oracle = Callable[[list[Clique]], dict[Clique, np.ndarray]]
 
 
 def preprocess(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str, base_dir: Path,
-               view: str, budget: DatasetBudget, charge) -> EncodingPlan:
-    """Check the source against the columns, learn what they leave undeclared (DP, with the
-    preprocessing budget) and create the encoded view `view` (`prepare_encoded_view`)."""
+               view: str, budget: DatasetBudget, charge, note=None, log=None) -> EncodingPlan:
+    """Check the source's schema against the columns, learn what they leave undeclared (DP,
+    with the preprocessing budget) and create the encoded view `view` (`prepare_encoded_view`;
+    `note` gets the private counts of values that read as NULL or took a fallback code, `log`
+    the progress lines of `preprocess.preprocess`)."""
     return prepare_encoded_view(con, spec, dataset, base_dir, view, budget.domains_rho,
-                                budget.run_delta_extra, charge, budget.count)
+                                budget.run_delta_extra, charge, budget.count, note, log=log)
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,12 @@ class Marginals:
 
 
 def marginals(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, plan: EncodingPlan, view: str,
-              table: str) -> Marginals:
+              table: str, log=None) -> Marginals:
     """Count, in one scan of `view`, every marginal the method needs (`required_cliques`) into
-    `table`."""
+    `table`; `log` gets the progress lines (`marginals.compute_marginals`)."""
     cliques = required_cliques(spec.method, plan.domain, spec.selection)
-    written = margs.compute_marginals(con, view, table, plan.columns, cliques, plan.domain)
+    written = margs.compute_marginals(con, view, table, plan.columns, cliques, plan.domain,
+                                      log=log)
     return Marginals(written.table, tuple(cliques),
                      sum(clique_size(c, plan.domain) for c in cliques))
 
