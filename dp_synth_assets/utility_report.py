@@ -46,7 +46,7 @@ def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()
         from .evaluation import report as evaluation
 
         store = artifacts(warehouse, dataset, context)  # the run's own set, or the published one
-        plan = store.plan()
+        plan = store.plan_for(spec)
         cap = report_spec.max_rows
         seed = spec.seed if spec.seed is not None else 0
         expressions = encoded_columns(plan)
