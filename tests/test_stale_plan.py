@@ -234,8 +234,23 @@ def test_the_digest_ignores_what_the_plan_is_not_made_from():
          "model": {"iterations": 5}, "schedule": "0 * * * *", "min_interval": "5m",
          "on_source_change": "ignore", "description": "another"},
         {**base, "source": {"table": "main.example", "asset": "upstream/example"}},
-        # a default written out
+        # defaults written out
         {**base, "columns": {**columns, "age": {**columns["age"], "type": "BIGINT",
-                                                "nullable": False, "binning": "uniform"}}},
+                                                "nullable": False, "binning": "uniform"},
+                             "sex": {**columns["sex"], "theta": 0.002, "other": True,
+                                     "other_label": "other", "missing": []}}},
     ]
     assert {digest(entry) for entry in same} == {digest(base)}
+
+
+def test_the_digest_reads_the_source_as_the_rows_are_read_and_never_a_password():
+    base = example_entry()
+    csv = {"csv": "data/example.csv"}
+    assert digest({**base, "source": csv}) == digest(
+        {**base, "source": {**csv, "delimiter": ",", "header": True}})
+    assert digest({**base, "source": csv}) != digest({**base, "source": {**csv, "delimiter": ";"}})
+    server = {"attach": "host=db user=owner password=one", "type": "postgres", "table": "main.t"}
+    assert digest({**base, "source": server}) == digest(
+        {**base, "source": {**server, "attach": "host=db user=owner password=two"}})
+    assert digest({**base, "source": server}) != digest(
+        {**base, "source": {**server, "table": "main.u"}})

@@ -22,6 +22,8 @@ What is refused at load, beyond the schema (each a mistake that would otherwise 
 """
 
 import difflib
+import hashlib
+import json
 import math
 import numbers
 import re
@@ -735,9 +737,10 @@ def plan_digest(spec: DatasetSpec) -> str:
 
     What counts:
     - `columns`, in their order, every key of each (`type`, `nullable`, `rare` and `binning`
-      as the defaults resolve them, bounds as numbers, so writing a default out changes
-      nothing): they set the plan's names, kinds, SQL types and declared domains, and how its
-      learned parts are learned;
+      as the defaults resolve them, bounds as numbers, other keys only where they differ from
+      their defaults, so writing a default out changes nothing, nor does a later version's new
+      key left at its default): they set the plan's names, kinds, SQL types and declared
+      domains, and how its learned parts are learned;
     - `source` (where the rows are read, the CSV dialect), without `asset` and
       `asset_elsewhere` (the lineage, not the rows), and without the connection string of a
       postgres or mysql `attach:` (it may hold a password and this digest is public; a file
@@ -752,19 +755,17 @@ def plan_digest(spec: DatasetSpec) -> str:
     `on_source_change`, `min_interval`), `description`, `optional` and the rest of `report`.
     The rule is conservative: any change of a column's declaration counts, even one that
     happens to give the same plan."""
-    import hashlib
-    import json
-
     def column(c: ColumnSpec) -> dict:
-        data = c.model_dump(mode="json")
+        data = c.model_dump(mode="json", exclude_defaults=True)
         data.update(type=c.sql_type, nullable=c.is_nullable, rare=c.rare_rule,
                     binning=c.binning_rule,
                     bounds=list(c.numeric_bounds()) if c.bounds is not None else None)
         return data
 
-    source = spec.source.model_dump(mode="json", exclude={"asset", "asset_elsewhere"})
+    source = spec.source.model_dump(mode="json", exclude_defaults=True,
+                                    exclude={"asset", "asset_elsewhere"})
     if isinstance(spec.source, AttachSource) and spec.source.type in ("postgres", "mysql"):
-        source.pop("attach")
+        source.pop("attach", None)
     parts = {
         "columns": [[name, column(c)] for name, c in spec.columns.items()],
         "source": {"class": type(spec.source).__name__, **source},
