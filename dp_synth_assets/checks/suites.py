@@ -3,12 +3,11 @@
 Each check takes the `SyntheticTable` and returns a `CheckResult`: GX's verdict (`SuiteOutcome`)
 and the metadata to publish (plain values; lists and dicts are shown as JSON, numbers as numbers
 the UI charts over runs, such as each check's `worst` figures). The suites are
-built from the dataset's plan and noisy measurements only: they read the synthetic table, never
-the source, so every verdict and figure is public. The schema, the types and the domains come from
-the declared spec (`CheckInputs.declared`), the plan filling in only what preprocessing learned
-(`domain.declared_domain`); the distribution checks compare with the measurements, in the
-plan's codes. `CHECKS` lists them with their severity
-(ERROR or WARN) and whether a failure blocks the downstream assets; a check's description is the
+built from the declared spec, the dataset's plan and its noisy measurements only: they read the
+synthetic table, never the source, so every verdict and figure is public. The schema, the types
+and the domains are the declared ones (`CheckInputs.declared`), the plan filling in only what
+preprocessing learned (`domain.declared_domain`); the distribution checks compare with the
+measurements, in the plan's codes. `CHECKS` lists them with their severity (ERROR or WARN) and whether a failure blocks the downstream assets; a check's description is the
 first line of its function's docstring. `publish` stores a result where the public can read it.
 """
 
