@@ -7,8 +7,9 @@ built from the declared spec, the dataset's plan and its noisy measurements only
 synthetic table, never the source, so every verdict and figure is public. The schema, the types
 and the domains are the declared ones (`CheckInputs.declared`), the plan filling in only what
 preprocessing learned (`domain.declared_domain`); the distribution checks compare with the
-measurements, in the plan's codes. `CHECKS` lists them with their severity (ERROR or WARN) and whether a failure blocks the downstream assets; a check's description is the
-first line of its function's docstring. `publish` stores a result where the public can read it.
+measurements, in the plan's codes. `CHECKS` lists them with their severity (ERROR or WARN) and
+whether a failure blocks the downstream assets; a check's description is the first line of its
+function's docstring. `publish` stores a result where the public can read it.
 """
 
 from collections.abc import Callable, Iterator
@@ -95,7 +96,7 @@ def grouped_result(name: str, table: SyntheticTable, by_column: dict, metadata: 
 
 
 def schema(table: SyntheticTable) -> CheckResult:
-    """The declared columns, in order, with their declared SQL types, in the warehouse table and the Parquet.
+    """The declared columns, in order, with their declared SQL types, in the table and its Parquet.
 
     Two suites: the declared, warehouse and Parquet types side by side (a frame of one row per
     column), and the column list of the Parquet copy's first rows."""
@@ -124,7 +125,7 @@ def schema(table: SyntheticTable) -> CheckResult:
 
 
 def domain(table: SyntheticTable) -> CheckResult:
-    """Values inside the declared domain: declared categories and `other`, declared bounds, no NULL where not nullable.
+    """Values in the declared domain: its categories or `other`, its bounds, NULL only if nullable.
 
     Where the spec leaves a domain to preprocessing (discovered categories, learned bounds), the
     plan's (`domain.declared_domain`)."""

@@ -321,8 +321,8 @@ class ArtifactStore:
 
     def plan_for(self, spec: DatasetSpec) -> EncodingPlan:
         """The plan, when it was made from `spec`: its `spec_digest` is `config.plan_digest(spec)`
-        (what that digest covers is said there). Else `StalePlan`: the columns, source or engine
-        of the entry changed since the `preprocessed` stage made it, and a later stage would
+        (what that digest covers is said there). Else `StalePlan`: the columns, source, engine
+        or report holdout of the entry changed since the `preprocessed` stage made it, and a later stage would
         publish a table that contradicts the entry. A plan without a digest (written before
         plans carried one) is refused too: nothing tells what it was made from. Every stage after
         `preprocessed` reads its plan through this, before it spends or writes anything."""
@@ -334,9 +334,9 @@ class ArtifactStore:
             why = (f"{made} was written by an earlier version of dp-synth, which did not record "
                    f"the spec it was made from, so it may not match {spec.entry}")
         else:
-            why = (f"{made} was made from another version of {spec.entry}: its columns, source "
-                   f"or engine changed since the 'preprocessed' stage ran, so the later stages "
-                   f"would publish a table that contradicts it")
+            why = (f"{made} was made from another version of {spec.entry}: its columns, "
+                   f"source, engine or report.holdout changed since the 'preprocessed' stage "
+                   f"ran, so the later stages would publish a table that contradicts it")
         raise StalePlan(
             f"dataset {self.dataset!r}: {why}. Materialize the whole dataset in one run "
             f"({REMAKE}) to remake the plan and everything made from it; this stage stopped "
