@@ -43,7 +43,7 @@ from .core.sql import sql
 from .core.synthesize import write_synthetic
 from .model import DESCRIPTION as MODEL_DESCRIPTION, build_model_asset, fit_model
 from .naming import Names
-from .private_log import private_dir, private_step
+from .private_log import append_private_note, private_dir, private_log_path, private_step
 
 PRIVATE = {"privacy": "private"}
 PUBLIC = {"privacy": "public"}
@@ -167,9 +167,13 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
         led = ledger.ledger()
         with holding(context, warehouse, dataset, "preprocessed", names), \
                 private_stage(context, led, dataset, "preprocessed", budget) as stage:
+            def note(fallbacks):  # what the values did: the owner's log, on every run
+                append_private_note(private_log_path(warehouse, dataset), dataset,
+                                    "preprocessed", context.run_id, fallbacks.report())
+
             with source_connection(warehouse, spec, dataset) as con:
                 plan = stages.preprocess(con, spec, dataset, Path(warehouse.base_dir), view,
-                                         budget, stage.charge)
+                                         budget, stage.charge, note)
             path = artifacts(warehouse, dataset, context).write_plan(plan)
         context.log.info(f"encoded {len(plan.columns)} columns; domain {plan.domain}")
         return dg.MaterializeResult(metadata={

@@ -16,14 +16,17 @@ What the public description may say:
 - a `dagster.Failure` raised by this package (budget refusals, a missing upstream artifact) is
   public by construction and passes unchanged;
 - a `SourceError` carries its public text in `.public` (spec and schema only: a missing table or
-  file, a declared column the source lacks, "the source does not match its declared spec") and
-  the data-dependent facts only in its full message, which goes to the private log;
+  file, a declared column the source lacks, a source that cannot be scanned) and the
+  engine's text only in its full message, which goes to the private log;
 - a `SchemaError` speaks of the spec and the source's schema only, and is published as is;
 - anything else is published as one of three kinds: a value that does not fit the declared spec
   (DuckDB's conversion, range and input errors), a source or warehouse that cannot be read (I/O),
   or an unexpected error.
-Whether a run failed, and which of these kinds, stays visible: that is the one fact a failing
-run reveals.
+Whether a run failed, and which of these kinds, stays visible; it does not depend on the rows'
+values: every value has a code (core/domain.py), the source check refuses only what the schema
+says (a missing table or column), and an empty source runs on noise. What the values did (how
+many read as NULL or took a column's fallback code) is appended to the private log on every run
+(`append_private_note`).
 """
 
 import functools
@@ -70,6 +73,15 @@ def append_private_log(path, dataset: str, stage: str, run_id: str,
     entry = (f"==== {when} dataset {dataset!r} stage {stage!r} run {run_id}\n"
              f"public message: {public}\n"
              + "".join(traceback.format_exception(error)) + "\n")
+    append_bytes(path, entry.encode(errors="replace"), OWNER_ONLY)
+
+
+def append_private_note(path, dataset: str, stage: str, run_id: str, text: str) -> None:
+    """Append one entry (time, run, stage, `text`) to the owner-only log at `path`: what a
+    stage found in the rows for the owner (`source.Fallbacks.report`). Written on every run,
+    whatever the rows hold, so whether the write fails does not depend on them."""
+    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    entry = f"==== {when} dataset {dataset!r} stage {stage!r} run {run_id}\n{text}\n\n"
     append_bytes(path, entry.encode(errors="replace"), OWNER_ONLY)
 
 

@@ -7,8 +7,10 @@ figures in one page) and the two PNGs under the private folder (`WarehouseResour
 readable by the owner only (files 0600, folders 0700). Nothing in the report is DP, so nothing
 computed here reaches the Dagster event log, which is public: the asset's metadata holds the paths
 of those files and its log lines say only where they are and which classifier's turn it is (its
-name, `evaluation.ml.classifier_line`). The asset exists only when the dataset
-has a `report:` block.
+name, `evaluation.ml.classifier_line`). When the rows do not allow a report (an empty source,
+one class of the target), the files say why and the asset succeeds with the same lines and
+metadata: whether a run succeeds does not depend on the rows. The asset exists only when the
+dataset has a `report:` block.
 """
 
 import json
@@ -44,6 +46,7 @@ def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()
         from .core.domain import encoded_columns
         from .core.sql import literal, qualified
         from .evaluation import report as evaluation
+        from .evaluation.ml import CLASSIFIERS, classifier_line
 
         store = artifacts(warehouse, dataset, context)  # the run's own set, or the published one
         plan = store.plan_for(spec)
@@ -64,23 +67,37 @@ def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()
                              source=f"read_parquet({parquet})"))
         ordinal = {e.column: e.bins for e in plan.encodings
                    if e.kind in ("integer", "float", "datetime") and e.bins}
-        report = evaluation.utility_report(
-            {c: np.asarray(v, dtype=np.int64) for c, v in train.items()},
-            {c: np.asarray(v, dtype=np.int64) for c, v in test.items()},
-            {c: np.asarray(v, dtype=np.int64) for c, v in synth.items()},
-            plan.domain, target=report_spec.target, ordinal=ordinal, seed=seed,
-            triples_count=report_spec.triples, labels=evaluation.code_labels(plan),
-            log=context.log.info)
-        del train, test, synth
+        said = []
+
+        def progress(line: str) -> None:
+            said.append(line)
+            context.log.info(line)
+
         names = evaluation.REPORT_FILES
+        try:
+            report = evaluation.utility_report(
+                {c: np.asarray(v, dtype=np.int64) for c, v in train.items()},
+                {c: np.asarray(v, dtype=np.int64) for c, v in test.items()},
+                {c: np.asarray(v, dtype=np.int64) for c, v in synth.items()},
+                plan.domain, target=report_spec.target, ordinal=ordinal, seed=seed,
+                triples_count=report_spec.triples, labels=evaluation.code_labels(plan),
+                log=progress)
+            files = {
+                names["json"]: json.dumps(evaluation.report_document(report)).encode(),
+                names["html"]: evaluation.report_html(
+                    report, f"Utility report of {dataset!r} (owner-only)").encode(),
+                names["histograms"]: report.histograms_png,
+                names["heatmap"]: report.tvd_heatmap_png,
+            }
+        except Exception as e:  # noqa: BLE001 - the rows (an empty source...) decided it
+            # whether the report could be made depends on the rows: the run goes on as if it
+            # had been, with the same public lines, and the owner reads why in the files
+            for line in (classifier_line(n) for n in CLASSIFIERS):
+                if line not in said:
+                    context.log.info(line)
+            files = failed_report(dataset, e, names)
+        del train, test, synth
         folder = warehouse.private_path(dataset, names["json"]).parent
-        files = {
-            names["json"]: json.dumps(evaluation.report_document(report)).encode(),
-            names["html"]: evaluation.report_html(
-                report, f"Utility report of {dataset!r} (owner-only)").encode(),
-            names["histograms"]: report.histograms_png,
-            names["heatmap"]: report.tvd_heatmap_png,
-        }
         if is_remote(folder):  # the private bucket's permissions keep them owner-only
             paths = {name: str(folder / name) for name in files}
             for name, content in files.items():
@@ -97,3 +114,21 @@ def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()
         })
 
     return Stage(asset_spec, utility_report)
+
+
+def failed_report(dataset: str, error: BaseException, names: dict) -> dict[str, bytes]:
+    """The report's files when it could not be computed from the rows: the JSON and HTML say
+    why (the exception, which may quote a value: these files are owner-only), the PNGs are
+    empty."""
+    import html
+    import traceback
+
+    text = "".join(traceback.format_exception(error))
+    return {
+        names["json"]: json.dumps({"error": text}).encode(),
+        names["html"]: (f"<!doctype html><title>Utility report of {html.escape(dataset)}"
+                        "</title><h1>The utility report could not be computed</h1>"
+                        f"<pre>{html.escape(text)}</pre>").encode(),
+        names["histograms"]: b"",
+        names["heatmap"]: b"",
+    }

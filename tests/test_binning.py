@@ -10,7 +10,6 @@ from dp_synth_assets.core.config import ColumnSpec
 from dp_synth_assets.core.domain import (Derived, build_plan, decode_column, encode_view_sql,
                                          equal_mass_edges)
 from dp_synth_assets.core.preprocess import density_grid, grid_density, preprocess
-from dp_synth_assets.core.source import validate_source
 
 
 def mass_between(pieces, a: float, b: float) -> float:
@@ -67,7 +66,6 @@ def test_a_skewed_column_with_learned_bounds_gets_bins_of_about_equal_mass(con, 
     spends = {}
     for binning in ("uniform", None):
         columns = {"v": ColumnSpec(kind=kind, binning=binning, bins=16)}
-        validate_source(con, "t", columns, "t")
         charged = []
         derived = preprocess(con, "t", columns, 2.0, 1e-6, lambda s, **p: charged.append(s.rho))
         spends[binning] = sum(charged)
@@ -117,7 +115,6 @@ def test_quantile_bins_encode_and_decode_back_into_the_same_bins(con):
     con.register("frame", frame)
     con.execute("CREATE TABLE src AS SELECT * FROM frame")
     columns = {"i": ColumnSpec(kind="integer"), "f": ColumnSpec(kind="float")}
-    validate_source(con, "src", columns, "t")
     derived = preprocess(con, "src", columns, 4.0, 1e-6, lambda s, **p: None)
     plan = build_plan(columns, columns, derived)
     assert all(e.edges is not None for e in plan.encodings)
@@ -183,7 +180,6 @@ def test_heaps_on_a_decimal_grid_decode_on_their_side_of_every_edge(con, seed):
     con.register("frame", pd.DataFrame({"v": values}))
     con.execute("CREATE TABLE src AS SELECT * FROM frame")
     columns = {"v": ColumnSpec(kind="float")}
-    validate_source(con, "src", columns, "t")
     derived = preprocess(con, "src", columns, 0.05, 1e-6, lambda s, **p: None)
     plan = build_plan(columns, columns, derived)
     con.execute(encode_view_sql(plan, "enc", "src"))

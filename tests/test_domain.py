@@ -174,18 +174,23 @@ def test_rare_codes_and_privtree_edges_round_trip_through_sql(tmp_path):
     con.close()
 
 
-def test_exhaustive_categories_have_no_other_code_and_refuse_values_outside(tmp_path):
-    from dp_synth_assets.core.source import SourceError, validate_source
+def test_exhaustive_categories_have_no_other_code_and_values_outside_take_the_fallback(tmp_path):
+    from dp_synth_assets.core.source import count_fallbacks
 
-    spec = {"g": ColumnSpec(kind="categorical", categories=[0, 1, 2], other=False, type="INTEGER"),
-            "h": ColumnSpec(kind="boolean")}
-    plan = build_plan(spec, {"g": "INTEGER", "h": "BOOLEAN"})
-    assert plan.domain["g"] == 3 and plan["g"].other_code is None
     con = duckdb.connect()
     con.execute("CREATE TABLE ok AS SELECT (i % 3)::INTEGER AS g, true AS h FROM range(30) t(i)")
-    validate_source(con, "ok", spec, "t")
-    con.execute(encode_view_sql(plan, "e", "ok"))
-    assert sorted({r[0] for r in con.execute("SELECT g FROM e").fetchall()}) == [0, 1, 2]
-    con.execute("CREATE TABLE bad AS SELECT (i % 4)::INTEGER AS g, true AS h FROM range(30) t(i)")
-    with pytest.raises(SourceError, match="'g' has values outside its declared categories"):
-        validate_source(con, "bad", spec, "t")
+    con.execute("CREATE TABLE bad AS SELECT (i % 4)::INTEGER AS g, true AS h FROM range(8) t(i)")
+    for fallback, code in ((None, 0), (2, 2)):
+        spec = {"g": ColumnSpec(kind="categorical", categories=[0, 1, 2], other=False,
+                                type="INTEGER", fallback=fallback),
+                "h": ColumnSpec(kind="boolean")}
+        plan = build_plan(spec, {"g": "INTEGER", "h": "BOOLEAN"})
+        assert plan.domain["g"] == 3 and plan["g"].other_code is None
+        assert count_fallbacks(con, "ok", spec, "t").counts == ()
+        con.execute(encode_view_sql(plan, "e", "ok"))
+        assert sorted({r[0] for r in con.execute("SELECT g FROM e").fetchall()}) == [0, 1, 2]
+        found = count_fallbacks(con, "bad", spec, "t")
+        assert found.rows == 8 and [(c, n) for c, _, n in found.counts] == [("g", 2)], found
+        con.execute(encode_view_sql(plan, "e", "bad"))
+        assert [r[0] for r in con.execute("SELECT g FROM e").fetchall()] == [
+            0, 1, 2, code, 0, 1, 2, code]

@@ -16,7 +16,7 @@ import pytest
 
 from dp_synth_assets.core.config import ColumnSpec
 from dp_synth_assets.core.domain import Derived, build_plan, encode_view_sql
-from dp_synth_assets.core.source import SourceError, validate_source
+from dp_synth_assets.core.source import count_fallbacks
 from dp_synth_assets.core.preprocess import (PRIVTREE_CELLS, Task, bucket_edges, exact_aggregates,
                                              privtree_cell_width)
 from tests.helpers import make_project, without_random_ids
@@ -155,11 +155,19 @@ def test_dates_and_timestamps_clamp_infinities_and_far_sentinels_and_null_what_d
     assert [r[0] for r in con.execute("SELECT d FROM enc2").fetchall()] == expected_d
 
 
-def test_nan_reads_as_null_and_validation_refuses_it_in_a_non_nullable_column(con):
+def test_nan_reads_as_null_and_takes_the_fallback_code_in_a_non_nullable_column(con):
     con.execute("CREATE TABLE f AS SELECT * FROM (VALUES (1.0), ('nan'::DOUBLE), ('inf'::DOUBLE)) t(x)")
-    validate_source(con, "f", {"x": ColumnSpec(kind="float", bounds=[0, 2], nullable=True)}, "t")
-    with pytest.raises(SourceError, match="'x' has NULLs"):
-        validate_source(con, "f", {"x": ColumnSpec(kind="float", bounds=[0, 2])}, "t")
+    nullable = {"x": ColumnSpec(kind="float", bounds=[0, 2], bins=4, nullable=True)}
+    assert count_fallbacks(con, "f", nullable, "t").counts == ()
+    plan = build_plan(nullable, {"x": "DOUBLE"})
+    con.execute(encode_view_sql(plan, "e1", "f"))
+    assert [r[0] for r in con.execute("SELECT x FROM e1").fetchall()] == [2, 4, 3]
+    for fallback, code in ((None, 0), (1.9, 3)):
+        strict = {"x": ColumnSpec(kind="float", bounds=[0, 2], bins=4, fallback=fallback)}
+        found = count_fallbacks(con, "f", strict, "t")
+        assert [(c, n) for c, _, n in found.counts] == [("x", 1)], found
+        con.execute(encode_view_sql(build_plan(strict, {"x": "DOUBLE"}), "e2", "f"))
+        assert [r[0] for r in con.execute("SELECT x FROM e2").fetchall()] == [2, code, 3]
 
 
 def test_preprocessing_keys_clamp_outliers_like_the_reference(con):
@@ -235,3 +243,34 @@ def _example_columns() -> dict:
     from tests.helpers import example_entry
 
     return example_entry()["columns"]
+
+
+@pytest.mark.parametrize("spec", [
+    dict(kind="float", bounds=[-3.0, 7.5], bins=7),
+    dict(kind="integer", bounds=[-20, 1000], bins=13),
+    dict(kind="integer", bounds=[0, 6], bins=50),
+    dict(kind="datetime", bounds=["2020-01-01", "2020-03-01"], bins=9, type="DATE"),
+    dict(kind="datetime", bounds=["2020-01-01", "2020-01-02 12:00:00"], bins=5),
+])
+def test_a_declared_fallback_takes_the_code_its_value_gets_in_sql(con, spec):
+    """The fallback's code (computed in Python, `domain.value_code`) is the code the SQL
+    encoding gives a row holding that value, over values inside, on the edges of and outside
+    the bounds (brute force against the encoding itself, not a formula)."""
+    rng = np.random.default_rng(3)
+    if spec["kind"] == "datetime":
+        start = dt.datetime(2019, 12, 20)
+        values = [start + dt.timedelta(hours=float(h)) for h in rng.uniform(0, 24 * 90, 60)]
+        values += [dt.datetime(2020, 1, 1), dt.datetime(2020, 3, 1)]
+        if spec.get("type") == "DATE":
+            values = [v.date() for v in values]
+    else:
+        low, high = spec["bounds"]
+        values = list(rng.uniform(low - 5, high + 5, 60)) + [low, high, low - 0.5, high + 0.5]
+        if spec["kind"] == "integer":
+            values += [2.5, 3.5, -0.5]  # halves round to even, as DuckDB's round_even
+    for value in values:
+        strict = {"x": ColumnSpec(**spec, nullable=False, fallback=value)}
+        plan = build_plan(strict, {"x": "DOUBLE"})
+        con.execute("CREATE OR REPLACE TABLE one AS SELECT ? AS x", [value])
+        con.execute(encode_view_sql(plan, "e1", "one"))
+        assert con.execute("SELECT x FROM e1").fetchone()[0] == plan["x"].fallback, value

@@ -10,7 +10,7 @@ import pytest
 
 from dp_synth_assets.core.config import ColumnSpec
 from dp_synth_assets.core.domain import build_plan, decode, encode_view_sql
-from dp_synth_assets.core.source import SourceError, validate_source
+from dp_synth_assets.core.source import count_fallbacks
 from dp_synth_assets.core.preprocess import (BOUNDS_PARTS, PRIVTREE_CELLS, PRIVTREE_THETA, Task, all_tasks,
                                              bounds_threshold, bucket_edges, discovery_threshold,
                                              exact_aggregates, occupied_span, preprocess,
@@ -35,7 +35,6 @@ def table(con, name: str, frame: pd.DataFrame) -> str:
 
 def run(con, relation, columns, rho=1.0, delta=1e-6):
     charge = Recorder()
-    validate_source(con, relation, columns, "t")
     derived = preprocess(con, relation, columns, rho, delta, charge)
     return build_plan(columns, columns, derived), charge
 
@@ -245,11 +244,15 @@ def test_columns_with_only_nulls_one_value_or_empty_strings_are_handled(con):
                                                                 int(plan["constant"].high) + 1))
 
 
-def test_numbers_stored_as_text_with_bad_values_are_refused_or_read_as_missing(con):
+def test_numbers_stored_as_text_with_bad_values_take_the_fallback_or_read_as_missing(con):
     frame = pd.DataFrame({"n": ["12", "40", "abc", "7", None]})
     relation = table(con, "txt", frame)
-    with pytest.raises(SourceError, match="'n' has values that cannot be cast to DOUBLE"):
-        validate_source(con, relation, {"n": ColumnSpec(kind="integer", bounds=[0, 50])}, "t")
+    strict = {"n": ColumnSpec(kind="integer", bounds=[0, 50], bins=5, fallback=33)}
+    found = count_fallbacks(con, relation, strict, "t")
+    assert found.rows == 5 and [(c, n) for c, _, n in found.counts] == [("n", 1), ("n", 1)]
+    plan, _ = run(con, relation, strict)  # not nullable: "abc" and None take bin(33) = 3
+    con.execute(encode_view_sql(plan, "enc1", relation))
+    assert list(con.execute("SELECT n FROM enc1").fetchnumpy()["n"]) == [1, 3, 3, 0, 3]
     plan, _ = run(con, relation, {"n": ColumnSpec(kind="integer", bounds=[0, 50],
                                                   missing=["abc"])})
     con.execute(encode_view_sql(plan, "enc2", relation))
@@ -344,7 +347,6 @@ def test_preprocessing_scans_the_source_once_or_twice_when_a_grid_needs_dp_bound
         columns["day"] = ColumnSpec(kind="datetime", type="DATE", nullable=True,
                                     bounds=["2019-05-01", "2021-10-18"])
         columns["amount"] = ColumnSpec(kind="integer", missing=["n/a"], bounds=[-30, 0], nullable=True)
-    validate_source(con, every_kind, columns, "t")
     counting, charge = CountingConnection(con, every_kind), Recorder()
     derived = preprocess(counting, every_kind, columns, 1.0, 1e-6, charge)
     assert counting.scans == scans

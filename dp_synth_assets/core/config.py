@@ -154,7 +154,8 @@ class ColumnSpec(_Strict):
 
     categorical: `categories` lists the kept values; anything else in the source maps to the
     `other` code, decoded as `other_label`; `other: false` declares the list exhaustive (no other
-    code; a value outside it is refused when the source is checked). Without `categories`, the kept values are discovered
+    code; a value outside it takes the column's fallback code, below). Without `categories`, the
+    kept values are discovered
     with a thresholded Gaussian histogram (DP, approximate zCDP). `rare` merges categories whose
     noisy count is small into one rare code: `merge` (benchmark Algorithm 1, threshold
     max(theta * noisy_total, 3 sigma); the default when categories are discovered), `filter_combine`
@@ -170,6 +171,14 @@ class ColumnSpec(_Strict):
     boolean: two codes. `nullable` adds a code for NULL; unset, it is true exactly when the domain
     is discovered (no `categories` / no `bounds`) or `missing` markers are given. `missing` lists
     source values read as NULL (e.g. "?", "").
+    A value the column cannot represent never fails a run (whether a run succeeds must not
+    depend on one row): NULL, a `missing` marker, NaN or a value that does not cast to the kind,
+    in a column that is not nullable, and a value outside an exhaustive category list, take the
+    column's fallback code: the code of `fallback` when declared (a listed category or the
+    `other_label`, a boolean, or a value of a binned column, which bins as any value), else the
+    NULL code when the column is nullable, else the other code when it has one, else code 0 (the
+    first category, false, the first bin). The rule reads the spec only; how many values took
+    it goes to the dataset's private log.
     `type` is the column's SQL type in the synthetic table (`sql_type`), from the declaration only:
     by default BIGINT, DOUBLE, BOOLEAN, TIMESTAMP and VARCHAR for integer, float, boolean,
     datetime and categorical; `SQL_TYPES` lists what each kind may declare instead. A DATE
@@ -190,6 +199,7 @@ class ColumnSpec(_Strict):
     nullable: bool | None = None
     missing: list[str] = []
     type: str | None = None
+    fallback: bool | int | float | date | datetime | str | None = None
 
     @field_validator("type")
     @classmethod
@@ -238,7 +248,43 @@ class ColumnSpec(_Strict):
         if self.nullable is False and self.missing:
             raise ValueError("`missing` markers become NULLs, so the column must be nullable")
         self._values_fit_type()
+        if self.fallback is not None:
+            self._fallback_fits()
         return self
+
+    def _fallback_fits(self) -> None:
+        """A declared `fallback` is a value the column can take, and some value can need it."""
+        exhaustive = self.kind == "categorical" and not self.other
+        if self.is_nullable and not exhaustive:
+            raise ValueError("`fallback` is for values a column cannot represent, and a nullable "
+                             "column reads them as NULL: drop `fallback`, or set "
+                             "`nullable: false`")
+        value = self.fallback
+        if self.kind == "categorical":
+            labels = [_label_text(c) for c in self.categories or ()]
+            if self.other:
+                labels.append(self.other_label)
+            if _label_text(value) not in labels:
+                raise ValueError(f"`fallback` {value!r} is not one of `categories`"
+                                 + (" or the `other_label`" if self.other else "")
+                                 + ": name the value a row outside the list should read as")
+        elif self.kind == "boolean":
+            if not isinstance(value, bool):
+                raise ValueError(f"`fallback` of a boolean column is true or false, got {value!r}")
+        elif self.kind == "datetime":
+            if isinstance(value, bool) or not isinstance(value, (date, datetime, str)):
+                raise ValueError(f"`fallback` of a datetime column is an ISO date, got {value!r}")
+            _as_days(value)
+        elif (isinstance(value, bool) or not isinstance(value, (int, float))
+              or not math.isfinite(value)):
+            raise ValueError(f"`fallback` of a {self.kind} column is a finite number, got "
+                             f"{value!r}")
+
+    def fallback_value(self) -> float | None:
+        """A binned column's declared `fallback` as a number (days for datetimes), else None."""
+        if self.fallback is None or self.kind not in ("integer", "float", "datetime"):
+            return None
+        return _as_days(self.fallback) if self.kind == "datetime" else float(self.fallback)
 
     def _values_fit_type(self) -> None:
         """Declared bounds and categories are values of the declared SQL type."""
@@ -301,6 +347,13 @@ class ColumnSpec(_Strict):
             return float(self.bounds[0]), float(self.bounds[1])
         except (TypeError, ValueError) as e:
             raise ValueError(f"`bounds` of a {self.kind} column must be numbers") from e
+
+
+def _label_text(value: object) -> str:
+    """A declared category as text, as DuckDB's CAST(x AS VARCHAR) writes it."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _as_days(value: object) -> float:

@@ -27,8 +27,9 @@ Every encoding is total (no value makes it fail, so no error message can quote o
 - a value is read with TRY_CAST to DOUBLE (integer, float; integers rounded half to even) or to
   the declared DATE / TIMESTAMP (datetimes, then days since 1970 as a DOUBLE);
 - NULL, a `missing` marker, NaN (integer and float columns) and a value that does not cast read
-  as NULL: the null code of a nullable column (validation refuses them in a non-nullable one,
-  whose encoding then gives SQL NULL);
+  as NULL: the null code of a nullable column, the fallback code of any other
+  (`Encoding.fallback_code`, `ColumnSpec` states the rule); a value outside an exhaustive
+  category list takes the fallback code too, so no row makes a run fail;
 - values outside the bounds, +inf and -inf (also infinite dates and timestamps) are clamped into
   the first or last bin, in floating point BEFORE any cast to an integer type, so the cast that
   follows never overflows;
@@ -40,7 +41,7 @@ The encode side is SQL (sql/encode_*.sql) run by DuckDB; the decode side is nump
 
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import date, datetime, timedelta
 
 import numpy as np
@@ -94,10 +95,20 @@ class Encoding:
     has_other: bool = True            # categorical: an `other` code for values outside the list
     density: tuple | None = None      # ((low, high, weight), ...) drawn inside a bin
     prior: tuple | None = None        # ((code, noisy count, sd), ...) preprocessing released
+    fallback: int | None = None       # the code of the declared `fallback` value, if any
 
     @property
     def null_code(self) -> int | None:
         return self.size - 1 if self.nullable else None
+
+    @property
+    def fallback_code(self) -> int:
+        """The code of a value the column cannot represent (`ColumnSpec`'s rule): the declared
+        fallback's, else the NULL code, else the other code, else 0. From the spec only."""
+        for code in (self.fallback, self.null_code, self.other_code):
+            if code is not None:
+                return code
+        return 0
 
     @property
     def rare_code(self) -> int | None:
@@ -187,8 +198,11 @@ def build_plan(columns: dict[str, ColumnSpec], source_columns,
     beyond its names is used, so the synthetic table's schema is the spec's."""
     check_columns(columns, source_columns)
     derived = derived or {}
-    return EncodingPlan(tuple(_encoding(name, spec, derived.get(name, Derived()))
-                              for name, spec in columns.items()))
+    encodings = []
+    for name, spec in columns.items():
+        e = _encoding(name, spec, derived.get(name, Derived()))
+        encodings.append(replace(e, fallback=declared_fallback(spec, e)))
+    return EncodingPlan(tuple(encodings))
 
 
 def integer_valued(spec: ColumnSpec) -> bool:
@@ -308,6 +322,34 @@ def _encoding(name: str, spec: ColumnSpec, derived: Derived) -> Encoding:
                     density=density)
 
 
+def declared_fallback(spec: ColumnSpec, e: Encoding) -> int | None:
+    """The code of the column's declared `fallback` value in encoding `e`, or None."""
+    if spec.fallback is None:
+        return None
+    if e.kind == "categorical":
+        labels = [sql_text(c) for c in e.categories]
+        text = sql_text(spec.fallback)
+        return labels.index(text) if text in labels else e.other_code
+    if e.kind == "boolean":
+        return int(spec.fallback)
+    return value_code(e, spec.fallback_value())
+
+
+def value_code(e: Encoding, x: float) -> int:
+    """The bin of number `x` (days for datetimes) in a binned encoding, as the SQL encoding
+    (`encode_expression`) computes it for a value that reads as `x`: integers rounded half to
+    even, then clamped to [low, high]; uniform or edge bins."""
+    if e.kind == "integer":
+        x = float(round(x))
+    if e.edges is not None:
+        return int(sum(edge <= x for edge in e.edges[1:-1]))
+    x = min(max(x, e.low), e.high)
+    if e.integer_bins:
+        low, high = int(e.low), int(e.high)
+        return (int(x) - low) * e.bins // (high - low + 1)
+    return min(int(math.floor((x - e.low) / ((e.high - e.low) / e.bins))), e.bins - 1)
+
+
 def category_prior(categories: tuple, derived: Derived) -> tuple | None:
     """((code, noisy count, sd), ...): the counts preprocessing released for a categorical
     column's codes (`Derived.counts`: category discovery's thresholded histogram or the declared
@@ -382,13 +424,13 @@ def encode_expression(e: Encoding) -> str:
     docstring)."""
     col = ident(e.column)
     is_null = is_null_condition(e.column, e.missing, e.kind)
-    null_code = e.null_code if e.nullable else "NULL"  # non-nullable columns are checked NULL-free
+    null_code = e.null_code if e.nullable else e.fallback_code  # no row fails (module doc)
     if e.kind == "categorical":
         kept = "[" + ", ".join(literal(sql_text(c)) for c in e.categories) + "]"
         rare = "[" + ", ".join(literal(sql_text(m)) for m, _ in (e.rare or ())) + "]"
         return sql("encode_categorical", column=col, is_null=is_null, null_code=null_code,
                    categories=kept, rare=rare, rare_code=e.rare_code if e.rare else "NULL",
-                   other_code=e.other_code if e.has_other else "NULL")  # checked: none outside
+                   other_code=e.other_code if e.has_other else e.fallback_code)
     if e.kind == "boolean":
         return sql("encode_boolean", value=boolean_value(e.column), is_null=is_null,
                    null_code=null_code)

@@ -85,6 +85,7 @@ encoded domain and publish no `Measurement` (every marginal goes through
 """
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -99,8 +100,8 @@ from .domain import (Derived, EncodingPlan, SchemaError, bin_count, build_plan, 
                      value_expression)
 from .privacy import Spend, gaussian_counts, gaussian_scale
 from .scans import as_engine
-from .source import (SourceError, describe_source, holdout_relation, training_relation,
-                     validate_source)
+from .source import (Fallbacks, SourceError, count_fallbacks, describe_source,
+                     holdout_relation, training_relation)
 from .sql import bookkeeping, ident, qualified, sql
 
 dp.enable_features("contrib")
@@ -814,10 +815,13 @@ def noisy_row_count(con, relation: str, rho: float, charge) -> float:
 
 def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str,
                          base_dir: Path, view: str, rho=0.0, delta_extra: float = 0.0,
-                         charge=None, count_rho: float = 0.0) -> EncodingPlan:
-    """Check the source against the spec, learn the undeclared parts of the domain with DP
-    (`preprocess`, spending `rho` and `delta_extra` through `charge`), and create the encoded
-    view (a view, not a copy). Every check runs before any budget is spent. With `count_rho`,
+                         charge=None, count_rho: float = 0.0,
+                         note: Callable[[Fallbacks], None] | None = None) -> EncodingPlan:
+    """Check the source's schema against the spec, count what its values map to (`note` gets
+    the private `Fallbacks`, for the owner's log: no value is refused), learn the undeclared
+    parts of the domain with DP (`preprocess`, spending `rho` and `delta_extra` through
+    `charge`), and create the encoded view (a view, not a copy). The schema check runs before
+    any budget is spent. With `count_rho`,
     a noisy row count (`noisy_row_count`) is drawn first, `rho` is then a function of it (the
     rho the domains get: `budget.DatasetBudget.domains_rho`), and the plan records it
     (`EncodingPlan.noisy_rows`, for the later stages' split). With a report
@@ -834,7 +838,9 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
         raise SourceError(f"dataset {dataset!r}: declared column(s) {missing} are not in the "
                           f"source; fix the column names of {spec.entry} (for a CSV, also "
                           "`header` and `columns`)", detail=str(e)) from None
-    validate_source(con, relation, spec.columns, dataset)
+    fallbacks = count_fallbacks(con, relation, spec.columns, dataset)
+    if note is not None:
+        note(fallbacks)
     rows = noisy_row_count(con, relation, count_rho, charge) if count_rho > 0 else None
     derived = preprocess(con, relation, spec.columns, rho(rows) if callable(rho) else rho,
                          delta_extra, charge)

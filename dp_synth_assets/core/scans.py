@@ -31,10 +31,11 @@ DuckDB constructs and their PostgreSQL translation (this table is the one place 
   to 9999) with an optional time and UTC offset (surrounding spaces only for a DATE); booleans
   `t`, `true`, `f`, `false`, `y`, `yes`, `n`, `no`, `1`, `0` in any case (every type through
   its text, so a BIGINT 0/1 column reads as boolean). Text DuckDB reads and no pattern accepts
-  (`1_000`, `1e+300`, `2020/01/05`, `infinity` as a date) reads as NULL: the source check
-  refuses it by column, as any uncastable value. What still fails the query (the source is
-  refused, the engine's message goes to the private log): a target without a pattern, and a
-  non-text value out of the target's range (a NUMERIC beyond a double's).
+  (`1_000`, `1e+300`, `2020/01/05`, `infinity` as a date) reads as NULL, as any uncastable
+  value (counted for the private log, `source.count_fallbacks`), and so does a NUMERIC value
+  outside a normal double's range (above 1.8e308 or below 2.2e-308 in magnitude, not 0 nor
+  infinite), whose cast PostgreSQL refuses. What still fails the query (the engine's message
+  goes to the private log) is a target without a pattern, which the templates never ask for.
 - `isnan(x)` -> `x = 'NaN'::double precision`; `round_even(x, 0)` -> `round(x)` (PostgreSQL
   rounds a double half to even); `list_contains` -> `= ANY(ARRAY[...])` and `list_position` ->
   `array_position`; an empty list -> `ARRAY[]::text[]`; `a // b` -> `div(a, b)` (operands are
@@ -64,7 +65,6 @@ DuckDB constructs and their Spark SQL translation (sqlglot's `spark` dialect plu
 - `isfinite(x)` -> `x IS NOT NULL` for dates and timestamps (Spark has no infinite ones), else
   `abs(x) < inf`; `epoch(x)` -> `unix_date(x) * 86400` for a DATE, else the microseconds since
   1970-01-01 of the TIMESTAMP_NTZ (no time zone, as DuckDB's TIMESTAMP).
-- `SELECT EXISTS (...)` -> `SELECT count(*) > 0 FROM (... LIMIT 1)`.
 - `read_parquet('path')` -> ``parquet.`path` `` (Spark reads the files, a glob allowed).
 - `hash(...)`: Spark's hash is not DuckDB's, so, as for PostgreSQL, the holdout split and
   `repeated_rows` stay DuckDB's (config refuses a holdout on Spark). The content summary is
@@ -130,6 +130,9 @@ SAFE_CAST_PATTERNS = {
 }
 
 
+DOUBLE_MAX, DOUBLE_MIN = "1.7976931348623157e308", "2.2250738585072014e-308"  # normal doubles
+
+
 def _safe_cast(node):
     """`TRY_CAST(x AS t)` as PostgreSQL reads it (module doc's table)."""
     from sqlglot import exp
@@ -147,7 +150,20 @@ def _safe_cast(node):
     kind = exp.cast(exp.Anonymous(this="pg_typeof", expressions=[value.copy()]), "TEXT")
     typed = exp.Not(this=exp.In(this=kind, expressions=[exp.Literal.string(t)
                                                         for t in _TEXT_TYPES]))
-    return exp.Case(ifs=[exp.If(this=typed, true=cast), exp.If(this=matches, true=cast.copy())])
+    ifs = [exp.If(this=typed, true=cast), exp.If(this=matches, true=cast.copy())]
+    if target.this == exp.DataType.Type.DOUBLE:  # a NUMERIC outside a double's range: NULL
+        number = exp.cast(exp.cast(value.copy(), "TEXT"), "DECIMAL")  # plans for any type
+        size = exp.Abs(this=number)
+        beyond = exp.and_(
+            exp.NEQ(this=number.copy(), expression=exp.Literal.number(0)),
+            exp.or_(exp.GT(this=size.copy(), expression=exp.Literal.number(DOUBLE_MAX)),
+                    exp.LT(this=size.copy(), expression=exp.Literal.number(DOUBLE_MIN))),
+            exp.NEQ(this=size.copy(), expression=exp.cast(exp.Literal.string("Infinity"),
+                                                          "DECIMAL")))
+        numeric = exp.EQ(this=kind.copy(), expression=exp.Literal.string("numeric"))
+        ifs.insert(0, exp.If(this=numeric, true=exp.Case(
+            ifs=[exp.If(this=beyond, true=exp.Null())], default=cast.copy())))
+    return exp.Case(ifs=ifs)
 
 
 def _postgres_rewrite(node):
@@ -223,11 +239,6 @@ def _spark_rewrite(node):
                                                                  node.expressions[0].copy()])
     if isinstance(node, exp.DataType) and node.this == exp.DataType.Type.INT128:
         return exp.DataType.build("DECIMAL(38, 0)")
-    if isinstance(node, exp.Select) and len(node.expressions) == 1 and isinstance(
-            node.expressions[0], exp.Exists):  # EXISTS as a value: one row or none
-        inner = node.expressions[0].this.copy().limit(1)
-        return exp.select(exp.GT(this=exp.Count(this=exp.Star()),
-                                 expression=exp.Literal.number(0))).from_(inner.subquery("_e"))
     if isinstance(node, exp.Create) and node.kind == "VIEW":  # session-scoped: no catalog write
         node.set("properties", exp.Properties(expressions=[exp.TemporaryProperty()]))
     return node

@@ -1,8 +1,10 @@
-"""The source: reading a dataset's rows where they live, checking them against the spec, and
-the holdout split. Everything here runs inside DuckDB and returns the schema or booleans, never
-rows or counts; a failure's public text depends on the spec and the schema only (`SourceError`).
+"""The source: reading a dataset's rows where they live, counting what its values map to, and
+the holdout split. Everything here runs inside the scan engine and returns the schema or
+aggregates, never rows; a failure's public text depends on the spec and the schema only
+(`SourceError`), and no value of a row makes a run fail (`count_fallbacks`).
 """
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -10,12 +12,12 @@ import duckdb
 from .config import (UNKNOWN_ENTRY, AttachSource, ColumnSpec, CsvSource, DatasetSpec,
                      ParquetSource, TableSource, is_uri)
 from .domain import boolean_value, cast_type, is_null_condition
-from .scans import ScanError, as_engine
+from .scans import as_engine
 from .sql import ident, literal, qualified, sql
 
 
 class SourceError(ValueError):
-    """The source table cannot be used (absent, empty, values of the wrong type).
+    """The source table cannot be used (absent, unreadable, a declared column missing).
 
     `public` is what may be published: it depends on the spec and the source's schema only.
     `detail` holds what depends on the data (which validation check failed, DuckDB's own
@@ -177,57 +179,63 @@ def describe_source(con, relation: str, dataset: str,
             "Parquet/CSV path)", detail=str(e)) from None
 
 
-def validate_source(con, relation: str,
-                    columns: dict[str, ColumnSpec], dataset: str) -> None:
-    """Refuse a source that is empty, has uncastable values or NULLs where none are declared.
+@dataclass(frozen=True)
+class Fallbacks:
+    """What `count_fallbacks` found (private: it goes to the dataset's private log only): the
+    source's row count and, per column, how many values read as NULL or took the column's
+    fallback code (`ColumnSpec` states the rule), as (column, what, rows) for nonzero counts."""
 
-    Only booleans come back from the database (one per check). Which check failed depends on
-    the data, so it is the error's private `detail` (column and problem, never how many rows);
-    its public text says only that the source does not match its declared spec.
-    """
-    mismatch = f"dataset {dataset!r}: the source does not match its declared spec"
-    engine = as_engine(con)
-    try:
-        _validate(engine, relation, columns, mismatch)
-    except ScanError as e:  # an engine without TRY_CAST fails on the value (core/scans.py)
-        raise SourceError(mismatch, detail=str(e)) from None
+    rows: int
+    counts: tuple[tuple[str, str, int], ...]
+
+    def report(self) -> str:
+        """The owner's summary: one line per nonzero count, or that every value was read."""
+        lines = [f"the source has {self.rows} rows" + (" (the run uses noise only)"
+                                                         if self.rows == 0 else "")]
+        lines += [f"column {column!r}: {rows} {what}" for column, what, rows in self.counts]
+        if not self.counts:
+            lines.append("every value was read as declared")
+        return "\n".join(lines)
 
 
-def _validate(engine, relation: str, columns: dict[str, ColumnSpec], mismatch: str) -> None:
-    if not engine.fetchone(sql("check_not_empty", source=relation))[0]:
-        raise SourceError(mismatch, detail=f"the source {relation} has no rows; load data first")
-    checks, problems = [], []
+def count_fallbacks(con, relation: str, columns: dict[str, ColumnSpec],
+                    dataset: str) -> Fallbacks:
+    """Count, in one aggregate query, the source's rows and the values each column reads as NULL
+    or maps to its fallback code: a NULL / `missing` / NaN in a column that is not nullable, a
+    value that does not cast to the kind (NULL when nullable, else the fallback), a value outside
+    an exhaustive category list. Nothing is refused: the encoding maps every value (core/domain.py),
+    so whether a run succeeds never depends on the rows; the counts are for the owner's log."""
+    counts, labels = [], []
     for i, (name, spec) in enumerate(columns.items()):
         col, is_null = ident(name), is_null_condition(name, spec.missing, spec.kind)
+        becomes = "NULL" if spec.is_nullable else "the fallback code"
         target = cast_type(spec)
         if spec.kind == "boolean":
-            checks.append(sql("check_value", value=boolean_value(name), is_null=is_null,
+            counts.append(sql("count_unreadable", value=boolean_value(name), is_null=is_null,
                               alias=f"cast_{i}"))
-            problems.append(f"column {name!r} has values that do not read as booleans (true/"
-                            "false, t/f, yes/no, y/n, 1/0 in any case, or a BOOLEAN or number); "
-                            "fix the data, or list the placeholder values under `missing:`")
+            labels.append((name, f"values that do not read as booleans took {becomes}"))
         elif target is not None:
-            checks.append(sql("check_cast", column=col, is_null=is_null, sql_type=target,
+            counts.append(sql("count_uncastable", column=col, is_null=is_null, sql_type=target,
                               alias=f"cast_{i}"))
-            problems.append(f"column {name!r} has values that cannot be cast to {target} "
-                            f"(declared kind {spec.kind}); fix the data, the declared kind, or "
-                            "list the placeholder values under `missing:`")
+            labels.append((name, f"values that do not cast to {target} took {becomes}"))
         if spec.kind == "categorical" and not spec.other:
             from .domain import sql_text
 
             listed = "[" + ", ".join(literal(sql_text(c)) for c in spec.categories) + "]"
-            checks.append(sql("check_outside", column=col, is_null=is_null, categories=listed,
+            counts.append(sql("count_outside", column=col, is_null=is_null, categories=listed,
                               alias=f"outside_{i}"))
-            problems.append(f"column {name!r} has values outside its declared categories, which "
-                            "are declared exhaustive (`other: false`); list them or drop "
-                            "`other: false`")
+            labels.append((name, "values outside the exhaustive `categories` took the fallback "
+                                 "code"))
         if not spec.is_nullable:
-            checks.append(sql("check_null", is_null=is_null, alias=f"null_{i}"))
-            problems.append(f"column {name!r} has NULLs but is not declared nullable; "
-                            "add `nullable: true` to its spec")
-    if not checks:
-        return
-    flags = engine.fetchone(sql("check_source", checks=", ".join(checks), source=relation))
-    found = [p for p, flag in zip(problems, flags) if flag]
-    if found:
-        raise SourceError(mismatch, detail="; ".join(found))
+            counts.append(sql("count_null", is_null=is_null, alias=f"null_{i}"))
+            labels.append((name, "NULLs (or `missing` markers, NaN) took the fallback code, the "
+                                 "column not being nullable"))
+    engine = as_engine(con)
+    query = sql("source_fallbacks", counts="".join(", " + c for c in counts), source=relation)
+    try:
+        row = engine.fetchone(query)
+    except engine.errors as e:
+        raise SourceError(f"dataset {dataset!r}: the source could not be scanned",
+                          detail=str(e)) from None
+    found = tuple((column, what, int(n)) for (column, what), n in zip(labels, row[1:]) if n)
+    return Fallbacks(int(row[0]), found)

@@ -47,12 +47,13 @@ Oracle = Callable[[list[Clique]], dict[Clique, np.ndarray]]
 
 
 def preprocess(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str, base_dir: Path,
-               view: str, budget: DatasetBudget, charge) -> EncodingPlan:
-    """Check the source against the columns, learn what they leave undeclared (DP, with the
-    preprocessing budget) and create the encoded view `view` (`prepare_encoded_view`); the plan
-    records the digest of the spec it was made from (`config.plan_digest`)."""
+               view: str, budget: DatasetBudget, charge, note=None) -> EncodingPlan:
+    """Check the source's schema against the columns, learn what they leave undeclared (DP,
+    with the preprocessing budget) and create the encoded view `view` (`prepare_encoded_view`;
+    `note` gets the private counts of values that read as NULL or took a fallback code); the
+    plan records the digest of the spec it was made from (`config.plan_digest`)."""
     plan = prepare_encoded_view(con, spec, dataset, base_dir, view, budget.domains_rho,
-                                budget.run_delta_extra, charge, budget.count)
+                                budget.run_delta_extra, charge, budget.count, note)
     return replace(plan, spec_digest=plan_digest(spec))
 
 

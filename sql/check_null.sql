@@ -1,1 +1,0 @@
-bool_or({is_null}) AS {alias}

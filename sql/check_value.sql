@@ -1,1 +1,0 @@
-bool_or(NOT ({is_null}) AND ({value}) IS NULL) AS {alias}
