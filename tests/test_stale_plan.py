@@ -216,6 +216,7 @@ def test_the_digest_follows_what_the_plan_is_made_from():
         {**base, "columns": {**columns, "sex": {**columns["sex"], "categories": ["Male", "Female"]}}},
         {**base, "columns": {**columns, "income": {**columns["income"], "bins": 30}}},
         {**base, "columns": {**columns, "newsletter": {**columns["newsletter"], "nullable": True}}},
+        {**base, "columns": {**columns, "sex": {**columns["sex"], "fallback": "Male"}}},
         {**base, "columns": dict(reversed(list(columns.items())))},
         {**base, "source": {"table": "main.other"}},
         {**base, "engine": {"type": "duckdb", "schema": "elsewhere"}},
