@@ -18,10 +18,11 @@ encoding plan, the selection, the consistent `Measurements`, the model) are kept
 Guarantees:
 - Rows never enter Python: an in-memory frame is registered into an embedded DuckDB connection
   (a DuckDB relation is streamed into one as Arrow batches) and read only through the pipeline's
-  aggregate queries; a table name runs those queries on the caller's `connection`. The encoded
-  view and the marginals live in an in-memory database attached for the run and detached after
-  it (the marginals' one-scan code table is a temporary table of the connection's default
-  database, dropped at once, so that connection must be writable).
+  aggregate queries; a table name runs those queries on the caller's `connection`, which may
+  be read-only (`duckdb.connect(path, read_only=True)`): nothing is written to its databases.
+  The encoded view and the marginals live in an in-memory database attached read-write for the
+  run and detached after it, and the marginals' one-scan code table is a temporary table,
+  dropped at once.
 - One `fit` spends exactly the run budget the pipeline spends for the same entry
   (`core.budget.DatasetBudget.of`): rho(epsilon, delta) split between preprocessing (when a column
   needs it), selection and measurement. Every mechanism reports its spend through one
@@ -317,13 +318,15 @@ class PrivateRun:
         """Check the source against the columns, learn what they leave undeclared with DP and
         create the encoded view (`stages.preprocess`)."""
         return stages.preprocess(self.con, self.spec, self.dataset, self.base_dir, self.view,
-                                 self.budget, self.accountant.stage("preprocessed"))
+                                 self.budget, self.accountant.stage("preprocessed"),
+                                 log=logging.getLogger("dp_synth").info)
 
     def marginals(self, plan: EncodingPlan) -> margs.MarginalStore:
         """The exact marginals the method needs, counted in one scan (`stages.marginals`), as
         the oracle the selection and measurement read (private: never return its answers to a
         user)."""
-        stages.marginals(self.con, self.spec, plan, self.view, self.table)
+        stages.marginals(self.con, self.spec, plan, self.view, self.table,
+                         log=logging.getLogger("dp_synth").info)
         return stages.oracle(self.con, plan, self.view, self.table)
 
     def select(self, plan: EncodingPlan, oracle) -> Selection:

@@ -36,9 +36,9 @@ from typing import Annotated, Any, Optional
 
 import dagster as dg
 from dagster.components.scaffold.scaffold import scaffold_with
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, BeforeValidator, Field, create_model
 
-from .core.config import DatasetSpec, check_unique_keys
+from .core.config import DatasetSpec, check_unique_keys, text_keys
 from .core.ledger_store import DEFAULT_SCHEMA, is_postgres
 from .core.store import is_url
 from .core.units import DEFAULT_WAREHOUSE_NAME
@@ -101,8 +101,10 @@ def _typed_model(derived: type[BaseModel]) -> type[BaseModel]:
     with the string branch's error beside it; typed alone, a wrong entry is reported at its own
     key and line, by `dg check yaml` (the JSON schema) and by `dg check defs` (pydantic)."""
     field = derived.model_fields["datasets"]
+    # a dataset name YAML reads as no text (`yes:`) is refused saying to quote it
+    datasets = Annotated[dict[str, DatasetSpec], BeforeValidator(text_keys("dataset"))]
     return create_model(derived.__name__, __base__=derived, __module__=derived.__module__,
-                        datasets=(dict[str, DatasetSpec], Field(
+                        datasets=(datasets, Field(
                             default=field.default, description=field.description)))
 
 

@@ -69,6 +69,26 @@ def _check_shared_limits(registry: dict, units: dict[str, str]) -> None:
                 f"separate budget groups (only if they read different sources).")
 
 
+def _check_schedules(registry: dict[str, DatasetSpec]) -> None:
+    """Refuse, naming the entry, the key and the value, a `schedule` Dagster cannot run: five
+    fields with one out of range (`61 * * * *`), or a day no month has (`0 0 30 2 *`). The
+    registry checks the five fields; Dagster's rule for the rest is its ScheduleDefinition's,
+    applied here to a probe, so the user reads where to fix it rather than Dagster's own
+    definition error."""
+    for spec in registry.values():
+        if spec.schedule is None:
+            continue
+        try:
+            dg.ScheduleDefinition(name="dp_synth_schedule_probe", cron_schedule=spec.schedule,
+                                  target=dg.AssetSelection.all())
+        except dg.DagsterInvalidDefinitionError:
+            raise RegistryError(
+                f"{spec.entry}: `schedule` {spec.schedule!r} is not a cron expression Dagster "
+                f"can run. Write five fields, minute (0-59), hour (0-23), day of month (1-31), "
+                f"month (1-12 or JAN-DEC) and day of week (0-7 or SUN-SAT), on a day some month "
+                f"has, e.g. \"0 3 * * 1\" (Mondays at 03:00); or remove `schedule`") from None
+
+
 def needs_job(spec: DatasetSpec) -> bool:
     """Whether the dataset needs a job of its own: its schedule launches one (an external
     table's cron), or its fit's units run on the multiprocess executor the job declares
@@ -140,6 +160,7 @@ def dp_synth_definitions(
         origin = str(Path(datasets).resolve())  # load_registry's, for every later message
         registry = load_registry(origin)
         base = Path(datasets).resolve().parent
+    _check_schedules(registry)
     warehouse_name = checked_warehouse_name(warehouse_name)
     units = privacy_units(registry, base, warehouse, warehouse_name)
     _check_shared_limits(registry, units)

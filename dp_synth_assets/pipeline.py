@@ -173,7 +173,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
 
             with source_connection(warehouse, spec, dataset) as con:
                 plan = stages.preprocess(con, spec, dataset, Path(warehouse.base_dir), view,
-                                         budget, stage.charge, note)
+                                         budget, stage.charge, note, log=context.log.info)
             path = artifacts(warehouse, dataset, context).write_plan(plan)
         context.log.info(f"encoded {len(plan.columns)} columns; domain {plan.domain}")
         return dg.MaterializeResult(metadata={
@@ -190,7 +190,7 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
             plan = artifacts(warehouse, dataset, context).plan_for(spec)
             with private_stage(context, ledger.ledger(), dataset, "marginals", budget), \
                     source_connection(warehouse, spec, dataset) as con:
-                counted = stages.marginals(con, spec, plan, view, table)
+                counted = stages.marginals(con, spec, plan, view, table, log=context.log.info)
         # no wall time: the scan's duration depends on the private rows (DESIGN.md section 4)
         context.log.info(f"{len(counted.cliques)} marginals ({counted.cells} cells) in one scan")
         return dg.MaterializeResult(metadata={

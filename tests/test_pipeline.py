@@ -287,3 +287,22 @@ def test_a_check_with_nothing_to_check_passes_and_says_so(run):
     assert result.passed
     stored = json.loads((project.public / "example" / "checks" / "null_fraction.json").read_text())
     assert stored["success"] is True and stored["note"] == "nothing to check"
+
+
+def test_the_long_private_stages_log_their_progress_in_counts(run):
+    """`preprocessed` and `marginals` say, in the run's log, how much of their work is done
+    (counts of the plan's mechanisms, marginals and queries; no time), ending with all of it."""
+    _, _, instance, result = run
+    logged = {stage: [r.user_message for r in stage_logs(instance, result.run_id, "example",
+                                                         stage)]
+              for stage in ("preprocessed", "marginals")}
+    pre = [m for m in logged["preprocessed"] if m.startswith("preprocessed: ")]
+    assert pre[0].startswith("preprocessed: scan 1/1: the exact aggregates of "), pre
+    total = int(re.search(r"of (\d+) mechanisms", pre[0]).group(1))
+    assert pre[-1] == f"preprocessed: {total}/{total} mechanisms run", pre
+    counted = [m for m in logged["marginals"] if m.startswith("marginals: ")]
+    start = re.fullmatch(r"marginals: counting (\d+) marginals in (\d+) queries", counted[0])
+    assert start, counted
+    marginals, queries = start.groups()
+    assert counted[-1] == (f"marginals: {marginals}/{marginals} marginals counted "
+                           f"({queries}/{queries} queries)"), counted

@@ -273,3 +273,94 @@ def test_the_report_logs_the_same_lines_whatever_the_held_out_row_count(test_row
     utility_report(ml_table(rng, 600), ml_table(rng, test_rows), ml_table(rng, 600), ML_DOMAIN,
                    target=None, triples_count=2, log=quiet.append)
     assert quiet == []  # no target (public): no classifier turns
+
+
+# ------------------------------------------------------------------------------ the marginals
+
+MARGINAL_LINE = re.compile(r"marginals: (\d+)/(\d+) marginals counted \((\d+)/(\d+) queries\)")
+
+
+def test_the_marginals_log_counts_of_marginals_and_queries_as_they_are_stored():
+    """A 300-column run spent 326 s in `marginals` without a line. The stage now says how many
+    marginals it counts in how many queries, then about ten times how many are done: each line
+    comes when exactly that many are in the table (read back from DuckDB as the line is
+    logged), and holds counts of the plan only, never a time."""
+    import duckdb
+
+    from dp_synth_assets.core.marginals import _batches, compute_marginals
+
+    columns = [f"x{i}" for i in range(40)]
+    domain = {c: 3 for c in columns}
+    cliques = list(itertools.combinations(columns, 2))  # 780 pairs, in 15 queries
+    con = duckdb.connect()
+    con.execute("CREATE SCHEMA private")
+    rows = 1237
+    con.execute("CREATE TABLE private.enc AS SELECT " + ", ".join(
+        f"CAST((i * {k + 1}) % 3 AS INTEGER) AS {c}" for k, c in enumerate(columns))
+        + f" FROM range({rows}) AS t(i)")
+    seen = []
+
+    def log(line):
+        stored = con.execute("SELECT count(DISTINCT gid) FROM private.marginals").fetchone()[0] \
+            if MARGINAL_LINE.fullmatch(line) else None
+        seen.append((line, stored))
+
+    compute_marginals(con, "private.enc", "private.marginals", columns, cliques, domain, log=log)
+    queries = len(_batches(columns, cliques))
+    assert queries > 10
+    assert seen[0] == (f"marginals: counting {len(cliques)} marginals in {queries} queries", None)
+    progress = [(MARGINAL_LINE.fullmatch(line), stored) for line, stored in seen[1:]]
+    assert all(m for m, _ in progress), seen
+    assert 5 <= len(progress) <= 10
+    done = [int(m.group(1)) for m, _ in progress]
+    assert done == sorted(done) and done[-1] == len(cliques)
+    for m, stored in progress:
+        assert int(m.group(1)) == stored  # said when that many are stored
+        assert int(m.group(2)) == len(cliques) and int(m.group(4)) == queries
+    assert not any(str(rows) in line for line, _ in seen)
+
+
+# ------------------------------------------------------------------------------ preprocessing
+
+MECHANISMS_LINE = re.compile(r"preprocessed: (\d+)/(\d+) mechanisms run")
+SCAN_LINE = re.compile(r"preprocessed: scan (\d)/(\d): the exact aggregates of (\d+) mechanisms")
+
+
+def test_preprocessing_logs_its_scans_and_counts_of_mechanisms_as_they_are_charged():
+    """Each scan is announced as it starts, then about ten lines say how many mechanisms have
+    run, each after exactly that many charges: counts of the spec's mechanisms, no time."""
+    import duckdb
+
+    from dp_synth_assets.core.config import ColumnSpec
+    from dp_synth_assets.core.preprocess import all_tasks, preprocess
+
+    rng = np.random.default_rng(7)
+    rows = 2003
+    frame = pd.DataFrame({
+        **{f"k{i}": rng.choice(["a", "b", "c"], rows) for i in range(4)},
+        **{f"n{i}": rng.integers(0, 500, rows) for i in range(4)},
+        **{f"f{i}": rng.normal(50, 10, rows) for i in range(4)}})
+    columns = {**{f"k{i}": ColumnSpec(kind="categorical") for i in range(4)},        # discover
+               **{f"n{i}": ColumnSpec(kind="integer") for i in range(4)},  # bounds, density
+               **{f"f{i}": ColumnSpec(kind="float", bounds=[0, 100]) for i in range(4)}}
+    con = duckdb.connect()
+    con.register("frame", frame)
+    events = []
+    preprocess(con, "frame", columns, 1.0, 1e-6,
+               lambda spend, **params: events.append(("charge",)),
+               log=lambda line: events.append(("log", line)))
+    total = len(all_tasks(columns))
+    assert total == 16
+    lines = [e[1] for e in events if e[0] == "log"]
+    assert lines[0] == "preprocessed: scan 1/2: the exact aggregates of 12 mechanisms"
+    assert "preprocessed: scan 2/2: the exact aggregates of 4 mechanisms" in lines
+    progress = [MECHANISMS_LINE.fullmatch(line) for line in lines
+                if not SCAN_LINE.fullmatch(line)]
+    assert all(progress) and 5 <= len(progress) <= 10, lines
+    for at, event in enumerate(events):
+        match = MECHANISMS_LINE.fullmatch(event[1]) if event[0] == "log" else None
+        if match:  # said when exactly that many mechanisms have charged
+            assert int(match.group(1)) == sum(e[0] == "charge" for e in events[:at])
+            assert int(match.group(2)) == total
+    assert lines[-1] == f"preprocessed: {total}/{total} mechanisms run"
+    assert not any(str(rows) in line for line in lines)

@@ -9,6 +9,10 @@ What is refused at load, beyond the schema (each a mistake that would otherwise 
 - a key written twice in one mapping (YAML keeps the last one silently: a second `limit:`, two
   entries of one name), merged and anchored mappings included; the message names the key and
   both lines;
+- a mapping key that YAML 1.1 reads as no text (`true:`, `1:`, `null:`; `NonTextKey`, or
+  `text_keys` where the YAML is Dagster's), naming the line and the quoted spelling;
+- two column names that differ only in case (one identifier to DuckDB), and `bounds` whose
+  span is above `MAX_BOUNDS_SPAN`;
 - a declared category equal to the other code's label (they would be one synthetic value);
 - an epsilon, delta or seed that is not a number (`epsilon: true`, `epsilon: "1"`), a negative
   seed, and an epsilon above `MAX_EPSILON` (its rho cannot be computed);
@@ -40,6 +44,7 @@ from .engines import ENGINES
 from .extras import refusal
 from .methods import METHODS
 from .plugins import require_registered
+from .sql import same_identifier
 
 DATASET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 QUALIFIED_TABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*\.){0,2}[A-Za-z_][A-Za-z0-9_]*$")
@@ -69,6 +74,9 @@ MAX_EPSILON = 10_000.0
 # `rows: same` is refused when the noisy row count's standard deviation is at least this many
 # rows whatever the run measures (module docstring).
 MAX_TOTAL_SD = 1_000_000.0
+# the widest declared `bounds` (high - low): the bins are cut from the span (up to 4096 times
+# it, and the density grid rounds it up), which overflows a float (about 1.8e308) near its top
+MAX_BOUNDS_SPAN = 1e300
 # what a message calls the entry of a spec that no registry parsed (`DatasetSpec.entry`)
 UNKNOWN_ENTRY = "the dataset's entry"
 
@@ -90,6 +98,45 @@ def _number(value):
                              f"{written}")
         raise ValueError(f"expected a number, got {value!r}")
     return value
+
+
+def key_problem(key) -> str | None:
+    """Why a mapping key of a registry is not a name (None when it is text): YAML 1.1 reads some
+    unquoted keys as other values (`true:` is a boolean, `1:` a number, `null:` nothing), which
+    no column, dataset or setting can be named; the message says what it was read as and how to
+    quote it."""
+    if isinstance(key, str):
+        return None
+    if isinstance(key, bool):
+        read = ("a boolean (YAML 1.1 reads an unquoted true, false, yes, no, on or off as a "
+                "boolean)")
+    elif isinstance(key, numbers.Number):
+        read = "a number"
+    elif key is None:
+        read = "null (YAML reads an unquoted null, ~ or an empty key as null)"
+    elif isinstance(key, (date, datetime)):
+        read = "a date"
+    else:
+        read = f"a {type(key).__name__}"
+    return f"is read as {read}, not as a name: quote it"
+
+
+def text_keys(what: str):
+    """A before-validator refusing a mapping whose keys are not all text (`key_problem`), naming
+    the key as `what` (e.g. "column"): pydantic's own message was "Input should be a valid
+    string"."""
+    def check(value):
+        if isinstance(value, dict):
+            for key in value:
+                problem = key_problem(key)
+                if problem:
+                    example = (('`"true":`, `"yes":` or `"on":`' if key else
+                                '`"false":`, `"no":` or `"off":`') if isinstance(key, bool) else
+                               '`"null":`' if key is None else f'`"{key}":`')
+                    shown = str(key) if isinstance(key, (date, datetime)) else repr(key)
+                    raise ValueError(f"{what} key {shown} {problem} as written, e.g. {example}")
+        return value
+    return check
 
 
 def _integer(value):
@@ -245,6 +292,12 @@ class ColumnSpec(_Strict):
                 low, high = self.numeric_bounds()
                 if not (math.isfinite(low) and math.isfinite(high)) or not low < high:
                     raise ValueError(f"`bounds` must be finite with low < high, got {list(self.bounds)}")
+                if not high - low <= MAX_BOUNDS_SPAN:
+                    raise ValueError(
+                        f"`bounds` {list(self.bounds)} are too far apart: high - low must be at "
+                        f"most {MAX_BOUNDS_SPAN:g} (the bins' arithmetic overflows a float "
+                        f"beyond it); declare bounds that fit the column's real range, or leave "
+                        f"`bounds` out to learn them with DP")
         if self.nullable is False and self.missing:
             raise ValueError("`missing` markers become NULLs, so the column must be nullable")
         self._values_fit_type()
@@ -473,6 +526,10 @@ class CsvSource(_SourceBase):
                 raise ValueError("`columns` must list non-empty names")
             if len(set(self.columns)) != len(self.columns):
                 raise ValueError("`columns` has duplicates")
+            for group in same_identifier(self.columns):
+                raise ValueError(f"`columns` names {' and '.join(map(repr, group))}, which "
+                                 f"differ only in case: DuckDB (like SQL) reads them as one "
+                                 f"name; rename one")
         return self
 
 
@@ -634,7 +691,7 @@ DurationText = Annotated[str, Field(pattern=r"^\d+(\.\d+)?\s*(s|m|h|d)$")]
 
 class DatasetSpec(_Strict):
     source: Source
-    columns: dict[str, ColumnSpec]
+    columns: Annotated[dict[str, ColumnSpec], BeforeValidator(text_keys("column"))]
     privacy: Privacy
     # default: auto, absyn or MST by public facts (select/auto.py; measured by bench/suite.py)
     method: str = "auto"  # a key of core.methods.METHODS (checked below)
@@ -674,6 +731,10 @@ class DatasetSpec(_Strict):
         for name in v:  # identifiers are always quoted in SQL, so any non-empty name works
             if not name.strip() or "\x00" in name:
                 raise ValueError(f"column name {name!r} is empty or has a NUL character")
+        for group in same_identifier(v):
+            raise ValueError(f"columns {' and '.join(map(repr, group))} differ only in case, "
+                             f"which DuckDB (like SQL) reads as one name, quoted or not: the "
+                             f"source and the synthetic table cannot hold both; rename one")
         return v
 
     @field_validator("method")
@@ -840,7 +901,7 @@ def noisy_total_sd_bound(epsilon: float, delta: float) -> float:
 
 
 class Registry(_Strict):
-    datasets: dict[str, DatasetSpec]
+    datasets: Annotated[dict[str, DatasetSpec], BeforeValidator(text_keys("dataset"))]
 
     @field_validator("datasets")
     @classmethod
@@ -947,10 +1008,12 @@ class AliasError(yaml.YAMLError):
 
 @dataclass
 class _Walk:
-    """What `_construct` has built so far: the values counted, the collections being built."""
+    """What `_construct` has built so far: the values counted, the collections being built;
+    `text_keys`: refuse a mapping key that is not text (`NonTextKey`)."""
 
     values: int = 0
     open: set = dataclass_field(default_factory=set)
+    text_keys: bool = False
 
 
 def _construct(node, loader, walk: "_Walk | None" = None):
@@ -1005,6 +1068,8 @@ def _construct_collection(node, loader, walk: _Walk):
                         merged.setdefault(key, value)
                 continue
             key, line = _construct(key_node, loader, walk), key_node.start_mark.line + 1
+            if walk.text_keys and key_problem(key):
+                raise NonTextKey(key, key_node, line)
             try:
                 if key in seen:
                     raise DuplicateKey(key, seen[key], line)
@@ -1024,13 +1089,21 @@ class DuplicateKey(ValueError):
                          f"line {line}: YAML would keep the second silently. Keep one.")
 
 
-def parse_yaml(text: str) -> object:
+class NonTextKey(ValueError):
+    def __init__(self, key, node, line: int):
+        written = node.value if isinstance(node, yaml.ScalarNode) and node.value else "null"
+        super().__init__(f"the key `{written}` on line {line} {key_problem(key)}, "
+                         f"`\"{written}\":`")
+
+
+def parse_yaml(text: str, text_keys: bool = False) -> object:
     """A YAML document, loaded safely (YAML's safe loader composes it; `_construct` builds it),
-    refusing duplicate keys (`DuplicateKey`)."""
+    refusing duplicate keys (`DuplicateKey`) and, with `text_keys`, a mapping key that is not
+    text (`NonTextKey`: every key of a registry is a name)."""
     loader = _SAFE_LOADER(text)
     try:
         node = loader.get_single_node()
-        return None if node is None else _construct(node, loader)
+        return None if node is None else _construct(node, loader, _Walk(text_keys=text_keys))
     finally:
         loader.dispose()
 
@@ -1058,8 +1131,8 @@ def load_registry(path: str | Path) -> dict[str, DatasetSpec]:
     if not path.exists():
         raise RegistryError(f"{path} does not exist; create it or set DP_SYNTH_DATASETS")
     try:
-        data = parse_yaml(path.read_text())
-    except DuplicateKey as e:
+        data = parse_yaml(path.read_text(), text_keys=True)
+    except (DuplicateKey, NonTextKey) as e:
         raise RegistryError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise RegistryError(f"{path} is not valid YAML: {e}") from None

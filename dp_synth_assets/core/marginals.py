@@ -17,6 +17,7 @@ import duckdb
 import numpy as np
 
 from .domain import Clique
+from .progress import due
 from .scans import as_engine, store_of
 from .sql import bookkeeping, ident, qualified, sql
 
@@ -79,21 +80,34 @@ def _count_query(relation: str, columns: list[str], cliques: list[Clique]) -> st
 
 def compute_marginals(con: duckdb.DuckDBPyConnection, view: str, table: str,
                       columns: list[str], cliques: list[Clique],
-                      domain: dict[str, int] | None = None) -> MarginalTable:
+                      domain: dict[str, int] | None = None, log=None) -> MarginalTable:
     """All `cliques` of the encoded view, counted from one copy of its codes (`narrow_codes`)
-    in a few GROUPING SETS queries (`_batches`), stored in `table`."""
+    in a few GROUPING SETS queries (`_batches`), stored in `table`. `log` gets a line when the
+    counting starts and about ten as the queries end (`progress.due`), each with the number of
+    marginals and queries done out of how many: public facts (the plan's), never a time."""
     definitions = ", ".join(f"c{i} {_code_type((domain or {}).get(c))}"
                             for i, c in enumerate(columns))
     engine, store = as_engine(con), store_of(con)
     store.execute(sql("create_schema", schema=qualified(table.rsplit(".", 1)[0])))
     store.execute(sql("marginals", table=qualified(table), columns=definitions))
+    batches = _batches(columns, cliques)
+    total = sum(map(len, batches))
+    say = log or (lambda line: None)
+    say(f"marginals: counting {total} marginals in {len(batches)} queries")
+
+    def count(relation: str) -> None:
+        done = 0
+        for k, batch in enumerate(batches, start=1):
+            engine.append_counts(table, _count_query(relation, columns, batch))
+            done += len(batch)
+            if due(k, len(batches)):
+                say(f"marginals: {done}/{total} marginals counted ({k}/{len(batches)} queries)")
+
     if not engine.copies:  # the engine groups the view in place (core/scans.py)
-        for batch in _batches(columns, cliques):
-            engine.append_counts(table, _count_query(engine.relation(view), columns, batch))
-        return MarginalTable(table, tuple(columns), tuple(tuple(cl) for cl in cliques))
-    with narrow_codes(store, qualified(view), columns, domain) as codes:
-        for batch in _batches(columns, cliques):
-            engine.append_counts(table, _count_query(codes, columns, batch))
+        count(engine.relation(view))
+    else:
+        with narrow_codes(store, qualified(view), columns, domain) as codes:
+            count(codes)
     return MarginalTable(table, tuple(columns), tuple(tuple(cl) for cl in cliques))
 
 

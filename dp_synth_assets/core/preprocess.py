@@ -99,6 +99,7 @@ from .domain import (Derived, EncodingPlan, SchemaError, bin_count, build_plan, 
                      integer_valued, is_null_condition, uniform_bins, uniform_edges,
                      value_expression)
 from .privacy import Spend, gaussian_counts, gaussian_scale
+from .progress import due
 from .scans import as_engine
 from .source import (Fallbacks, SourceError, count_fallbacks, describe_source,
                      holdout_relation, training_relation)
@@ -165,10 +166,12 @@ def all_tasks(columns: dict[str, ColumnSpec]) -> list[Task]:
 
 
 def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str, ColumnSpec],
-               rho: float, delta_extra: float, charge) -> dict[str, Derived]:
+               rho: float, delta_extra: float, charge, log=None) -> dict[str, Derived]:
     """Run every column's mechanisms; returns what each column's encoding needs (public). With
     no rho, a spec whose only tasks are `density` histograms (an accuracy refinement: the domain
-    is declared) runs none of them, and its values are drawn uniformly inside their bins."""
+    is declared) runs none of them, and its values are drawn uniformly inside their bins. `log`
+    gets a line as each scan starts and about ten as the mechanisms run (`progress.due`), with
+    counts of scans and mechanisms (the spec's) only, never a time."""
     tasks = all_tasks(columns)
     if rho <= 0 and all(t.mechanism == "density" for t in tasks):
         return {}
@@ -181,27 +184,34 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
     out: dict[Task, object] = {}  # what each task's mechanism released
 
     edges_of: dict[str, np.ndarray] = {}  # the bins a `density` task shapes (public)
+    say = log or (lambda line: None)
 
-    def run(batch: list[Task], spans: dict[str, tuple[float, float]]) -> None:
+    def run(batch: list[Task], spans: dict[str, tuple[float, float]], scan: str) -> None:
+        if batch:
+            say(f"preprocessed: scan {scan}: the exact aggregates of {len(batch)} mechanisms")
         exact = exact_aggregates(con, relation, columns, batch, spans)
         for t in batch:
             out[t] = run_mechanism(t, exact[t], columns[t.column], spans.get(t.column), rho_of[t],
                                    delta_each, charge, edges_of.get(t.column))
+            if due(len(out), len(tasks)):
+                say(f"preprocessed: {len(out)}/{len(tasks)} mechanisms run")
 
     # PrivTree and density over DP bounds wait for them: their cells span what the first scan
     # releases
     spanned = ("privtree", "density")
     second = [t for t in tasks if t.mechanism in spanned and columns[t.column].bounds is None]
     first = [t for t in tasks if t not in second]
+    scans = bool(first) + bool(second)
     run(first, {t.column: columns[t.column].numeric_bounds() for t in first
-                if t.mechanism in spanned})
+                if t.mechanism in spanned}, f"1/{scans}")
     for name, spec in columns.items():  # post-processing of the first scan's releases
         edges = quantile_edges(spec, *out[Task(name, "bounds")]) \
             if spec.binning_rule == "quantile" else None
         if edges is not None:
             edges_of[name] = np.asarray(edges)
     if second:
-        run(second, {t.column: out[Task(t.column, "bounds")][0] for t in second})
+        run(second, {t.column: out[Task(t.column, "bounds")][0] for t in second},
+            f"{scans}/{scans}")
     derived: dict[str, Derived] = {}
     for name, spec in columns.items():
         if not mechanisms(name, spec):
@@ -816,7 +826,8 @@ def noisy_row_count(con, relation: str, rho: float, charge) -> float:
 def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str,
                          base_dir: Path, view: str, rho=0.0, delta_extra: float = 0.0,
                          charge=None, count_rho: float = 0.0,
-                         note: Callable[[Fallbacks], None] | None = None) -> EncodingPlan:
+                         note: Callable[[Fallbacks], None] | None = None,
+                         log=None) -> EncodingPlan:
     """Check the source's schema against the spec, count what its values map to (`note` gets
     the private `Fallbacks`, for the owner's log: no value is refused), learn the undeclared
     parts of the domain with DP (`preprocess`, spending `rho` and `delta_extra` through
@@ -826,7 +837,8 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
     rho the domains get: `budget.DatasetBudget.domains_rho`), and the plan records it
     (`EncodingPlan.noisy_rows`, for the later stages' split). With a report
     holdout, all of it reads the training rows only (`training_relation`) and a second view,
-    `<view>_holdout`, encodes the held-out rows for the owner-only utility report."""
+    `<view>_holdout`, encodes the held-out rows for the owner-only utility report. `log` gets
+    the progress lines of `preprocess`."""
     relation = training_relation(spec, base_dir, dataset)
     types = describe_source(con, relation, dataset, spec.entry)
     try:
@@ -843,7 +855,7 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
         note(fallbacks)
     rows = noisy_row_count(con, relation, count_rho, charge) if count_rho > 0 else None
     derived = preprocess(con, relation, spec.columns, rho(rows) if callable(rho) else rho,
-                         delta_extra, charge)
+                         delta_extra, charge, log)
     try:
         plan = build_plan(spec.columns, types, derived)
     except SchemaError as e:

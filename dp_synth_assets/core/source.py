@@ -13,7 +13,7 @@ from .config import (UNKNOWN_ENTRY, AttachSource, ColumnSpec, CsvSource, Dataset
                      ParquetSource, TableSource, is_uri)
 from .domain import boolean_value, cast_type, is_null_condition
 from .scans import as_engine
-from .sql import ident, literal, qualified, sql
+from .sql import ident, literal, qualified, same_identifier, sql
 
 
 class SourceError(ValueError):
@@ -42,14 +42,15 @@ def source_relation(spec: DatasetSpec, base_dir: Path) -> str:
         return qualified(spec.source.table)
     if isinstance(spec.source, ParquetSource):
         return f"read_parquet({literal(path)})"
-    return csv_relation(spec.source, path)
+    return csv_relation(spec.source, path, tuple(spec.columns))
 
 
-def csv_relation(src: CsvSource, path: Path) -> str:
+def csv_relation(src: CsvSource, path: Path, declared: tuple[str, ...] = ()) -> str:
     """read_csv with the declared dialect and every column as VARCHAR, nothing sniffed: the
     names are `src.columns` or the header line (schema, read here with Python's csv module);
-    the declared kinds set the types through the encodings' TRY_CAST."""
-    names = src.columns if src.columns is not None else csv_header(src, path)
+    the declared kinds set the types through the encodings' TRY_CAST. `declared`: the dataset's
+    column names, the only ones a refusal of the header may quote."""
+    names = src.columns if src.columns is not None else csv_header(src, path, declared)
     columns = "{" + ", ".join(f"{literal(n)}: 'VARCHAR'" for n in names) + "}"
     nulls = "[" + ", ".join(literal(v) for v in src.null) + "]"
     return sql("read_csv", path=literal(path), header="true" if src.header else "false",
@@ -58,8 +59,10 @@ def csv_relation(src: CsvSource, path: Path) -> str:
                nulls=nulls, columns=columns)
 
 
-def csv_header(src: CsvSource, path: Path) -> list[str]:
-    """The column names on the first line of a CSV source (of its first file, for a glob)."""
+def csv_header(src: CsvSource, path: Path, declared: tuple[str, ...] = ()) -> list[str]:
+    """The column names on the first line of a CSV source (of its first file, for a glob). A
+    header whose names are not all distinct identifiers is refused; the refusal quotes only the
+    `declared` names among them (the line is a row of data when the file has no header)."""
     import csv
 
     files = sorted(path.parent.glob(path.name))
@@ -74,6 +77,16 @@ def csv_header(src: CsvSource, path: Path) -> list[str]:
         raise SourceError(f"the header line of {files[0]} does not name every column once; fix "
                           "it, or declare `source.columns` (and `header: false`)",
                           detail=f"it reads {names}")
+    same = same_identifier(names)
+    if same:
+        named = [repr(n) for group in same for n in group if n in declared]
+        shown = f" (among them the declared {', '.join(named)})" if named else ""
+        raise SourceError(
+            f"the header line of {files[0]} has column names that differ only in case{shown}, "
+            f"which DuckDB, like SQL, reads as one name even quoted, so the file cannot be "
+            f"read: rename them in the file, or name every column yourself in file order with "
+            f"`source.columns` (the header line is then skipped)",
+            detail=f"names that are one identifier: {same}")
     return names
 
 

@@ -40,6 +40,19 @@ def ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def same_identifier(names) -> list[list[str]]:
+    """The groups of `names` that are one identifier to DuckDB, which compares identifiers with
+    ASCII letters folded to lower case even when they are quoted (`"A"` and `"a"`; not `"Ä"`
+    and `"ä"`), each in the given order; empty when every name is its own."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(name.translate(_ASCII_LOWER), []).append(name)
+    return [group for group in groups.values() if len(group) > 1]
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
 def qualified(name: str) -> str:
     """A quoted table name, `[catalog.][schema.]table`, quoted part by part."""
     return ".".join(ident(part) for part in name.split("."))

@@ -47,13 +47,14 @@ Oracle = Callable[[list[Clique]], dict[Clique, np.ndarray]]
 
 
 def preprocess(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str, base_dir: Path,
-               view: str, budget: DatasetBudget, charge, note=None) -> EncodingPlan:
+               view: str, budget: DatasetBudget, charge, note=None, log=None) -> EncodingPlan:
     """Check the source's schema against the columns, learn what they leave undeclared (DP,
     with the preprocessing budget) and create the encoded view `view` (`prepare_encoded_view`;
-    `note` gets the private counts of values that read as NULL or took a fallback code); the
-    plan records the digest of the spec it was made from (`config.plan_digest`)."""
+    `note` gets the private counts of values that read as NULL or took a fallback code, `log`
+    the progress lines of `preprocess.preprocess`); the plan records the digest of the spec it
+    was made from (`config.plan_digest`)."""
     plan = prepare_encoded_view(con, spec, dataset, base_dir, view, budget.domains_rho,
-                                budget.run_delta_extra, charge, budget.count, note)
+                                budget.run_delta_extra, charge, budget.count, note, log=log)
     return replace(plan, spec_digest=plan_digest(spec))
 
 
@@ -68,11 +69,12 @@ class Marginals:
 
 
 def marginals(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, plan: EncodingPlan, view: str,
-              table: str) -> Marginals:
+              table: str, log=None) -> Marginals:
     """Count, in one scan of `view`, every marginal the method needs (`required_cliques`) into
-    `table`."""
+    `table`; `log` gets the progress lines (`marginals.compute_marginals`)."""
     cliques = required_cliques(spec.method, plan.domain, spec.selection)
-    written = margs.compute_marginals(con, view, table, plan.columns, cliques, plan.domain)
+    written = margs.compute_marginals(con, view, table, plan.columns, cliques, plan.domain,
+                                      log=log)
     return Marginals(written.table, tuple(cliques),
                      sum(clique_size(c, plan.domain) for c in cliques))
 
