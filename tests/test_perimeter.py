@@ -8,13 +8,17 @@ whose value an error message used to quote. "Public" is everything the Dagster i
 info), the sensor's cursor and run keys, and the public folder.
 """
 
+import base64
 import hashlib
+import hmac
 import json
 import math
 import os
 import re
 import threading
 from concurrent.futures import ProcessPoolExecutor
+
+from types import SimpleNamespace
 
 import dagster as dg
 import duckdb
@@ -87,12 +91,26 @@ def test_the_secret_comes_from_the_environment_when_a_secret_store_sets_it(tmp_p
     assert change_secret(warehouse) == secret_path(warehouse).read_bytes()  # the file, as before
 
 
-def test_mac_is_keyed_by_the_installation_secret():
-    signal = json.dumps({"content": "12345"})
-    a, b = b"a" * 32, b"b" * 32
-    assert change.change_mac(a, signal) == change.change_mac(a, signal)
-    assert change.change_mac(a, signal) != change.change_mac(b, signal)
-    assert change.change_mac(a, signal) != hashlib.sha256(signal.encode()).hexdigest()
+def test_mac_is_hmac_sha256_keyed_by_the_installation_secret(tmp_path, monkeypatch):
+    """The MAC is HMAC-SHA256 (RFC 4231's test case 2, a published vector), and the source's
+    fingerprint depends on the installation's secret: the same table under two secrets gives
+    two MACs, under one secret one MAC, and never an unkeyed digest of its summary."""
+    from dp_synth_assets.pipeline import fingerprint
+
+    assert change.change_mac(b"Jefe", "what do ya want for nothing?") == (
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+    project = make_project(tmp_path, rows=50)
+    warehouse = project.defs_fn().resources["warehouse"]
+    spec = load_registry(project.datasets)[DATASET]
+    macs = {}
+    for key in ("ab" * 32, "cd" * 32):
+        monkeypatch.setenv("DP_SYNTH_CHANGE_SECRET", key)
+        macs[key] = fingerprint(warehouse, spec, dataset=DATASET)
+        assert fingerprint(warehouse, spec, dataset=DATASET) == macs[key]
+    assert macs["ab" * 32] != macs["cd" * 32]
+    with duckdb.connect(str(project.warehouse), read_only=True) as con:
+        summary = content_summary(con, "main.example")
+    assert not set(macs.values()) & digest_forms([summary], secret=None)
 
 
 def test_version_holds_while_the_mac_holds_and_is_new_at_every_change(tmp_path):
@@ -135,10 +153,48 @@ def content_summary(con, relation: str) -> str:
     return con.execute(sql("content_summary", source=relation)).fetchone()[0]
 
 
-def old_digests(summary: str) -> set[str]:
-    """What the old fingerprint published for a content summary, and its obvious variants."""
-    full = hashlib.sha256(str(summary).encode()).hexdigest()
-    return {str(summary), full, full[:32]}
+HASHES = ("md5", "sha1", "sha256", "sha512", "blake2b", "sha3_256")
+
+
+def digest_forms(texts: list[str], secret: bytes | None) -> set[str]:
+    """Every form a leaked digest of `texts` (a content summary, a change signal) could take:
+    the text itself when it is one token (a summary's digits); its unkeyed hashes (`HASHES`;
+    the old fingerprint was sha256 of the summary); its HMAC-SHA256 under the installation's
+    secret (today's change MAC); each in lower hex, upper hex, base64 and URL-safe base64. A public text holding any 12-character
+    window of one of them (`leaked_digests`) holds a truncation of it."""
+    forms = set()
+    for text in texts:
+        raw = [hashlib.new(name, text.encode()).digest() for name in HASHES]
+        if secret is not None:
+            raw.append(hmac.new(secret, text.encode(), hashlib.sha256).digest())
+        if re.fullmatch(r"[\w.+-]+", text):
+            forms.add(text)
+        for digest in raw:
+            forms |= {digest.hex(), digest.hex().upper(), base64.b64encode(digest).decode(),
+                      base64.urlsafe_b64encode(digest).decode()}
+    return forms
+
+
+def leaked_digests(public: str, forms: set[str], width: int = 12) -> set[str]:
+    """The forms of which `public` holds a `width`-character window (a truncation, a prefix or
+    a suffix): hex and base64 runs of the public text are cut into windows and compared."""
+    tokens = set(re.findall(r"[A-Za-z0-9+/_=-]{%d,}" % width, public))
+    seen = {t[i:i + width] for t in tokens for i in range(len(t) - width + 1)}
+    return {f for f in forms if f in public
+            or any(f[i:i + width] in seen for i in range(len(f) - width + 1))}
+
+
+def recorded_signals(monkeypatch) -> list[str]:
+    """The change signals `change_mac` is asked for while the test runs (behaviour unchanged)."""
+    signals = []
+    real = change.change_mac
+
+    def recording(secret, signal):
+        signals.append(signal)
+        return real(secret, signal)
+
+    monkeypatch.setattr(change, "change_mac", recording)
+    return signals
 
 
 def published(instance: dg.DagsterInstance, project=None) -> str:
@@ -160,12 +216,11 @@ def tick(defs, instance, cursor=None):
         return defs.get_sensor_def(SENSOR).evaluate_tick(context)
 
 
-def test_one_row_search_finds_no_digest_to_match(tmp_path):
-    """An adversary knows every row but the income of row 0 and tries candidates. Before, one
-    candidate's digest equalled the published data version. Now nothing public is a function of
-    the content: no candidate's digest (nor the true one) appears anywhere, the version of the
-    same table differs between installations, and a return to an earlier content gets a new
-    version."""
+def replay_one_row_search(tmp_path, monkeypatch) -> SimpleNamespace:
+    """The attack's setting: the source observed, the sensor ticked, the one row changed, the
+    sensor ticked and the source observed again. Returns what is public, the digest forms of
+    every candidate's summary and change signal (`digest_forms`, under the installation's
+    secret), and the run's pieces."""
     project = make_project(tmp_path / "one", rows=400, min_interval="0s")
     defs = project.defs_fn()
     source = next(a for a in defs.assets if getattr(a, "key", None) == dg.AssetKey([DATASET, "source"]))
@@ -183,25 +238,46 @@ def test_one_row_search_finds_no_digest_to_match(tmp_path):
     # the search is sound: the true value reproduces the source's summary, and only it
     assert [c for c, s in candidates.items() if s == actual] == [true_income]
 
+    signals = recorded_signals(monkeypatch)
     instance = dg.DagsterInstance.ephemeral()
     observed = observe([source], resources=defs.resources, instance=instance)
     assert observed.success
     first = tick(defs, instance)
     with duckdb.connect(str(project.warehouse)) as con:
         con.execute("UPDATE main.example SET income = income + 1 WHERE rowid = 0")
+        after = content_summary(con, "main.example")
     changed = tick(defs, instance, first.cursor)
     [request] = changed.run_requests
     assert observe([source], resources=defs.resources, instance=instance).success
+    assert signals and all(actual in x or after in x for x in signals)
 
     public = published(instance) + first.cursor + changed.cursor + request.run_key + json.dumps(
         request.tags)
-    for summary in candidates.values():
-        for digest in old_digests(summary):
-            assert digest not in public
-    mac = json.loads(change_state_path(defs.resources["warehouse"], DATASET).read_text())["mac"]
-    assert mac not in public  # the keyed MAC is private too
     secret = secret_path(defs.resources["warehouse"]).read_bytes()
-    assert secret.hex() not in public
+    # every candidate's summary and its change signal (the real signal with the summary
+    # replaced: the schema part is the same for every candidate)
+    texts = [after, *signals] + [t for summary in candidates.values()
+                                 for t in (summary, signals[0].replace(actual, summary))]
+    return SimpleNamespace(public=public, forms=digest_forms(texts, secret), secret=secret,
+                           project=project, defs=defs, instance=instance, first=first,
+                           changed=changed, true_income=true_income)
+
+
+def test_one_row_search_finds_no_digest_to_match(tmp_path, monkeypatch):
+    """An adversary knows every row but the income of row 0 and tries candidates. Before, one
+    candidate's digest equalled the published data version. Now nothing public is a function of
+    the content: no form of any candidate's digest (nor of the true one), keyed or not, whole or
+    truncated, appears anywhere, the version of the same table differs between installations,
+    and a return to an earlier content gets a new version."""
+    search = replay_one_row_search(tmp_path, monkeypatch)
+    project, defs, instance = search.project, search.defs, search.instance
+    first, changed, true_income, public = (search.first, search.changed, search.true_income,
+                                           search.public)
+    assert not leaked_digests(public, search.forms)
+    mac = json.loads(change_state_path(defs.resources["warehouse"], DATASET).read_text())["mac"]
+    assert mac in search.forms and not leaked_digests(public, {mac})  # the keyed MAC is private
+    assert not leaked_digests(public, {search.secret.hex(),
+                                       base64.b64encode(search.secret).decode()})
 
     # what is public is an opaque id: the data version equals the sensor's, is 32 hex digits
     versions = [e.asset_observation_data.asset_observation.data_version
@@ -225,6 +301,32 @@ def test_one_row_search_finds_no_digest_to_match(tmp_path):
     back = source_version(defs.resources["warehouse"], load_registry(project.datasets)[DATASET],
                           DATASET)
     assert back not in versions
+
+
+@pytest.mark.parametrize("leak", ["keyed MAC", "sha256 of the summary", "base64 MAC prefix"])
+def test_the_digest_search_finds_a_version_made_from_the_content(tmp_path, monkeypatch, leak):
+    """The control: a change detection that published a digest as the data version (the old
+    scheme, or today's keyed MAC, or a base64 prefix of it) is caught by the same search."""
+    summaries = {}
+    real_mac, real_observe = change.change_mac, change.observe
+
+    def remembering(secret, signal):
+        mac = real_mac(secret, signal)
+        summaries[mac] = json.loads(signal)["content"]
+        return mac
+
+    def mint_from(mac):
+        if leak == "keyed MAC":
+            return mac[:32]
+        if leak == "sha256 of the summary":
+            return hashlib.sha256(summaries[mac].encode()).hexdigest()[:32]
+        return base64.urlsafe_b64encode(bytes.fromhex(mac)).decode()[:22]
+
+    monkeypatch.setattr(change, "change_mac", remembering)
+    monkeypatch.setattr(change, "observe", lambda state_path, mac: real_observe(
+        state_path, mac, mint=lambda: mint_from(mac)))
+    search = replay_one_row_search(tmp_path, monkeypatch)
+    assert leaked_digests(search.public, search.forms)
 
 
 # ---- private failures ---------------------------------------------------------------------------
@@ -284,7 +386,7 @@ def assert_spent_only_what_was_charged(project, run_id: str) -> None:
 
 
 @pytest.mark.parametrize("report", [None, "holdout"])
-def test_an_overflowing_outlier_reaches_no_public_event_or_file(tmp_path, report):
+def test_an_overflowing_outlier_reaches_no_public_event_or_file(tmp_path, monkeypatch, report):
     """The issue's second attack: one income of 1.2e14 used to overflow the bin index's cast
     and DuckDB quoted it. Whether the run fails (the cast) or succeeds (a total encoding), no
     public event, tag, data version or file holds the value or its bin index, and no digest of
@@ -297,13 +399,15 @@ def test_an_overflowing_outlier_reaches_no_public_event_or_file(tmp_path, report
     defs = project.defs_fn()
     instance = dg.DagsterInstance.ephemeral()
     source = next(a for a in defs.assets if getattr(a, "key", None) == dg.AssetKey([DATASET, "source"]))
+    signals = recorded_signals(monkeypatch)
     assert observe([source], resources=defs.resources, instance=instance).success
     result = materialize(defs, instance)
 
     public = published(instance, project)
     assert_nothing_of([PLANTED, PLANTED / BIN_WIDTH], public)
-    for digest in old_digests(summary):
-        assert digest not in public
+    assert signals and summary in signals[0]
+    secret = secret_path(defs.resources["warehouse"]).read_bytes()
+    assert not leaked_digests(public, digest_forms([summary, *signals], secret))
     if not result.success:
         [message] = failure_messages(result)
         assert "'example'" in message and str(log_of(project)) in message

@@ -91,10 +91,11 @@ def test_each_mechanism_charges_what_its_map_reports_and_all_add_up_to_the_stage
 def test_discovery_threshold_is_the_smallest_meeting_the_delta():
     scale = 10.0
     t = discovery_threshold(scale, 1e-9)
-    from dp_synth_assets.core.preprocess import _threshold_measurement
+    from dp_synth_assets.core.preprocess import _threshold_measurement, threshold_delta
 
-    assert _threshold_measurement(scale, t).map((1, 1, 1))[1] <= 1e-9
-    assert _threshold_measurement(scale, t - 1).map((1, 1, 1))[1] > 1e-9
+    assert threshold_delta(scale, t) <= 1e-9
+    assert threshold_delta(scale, t - 1) > 1e-9
+    assert _threshold_measurement(scale, t).map((1, 1, 1))[1] <= threshold_delta(scale, t)
 
 
 def test_privtree_splits_follow_the_biased_count_rule():
