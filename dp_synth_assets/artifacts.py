@@ -17,8 +17,9 @@ writing stage publishes its set and frees the dataset; a failing step frees it a
 checks and the utility report read the set of their own run (or the published set in a run
 that does not write one), so they judge the very table, Parquet and measurements that run made.
 
-A missing artifact or a set whose stamps disagree fails the step with a `dagster.Failure`
-naming the stage to materialize; messages hold paths, run ids and stage names only: public.
+A missing artifact, a set whose stamps disagree, or a plan made from another spec than the loaded
+one (`store.ArtifactStore.plan_for`) fails the step with a `dagster.Failure` naming the stages to
+materialize; messages hold paths, run ids and stage names only: public.
 """
 
 from contextlib import contextmanager
@@ -32,15 +33,15 @@ from .budget import run_asset_keys
 from .core.ledger_store import DEFAULT_SCHEMA, PostgresDatabase, is_postgres
 from .core.runs import DEFAULT_RUN_WAIT_SECONDS, RunWaitTimeout, dataset_lock
 from .core.store import (ARTIFACTS, KEEP_RUNS, InconsistentArtifacts, MissingArtifact, RunStore,
-                         location, remove_temporaries)
+                         StalePlan, location, remove_temporaries)
 from .writes import public_zone_writes
 
 WRITERS = ("preprocessed", "marginals", "selection", "measurements", "model", "synthetic")
 
 
 class PublicArtifacts(RunStore):
-    """A `RunStore` whose missing or inconsistent artifact is a `dagster.Failure` (public, passed
-    unchanged by `private_log.private_step`)."""
+    """A `RunStore` whose missing or inconsistent artifact, or plan made from another spec, is a
+    `dagster.Failure` (public, passed unchanged by `private_log.private_step`)."""
 
     def _read(self, name: str):
         try:
@@ -68,6 +69,12 @@ class PublicArtifacts(RunStore):
     def publish(self, keep: int = KEEP_RUNS) -> str:
         with public_zone_writes(self.dataset, str(self.root), "the run's pointer"):
             return super().publish(keep)
+
+    def plan_for(self, spec):
+        try:
+            return super().plan_for(spec)
+        except StalePlan as e:
+            raise dg.Failure(description=str(e)) from None
 
 
 def synthetic_table(dataset: str) -> str:

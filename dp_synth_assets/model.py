@@ -16,7 +16,8 @@ asset of three ops, so that Dagster's executor runs each unit as a step: separat
 the multiprocess executor, pods under Kubernetes or Celery.
 
 `plan_fit` and `save_model` hold the dataset for their run (`artifacts.holding`); `plan_fit`
-refuses measurements made for another plan than the one beside them, naming the stage to
+refuses a plan made from another spec than the loaded one (`store.ArtifactStore.plan_for`) and
+measurements made for another plan than the one beside them, naming the stages to
 re-materialize. In the graph, units pass between steps through dp-synth's own IO manager
 (`Names.io_manager`, a filesystem pickle IO manager under dp-synth's folder by default; a shared
 one such as S3 when steps run on several machines), never through the host's default
@@ -45,8 +46,9 @@ def plan_fit(context, warehouse: WarehouseResource, dataset: str, spec: DatasetS
     """The fit's units of work, each `{"engine", "unit", "metadata"}` (module docstring)."""
     with holding(context, warehouse, dataset, "model:plan_fit", names):
         store = artifacts(warehouse, dataset, context)
+        plan = store.plan_for(spec)
         store.require_consistent("measurements")
-        plan, found = store.plan(), store.measurements()
+        found = store.measurements()
         try:
             fit_plan = stages.plan_fit(spec, plan, found, dataset)
         except generate.ModelTooLarge as e:
@@ -74,7 +76,7 @@ def fit_unit(context, warehouse: WarehouseResource, dataset: str, spec: DatasetS
     """One unit of `plan_fit`'s work fitted, with its fit time."""
     store = artifacts(warehouse, dataset, context)
     started = time.perf_counter()
-    result = stages.fit_unit(spec, store.plan(), store.measurements(), work["engine"],
+    result = stages.fit_unit(spec, store.plan_for(spec), store.measurements(), work["engine"],
                              work["unit"], log=context.log.info)
     seconds = time.perf_counter() - started
     context.log.info(f"{work['engine']} unit {work['unit']} fitted in {seconds:.1f}s")

@@ -9,7 +9,10 @@ names a group, tagged `privacy=private|public`, with the resource keys of `namin
 dataset whose source is a host's asset starts at `preprocessed`, downstream of that asset.
 Private-zone assets publish shapes only (column names, domain sizes, numbers of marginals),
 never counts. Every stage that reads private data runs under `private_step` (private_log.py):
-its failures are generic in public and detailed in the owner-only private log.
+its failures are generic in public and detailed in the owner-only private log. Every stage
+after `preprocessed` reads the plan through `plan_for` (core/store.py), which refuses a plan made
+from another spec than the loaded one (`config.plan_digest`), before the stage reserves budget
+or writes anything.
 """
 
 import functools
@@ -186,10 +189,10 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
     def marginals(context: dg.AssetExecutionContext, warehouse: WarehouseResource,
                   ledger: LedgerResource) -> dg.MaterializeResult:
         check_writes(context, warehouse, dataset, "marginals", spec, budget)
-        with holding(context, warehouse, dataset, "marginals", names), \
-                private_stage(context, ledger.ledger(), dataset, "marginals", budget):
-            plan = artifacts(warehouse, dataset, context).plan()
-            with source_connection(warehouse, spec, dataset) as con:
+        with holding(context, warehouse, dataset, "marginals", names):
+            plan = artifacts(warehouse, dataset, context).plan_for(spec)
+            with private_stage(context, ledger.ledger(), dataset, "marginals", budget), \
+                    source_connection(warehouse, spec, dataset) as con:
                 counted = stages.marginals(con, spec, plan, view, table, log=context.log.info)
         # no wall time: the scan's duration depends on the private rows (DESIGN.md section 4)
         context.log.info(f"{len(counted.cliques)} marginals ({counted.cells} cells) in one scan")
@@ -202,18 +205,18 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
                   ledger: LedgerResource) -> dg.MaterializeResult:
         led = ledger.ledger()
         check_writes(context, warehouse, dataset, "selection", spec, budget)
-        with holding(context, warehouse, dataset, "selection", names), \
-                private_stage(context, led, dataset, "selection", budget) as stage:
+        with holding(context, warehouse, dataset, "selection", names):
             store = artifacts(warehouse, dataset, context)
-            plan = store.plan()
-            with source_connection(warehouse, spec, dataset) as con:
-                oracle = stages.oracle(con, plan, view, table)
-                result = stages.select(spec, plan, oracle, budget,
-                                       logged_charge(context, stage.charge, spec.method),
-                                       log=context.log.info)
-            if oracle.on_demand:
-                context.log.info(f"counted on demand: {[list(c) for c in oracle.on_demand]}")
-            path = store.write_selection(result)
+            plan = store.plan_for(spec)
+            with private_stage(context, led, dataset, "selection", budget) as stage:
+                with source_connection(warehouse, spec, dataset) as con:
+                    oracle = stages.oracle(con, plan, view, table)
+                    result = stages.select(spec, plan, oracle, budget,
+                                           logged_charge(context, stage.charge, spec.method),
+                                           log=context.log.info)
+                if oracle.on_demand:
+                    context.log.info(f"counted on demand: {[list(c) for c in oracle.on_demand]}")
+                path = store.write_selection(result)
         chosen = [list(m.clique) for m in result.measured] + [list(c) for c in result.cliques]
         context.log.info(f"{spec.method} selected {len(chosen)} marginals "
                          f"({len(result.measured)} measured during selection): {chosen}")
@@ -236,13 +239,14 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
 
         led = ledger.ledger()
         check_writes(context, warehouse, dataset, "measurements", spec, budget)
-        with holding(context, warehouse, dataset, "measurements", names), \
-                private_stage(context, led, dataset, "measurements", budget) as stage:
+        with holding(context, warehouse, dataset, "measurements", names):
             store = artifacts(warehouse, dataset, context)
-            plan, chosen = store.plan(), store.selection()
-            store.require_consistent("selection")
-            found = stages.measure(plan, chosen, exact, budget, stage.charge)
-            path = store.write_measurements(found)
+            plan = store.plan_for(spec)
+            with private_stage(context, led, dataset, "measurements", budget) as stage:
+                chosen = store.selection()
+                store.require_consistent("selection")
+                found = stages.measure(plan, chosen, exact, budget, stage.charge)
+                path = store.write_measurements(found)
         return dg.MaterializeResult(metadata={
             "measurements": len(found.measurements),
             "noise": dg.MetadataValue.json([{"clique": list(m.clique), "sigma": round(m.sigma, 4),
@@ -262,8 +266,9 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
 
         with holding(context, warehouse, dataset, "synthetic", names):
             store = artifacts(warehouse, dataset, context)
+            plan = store.plan_for(spec)
             store.require_consistent("measurements", "model")
-            plan, found, fitted = store.plan(), store.measurements(), store.model()
+            found, fitted = store.measurements(), store.model()
             started = time.perf_counter()
             draw = stages.sample(spec, fitted, found.noisy_total, seed=spec.seed,
                                  log=context.log.info)

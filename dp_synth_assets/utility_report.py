@@ -49,7 +49,7 @@ def build_utility_report(dataset: str, spec: DatasetSpec, names: Names = Names()
         from .evaluation.ml import CLASSIFIERS, classifier_line
 
         store = artifacts(warehouse, dataset, context)  # the run's own set, or the published one
-        plan = store.plan()
+        plan = store.plan_for(spec)
         cap = report_spec.max_rows
         seed = spec.seed if spec.seed is not None else 0
         expressions = encoded_columns(plan)

@@ -193,8 +193,8 @@ def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
         con.execute(f"COPY (SELECT * FROM f) TO '{path}' (FORMAT parquet)")
         con.close()
         return {r.check_name: r.passed for r in
-                run_checks(warehouse, "example", plan, found, noisy_total, len(good),
-                           "synthetic.example", str(path), model, **options)}
+                run_checks(warehouse, "example", spec_of(project), plan, found, noisy_total,
+                           len(good), "synthetic.example", str(path), model, **options)}
 
     assert all(verdicts(good).values())
     # as for a table too large for one frame: one column per GX suite, same verdicts
@@ -240,7 +240,7 @@ def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
         path = tmp_path / "decoupled.parquet"
         frame.to_parquet(path)
         return {r.check_name: r.passed for r in run_checks(
-            warehouse, "example", plan, measured, noisy_total, len(good), "synthetic.example",
+            warehouse, "example", spec_of(project), plan, measured, noisy_total, len(good), "synthetic.example",
             str(path), model)}
 
     assert marginal_verdicts(good)["marginal_tvd"] is True

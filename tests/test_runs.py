@@ -144,9 +144,11 @@ def test_a_run_failing_after_preprocessed_leaves_the_published_set_whole(tmp_pat
               for name in ("plan.json", "measurements.json", "model.npz", "synthetic.parquet")}
 
     # a new encoding plan (age in 12 bins instead of 24), and a failure in the next stage
-    spec = yaml.safe_load(project.datasets.read_text())
+    original = project.datasets.read_text()
+    spec = yaml.safe_load(original)
     spec["datasets"][DATASET]["columns"]["age"]["bins"] = 12
-    project.datasets.write_text(yaml.safe_dump(spec, sort_keys=False))
+    edited = yaml.safe_dump(spec, sort_keys=False)
+    project.datasets.write_text(edited)
     from dp_synth_assets.core import stages
 
     def broken(*args, **kwargs):
@@ -157,7 +159,16 @@ def test_a_run_failing_after_preprocessed_leaves_the_published_set_whole(tmp_pat
     assert not failed.success
     assert {name: (folder / name).read_bytes() for name in before} == before
 
-    # a "free" re-materialization of synthetic alone uses the whole published set
+    # synthetic alone under the edited entry: the published plan was made from the entry before
+    # the edit, so it is refused and nothing is replaced
+    stale = materialize(project, instance, "synthetic")
+    assert not stale.success
+    assert "Materialize the whole dataset" in failure_messages(stale)
+    assert {name: (folder / name).read_bytes() for name in before} == before
+
+    # a "free" re-materialization of synthetic alone, under the entry the published set was made
+    # from, uses the whole published set
+    project.datasets.write_text(original)
     again = materialize(project, instance, "synthetic")
     assert again.success, failure_messages(again)
     checks = list(again.get_asset_check_evaluations())
@@ -174,6 +185,7 @@ def test_a_run_failing_after_preprocessed_leaves_the_published_set_whole(tmp_pat
 
     # a new plan published alone: synthetic refuses the measurements and model made for the old
     # one, naming the stage to re-materialize, and replaces nothing
+    project.datasets.write_text(edited)
     assert materialize(project, instance, "preprocessed").success
     table = table_matches_parquet(project, folder / "synthetic.parquet")
     refused = materialize(project, instance, "synthetic")

@@ -1,12 +1,13 @@
 """The checks of the synthetic table (public zone), Great Expectations 1.x suites.
 
-Built from the dataset's plan and noisy measurements only, they read the synthetic table and
-never the source. `suites.CHECKS` lists them (one function each):
+Built from the declared spec, the dataset's plan and its noisy measurements only, they read the
+synthetic table and never the source. `suites.CHECKS` lists them (one function each):
 
-- `schema` (ERROR, blocking): the source's columns, in order, with the source's SQL types, in the
-  warehouse table and in the Parquet copy.
-- `domain` (ERROR, blocking): categorical values among the plan's categories, rare members or the
-  `other` label; numbers and dates inside the plan's bounds.
+- `schema` (ERROR, blocking): the declared columns, in order, with their declared SQL types, in
+  the warehouse table and in the Parquet copy.
+- `domain` (ERROR, blocking): categorical values among the declared categories or the `other`
+  label (discovered ones: the plan's, rare members included); numbers and dates inside the
+  declared bounds (learned ones: the plan's); no NULL in a column not declared nullable.
 - `row_count` (ERROR): the requested number of rows.
 - `null_fraction` (WARN): each nullable column's NULL share within a tolerance of the noisy
   estimate from the measured 1-way marginal (`tolerances.tolerances`).

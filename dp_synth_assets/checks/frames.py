@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..core import marginals as margs
+from ..core.config import ColumnSpec
 from ..core.domain import Clique, EncodingPlan, encoded_columns
 from ..core.measure import Measurement
 from ..core.sql import ident, literal, sql
@@ -25,11 +26,14 @@ FRAME_BYTES = 64 * 2 ** 20  # the most of the synthetic table one GX frame holds
 
 @dataclass(frozen=True)
 class CheckInputs:
-    """What the checks compare the synthetic table with, all public: the encoding plan, the noisy
+    """What the checks compare the synthetic table with, all public: the declared columns
+    (`DatasetSpec.columns`, in order: the schema, types and domains the table must have), the
+    encoding plan (what preprocessing learned, and the codes the measurements count), the noisy
     measurements and their noisy total, the requested rows, the fitted model (None: the duplicate
     bound falls back on the measurements), where the table is, and the Data Docs site."""
 
     dataset: str
+    declared: dict[str, ColumnSpec]
     plan: EncodingPlan
     measurements: list[Measurement]
     noisy_total: float
@@ -43,9 +47,9 @@ class CheckInputs:
 
 @dataclass(frozen=True)
 class SyntheticTable:
-    """The synthetic table as the checks see it: the plan's columns present in the Parquet copy,
-    its row count, the column groups that fit in one frame, the counts of every measured marginal
-    (1-way included) and the number of rows repeating an earlier one. `con` is the read-only
+    """The synthetic table as the checks see it: the declared and the plan's columns present in
+    the Parquet copy, its row count, the column groups that fit in one frame, the counts of every
+    measured marginal (1-way included) and the number of rows repeating an earlier one. `con` is the read-only
     connection the row-level checks read frames through while it is open."""
 
     inputs: CheckInputs
@@ -65,7 +69,8 @@ class SyntheticTable:
         source = f"read_parquet({literal(inputs.parquet)})"
         present = [r[0] for r in con.execute(sql("describe_source", source=source)).fetchall()]
         total = con.execute(sql("count_rows", source=source)).fetchone()[0]
-        groups = column_groups([c for c in plan.columns if c in present], total, inputs.frame_bytes)
+        wanted = dict.fromkeys([*inputs.declared, *plan.columns])
+        groups = column_groups([c for c in wanted if c in present], total, inputs.frame_bytes)
         one_way = dict.fromkeys(m.clique[0] for m in inputs.measurements if len(m.clique) == 1)
         encoded = sql("encoded_relation", expressions=encoded_columns(plan), source=source)
         cliques = [(c,) for c in one_way if c in present] + [
@@ -82,8 +87,8 @@ class SyntheticTable:
         return read_frame(self.con, self.source, columns, limit)
 
     def column_types(self, relation: str) -> list[str]:
-        """The SQL type of each plan column in `relation` ("missing" when absent)."""
-        return column_types(self.con, relation, self.inputs.plan.columns)
+        """The SQL type of each declared column in `relation` ("missing" when absent)."""
+        return column_types(self.con, relation, list(self.inputs.declared))
 
 
 def column_groups(columns: list[str], rows: int, frame_bytes: int = FRAME_BYTES) -> list[list[str]]:

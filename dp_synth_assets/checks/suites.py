@@ -3,10 +3,13 @@
 Each check takes the `SyntheticTable` and returns a `CheckResult`: GX's verdict (`SuiteOutcome`)
 and the metadata to publish (plain values; lists and dicts are shown as JSON, numbers as numbers
 the UI charts over runs, such as each check's `worst` figures). The suites are
-built from the dataset's plan and noisy measurements only: they read the synthetic table, never
-the source, so every verdict and figure is public. `CHECKS` lists them with their severity
-(ERROR or WARN) and whether a failure blocks the downstream assets; a check's description is the
-first line of its function's docstring. `publish` stores a result where the public can read it.
+built from the declared spec, the dataset's plan and its noisy measurements only: they read the
+synthetic table, never the source, so every verdict and figure is public. The schema, the types
+and the domains are the declared ones (`CheckInputs.declared`), the plan filling in only what
+preprocessing learned (`domain.declared_domain`); the distribution checks compare with the
+measurements, in the plan's codes. `CHECKS` lists them with their severity (ERROR or WARN) and
+whether a failure blocks the downstream assets; a check's description is the first line of its
+function's docstring. `publish` stores a result where the public can read it.
 """
 
 from collections.abc import Callable, Iterator
@@ -14,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.domain import allowed_values, value_bounds
+from ..core.domain import declared_domain
 from ..core.sql import qualified
 from ..evaluation import fidelity
 from .data_docs import write_data_docs
@@ -93,17 +96,17 @@ def grouped_result(name: str, table: SyntheticTable, by_column: dict, metadata: 
 
 
 def schema(table: SyntheticTable) -> CheckResult:
-    """The source's columns, in order, with its SQL types, in the warehouse table and the Parquet.
+    """The declared columns, in order, with their declared SQL types, in the table and its Parquet.
 
-    Two suites: the expected, warehouse and Parquet types side by side (a frame of one row per
+    Two suites: the declared, warehouse and Parquet types side by side (a frame of one row per
     column), and the column list of the Parquet copy's first rows."""
     import pandas as pd
 
     inputs = table.inputs
-    plan, dataset, docs = inputs.plan, inputs.dataset, inputs.docs_dir
+    columns, dataset, docs = list(inputs.declared), inputs.dataset, inputs.docs_dir
     types = pd.DataFrame({
-        "column": plan.columns,
-        "expected": [e.sql_type for e in plan.encodings],
+        "column": columns,
+        "expected": [c.sql_type for c in inputs.declared.values()],
         "warehouse": table.column_types(qualified(inputs.table)),
         "parquet": table.column_types(table.source),
     })
@@ -113,7 +116,7 @@ def schema(table: SyntheticTable) -> CheckResult:
     ], docs_dir=docs)
     head = table.frame(table.present, limit=1000)
     columns_outcome = run_suite(head, f"{dataset}_columns", [
-        Expectation("ExpectTableColumnsToMatchOrderedList", {"column_list": plan.columns})],
+        Expectation("ExpectTableColumnsToMatchOrderedList", {"column_list": columns})],
         docs_dir=docs)
     success = outcome.success and columns_outcome.success
     merged = type(outcome)(outcome.suite, success, outcome.results + columns_outcome.results,
@@ -122,19 +125,27 @@ def schema(table: SyntheticTable) -> CheckResult:
 
 
 def domain(table: SyntheticTable) -> CheckResult:
-    """Categories among the plan's (rare members, `other`); numbers and dates inside its bounds."""
+    """Values in the declared domain: its categories or `other`, its bounds, NULL only if nullable.
+
+    Where the spec leaves a domain to preprocessing (discovered categories, learned bounds), the
+    plan's (`domain.declared_domain`)."""
+    plan = table.inputs.plan
+    learned = {e.column: e for e in plan.encodings}
     by_column = {}
-    for e in table.inputs.plan.encodings:
-        if e.kind == "categorical":
-            by_column[e.column] = Expectation("ExpectColumnValuesToBeInSet", {
-                "column": e.column, "value_set": allowed_values(e)})
-        elif e.kind == "boolean":
-            by_column[e.column] = Expectation("ExpectColumnValuesToBeInSet", {
-                "column": e.column, "value_set": [False, True]})
-        else:
-            low, high = value_bounds(e)
-            by_column[e.column] = Expectation("ExpectColumnValuesToBeBetween", {
-                "column": e.column, "min_value": _bound(low), "max_value": _bound(high)})
+    for name, column in table.inputs.declared.items():
+        expected = []
+        allowed = declared_domain(name, column, learned.get(name))
+        if allowed is not None and allowed[0] == "set":
+            expected.append(Expectation("ExpectColumnValuesToBeInSet", {
+                "column": name, "value_set": allowed[1]}))
+        elif allowed is not None:
+            expected.append(Expectation("ExpectColumnValuesToBeBetween", {
+                "column": name, "min_value": _bound(allowed[1]),
+                "max_value": _bound(allowed[2])}))
+        if not column.is_nullable:
+            expected.append(Expectation("ExpectColumnValuesToNotBeNull", {"column": name}))
+        if expected and name in table.present:
+            by_column[name] = expected
     return grouped_result("domain", table, by_column, {})
 
 

@@ -26,6 +26,8 @@ What is refused at load, beyond the schema (each a mistake that would otherwise 
 """
 
 import difflib
+import hashlib
+import json
 import math
 import numbers
 import re
@@ -837,6 +839,55 @@ class DatasetSpec(_Strict):
     def min_interval_seconds(self) -> float:
         number, unit = re.match(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d)$", self.min_interval).groups()
         return float(number) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+
+
+def plan_digest(spec: DatasetSpec) -> str:
+    """The digest of what a dataset's encoding plan and encoded view are made from: the first
+    16 hex digits of the SHA-256 of a canonical JSON of the parts of `spec` that decide them.
+    The `preprocessed` stage records it in the plan (`EncodingPlan.spec_digest`) and every later
+    stage refuses a plan whose digest is not the loaded spec's (`store.StalePlan`), so no stage
+    publishes a table that contradicts the spec. A function of the spec alone, never of the
+    data: public.
+
+    What counts:
+    - `columns`, in their order, every key of each (`type`, `nullable`, `rare` and `binning`
+      as the defaults resolve them, bounds as numbers, other keys only where they differ from
+      their defaults, so writing a default out changes nothing, nor does a later version's new
+      key left at its default): they set the plan's names, kinds, SQL types and declared
+      domains, and how its learned parts are learned;
+    - `source` (where the rows are read, the CSV dialect), without `asset` and
+      `asset_elsewhere` (the lineage, not the rows), and without the connection string of a
+      postgres or mysql `attach:` (it may hold a password and this digest is public; a file
+      database's path counts): the encoded view, and hence the counted marginals, read it;
+    - `engine`: its type and `schema` (where the encoded view lives), not its connection
+      settings (`dsn`, `conf`, `master`, `remote`, which may hold secrets);
+    - `report.holdout`: the held-out rows are left out of the view.
+    What does not: `privacy` (the plan's learned parts were charged when they were drawn; an
+    old plan is a public release reused at no cost, and every later stage spends under the
+    loaded `privacy`), `method`, `selection`, `generator`, `model`, `rows`, `seed` (the later
+    stages read them from the loaded spec each run), automation (`schedule`,
+    `on_source_change`, `min_interval`), `description`, `optional` and the rest of `report`.
+    The rule is conservative: any change of a column's declaration counts, even one that
+    happens to give the same plan."""
+    def column(c: ColumnSpec) -> dict:
+        data = c.model_dump(mode="json", exclude_defaults=True)
+        data.update(type=c.sql_type, nullable=c.is_nullable, rare=c.rare_rule,
+                    binning=c.binning_rule,
+                    bounds=list(c.numeric_bounds()) if c.bounds is not None else None)
+        return data
+
+    source = spec.source.model_dump(mode="json", exclude_defaults=True,
+                                    exclude={"asset", "asset_elsewhere"})
+    if isinstance(spec.source, AttachSource) and spec.source.type in ("postgres", "mysql"):
+        source.pop("attach", None)
+    parts = {
+        "columns": [[name, column(c)] for name, c in spec.columns.items()],
+        "source": {"class": type(spec.source).__name__, **source},
+        "engine": {"type": spec.engine.type, "schema": spec.engine.schema_},
+        "holdout": spec.report.holdout if spec.report is not None else 0.0,
+    }
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def noisy_total_sd_bound(epsilon: float, delta: float) -> float:

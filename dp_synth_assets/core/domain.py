@@ -124,10 +124,13 @@ class Encoding:
 @dataclass(frozen=True)
 class EncodingPlan:
     """Every column's encoding; `noisy_rows`: the noisy row count preprocessing drew (public,
-    charged), when it drew one (`budget.DatasetBudget.with_rows` splits the run with it)."""
+    charged), when it drew one (`budget.DatasetBudget.with_rows` splits the run with it);
+    `spec_digest`: the digest of the spec it was made from (`config.plan_digest`), which the
+    later stages compare with the loaded spec's (`store.ArtifactStore.plan_for`)."""
 
     encodings: tuple[Encoding, ...]
     noisy_rows: float | None = None
+    spec_digest: str | None = None
 
     @property
     def domain(self) -> dict[str, int]:
@@ -144,10 +147,12 @@ class EncodingPlan:
         raise KeyError(column)
 
     def to_json(self) -> str:
-        """A list of encodings; with a noisy row count, {"encodings": [...], "noisy_rows": n}."""
+        """A list of encodings; with a noisy row count or a spec digest, {"encodings": [...],
+        "noisy_rows": n, "spec_digest": d} (each when set)."""
         encodings = [asdict(e) for e in self.encodings]
-        data = encodings if self.noisy_rows is None else {"encodings": encodings,
-                                                          "noisy_rows": self.noisy_rows}
+        extra = {k: v for k, v in (("noisy_rows", self.noisy_rows),
+                                   ("spec_digest", self.spec_digest)) if v is not None}
+        data = {"encodings": encodings, **extra} if extra else encodings
         return json.dumps(data, default=str, indent=1)
 
     @classmethod
@@ -164,9 +169,10 @@ class EncodingPlan:
                     "density": tup(r.get("density")), "prior": tup(r.get("prior"))}
 
         data = json.loads(text)
-        rows = data.get("noisy_rows") if isinstance(data, dict) else None
+        extra = data if isinstance(data, dict) else {}
         records = data["encodings"] if isinstance(data, dict) else data
-        return cls(tuple(Encoding(**fields(r)) for r in records), rows)
+        return cls(tuple(Encoding(**fields(r)) for r in records), extra.get("noisy_rows"),
+                   extra.get("spec_digest"))
 
 
 def base_type(sql_type: str) -> str:
@@ -608,3 +614,33 @@ def value_bounds(e: Encoding) -> tuple[object, object] | None:
     if e.integer_bins:
         return int(math.ceil(e.low)), int(math.floor(e.high))
     return e.low, e.high
+
+
+def declared_domain(name: str, column: ColumnSpec, learned: Encoding | None
+                    ) -> tuple | None:
+    """What the synthetic table's column `name` may hold by its declaration `column` (the spec,
+    not the plan), the plan's encoding `learned` of it filling in only what the declaration
+    leaves to preprocessing (discovered categories with their rare members, learned bounds):
+    `("set", values)` for a categorical or boolean column (its non-NULL values, in its SQL
+    type: the declared categories and the other code's label), `("between", low, high)` for a
+    binned one (in its type: integers rounded inward, dates as dates), or None when neither says
+    (a learned domain that `learned`, missing or of another kind, does not have)."""
+    if column.kind == "boolean":
+        return ("set", [False, True])
+    known = learned if learned is not None and learned.kind == column.kind else None
+    try:
+        if column.kind == "categorical":
+            if column.categories is None and known is None:
+                return None
+            categories, rare = ((tuple(column.categories), None) if column.categories is not None
+                                else (known.categories, known.rare))
+            other = (_typed_label(name, column.other_label, column.sql_type, column.is_nullable)
+                     if column.other else None)
+            return ("set", allowed_values(Encoding(name, "categorical", column.sql_type, 0,
+                                                   categories=categories, rare=rare,
+                                                   other_label=other)))
+        if column.bounds is None:
+            return None if known is None else ("between", *value_bounds(known))
+        return ("between", *value_bounds(_encoding(name, column, Derived())))
+    except SchemaError:  # a declaration preprocessing refuses: no table was made from it
+        return None

@@ -29,7 +29,7 @@ import numpy as np
 from . import generate
 from . import marginals as margs
 from .budget import DatasetBudget, measurement_plan
-from .config import DatasetSpec
+from .config import DatasetSpec, plan_digest
 from .domain import Clique, EncodingPlan
 from .measure import (Measurements, clique_size, coarsened_size, make_consistent, merge_repeats,
                       noisy_total, with_prior)
@@ -51,9 +51,11 @@ def preprocess(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str, 
     """Check the source's schema against the columns, learn what they leave undeclared (DP,
     with the preprocessing budget) and create the encoded view `view` (`prepare_encoded_view`;
     `note` gets the private counts of values that read as NULL or took a fallback code, `log`
-    the progress lines of `preprocess.preprocess`)."""
-    return prepare_encoded_view(con, spec, dataset, base_dir, view, budget.domains_rho,
+    the progress lines of `preprocess.preprocess`); the plan records the digest of the spec it
+    was made from (`config.plan_digest`)."""
+    plan = prepare_encoded_view(con, spec, dataset, base_dir, view, budget.domains_rho,
                                 budget.run_delta_extra, charge, budget.count, note, log=log)
+    return replace(plan, spec_digest=plan_digest(spec))
 
 
 @dataclass(frozen=True)

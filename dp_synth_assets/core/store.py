@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import extras, generate
+from .config import DatasetSpec, plan_digest
 from .domain import EncodingPlan
 from .measure import Measurements
 from .select import Selection
@@ -302,6 +303,15 @@ class MissingArtifact(LookupError):
     """An artifact was read before the stage that writes it ran (the message names the stage)."""
 
 
+# the stages that remake a plan and everything made from it, in one run
+REMAKE = "preprocessed, marginals, selection, measurements, model and synthetic"
+
+
+class StalePlan(ValueError):
+    """The plan was made from another spec than the loaded one (`ArtifactStore.plan_for`); the
+    message names the entry, the stage that made the plan and the stages to rerun."""
+
+
 @dataclass(frozen=True)
 class Artifact:
     """One kind of public artifact: its file name, the stage that writes it, and its codec."""
@@ -339,6 +349,33 @@ class ArtifactStore:
 
     def write_plan(self, plan: EncodingPlan) -> str:
         return self._write("plan", plan)
+
+    def plan_for(self, spec: DatasetSpec) -> EncodingPlan:
+        """The plan, when it was made from `spec`: its `spec_digest` is `config.plan_digest(spec)`
+        (what that digest covers is said there). Else `StalePlan`: the columns, source, engine
+        or report holdout of the entry changed since the `preprocessed` stage made it, and a later stage would
+        publish a table that contradicts the entry. A plan without a digest (written before
+        plans carried one) is refused too: nothing tells what it was made from. Every stage after
+        `preprocessed` reads its plan through this, before it spends or writes anything."""
+        plan = self.plan()
+        if plan.spec_digest == plan_digest(spec):
+            return plan
+        made = f"its encoding plan (plan.json{self._plan_origin()})"
+        if plan.spec_digest is None:
+            why = (f"{made} was written by an earlier version of dp-synth, which did not record "
+                   f"the spec it was made from, so it may not match {spec.entry}")
+        else:
+            why = (f"{made} was made from another version of {spec.entry}: its columns, "
+                   f"source, engine or report.holdout changed since the 'preprocessed' stage "
+                   f"ran, so the later stages would publish a table that contradicts it")
+        raise StalePlan(
+            f"dataset {self.dataset!r}: {why}. Materialize the whole dataset in one run "
+            f"({REMAKE}) to remake the plan and everything made from it; this stage stopped "
+            f"before spending or publishing anything")
+
+    def _plan_origin(self) -> str:
+        """Where the plan came from, for a message (a store of runs names the run)."""
+        return ""
 
     def selection(self) -> Selection:
         return self._read("selection")
@@ -617,6 +654,10 @@ class RunStore(FolderStore):
         self.base = base if base is not None else published_folder(self.root)
         super().__init__(self.own if self.own is not None and self.own.is_dir() else self.base,
                          dataset)
+
+    def _plan_origin(self) -> str:
+        run = self.manifest().get("stamps", {}).get("plan", {}).get("run")
+        return f", written by run {run}" if run else ""
 
     @property
     def set_run(self) -> str | None:
