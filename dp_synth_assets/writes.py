@@ -157,8 +157,8 @@ def write_failure(dataset: str, zone: str, where: str, error: BaseException,
 
 
 @contextmanager
-def public_zone_writes(dataset: str, where: str, what: str = ""):
-    """Publish a write error of the block as a write failure of the public zone at `where`
+def volume_writes(dataset: str, zone: str, where: str, what: str = ""):
+    """Publish a write error of the block as a write failure of `zone` at `where`
     (`write_failure`); a `dagster.Failure` passes unchanged."""
     failure = None
     try:
@@ -166,24 +166,19 @@ def public_zone_writes(dataset: str, where: str, what: str = ""):
     except dg.Failure:
         raise
     except WRITE_ERRORS as e:
-        failure = write_failure(dataset, PUBLIC, where, e, what)
+        failure = write_failure(dataset, zone, where, e, what)
     if failure is not None:
         raise failure from None
 
 
-@contextmanager
+def public_zone_writes(dataset: str, where: str, what: str = ""):
+    """`volume_writes` of the public zone at `where`."""
+    return volume_writes(dataset, PUBLIC, where, what)
+
+
 def warehouse_writes(warehouse: WarehouseResource, dataset: str, what: str = ""):
-    """Publish a write error of the block as a write failure of the warehouse."""
-    failure = None
-    try:
-        yield
-    except dg.Failure:
-        raise
-    except WRITE_ERRORS as e:
-        failure = write_failure(dataset, WAREHOUSE, places(warehouse, dataset)[WAREHOUSE], e,
-                                what)
-    if failure is not None:
-        raise failure from None
+    """`volume_writes` of the warehouse."""
+    return volume_writes(dataset, WAREHOUSE, places(warehouse, dataset)[WAREHOUSE], what)
 
 
 def failed_write(warehouse: WarehouseResource, dataset: str, error: BaseException) -> str | None:

@@ -23,6 +23,7 @@ from dp_synth_assets.definitions import build_definitions
 from dp_synth_assets.resources.ledger import PrivacyLedger
 from dp_synth_assets.example import write_example
 from tests.helpers import example_entry, ledger_rows, make_project, registry_project
+from tests.test_perimeter import assert_spent_only_what_was_charged
 
 DATASET = "example"
 CANARY = "SECRET_CANARY_4242"
@@ -66,13 +67,10 @@ def project_with_a_run(tmp_path, **overrides):
 
 
 def assert_charged_only(project, run_id: str) -> float:
-    ledger = PrivacyLedger(project.ledger)
-    charged = sum(e["rho"] for e in ledger.events(DATASET)
-                  if e["run_id"] == run_id and e["kind"] == "charge")
-    summary = ledger.summary(DATASET)
-    assert summary.reserved_rho == 0
-    assert summary.spent_rho == pytest.approx(charged, abs=1e-15)
-    return charged
+    """Nothing stays reserved and the spend is this run's charges; the charged rho."""
+    assert_spent_only_what_was_charged(project, run_id)
+    return sum(e["rho"] for e in PrivacyLedger(project.ledger).events(DATASET)
+               if e["run_id"] == run_id and e["kind"] == "charge")
 
 
 @pytest.mark.parametrize("zone", ["public", "private"])
