@@ -56,6 +56,7 @@ from dagster._serdes import serialize_value
 from dp_synth_assets.core.budget import BudgetStatus, DatasetBudget
 from dp_synth_assets.core import preprocess as pp
 from dp_synth_assets.core.config import load_registry
+from dp_synth_assets.core.domain import EncodingPlan
 from dp_synth_assets.core.marginals import _batches
 from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import TEST_DEFAULTS, example_entry, make_project, run_sql, without_random_ids
@@ -180,7 +181,7 @@ def public_numbers(project, spec) -> dict[float, str]:
     tasks = len(pp.all_tasks(spec.columns))
     add(range(1, tasks + 1), "preprocessing's mechanisms (its progress lines)")
     for path in public.rglob("plan.json"):  # the marginals' progress: queries of the plan's
-        columns = [c["column"] for c in json.loads(path.read_text())]  # 1- and 2-way cliques
+        columns = EncodingPlan.from_json(path.read_text()).columns  # 1- and 2-way cliques
         batches = _batches(columns, [(c,) for c in columns]
                            + list(itertools.combinations(columns, 2)))
         add(np.cumsum([len(b) for b in batches]), "the marginals' progress lines")
