@@ -193,8 +193,7 @@ def public_numbers(project, spec) -> dict[float, str]:
         total = released["noisy_total"]
         add(range(math.floor(total) - 2, math.ceil(total) + 3), "the noisy total, rounded")
         add([len(released["measurements"])], "the number of measurements")
-        domain = {c["column"]: c["size"]
-                  for c in json.loads((path.parent / "plan.json").read_text())}
+        domain = EncodingPlan.from_json((path.parent / "plan.json").read_text()).domain
         cliques = [SimpleNamespace(clique=tuple(m["clique"])) for m in released["measurements"]]
         sizes = junction_cells(domain, cliques)
         add([sum(sizes), *sizes], "the model's junction tree (from the measured cliques)")
