@@ -71,21 +71,18 @@ def private_log_path(warehouse: WarehouseResource, dataset: str):
 
 def append_private_log(path, dataset: str, stage: str, run_id: str,
                        error: BaseException, public: str) -> None:
-    """Append one entry (time, run, stage, the public message, the full traceback) to the
-    owner-only log at `path`, created 0600 in a 0700 folder; one write per entry (O_APPEND; on
-    an object store the log object is rewritten, `store.append_bytes`)."""
-    make_private_dir(location(path).parent)
-    when = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    entry = (f"==== {when} dataset {dataset!r} stage {stage!r} run {run_id}\n"
-             f"public message: {public}\n"
-             + "".join(traceback.format_exception(error)) + "\n")
-    append_bytes(path, entry.encode(errors="replace"), OWNER_ONLY)
+    """Append one failure entry (the public message, the full traceback) to the owner-only log
+    at `path` (`append_private_note`)."""
+    append_private_note(path, dataset, stage, run_id, f"public message: {public}\n"
+                        + "".join(traceback.format_exception(error)).rstrip("\n"))
 
 
 def append_private_note(path, dataset: str, stage: str, run_id: str, text: str) -> None:
-    """Append one entry (time, run, stage, `text`) to the owner-only log at `path`: what a
-    stage found in the rows for the owner (`source.Fallbacks.report`). Written on every run,
-    whatever the rows hold, so whether the write fails does not depend on them."""
+    """Append one entry (time, run, stage, `text`) to the owner-only log at `path`, created 0600
+    in a 0700 folder; one write per entry (O_APPEND; on an object store the log object is
+    rewritten, `store.append_bytes`). Also what a stage found in the rows for the owner
+    (`source.Fallbacks.report`), written on every run whatever the rows hold, so whether the
+    write fails does not depend on them."""
     make_private_dir(location(path).parent)
     when = datetime.now(timezone.utc).isoformat(timespec="seconds")
     entry = f"==== {when} dataset {dataset!r} stage {stage!r} run {run_id}\n{text}\n\n"

@@ -44,7 +44,7 @@ from .engines import ENGINES
 from .extras import refusal
 from .methods import METHODS
 from .plugins import require_registered
-from .sql import same_identifier
+from .sql import same_identifier, sql_text
 
 DATASET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 QUALIFIED_TABLE = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*\.){0,2}[A-Za-z_][A-Za-z0-9_]*$")
@@ -314,10 +314,10 @@ class ColumnSpec(_Strict):
                              "`nullable: false`")
         value = self.fallback
         if self.kind == "categorical":
-            labels = [_label_text(c) for c in self.categories or ()]
+            labels = [sql_text(c) for c in self.categories or ()]
             if self.other:
                 labels.append(self.other_label)
-            if _label_text(value) not in labels:
+            if sql_text(value) not in labels:
                 raise ValueError(f"`fallback` {value!r} is not one of `categories`"
                                  + (" or the `other_label`" if self.other else "")
                                  + ": name the value a row outside the list should read as")
@@ -400,13 +400,6 @@ class ColumnSpec(_Strict):
             return float(self.bounds[0]), float(self.bounds[1])
         except (TypeError, ValueError) as e:
             raise ValueError(f"`bounds` of a {self.kind} column must be numbers") from e
-
-
-def _label_text(value: object) -> str:
-    """A declared category as text, as DuckDB's CAST(x AS VARCHAR) writes it."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _as_days(value: object) -> float:

@@ -48,7 +48,7 @@ import numpy as np
 import pyarrow as pa
 
 from .config import DEFAULT_BINS, QUANTILE_BINS, ColumnSpec
-from .sql import ident, literal, qualified, sql
+from .sql import ident, literal, qualified, sql, sql_text
 
 # a marginal's attributes, in the order of its array's axes
 Clique = tuple[str, ...]
@@ -450,13 +450,6 @@ def encode_expression(e: Encoding) -> str:
     width = (e.high - e.low) / e.bins
     return sql("encode_binned", is_null=is_null, null_code=null_code, value=value,
                low=repr(e.low), high=repr(e.high), width=repr(width), last_bin=e.bins - 1)
-
-
-def sql_text(value: object) -> str:
-    """How DuckDB's CAST(x AS VARCHAR) writes a declared category."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def encoded_columns(plan: EncodingPlan) -> str:

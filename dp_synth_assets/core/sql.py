@@ -40,6 +40,13 @@ def ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def sql_text(value: object) -> str:
+    """How DuckDB's CAST(x AS VARCHAR) writes a declared category."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
 def same_identifier(names) -> list[list[str]]:
     """The groups of `names` that are one identifier to DuckDB, which compares identifiers with
     ASCII letters folded to lower case even when they are quoted (`"A"` and `"a"`; not `"Ä"`
