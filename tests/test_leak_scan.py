@@ -58,6 +58,7 @@ from dp_synth_assets.core import preprocess as pp
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.domain import EncodingPlan
 from dp_synth_assets.core.marginals import _batches
+from dp_synth_assets.core.store import location
 from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import TEST_DEFAULTS, example_entry, make_project, run_sql, without_random_ids
 
@@ -147,9 +148,10 @@ STRINGS = {SECRET_COUNTRY, LEFT_OUT_COUNTRY, "123456789012345", "876543210987654
            "1.2345678901234567e+14", "8.765432109876543e+18"}
 
 
-def public_numbers(project, spec) -> dict[float, str]:
+def public_numbers(project, spec, public_zone=None) -> dict[float, str]:
     """The numbers public by design, each with the public fact it comes from: what a small
-    secret may equal without being a leak."""
+    secret may equal without being a leak. `public_zone` is where the runs published (the
+    project's folder unless given: an object-store URL when the zone is a bucket)."""
     allowed: dict[float, str] = {}
 
     def add(values, why):
@@ -173,7 +175,7 @@ def public_numbers(project, spec) -> dict[float, str]:
     add(versions, "package versions")
     add([len(spec.columns) + math.comb(len(spec.columns), 2)],
         "the 1-way and 2-way marginals the selection counts")
-    public = Path(project.public) / DATASET  # the run's folder, and `current` after a success
+    public = location(public_zone or project.public) / DATASET  # runs, and `current`
     for name in ("plan.json", "selection.json"):  # the spec's domain, DP preprocessing, selection
         for path in public.rglob(name):
             add(NUMBER.findall(json.dumps(without_noisy(json.loads(path.read_text())))),
@@ -198,7 +200,9 @@ def public_numbers(project, spec) -> dict[float, str]:
         sizes = junction_cells(domain, cliques)
         add([sum(sizes), *sizes], "the model's junction tree (from the measured cliques)")
     for path in public.rglob("synthetic.parquet"):
-        add([pq.read_metadata(path).num_rows], "the synthetic table's rows (the noisy total)")
+        with path.open("rb") as f:
+            rows = pq.read_metadata(f).num_rows
+        add([rows], "the synthetic table's rows (the noisy total)")
     if Path(project.ledger).exists():
         ledger = PrivacyLedger(project.ledger)
         summary = ledger.summary(DATASET)
@@ -335,11 +339,12 @@ def leaks(channels: dict[str, list[str]], secrets: dict[float, str], strings: se
 
 
 def assert_no_leak(channels, project, spec, instance_home: Path | None = None,
-                   noisy_total: float | None = None, secrets=None, strings=STRINGS) -> None:
+                   noisy_total: float | None = None, secrets=None, strings=STRINGS,
+                   public_zone=None) -> None:
     secrets = secrets_of(project, spec) if secrets is None else secrets
     folders = [Path(project.datasets).parent] + ([instance_home] if instance_home else [])
-    found = leaks(channels, secrets, strings, folders, public_numbers(project, spec),
-                  noisy_total)
+    found = leaks(channels, secrets, strings, folders,
+                  public_numbers(project, spec, public_zone), noisy_total)
     assert not found, "published: " + "; ".join(found)
 
 

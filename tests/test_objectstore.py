@@ -198,7 +198,7 @@ def test_nothing_private_is_in_the_public_bucket(s3, s3run):
         assert Path(name).name not in private_names, name
     noisy = json.loads(s3.cat_file(
         f"dp-public/zone/example/runs/{result.run_id}/measurements.json"))["noisy_total"]
-    assert_no_leak(channels, project, spec, noisy_total=noisy)
+    assert_no_leak(channels, project, spec, noisy_total=noisy, public_zone=PUBLIC)
 
 
 def test_a_failing_run_leaves_the_published_set_readable(s3, s3run, monkeypatch):
