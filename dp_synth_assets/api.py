@@ -60,7 +60,7 @@ from pydantic import ValidationError
 
 from .core import generate
 from .core import marginals as margs
-from .core import scans
+from .infra.engines import open_engine
 from .core import stages
 from .core.budget import PRIVATE_STAGES, DatasetBudget
 from .core.config import (CsvSource, DatasetSpec, ParquetSource, RegistryError, TableSource,
@@ -460,7 +460,7 @@ class Synthesizer:
         reason = "failed"
         try:
             with open_source(self.spec, source, connection, csv) as (con, spec, base_dir), \
-                    scans.open_engine(spec.engine, con, drop_views=True) as engine:
+                    open_engine(spec.engine, con, drop_views=True) as engine:
                 # the encoded view and the marginals live in an in-memory database of their own
                 catalog = f"dp_synth_{uuid.uuid4().hex[:12]}"
                 con.execute(sql("attach_memory", catalog=ident(catalog)))
