@@ -145,7 +145,7 @@ def test_a_registered_mechanism_runs_in_place_of_the_one_it_replaces(monkeypatch
     assert plugin_mechanism.RELEASED == ["race"]
 
 
-# ---- a check: tests/plugin_check.py, one line in checks.suites.CHECKS -------------------------------
+# ---- a check: tests/plugin_check.py, one line in checks.suites.CHECKS ----------------------------
 
 def test_registered_plugins_of_every_kind_run_in_one_dagster_run(monkeypatch, tmp_path):
     """A check, a scan engine and a mechanism, each registered by one line, in a real Dagster run:

@@ -9,7 +9,8 @@ and the domains are the declared ones (`CheckInputs.declared`), the plan filling
 preprocessing learned (`domain.declared_domain`); the distribution checks compare with the
 measurements, in the plan's codes. `CHECKS`, the checks' registry, lists them with their module,
 severity (ERROR or WARN), whether a failure blocks the downstream assets and whether they read
-frames of the table; a check's description is the first line of its function's docstring. `publish` stores a result where the public can read it.
+frames of the table; a check's description is the first line of its function's docstring.
+`publish` stores a result where the public can read it.
 """
 
 from collections.abc import Callable, Iterator
@@ -316,9 +317,9 @@ CHECKS = {c.name: c for c in (
 def run_all(connect, inputs: CheckInputs, log=None) -> Iterator[CheckResult]:
     """Every check of `CHECKS`, in order, as each finishes. `connect()` opens a read-only DuckDB
     connection (a context manager); the checks that read frames (`Check.rows`) run while it is
-    open, the others on the counts afterwards. `log`, if given, gets a line when each check starts and one
-    with its verdict and duration when it ends (public: a check reads only the synthetic
-    table and the public plan and measurements)."""
+    open, the others on the counts afterwards. `log`, if given, gets a line when each check
+    starts and one with its verdict and duration when it ends (public: a check reads only the
+    synthetic table and the public plan and measurements)."""
     import time
 
     def run(name: str, table: SyntheticTable) -> CheckResult:

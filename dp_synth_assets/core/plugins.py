@@ -86,23 +86,30 @@ def validate_settings(registry: Mapping, name: str, package: str, what: str, dat
 
 def validate_plugin_settings(registry: Mapping, name: str, package: str, what: str,
                              data: Mapping, context: Mapping | None = None) -> Settings:
-    """`validate_settings`, after refusing a key of `data` that the settings model of `name`
-    does not declare and that of another registered plug-in does: the message is that model's
+    """`validate_settings`, after looking at each key of `data` that the settings model of
+    `name` does not declare and that of another registered plug-in does: left empty (None, an
+    empty text, mapping or list) it is dropped, as unset; set, it is refused with that model's
     `OWNED` text (`{name}` standing for `name`), after the `READS` text of `name`'s model when it
     has one (e.g. "engine duckdb reads the warehouse: dsn and dsn_env are for postgres"). The
-    other plug-ins' modules are imported only then, when such a key is set."""
+    other plug-ins' modules are imported only when such a key is written. A key no plug-in
+    declares is left to the model, which refuses it."""
     model = settings_model(registry, name, package, what)
     own = _keys(model)
+    data = dict(data)
     foreign = set(data) - own
     for other in registry if foreign else ():
         if other == name:
             continue
         theirs = settings_model(registry, other, package, what)
-        owned = getattr(theirs, "OWNED", None)
-        if owned and foreign & (_keys(theirs) - own):
-            message = owned.format(name=name)
-            reads = getattr(model, "READS", None)
-            raise ValueError(f"{reads}: {message}" if reads else message)
+        for key in sorted(foreign & (_keys(theirs) - own)):
+            if data.get(key) in (None, "", {}, []):
+                data.pop(key, None)
+                continue
+            owned = getattr(theirs, "OWNED", None)
+            if owned:
+                message = owned.format(name=name)
+                reads = getattr(model, "READS", None)
+                raise ValueError(f"{reads}: {message}" if reads else message)
     return validate_settings(registry, name, package, what, data, context)
 
 

@@ -93,6 +93,7 @@ DuckDB constructs and their Spark SQL translation (sqlglot's `spark` dialect plu
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Protocol, runtime_checkable
 
 import duckdb
 import numpy as np
@@ -369,11 +370,30 @@ def saved_view(store: duckdb.DuckDBPyConnection, view: str) -> str | None:
     return rows[0][0] if rows else None
 
 
-def as_engine(con) -> "DuckDBEngine":
+@runtime_checkable
+class ScanEngine(Protocol):
+    """The contract of a scan engine (module doc); DuckDBEngine is the default one."""
+
+    store: duckdb.DuckDBPyConnection
+    name: str
+    copies: bool
+    errors: tuple
+
+    def fetchone(self, statement: str, params=None) -> tuple: ...
+    def fetchnumpy(self, statement: str, params=None) -> dict[str, np.ndarray]: ...
+    def execute(self, statement: str) -> None: ...
+    def describe(self, relation: str) -> dict[str, str]: ...
+    def relation(self, view: str) -> str: ...
+    def create_view(self, view: str, statement: str) -> None: ...
+    def append_counts(self, table: str, counts: str) -> None: ...
+    def content_summary(self, relation: str) -> str | None: ...
+
+
+def as_engine(con) -> ScanEngine:
     """A scan engine as is; a DuckDB connection as the DuckDB engine over it."""
-    return DuckDBEngine(con) if isinstance(con, duckdb.DuckDBPyConnection) else con
+    return con if isinstance(con, ScanEngine) else DuckDBEngine(con)
 
 
 def store_of(con) -> duckdb.DuckDBPyConnection:
     """The store connection of an engine (a DuckDB connection is its own)."""
-    return con if isinstance(con, duckdb.DuckDBPyConnection) else con.store
+    return con.store if isinstance(con, ScanEngine) else con

@@ -346,4 +346,5 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     return run(domain, oracle, budget, charge, max_model_mb=settings.max_model_mb,
-               max_rounds=settings.max_rounds, declared=getattr(settings, "workload", None), log=log)
+               max_rounds=settings.max_rounds, declared=getattr(settings, "workload", None),
+               log=log)
