@@ -55,6 +55,18 @@ def test_readme_is_short():
         f"page under docs/ and link to it")
 
 
+def test_readme_lists_every_extra():
+    """The README's table of extras names every extra a user installs (not the project's own
+    `test` and `bench`)."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    readme = (ROOT / "README.md").read_text()
+    missing = [e for e in extras if e not in ("test", "bench") and f"| `{e}` |" not in readme]
+    assert not missing, f"README.md's table of extras lacks {missing}"
+
+
 @pytest.mark.parametrize("markdown", ["README.md", "bench/README.md"])
 def test_relative_links_exist(markdown):
     links = _relative_links(ROOT / markdown)
