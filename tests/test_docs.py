@@ -85,12 +85,14 @@ def test_every_bench_script_is_described():
 
 
 def test_documents_stand_alone():
-    """No page points to a document the repository does not have."""
-    outside = re.compile(r"DESIGN\.md|SEED-NOTES|\.\./shared|method_notes\.md")
+    """No page points to a document the repository does not have, or keeps a diary (which
+    session or issue did what): the pages say what is true now."""
+    outside = re.compile(r"DESIGN\.md|SEED-NOTES|\.\./shared|method_notes\.md"
+                         r"|\bsession \d+|\bissue #?\d+", re.IGNORECASE)
     pages = [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
     found = [f"{p.relative_to(ROOT)}:{n}" for p in pages
              for n, line in enumerate(p.read_text().splitlines(), 1) if outside.search(line)]
-    assert not found, f"references to documents outside the repository: {found}"
+    assert not found, f"references to documents outside the repository, or history: {found}"
 
 
 def test_configuration_reference_is_current():
