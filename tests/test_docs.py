@@ -1,6 +1,7 @@
 """The documentation: the README's size and links, the configuration reference generated from
 the models, and the mkdocs site built in strict mode (a broken link, a broken anchor, a page
-missing from the nav or a nav entry without its page fails the build)."""
+missing from the nav, a nav entry without its page or a link to a repository file that does not
+exist fails the build)."""
 
 import importlib.util
 import os
@@ -142,6 +143,10 @@ def test_site_builds_strict(tmp_path):
     for page in ("index.html", "reference/configuration/index.html", "benchmarks/index.html",
                  "decisions/index.html"):
         assert (built / page).exists(), page
+    # a link to a file of the repository outside docs/ is checked and shown as its text
+    layout = (built / "layout" / "index.html").read_text()
+    assert "tests/test_architecture.py</code>" in layout
+    assert "test_architecture.py\"" not in layout and "test_architecture.py/" not in layout
     # the benchmarks page is bench/README.md, included
     assert "What each script measures" in (built / "benchmarks" / "index.html").read_text()
 
@@ -149,7 +154,9 @@ def test_site_builds_strict(tmp_path):
 @pytest.mark.parametrize("plant, named", [("broken link", "no-such-page.md"),
                                           ("broken anchor", "no-such-section"),
                                           ("page not in nav", "orphan.md"),
-                                          ("nav entry without page", "gone.md")])
+                                          ("nav entry without page", "gone.md"),
+                                          ("link to a missing repository file",
+                                           "no_such_module.py")])
 def test_strict_build_fails_on(tmp_path, plant, named):
     project = _copy_project(tmp_path)
     page = project / "docs" / "tests.md"
@@ -157,6 +164,8 @@ def test_strict_build_fails_on(tmp_path, plant, named):
         page.write_text(page.read_text() + "\nSee [nowhere](no-such-page.md).\n")
     elif plant == "broken anchor":
         page.write_text(page.read_text() + "\nSee [a section](layout.md#no-such-section).\n")
+    elif plant == "link to a missing repository file":
+        page.write_text(page.read_text() + "\nSee [it](../dp_synth_assets/no_such_module.py).\n")
     elif plant == "page not in nav":
         (project / "docs" / "orphan.md").write_text("# Orphan\n")
     else:
