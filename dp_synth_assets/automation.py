@@ -1,4 +1,5 @@
-"""Schedules and resynthesis on source change, both budget-aware (DESIGN.md section 5).
+"""Schedules and resynthesis on source change, both budget-aware
+(docs/decisions/0006-budget-aware-automation.md).
 
 Each dataset gets a job that materializes its pipeline. A dataset whose source is a host's
 asset is automated declaratively (conditions.py, `resynthesis_assets`): its change signal is the
