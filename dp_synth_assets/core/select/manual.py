@@ -28,6 +28,7 @@ class Settings(SelectionSettings):
     or a list of column lists), required, and no `score_share` (there are no scores)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+    # the marginals to measure: `all_pairs` or a list of column lists (required)
     marginals: Literal["all_pairs"] | list[list[str]] | None = None
     # the message of another method whose block sets `marginals`
     OWNED: ClassVar[str] = ("selection.marginals is for method manual; method {name} selects its "

@@ -22,7 +22,9 @@ class Settings(EngineSpec):
     sits in datasets.yaml), or `dsn` gives it; the encoded view is created in `schema`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # the connection string (prefer `dsn_env`: no password in datasets.yaml)
     dsn: str | None = None
+    # the environment variable holding the connection string
     dsn_env: str | None = None
     # what the message of another engine says when its block sets one of these keys
     OWNED: ClassVar[str] = "dsn and dsn_env are for postgres"

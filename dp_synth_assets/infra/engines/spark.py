@@ -21,8 +21,11 @@ class Settings(EngineSpec):
     `conf`; neither: the process's active session, or a local one."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # the master to build a session with
     master: str | None = None
+    # Spark Connect's address (`sc://host:15002`)
     remote: str | None = Field(default=None, pattern=r"^sc://")
+    # the session's settings, with `master`
     conf: dict[str, str] = {}
     # what the message of another engine says when its block sets one of these keys
     OWNED: ClassVar[str] = "master, remote and conf are for engine spark"
