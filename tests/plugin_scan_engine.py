@@ -12,8 +12,9 @@ import numpy as np
 from pydantic import ConfigDict
 
 from dp_synth_assets.core.config import EngineSpec, TableSource
-from dp_synth_assets.core.scans import append_result, object_columns
-from dp_synth_assets.core.sql import ident, sql
+from dp_synth_assets.core.scans import SchemaViews, append_result, object_columns
+from dp_synth_assets.core.sql import sql
+from dp_synth_assets.infra.engines import serving
 
 
 class Settings(EngineSpec):
@@ -31,7 +32,7 @@ def refusal(settings: Settings, source, report) -> str | None:
 
 
 @dataclass
-class FileEngine:
+class FileEngine(SchemaViews):
     store: duckdb.DuckDBPyConnection
     connection: duckdb.DuckDBPyConnection
     schema: str = "dp_synth"
@@ -59,20 +60,6 @@ class FileEngine:
         rows = self.connection.execute(sql("describe_source", source=relation)).fetchall()
         return {name: sql_type for name, sql_type, *_ in rows}
 
-    def relation(self, view: str) -> str:
-        return ident(self.schema) + "." + ident(view.replace(".", "__"))
-
-    def create_view(self, view: str, statement: str) -> None:
-        self.execute(sql("create_schema", schema=ident(self.schema)))
-        self.execute(sql("drop_view", view=self.relation(view)))
-        self.execute(statement)
-        self.created.append(view)
-
-    def drop_views(self) -> None:
-        for view in self.created:
-            self.execute(sql("drop_view", view=self.relation(view)))
-        self.created.clear()
-
     def append_counts(self, table: str, counts: str) -> None:
         append_result(self.store, table, self.fetchnumpy(counts))
 
@@ -83,10 +70,6 @@ class FileEngine:
 @contextmanager
 def open(settings: Settings, store: duckdb.DuckDBPyConnection, drop_views: bool = False):
     connection = duckdb.connect(settings.path)
-    engine = FileEngine(store, connection, settings.schema_)
-    try:
+    with serving(FileEngine(store, connection, settings.schema_), drop_views,
+                 connection.close) as engine:
         yield engine
-        if drop_views:
-            engine.drop_views()
-    finally:
-        connection.close()

@@ -22,8 +22,8 @@ What is refused at load, beyond the schema (each a mistake that would otherwise 
   rows (the inverse-variance combination of Gaussian counts of sensitivity 1 whose rho sum to
   at most the run's), and a run whose bound exceeds `MAX_TOTAL_SD` rows is refused: declare
   `rows:` or raise `privacy.epsilon`. The rule reads epsilon and delta only;
-- a dataset using an optional feature (`DatasetSpec.features`: a scan engine other than duckdb,
-  `report:`) whose extra is not installed (`extras.refusal`: the extra and its pip command).
+- a dataset using an optional feature (`DatasetSpec.features`: a scan engine whose registry line
+  names one, `report:`) whose extra is not installed (`extras.refusal`: the extra and its pip command).
 """
 
 import difflib

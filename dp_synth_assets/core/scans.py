@@ -86,9 +86,10 @@ DuckDB constructs and their Spark SQL translation (sqlglot's `spark` dialect plu
 - the encoded view is a TEMPORARY view of the session (nothing is written to the catalog);
   its statement is kept in the store (sql/engine_views.sql) and created again by an engine of
   another process (a later pipeline stage); `relation(view)` names it.
-- an error is a `ScanError` (a `ScanValueError` for SQLSTATE class 22, data exceptions);
-  pyspark's error loggers are disabled and a local session's JVM logs only fatal errors, since
-  both write a failed query's message, which can quote a value, to this process's stderr.
+- an error is a `ScanError` (a `ScanValueError` for SQLSTATE class 22, data exceptions); the
+  engine (infra/engines/spark.py) disables pyspark's error loggers and has a local session's
+  JVM log only fatal errors, since both write a failed query's message, which can quote a
+  value, to this process's stderr.
 """
 
 from dataclasses import dataclass
@@ -329,6 +330,29 @@ class DuckDBEngine:
     def content_summary(self, relation: str) -> str | None:
         """The change detection's private summary of `relation` (sql/content_summary.sql)."""
         return self.store.execute(sql("content_summary", source=relation)).fetchone()[0]
+
+
+class SchemaViews:
+    """The views of an engine whose views live in its own database, in its working schema
+    `schema` (PostgreSQL's): `relation`, `create_view` and `drop_views` over the engine's
+    `execute`, recording the views it made in `created`."""
+
+    def relation(self, view: str) -> str:
+        """The engine-side name of a view named `view` in the store's terms (its dots become
+        underscores inside the working schema)."""
+        return ident(self.schema) + "." + ident(view.replace(".", "__"))
+
+    def create_view(self, view: str, statement: str) -> None:
+        self.execute(sql("create_schema", schema=ident(self.schema)))
+        self.execute(sql("drop_view", view=self.relation(view)))
+        self.execute(statement)
+        self.created.append(view)
+
+    def drop_views(self) -> None:
+        """Drop the views this engine created (a notebook run's, which end with it)."""
+        for view in self.created:
+            self.execute(sql("drop_view", view=self.relation(view)))
+        self.created.clear()
 
 
 def object_columns(names: list[str], rows: list[tuple]) -> dict[str, np.ndarray]:

@@ -13,6 +13,19 @@ def engine_module(name: str):
 
 
 @contextmanager
+def serving(engine, drop_views: bool = False, close=None):
+    """Yield `engine`; when the block ends, drop the views it created if `drop_views` (its
+    `drop_views()`), then call `close` (its connection's, if any), even after an error."""
+    try:
+        yield engine
+        if drop_views:
+            engine.drop_views()
+    finally:
+        if close is not None:
+            close()
+
+
+@contextmanager
 def open_engine(engine_spec, store, drop_views: bool = False):
     """The scan engine of a dataset (`DatasetSpec.engine`; None: DuckDB's) over the store
     connection `store`; the engine's own connection, if any, is closed when the block ends,

@@ -12,9 +12,10 @@ import numpy as np
 from pydantic import ConfigDict, model_validator
 
 from ...core.config import EngineSpec, TableSource
-from ...core.scans import ScanError, ScanValueError, Untranslatable, append_result, \
-    object_columns, translate
-from ...core.sql import ident, sql
+from ...core.scans import SchemaViews, ScanError, ScanValueError, Untranslatable, \
+    append_result, object_columns, translate
+from ...core.sql import sql
+from . import serving
 
 
 class Settings(EngineSpec):
@@ -48,7 +49,7 @@ def refusal(settings: Settings, source, report) -> str | None:
 
 
 @dataclass
-class PostgresEngine:
+class PostgresEngine(SchemaViews):
     """A PostgreSQL database read through its own SQL (psycopg 3): every aggregate runs in
     PostgreSQL, GROUPING SETS included, and only its result crosses the connection. The
     encoded view is a view in `schema` (created if missing). `fetched` is the largest number
@@ -103,28 +104,11 @@ class PostgresEngine:
         return {d.name: (types.get(d.type_code).name if types.get(d.type_code) else
                          str(d.type_code)) for d in cursor.description}
 
-    def relation(self, view: str) -> str:
-        """The engine-side name of a view named `view` in the store's terms (its dots become
-        underscores inside the working schema)."""
-        return ident(self.schema) + "." + ident(view.replace(".", "__"))
-
-    def create_view(self, view: str, statement: str) -> None:
-        self.execute(sql("create_schema", schema=ident(self.schema)))
-        self.execute(sql("drop_view", view=self.relation(view)))
-        self.execute(statement)
-        self.created.append(view)
-
     def content_summary(self, relation: str) -> str:
         """The change detection's private summary of `relation`, computed in PostgreSQL
         (sql/content_summary_postgres.sql: row count and sums of per-row md5 digests)."""
         return self._run(sql("content_summary_postgres", source=relation),
                          dialect="postgres").fetchone()[0]
-
-    def drop_views(self) -> None:
-        """Drop the views this engine created (a notebook run's, which end with it)."""
-        for view in self.created:
-            self.execute(sql("drop_view", view=self.relation(view)))
-        self.created.clear()
 
     def append_counts(self, table: str, counts: str) -> None:
         """Run the count query in PostgreSQL and add its cells to the store's table."""
@@ -154,10 +138,6 @@ def open(settings: Settings, store: duckdb.DuckDBPyConnection, drop_views: bool 
         connection = psycopg.connect(postgres_dsn(settings), autocommit=True)
     except psycopg.Error as e:
         raise ScanError(f"PostgreSQL: cannot connect: {e}") from None
-    engine = PostgresEngine(store, connection, settings.schema_)
-    try:
+    with serving(PostgresEngine(store, connection, settings.schema_), drop_views,
+                 connection.close) as engine:
         yield engine
-        if drop_views:
-            engine.drop_views()
-    finally:
-        connection.close()

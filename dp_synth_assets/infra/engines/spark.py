@@ -14,6 +14,7 @@ from ...core.config import EngineSpec, ParquetSource, TableSource
 from ...core.scans import ScanError, ScanValueError, Untranslatable, append_result, \
     object_columns, saved_view, translate, views_table
 from ...core.sql import ident, qualified, sql
+from . import serving
 
 
 class Settings(EngineSpec):
@@ -219,7 +220,5 @@ def spark_session(spec):
 def open(settings: Settings, store: duckdb.DuckDBPyConnection, drop_views: bool = False):
     """The engine over the process's session (it outlives the run), dropping the views it
     created when the block ends if `drop_views`."""
-    engine = SparkEngine(store, spark_session(settings))
-    yield engine
-    if drop_views:
-        engine.drop_views()
+    with serving(SparkEngine(store, spark_session(settings)), drop_views) as engine:
+        yield engine
