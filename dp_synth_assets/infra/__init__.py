@@ -1,0 +1,1 @@
+"""Infrastructure under the pure core: stores, locks, files, processes and secrets."""
