@@ -617,7 +617,7 @@ class PostgresStore:
 
     def _lock(self, conn) -> None:
         """Take the schema's transaction-level advisory lock, waiting as `_waiting` says."""
-        wait = _waiting(self.settings, self.name, f"the advisory lock of schema "
+        wait = waiting(self.settings, self.name, f"the advisory lock of schema "
                         f"{self.database.schema}",
                         lambda: self.database.holders(conn, self._write_key, 0))
         while not conn.execute(sql("ledger_pg_lock"), (self._write_key, 0)).fetchone()[0]:
