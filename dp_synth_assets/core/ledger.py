@@ -216,7 +216,6 @@ class LedgerSummary:
         return remaining_rho(limit_rho, self.spent_rho, self.reserved_rho)
 
 
-
 # ---- folding rows into the state of a dataset -------------------------------------------------------
 
 
