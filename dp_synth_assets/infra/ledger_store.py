@@ -481,7 +481,7 @@ def _psycopg(name: str):
     try:
         import psycopg
     except ImportError:
-        from .extras import install_command
+        from ..core.extras import install_command
 
         raise LedgerError(
             f"The privacy ledger {name} is a PostgreSQL database, which needs psycopg (the "
