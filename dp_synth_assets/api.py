@@ -186,15 +186,17 @@ class Accountant:
 @dataclass(frozen=True)
 class Report:
     """What a fit spent and produced, all of it public: the budget (epsilon, delta) and its rho,
-    the rho spent (by stage and per mechanism) with the epsilon it implies at the run's delta,
-    the selected cliques, each measurement's noise scale and rho, the noisy row count, and the
+    the rho spent (by stage and per mechanism) with the epsilon it implies (at the delta the
+    run's rho was converted at: `delta` less the share set aside for thresholding, so that with
+    `delta_extra_spent` the fit is (epsilon_spent, delta)-DP;
+    docs/decisions/0002-zcdp-accounting.md), the selected cliques, each measurement's noise scale and rho, the noisy row count, and the
     generator with the reason it was chosen."""
 
     epsilon: float
     delta: float
     rho: float                     # the run's budget
     rho_spent: float
-    epsilon_spent: float           # at delta - delta_extra_spent (DESIGN.md section 3)
+    epsilon_spent: float           # at delta - the run's reserved delta_extra (see above)
     delta_extra_spent: float
     rho_by_stage: dict[str, float]
     charges: tuple[Charge, ...]

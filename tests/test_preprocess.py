@@ -464,7 +464,7 @@ def test_an_isolated_heap_decodes_at_its_grid_point_and_a_spread_range_does_not(
     piece, and decodes at exactly its value, as often as the source holds it; a continuous
     column dense enough that neighbouring cells are alike stays spread. Drawn uniformly over
     the cell, the heaps came back as values the source never holds
-    (bench/results/method_notes.md). Noise may keep an empty neighbour cell (2% of them): it is
+    (docs/decisions/0009-dp-preprocessing.md). Noise may keep an empty neighbour cell (2% of them): it is
     far below a quarter of the heap (HEAP_RATIO)."""
     from dp_synth_assets.core.preprocess import density_grid
 

@@ -1,4 +1,5 @@
-"""The dataset registry: the schema of datasets.yaml and its validation (DESIGN.md section 7).
+"""The dataset registry: the schema of datasets.yaml and its validation
+(docs/decisions/0008-dataset-registry.md).
 
 A `DatasetSpec` is one registered source table with its column specs, privacy settings and
 synthesis settings. `load_registry` parses the YAML file and rejects unknown keys, wrong kinds and
@@ -751,7 +752,14 @@ class DatasetSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _budget_shares(self) -> "DatasetSpec":
+    def _cross_field_rules(self) -> "DatasetSpec":
+        """The rules that read more than one key of an entry: `report.target` is a declared column
+        and has held-out rows; a scan engine other than duckdb reads a table (spark: or a Parquet
+        file) and no owner report; `selection.marginals` only with method manual (which needs it,
+        without `score_share`, naming declared columns); `selection.workload` only with method aim,
+        naming declared columns; the one-way and score shares (set or the method's defaults) sum
+        below 1; `rows: same` only at a budget whose noisy row count is meaningful
+        (`MAX_TOTAL_SD`)."""
         method = METHODS[self.method]
         if self.report is not None and self.report.target is not None:
             if self.report.target not in self.columns:

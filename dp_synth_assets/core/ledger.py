@@ -1,8 +1,9 @@
-"""The privacy ledger (DESIGN.md section 5): an append-only table of budget events, in a SQLite
-file or in a schema of a PostgreSQL database. This module is the ledger's meaning over plain rows,
-with no I/O: its records, its refusals and the fold of a unit's rows into its budget (`Book`,
-`scope`); `core.ledger_chain` is the hash chain; `infra.ledger.PrivacyLedger` reads and writes
-the rows (`infra.ledger_store` keeps them).
+"""The privacy ledger (docs/decisions/0004-privacy-ledger.md): an append-only table of budget
+events, in a SQLite file or in a schema of a PostgreSQL database. This module is the ledger's
+meaning over plain rows, with no I/O: its records, its refusals and the fold of a unit's rows
+into its budget (`Book`, `scope`); `core.ledger_chain` is the hash chain
+(docs/decisions/0005-ledger-hash-chain.md); `infra.ledger.PrivacyLedger` reads and writes the
+rows (`infra.ledger_store` keeps them).
 
 Every event is one row of `privacy_ledger` with kind
 - `reserve`: a run sets aside its whole budget before it reads private data;

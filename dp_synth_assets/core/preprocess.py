@@ -1,7 +1,8 @@
 """DP preprocessing: the domain of each column, learned with DP where it is not declared.
 
-Benchmark paper (benchmark-dp-tabular-synthesis.txt) section 5 and appendix B, PrivSyn's
-filter-and-combine (privsyn-gum-excerpt.txt), corrected by SEED-NOTES.md. Per column, the
+The benchmark paper of Chen et al., section 5 and appendix B, and PrivSyn's filter-and-combine,
+as corrected and completed in docs/decisions/0009-dp-preprocessing.md and
+docs/decisions/0010-category-discovery.md. Per column, the
 mechanisms (`mechanisms`) are:
 
 - `discover` (categorical without `categories`): the exact value counts go through OpenDP's
@@ -28,7 +29,7 @@ mechanisms (`mechanisms`) are:
   the bucket histogram again, averaged with the first. The clipped noisy part (or bucket)
   counts inside the bounds are kept as the column's density: decoding draws a value inside its
   bin in proportion to it. Why not
-  exponential-mechanism quantiles: bench/results/method_notes.md.
+  exponential-mechanism quantiles: docs/decisions/0009-dp-preprocessing.md.
 - quantile bins (the default with DP bounds, `binning: quantile`; no mechanism of their own):
   `bins` (default DEFAULT_BINS) bins of about equal mass, cut where the cumulative clipped
   noisy part counts of the `bounds` histogram reach j / bins of their total, moved to the
@@ -54,8 +55,8 @@ mechanisms (`mechanisms`) are:
   with fanout 2 over [low, high]: a node's biased count b = max(c - depth * delta, theta - delta)
   gets Laplace(lambda) noise (OpenDP); it splits when the noisy value exceeds theta. With
   lambda = (2 beta - 1) / ((beta - 1) epsilon) and delta = lambda ln beta the whole tree is
-  epsilon-DP (Zhang et al. Thm 1), charged epsilon^2 / 2 in rho (Bun-Steinke; SEED-NOTES
-  corrects the appendix). We use theta = 0 (Tao et al.'s choice; the benchmark gives none) and
+  epsilon-DP (Zhang et al. Thm 1), charged epsilon^2 / 2 in rho (Bun-Steinke; the
+  benchmark's appendix B has a slip here: docs/decisions/0009-dp-preprocessing.md). We use theta = 0 (Tao et al.'s choice; the benchmark gives none) and
   two public stopping rules: a node is not split beyond depth 16, and an integer node narrower
   than 2 values is not split. Node counts are sums over an exact histogram of 2^16 cells.
 
@@ -65,7 +66,7 @@ value as text, its bucket or its PrivTree cell; NULL where the row does not coun
 NULL, a `missing` marker, not castable), computed once into a temporary table
 (sql/preprocess_keys.sql), and one query groups it by GROUPING SETS, one set per key, dropping
 each set's NULL-key group (sql/preprocess_counts.sql); a bucket is found by a sum of comparisons
-with the edges (timings: bench/results/method_notes.md). The result has one row per
+with the edges (timings: docs/decisions/0009-dp-preprocessing.md). The result has one row per
 value / bucket / cell, so its size is bounded by the domains, not by the rows. A `privtree`
 column without declared bounds needs a second scan, since its cells span the DP bounds that the
 first scan's bucket histogram releases: all such columns share it.
@@ -714,7 +715,7 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     point piece (g, g, count) at its grid point g: such a heap is most often one repeated value
     on a round number (a table width of 54.0, a carat of 0.30), and drawn uniformly over the
     cell it spread into values the source never holds, across any cut near it
-    (bench/results/method_notes.md, "Point heaps"). The noisy counts, not the kept ones: at a
+    (docs/decisions/0009-dp-preprocessing.md). The noisy counts, not the kept ones: at a
     small budget a dense range keeps few cells, and one kept among zeroed neighbours of about
     its own count is no heap; the ratio, not "no neighbour above noise", so that an empty
     neighbour kept by noise (2% of empty cells pass DENSITY_Z) does not spread a heap.

@@ -32,13 +32,12 @@ final model (mbi or the configured generator) to every measurement.
    the fine one costs at the same rho, with far fewer cells of noise. The paper's candidates
    are fine only: on adult at epsilon 1 the first rounds' sigma is 109, so a fine 85 x 100
    pair's expected l1 noise is 7.4e5 counts, 15 times the rows, and AIM never measured a
-   large pair. The levels are a measured choice (bench/results/method_notes.md, "AIM's
-   coarse candidates").
+   large pair. The levels are a measured choice (docs/decisions/0016-aim.md).
 2. Initialization: all 1-way marginals with `budget.one_way`, 0.3 of rho (METHODS["aim"]),
    split in proportion to codes^(2/3) (`measure_one_way(by_cells=True)`). Our choice, as in
    `auto`: the paper measures them evenly at the first round's sigma; a large column's 1-way
-   error then reaches every marginal it is in (bench/results/method_notes.md, "1-way
-   marginals"). The rest, rho_R, funds the rounds: T = 16 d, rho_t = rho_R / T, sigma_t =
+   error then reaches every marginal it is in (docs/decisions/0016-aim.md,
+   docs/decisions/0017-auto-method.md). The rest, rho_R, funds the rounds: T = 16 d, rho_t = rho_R / T, sigma_t =
    sqrt(1 / (2 alpha rho_t)) and epsilon_t = sqrt(8 (1 - alpha) rho_t) with alpha =
    `MEASURE_SHARE` = 0.9.
 3. Round t (until the budget is spent; `settings.max_rounds`, if set, makes round max_rounds
