@@ -5,7 +5,8 @@ Three pieces, all in the private zone except the last:
 
 - the installation's secret: 32 random bytes, from an environment variable that a secret store
   fills (`secret_from_hex`: a container run has no file to keep), else in one owner-only file
-  (mode 0600) of the private zone, created on first use (`infra.private_files.load_or_create_secret`);
+  (mode 0600) of the private zone, created on first use
+  (`infra.private_files.load_or_create_secret`);
 - the change signal's MAC: HMAC-SHA256 under that secret of a summary of the source (its content
   summary for tables, its files' names, sizes and modification times for Parquet/CSV), kept in a
   per-dataset state file (`infra.private_files.observe`), never published;

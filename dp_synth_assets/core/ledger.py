@@ -303,7 +303,6 @@ class Book:
         return (sum(o.remaining_rho for o in opens), sum(o.remaining_delta_extra for o in opens))
 
 
-
 def recorded(mapping: dict[str, str], column: str, dataset: str, rows: list[dict]) -> str:
     """`mapping[dataset]`, else the `column` of the dataset's latest row, else the dataset."""
     if dataset in mapping:

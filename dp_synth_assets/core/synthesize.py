@@ -13,9 +13,9 @@ when the export succeeds), and only then a last transaction replaces the table w
 table and stamps it with the run (`COMMENT ON TABLE`, `table_stamp`): a failure before that
 commit drops the staging table and leaves the previous table as it was, and readers see either
 the old table or the new one. The table commit is the commit point of a run's synthetic output:
-the run then publishes its set (`RunStore.publish`), and `infra.store.reconcile_synthetic` finishes that
-publish when a kill came between the two, so the table and the published Parquet are the same
-run's.
+the run then publishes its set (`RunStore.publish`), and `infra.store.reconcile_synthetic`
+finishes that publish when a kill came between the two, so the table and the published Parquet
+are the same run's.
 """
 
 from collections.abc import Iterable

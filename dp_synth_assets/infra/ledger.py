@@ -73,7 +73,6 @@ def _json(parameters: dict) -> str:
                       default=lambda o: o.item() if hasattr(o, "item") else str(o))
 
 
-
 @dataclass
 class _Tx:
     """An open write transaction: the store's (`ledger_store.StoreTx`) and the verified rows,
