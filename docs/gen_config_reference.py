@@ -2,7 +2,9 @@
 
 Defines `render() -> str`: a Markdown page with one section per model reachable from
 `dp_synth_assets.core.config.DatasetSpec` (the entry, its source kinds, columns, privacy, engine,
-selection, model and report blocks). Each section holds the model's docstring and a table of its
+selection, model and report blocks), then one per registered plug-in whose own settings model
+(`core.plugins`) declares keys of the block beyond the shared ones (a scan engine's `engine:`
+keys, a selection method's `selection:` keys). Each section holds the model's docstring and a table of its
 keys: the key as written in YAML (a field's alias), its type, its default and constraints, and
 its description (the field's `description`, else the comments written on and above the field in
 the model's source). Nothing is written by hand, so the page cannot drift from the validator.
@@ -261,12 +263,7 @@ DESCRIPTIONS = {
                             "the same source)",
     "Limit.epsilon": "the lifetime epsilon",
     "Limit.delta": "the lifetime delta",
-    "EngineSpec.type": "the scan engine",
-    "EngineSpec.dsn": "postgres: the connection string (prefer `dsn_env`)",
-    "EngineSpec.dsn_env": "postgres: the environment variable holding the connection string",
-    "EngineSpec.master": "spark: the master to build a session with",
-    "EngineSpec.remote": "spark: Spark Connect's address (`sc://host:15002`)",
-    "EngineSpec.conf": "spark: the session's settings, with `master`",
+    "EngineSpec.type": "the scan engine: a registered engine's name (duckdb, postgres, spark)",
     "EngineSpec.schema_": "postgres: the schema where the encoded view is created",
     "SelectionSettings.score_share": "the rho share of the selection mechanisms (scores, the "
                                      "exponential mechanism); unset: the method's default",
@@ -294,27 +291,55 @@ WHERE = {
 }
 
 
+def _plugin_models() -> list[tuple[str, str, str, type[BaseModel], list[str]]]:
+    """(heading, section id, where, model, its own keys) of each registered plug-in whose
+    settings model declares keys beyond the shared block it extends, in registry order."""
+    from dp_synth_assets.core import methods, scan_engines
+    from dp_synth_assets.core.plugins import settings_model
+
+    kinds = (("Scan engine", "engine", "type", scan_engines.SCAN_ENGINES, scan_engines.PACKAGE),
+             ("Selection method", "selection", "method", methods.METHODS, methods.PACKAGE))
+    out = []
+    for kind, block, chosen_by, registry, package in kinds:
+        for name in registry:
+            model = settings_model(registry, name, package, kind.lower())
+            own = [f for f in model.model_fields if f in model.__dict__.get("__annotations__", {})]
+            if own:
+                where = (f"`{block}:` keys of `{chosen_by}: {name}` (`{model.__module__}`)")
+                out.append((f"{kind} {name}", f"{block}-{name}", where, model, own))
+    return out
+
+
+def _section(heading: str, section: str, where: str, model: type[BaseModel],
+             keys: list[str]) -> list[str]:
+    out = [f"## {heading}" + " {#" + section + "}", "", where, ""]
+    doc = inspect.getdoc(model)
+    inherited = model.__mro__[1].__doc__ if len(model.__mro__) > 1 else None
+    if doc and model.__doc__ is not None and model.__doc__ != inherited:
+        out += [doc, ""]
+    elif doc and model.__doc__ is None and inherited:
+        out += [inspect.cleandoc(inherited), ""]
+    out += ["| key | type | default | constraints | description |",
+            "| --- | --- | --- | --- | --- |"]
+    for name in keys:
+        field = model.model_fields[name]
+        key = field.alias or name
+        out.append("| " + " | ".join([
+            f"`{key}`", _cell(_type_text(field.annotation)), _default_text(field),
+            _cell(", ".join(_constraints(field))),
+            _cell(_description(model, name, field))]) + " |")
+    return out + [""]
+
+
 def render() -> str:
     """The whole page, as Markdown."""
     out = [f"# {TITLE}", "", INTRO]
     for model in _reachable(config.DatasetSpec):
         where = WHERE.get(model.__name__, f"`{model.__name__}`")
-        out += [f"## {model.__name__}" + " {#" + _section_id(model) + "}", "", where, ""]
-        doc = inspect.getdoc(model)
-        inherited = model.__mro__[1].__doc__ if len(model.__mro__) > 1 else None
-        if doc and model.__doc__ is not None and model.__doc__ != inherited:
-            out += [doc, ""]
-        elif doc and model.__doc__ is None and inherited:
-            out += [inspect.cleandoc(inherited), ""]
-        out += ["| key | type | default | constraints | description |",
-                "| --- | --- | --- | --- | --- |"]
-        for name, field in model.model_fields.items():
-            key = field.alias or name
-            out.append("| " + " | ".join([
-                f"`{key}`", _cell(_type_text(field.annotation)), _default_text(field),
-                _cell(", ".join(_constraints(field))),
-                _cell(_description(model, name, field))]) + " |")
-        out.append("")
+        out += _section(model.__name__, _section_id(model), where, model,
+                        list(model.model_fields))
+    for heading, section, where, model, keys in _plugin_models():
+        out += _section(heading, section, where, model, keys)
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -60,7 +60,7 @@ from pydantic import ValidationError
 
 from .core import generate
 from .core import marginals as margs
-from .core import scans
+from .infra.engines import open_engine
 from .core import stages
 from .core.budget import PRIVATE_STAGES, DatasetBudget
 from .core.config import (CsvSource, DatasetSpec, ParquetSource, RegistryError, TableSource,
@@ -189,7 +189,8 @@ class Report:
     the rho spent (by stage and per mechanism) with the epsilon it implies (at the delta the
     run's rho was converted at: `delta` less the share set aside for thresholding, so that with
     `delta_extra_spent` the fit is (epsilon_spent, delta)-DP;
-    docs/decisions/0002-zcdp-accounting.md), the selected cliques, each measurement's noise scale and rho, the noisy row count, and the
+    docs/decisions/0002-zcdp-accounting.md), the selected cliques, each measurement's noise
+    scale and rho, the noisy row count, and the
     generator with the reason it was chosen."""
 
     epsilon: float
@@ -357,6 +358,19 @@ class Synthesizer:
     names), `ledger` (a PrivacyLedger or its path), `dataset` (the name the ledger records),
     `public_dir` (the pipeline's public folder: a fit then holds the dataset's run lock, module
     docstring) and `run_wait_seconds` (how long a fit waits for that lock).
+
+    Example (the bundled example's columns; run as a doctest by tests/test_doctests.py):
+
+        >>> from dp_synth_assets import Synthesizer
+        >>> from dp_synth_assets.example import EXAMPLE_COLUMNS, generate_example
+        >>> synth = Synthesizer(columns=EXAMPLE_COLUMNS, epsilon=1.0, delta=1e-9, seed=7)
+        >>> synth = synth.fit(generate_example(2_000))   # spends one run's budget
+        >>> table = synth.sample(500)                     # free: a pyarrow Table
+        >>> table.num_rows, table.column_names == list(EXAMPLE_COLUMNS)
+        (500, True)
+        >>> report = synth.report
+        >>> bool(report.rho_spent <= report.rho and report.epsilon_spent <= 1.0)
+        True
     """
 
     def __init__(self, columns: Mapping, *, epsilon: float, delta: float = 1e-9,
@@ -462,7 +476,7 @@ class Synthesizer:
         reason = "failed"
         try:
             with open_source(self.spec, source, connection, csv) as (con, spec, base_dir), \
-                    scans.open_engine(spec.engine, con, drop_views=True) as engine:
+                    open_engine(spec.engine, con, drop_views=True) as engine:
                 # the encoded view and the marginals live in an in-memory database of their own
                 catalog = f"dp_synth_{uuid.uuid4().hex[:12]}"
                 con.execute(sql("attach_memory", catalog=ident(catalog)))

@@ -37,6 +37,7 @@ from .core import change
 from .core import generate
 from .core.generate import multiprocess
 from .core import scans
+from .infra.engines import open_engine
 from .core import stages
 from .core.config import AttachSource, DatasetSpec, TableSource
 from .core.source import attach_source, describe_source, source_path, source_relation
@@ -77,7 +78,7 @@ def source_connection(warehouse: WarehouseResource, spec: DatasetSpec, dataset: 
         if spec.engine.type == "duckdb":
             yield con
             return
-        with scans.open_engine(spec.engine, con) as engine:
+        with open_engine(spec.engine, con) as engine:
             yield engine
 
 

@@ -75,7 +75,8 @@ def test_each_mechanism_charges_what_its_map_reports_and_all_add_up_to_the_stage
     assert len(charge.spends) == len(all_tasks(COLUMNS)) == 5
     assert math.isclose(sum(s.rho for s, _ in charge.spends), 0.2, rel_tol=1e-9)
     assert 0 < sum(s.delta_extra for s, _ in charge.spends) <= 1e-6  # the one discovery's share
-    for spend, params in charge.spends:  # in proportion to TASK_WEIGHTS: discovery 2, density 1/4
+    # in proportion to their weights (preprocess.MECHANISMS): discovery 2, density 1/4
+    for spend, params in charge.spends:
         density = "density" in params.get("purpose", "")
         weight = 2 if spend.mechanism == "gaussian_threshold" else 0.25 if density else 1
         assert math.isclose(spend.rho, 0.2 * weight / 5.25, rel_tol=1e-9)

@@ -1,1 +1,1 @@
-"""Infrastructure under the pure core: stores, locks, files, processes and secrets."""
+"""Infrastructure beside the pure core: the code that opens connections, files and locks."""

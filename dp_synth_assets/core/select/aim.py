@@ -66,8 +66,10 @@ final model (mbi or the configured generator) to every measurement.
 
 import itertools
 import math
+from typing import ClassVar, Literal
 
 import numpy as np
+from pydantic import ConfigDict, ValidationInfo, model_validator
 
 from ..config import SelectionSettings
 from ..measure import (Groups, Measurement, clique_size, coarsen, coarsened_size,
@@ -86,6 +88,38 @@ COARSE_LEVELS = (16, 40)    # coarse versions: groups of 1/level of a large colu
 FIT_ITERATIONS = 50         # accelerated steps (generate/mirror.py) of each round's refit
 FIRST_FIT_ITERATIONS = 200  # the fit to the 1-way marginals, from the uniform distribution
 SCORE_SENSITIVITY = 1.0     # L_inf sensitivity of the (normalized-weight) quality scores
+
+
+# ------------------------------------------------------------------------------ settings
+
+class Settings(SelectionSettings):
+    """Method aim's `selection:` block: `workload`, the marginals AIM's selection serves:
+    `all_triples` (unset: every 3-way marginal of at most MAX_CELLS cells, and the pairs in none
+    of them), `all_pairs`, or a list of column lists, e.g. [[age, income], [sex, occupation,
+    income]]."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # the marginals AIM's selection serves: `all_triples` (unset: every 3-way marginal of at
+    # most 10^4 cells, and the pairs in none of them), `all_pairs`, or a list of column lists
+    workload: Literal["all_triples", "all_pairs"] | list[list[str]] | None = None
+    # the message of another method whose block sets `workload`
+    OWNED: ClassVar[str] = ("selection.workload is for method aim; method {name} has no workload "
+                            "(remove it, or set method: aim)")
+
+    @model_validator(mode="after")
+    def _workload(self, info: ValidationInfo) -> "Settings":
+        if isinstance(self.workload, list):
+            if not self.workload or any(not c for c in self.workload):
+                raise ValueError("selection.workload lists the marginals AIM should serve: give "
+                                 "at least one, each a list of one or more columns, e.g. "
+                                 "[[age, income], [sex, occupation, income]]")
+            columns = (info.context or {}).get("columns")
+            unknown = sorted({a for c in self.workload for a in c
+                              if a not in columns}) if columns else []
+            if unknown:
+                raise ValueError(f"selection.workload names {unknown}, which are not declared "
+                                 f"columns ({sorted(columns)})")
+        return self
 
 
 # ------------------------------------------------------------------------------ workload
@@ -134,7 +168,7 @@ def candidate_weights(work: list[Clique], domain: dict[str, int] | None = None,
 
 def needed_cliques(domain: dict[str, int], settings: SelectionSettings) -> list[Clique]:
     """The candidates of more than one attribute: the marginals the `marginals` stage counts."""
-    work = workload(domain, declared=settings.workload)
+    work = workload(domain, declared=getattr(settings, "workload", None))
     return [r for r in candidate_weights(work, domain) if len(r) > 1]
 
 
@@ -313,4 +347,5 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     return run(domain, oracle, budget, charge, max_model_mb=settings.max_model_mb,
-               max_rounds=settings.max_rounds, declared=settings.workload, log=log)
+               max_rounds=settings.max_rounds, declared=getattr(settings, "workload", None),
+               log=log)
