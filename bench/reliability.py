@@ -108,7 +108,7 @@ def leftovers(project) -> list[str]:
 
 def charged_by_run(project) -> dict[str, float]:
     """rho charged per run, from the verified ledger (either store)."""
-    from dp_synth_assets.core.ledger import PrivacyLedger
+    from dp_synth_assets.infra.ledger import PrivacyLedger
 
     charged: dict[str, float] = {}
     for event in PrivacyLedger(project.ledger).events():
@@ -137,7 +137,7 @@ def concurrency(project, script: Path, n: int, repeats: int) -> dict:
 
 
 def kills(project, script: Path, count: int, run_seconds: float, seed: int) -> dict:
-    from dp_synth_assets.core.ledger import PrivacyLedger
+    from dp_synth_assets.infra.ledger import PrivacyLedger
 
     rng = random.Random(seed)
     records, killed_runs = [], set()

@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30)
     args = parser.parse_args()
 
-    from dp_synth_assets.core.store import probe_write, volume_of
+    from dp_synth_assets.infra.store import probe_write, volume_of
     from dp_synth_assets.resources.warehouse import WarehouseResource
     from dp_synth_assets.writes import folders, probe_warehouse
     from tests.helpers import make_project

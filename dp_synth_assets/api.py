@@ -13,7 +13,7 @@ argument. Each stage is one function of `core/stages.py`, the same the pipeline'
 (preprocess, marginals, select, measure, plan_fit / fit_unit / assemble, sample), followed here
 by the decode + cast of `synthesize.decode_typed`. The public records a fit produces (the
 encoding plan, the selection, the consistent `Measurements`, the model) are kept in a
-`core.store.MemoryStore` (`Synthesizer.store`), the in-memory twin of the pipeline's folder.
+`infra.store.MemoryStore` (`Synthesizer.store`), the in-memory twin of the pipeline's folder.
 
 Guarantees:
 - Rows never enter Python: an in-memory frame is registered into an embedded DuckDB connection
@@ -27,7 +27,7 @@ Guarantees:
   (`core.budget.DatasetBudget.of`): rho(epsilon, delta) split between preprocessing (when a column
   needs it), selection and measurement. Every mechanism reports its spend through one
   `charge(spend, **params)` callback, which refuses a charge beyond the run's rho.
-- With `ledger=` (a `dp_synth_assets.core.ledger.PrivacyLedger`, the path of one, or the
+- With `ledger=` (a `dp_synth_assets.infra.ledger.PrivacyLedger`, the path of one, or the
   postgresql:// URL of a PostgreSQL ledger in its default schema), the pipeline's rules
   apply: the run's whole rho is reserved before any private read, each charge is recorded as it
   happens, and the remainder is released at the end or on failure; a refused reservation raises
@@ -37,7 +37,7 @@ Guarantees:
   a unit was first given: a `limit` above it raises `LimitNotGranted` (a notebook cannot raise
   the limit of a pipeline's dataset); `PrivacyLedger.set_limit` raises it on the record.
 - With `public_dir=` (the pipeline's public folder, DP_SYNTH_PUBLIC), a fit holds the dataset's
-  run lock (`core.runs.dataset_lock`: `<public_dir>/<dataset>/run.lock`, or the dataset's row in
+  run lock (`infra.runs.dataset_lock`: `<public_dir>/<dataset>/run.lock`, or the dataset's row in
   the ledger's schema when the ledger is in PostgreSQL) from before the
   reservation to the release, as a Dagster run of that dataset does: a notebook fit and a
   pipeline run of one dataset never interleave. A fit that finds it held says whom it waits
@@ -70,9 +70,9 @@ from .core.measure import Measurements
 from .core.privacy import Spend, epsilon_from_rho
 from .core.select import Selection
 from .core.sql import ident, sql
-from .core.runs import (DEFAULT_RUN_WAIT_SECONDS, DatasetLock, RunWaitTimeout,  # noqa: F401
+from .infra.runs import (DEFAULT_RUN_WAIT_SECONDS, DatasetLock, RunWaitTimeout,  # noqa: F401
                         dataset_lock)
-from .core.store import MemoryStore, location
+from .infra.store import MemoryStore, location
 from .core.synthesize import decode_typed
 
 # the name a registered in-memory source gets inside the embedded connection
@@ -513,7 +513,7 @@ class Synthesizer:
 
     def fit_model(self, plan: EncodingPlan, measurements: Measurements):
         """Fit the generator on public records (an encoding plan and consistent measurements,
-        e.g. the pipeline's, read through `core.store.FolderStore(public_dir / dataset,
+        e.g. the pipeline's, read through `infra.store.FolderStore(public_dir / dataset,
         dataset)`): the engine `generate.choose` picks, fitted unit by unit as the pipeline's
         model graph does (`stages.fit`). Spends nothing; the synthesizer then samples from it.
         Returns the fitted model."""
@@ -577,6 +577,6 @@ def _ledger(ledger, entries: dict[str, str]):
     where each dataset's settings are written, for its budget refusal."""
     if ledger is None or not isinstance(ledger, (str, Path)):
         return ledger
-    from .core.ledger import PrivacyLedger
+    from .infra.ledger import PrivacyLedger
 
     return PrivacyLedger(ledger, entries=entries)

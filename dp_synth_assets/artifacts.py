@@ -4,12 +4,12 @@ artifacts in a folder of its own, published by switching one pointer.
 `<public_dir>/<dataset>/` holds `runs/<run_id>/` (plan.json, selection.json, measurements.json,
 model.npz, synthetic.parquet, checks/, manifest.json: one run's set), `current` (the pointer to
 the published set), stable links `plan.json`, ..., `checks` through it, and `run.lock`.
-`artifacts(warehouse, dataset, context)` is a `core.store.RunStore` over that folder for the
+`artifacts(warehouse, dataset, context)` is a `infra.store.RunStore` over that folder for the
 step's run: it reads the run's own set once the run has written one, else its parent run's
 (a re-execution) or the published set, and writes into the run's own folder.
 
 `holding(...)` wraps every step that writes or spends for a dataset: the first one takes the
-dataset (`core.runs.dataset_lock`: the file `run.lock`, or the dataset's row in the ledger's
+dataset (`infra.runs.dataset_lock`: the file `run.lock`, or the dataset's row in the ledger's
 PostgreSQL schema when the ledger is there; a run that finds it taken waits, logging whom for, up to
 `WarehouseResource.run_wait_seconds`), repairs what a killed run left (temporary files; a
 synthetic table committed but not published, `synthesize.reconcile_synthetic`); the run's last
@@ -30,9 +30,9 @@ import dagster as dg
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .budget import run_asset_keys
-from .core.ledger_store import DEFAULT_SCHEMA, PostgresDatabase, is_postgres
-from .core.runs import DEFAULT_RUN_WAIT_SECONDS, RunWaitTimeout, dataset_lock
-from .core.store import (ARTIFACTS, KEEP_RUNS, InconsistentArtifacts, MissingArtifact, RunStore,
+from .infra.ledger_store import DEFAULT_SCHEMA, PostgresDatabase, is_postgres
+from .infra.runs import DEFAULT_RUN_WAIT_SECONDS, RunWaitTimeout, dataset_lock
+from .infra.store import (ARTIFACTS, KEEP_RUNS, InconsistentArtifacts, MissingArtifact, RunStore,
                          StalePlan, location, remove_temporaries)
 from .writes import public_zone_writes
 
@@ -124,7 +124,7 @@ def ledger_database(ledger) -> PostgresDatabase | None:
 
 
 def run_lock(context, warehouse: WarehouseResource, dataset: str, names=None):
-    """The run lock of `dataset` (`core.runs.dataset_lock`): in the ledger's PostgreSQL schema
+    """The run lock of `dataset` (`infra.runs.dataset_lock`): in the ledger's PostgreSQL schema
     when the step's ledger resource (key `names.ledger`) is there, else the file."""
     ledger = None
     if names is not None:
@@ -155,7 +155,7 @@ def take_dataset(context, warehouse: WarehouseResource, dataset: str, names=None
 def repair(warehouse: WarehouseResource, dataset: str, log=None) -> None:
     """What a killed run may leave, set right by the next run holding the dataset: temporary
     files, and a synthetic table committed but not published (`reconcile_synthetic`)."""
-    from .core.synthesize import reconcile_synthetic
+    from .infra.store import reconcile_synthetic
 
     root = dataset_dir(warehouse, dataset)
     removed = remove_temporaries(root)

@@ -39,8 +39,8 @@ from dagster.components.scaffold.scaffold import scaffold_with
 from pydantic import BaseModel, BeforeValidator, Field, create_model
 
 from .core.config import DatasetSpec, check_unique_keys, text_keys
-from .core.ledger_store import DEFAULT_SCHEMA, is_postgres
-from .core.store import is_url
+from .infra.ledger_store import DEFAULT_SCHEMA, is_postgres
+from .infra.store import is_url
 from .core.units import DEFAULT_WAREHOUSE_NAME
 from .factory import dp_synth_definitions
 from .naming import Names

@@ -35,7 +35,7 @@ from .io_manager import ObjectStoreIOManager
 from .core.config import DatasetSpec, RegistryError, load_registry, parse_registry
 from .core.source import source_available, source_path
 from .core.units import DEFAULT_WAREHOUSE_NAME, aliases as unit_aliases, checked_warehouse_name
-from .core.store import check_zone, is_url, location
+from .infra.store import check_zone, is_url, location
 from .core.units import group_name as unit_group_name, privacy_units, source_identity
 from .naming import names as make_names
 from .pipeline import build_dataset_assets
@@ -240,7 +240,7 @@ def check_zones(public: str, private: str | None, ledger) -> None:
     """Refuse, when the definitions load, a zone at a URL that this process cannot use
     (`store.check_zone`: a missing or read-only bucket, wrong credentials, an unreachable
     endpoint), before anything runs or is spent. The public zone's store must also support
-    conditional writes, which the run lock takes there (`core.runs.ObjectStoreDatasetLock`),
+    conditional writes, which the run lock takes there (`infra.runs.ObjectStoreDatasetLock`),
     unless the ledger is a PostgreSQL database, whose schema then holds the run locks."""
     postgres = is_postgres(str(ledger))
     where = "the factory's `public_dir`, DP_SYNTH_PUBLIC or the component's `public_dir`"

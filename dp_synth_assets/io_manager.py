@@ -36,6 +36,6 @@ class ObjectStoreIOManager(dg.ConfigurableIOManagerFactory):
     base_dir: str
 
     def create_io_manager(self, context) -> PickleIOManager:
-        from .core.store import location
+        from .infra.store import location
 
         return PickleIOManager(base_path=location(self.base_dir))

@@ -2,7 +2,7 @@
 (docs/decisions/0007-asset-graph.md).
 
 Each asset is wiring: read its inputs through the dataset's artifact store (`artifacts.artifacts`,
-a `core.store.FolderStore` over `<public_dir>/<dataset>/`), call one stage function of
+a `infra.store.FolderStore` over `<public_dir>/<dataset>/`), call one stage function of
 `core/stages.py` (the same the notebook API calls), charge the ledger through `private_stage`,
 write its output through the store and return public metadata. The `model` graph asset is in
 model.py. Asset keys are `[*key_prefix, <dataset>, <stage>]`, grouped per dataset unless the host
@@ -11,7 +11,7 @@ dataset whose source is a host's asset starts at `preprocessed`, downstream of t
 Private-zone assets publish shapes only (column names, domain sizes, numbers of marginals),
 never counts. Every stage that reads private data runs under `private_step` (private_log.py):
 its failures are generic in public and detailed in the owner-only private log. Every stage
-after `preprocessed` reads the plan through `plan_for` (core/store.py), which refuses a plan made
+after `preprocessed` reads the plan through `plan_for` (infra/store.py), which refuses a plan made
 from another spec than the loaded one (`config.plan_digest`), before the stage reserves budget
 or writes anything.
 """
@@ -43,6 +43,7 @@ from .core.config import AttachSource, DatasetSpec, TableSource
 from .core.source import attach_source, describe_source, source_path, source_relation
 from .core.sql import sql
 from .core.synthesize import write_synthetic
+from .infra import private_files
 from .model import DESCRIPTION as MODEL_DESCRIPTION, build_model_asset, fit_model
 from .naming import Names
 from .private_log import append_private_note, private_dir, private_log_path, private_step
@@ -93,7 +94,7 @@ def change_secret(warehouse: WarehouseResource) -> bytes:
     text = os.environ.get(warehouse.change_secret_env) if warehouse.change_secret_env else None
     if text:
         return change.secret_from_hex(text, f"the environment variable {warehouse.change_secret_env}")
-    return change.load_or_create_secret(secret_path(warehouse))
+    return private_files.load_or_create_secret(secret_path(warehouse))
 
 
 def change_state_path(warehouse: WarehouseResource, dataset: str) -> Path:
@@ -128,11 +129,11 @@ def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec,
 def source_version(warehouse: WarehouseResource, spec: DatasetSpec, dataset: str,
                    lock_timeout_seconds: float | None = None) -> str:
     """The source's public version: an opaque random id, the same while the source's private
-    MAC (`fingerprint`) is unchanged and a new one whenever it changes (`change.observe`,
+    MAC (`fingerprint`) is unchanged and a new one whenever it changes (`private_files.observe`,
     shared by the sensor and the `source` observation). It is the `source` asset's data version
     and the sensor's cursor; it says only "changed since last time"."""
     mac = fingerprint(warehouse, spec, lock_timeout_seconds, dataset)
-    return change.observe(change_state_path(warehouse, dataset), mac)
+    return private_files.observe(change_state_path(warehouse, dataset), mac)
 
 
 def upstream_key(dataset: str, spec: DatasetSpec, names: Names = Names()) -> dg.AssetKey:

@@ -44,10 +44,10 @@ import duckdb
 
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
-from .core.change import OWNER_ONLY, make_private_dir
+from .infra.private_files import OWNER_ONLY, make_private_dir
 from .core.domain import SchemaError
 from .core.source import SourceError
-from .core.store import append_bytes, location
+from .infra.store import append_bytes, location
 from .writes import SPENT_STAYS, failed_write
 
 LOG_NAME = "private.log"

@@ -21,7 +21,7 @@ import numpy as np
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .core.config import DatasetSpec
-from .core.store import PARQUET, atomic_write, is_remote, local_copy
+from .infra.store import PARQUET, atomic_write, is_remote, local_copy
 from .core.sql import sql
 from .artifacts import artifacts
 from .pipeline import PRIVATE, Stage, encoded_view, source_connection

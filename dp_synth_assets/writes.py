@@ -31,7 +31,7 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .budget import PRIVATE_STAGES, DatasetBudget, stages_in_run
 from .core.config import DatasetSpec
-from .core.store import RunStore, location, probe_write, volume_of
+from .infra.store import RunStore, location, probe_write, volume_of
 from .core.sql import bookkeeping, ident, sql
 from .core.volumes import MB, PRIVATE, PUBLIC, WAREHOUSE, estimate, megabytes, shortfalls
 

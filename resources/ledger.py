@@ -1,7 +1,7 @@
 """The privacy ledger as a Dagster resource (docs/decisions/0004-privacy-ledger.md).
 
 The ledger itself, an append-only, hash-chained table of budget events in a SQLite file or in a
-schema of a PostgreSQL database, is `dp_synth_assets.core.ledger` (no Dagster: the notebook API
+schema of a PostgreSQL database, is `dp_synth_assets.infra.ledger` (no Dagster: the notebook API
 uses it too); this module wraps it as `LedgerResource` and is its command line
 (`python -m dp_synth_assets.resources.ledger adopt|migrate|raise-limit`). The ledger's names are re-exported
 here for the code that imports them from this module.
@@ -14,15 +14,9 @@ from pathlib import Path
 import dagster
 from pydantic import Field
 
+from dp_synth_assets.core.budget import REL_TOL  # noqa: F401 - re-exported
 from dp_synth_assets.core.ledger import (  # noqa: F401 - re-exported
     KINDS,
-    REL_TOL,
-    BUSY_TIMEOUT_MS,
-    LOCK_REPORT_SECONDS,
-    DEFAULT_STALE_AFTER_SECONDS,
-    DEFAULT_SCHEMA,
-    LEDGER_HEAD_SUFFIX,
-    LEDGER_LOCK_SUFFIX,
     LedgerError,
     budget_message,
     BudgetExceeded,
@@ -30,14 +24,21 @@ from dp_synth_assets.core.ledger import (  # noqa: F401 - re-exported
     LimitNotGranted,
     Reservation,
     LedgerSummary,
-    owner_id,
-    owner_alive,
+)
+from dp_synth_assets.infra.ledger import (  # noqa: F401 - re-exported
+    BUSY_TIMEOUT_MS,
+    LOCK_REPORT_SECONDS,
+    DEFAULT_STALE_AFTER_SECONDS,
     PrivacyLedger,
-    migrate_legacy,
-    migrate_chain,
-    chained,
+)
+from dp_synth_assets.infra.ledger_migrate import chained, migrate_chain, migrate_legacy  # noqa: F401
+from dp_synth_assets.infra.ledger_store import (  # noqa: F401 - re-exported
+    DEFAULT_SCHEMA,
+    LEDGER_HEAD_SUFFIX,
+    LEDGER_LOCK_SUFFIX,
     is_postgres,
 )
+from dp_synth_assets.infra.locks import owner_alive, owner_id  # noqa: F401 - re-exported
 
 
 # ---- Dagster ----------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ The private zone lives in the warehouse (source, `private.*` views and tables) a
 `private_dir` folder (default `<folder of the warehouse>/private`: the private log, the utility
 report, the change-detection secret); the public zone is `synthetic.*` tables and the `public_dir`
 folder (plans, selections, measurements, models, synthetic Parquet, validation results). Either
-folder may be an object-store URL (`s3://...`, `core.store.location`).
+folder may be an object-store URL (`s3://...`, `infra.store.location`).
 """
 
 import re
@@ -24,7 +24,7 @@ import dagster as dg
 import duckdb
 
 from dp_synth_assets.core.source import SourceError
-from dp_synth_assets.core.store import location, make_folder
+from dp_synth_assets.infra.store import location, make_folder
 
 
 class WarehouseError(SourceError):
@@ -38,7 +38,7 @@ HOLDER = re.compile(r"PID (\d+)")
 
 def _holder(message: str) -> str:
     """'PID 123 (command)' from DuckDB's lock conflict message, or 'another process'."""
-    from dp_synth_assets.core.ledger import describe_processes
+    from dp_synth_assets.infra.locks import describe_processes
 
     found = HOLDER.search(message)
     return describe_processes([int(found.group(1))] if found else [])

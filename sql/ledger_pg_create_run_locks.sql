@@ -1,4 +1,4 @@
--- PostgreSQL. The run lock of each dataset (core/runs.py): the run holding it and its process.
+-- PostgreSQL. The run lock of each dataset (infra/runs.py): the run holding it and its process.
 -- Unlike the ledger's tables, rows come and go.
 CREATE TABLE {schema}.run_locks (
     dataset TEXT PRIMARY KEY,

@@ -1,2 +1,2 @@
--- PostgreSQL. The schema that holds the privacy ledger's tables (core/ledger_store.py).
+-- PostgreSQL. The schema that holds the privacy ledger's tables (infra/ledger_store.py).
 CREATE SCHEMA IF NOT EXISTS {schema}

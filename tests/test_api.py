@@ -19,7 +19,7 @@ from dp_synth_assets.core.budget import DatasetBudget
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.example import EXAMPLE_COLUMNS, generate_example
 from dp_synth_assets.core.privacy import epsilon_from_rho
-from dp_synth_assets.core.store import FolderStore
+from dp_synth_assets.infra.store import FolderStore
 from dp_synth_assets.resources.ledger import BudgetExceeded, PrivacyLedger
 from tests.helpers import REPO, make_project
 

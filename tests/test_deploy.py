@@ -27,7 +27,7 @@ import yaml
 
 from dp_synth_assets.core.budget import DatasetBudget
 from dp_synth_assets.core.config import load_registry
-from dp_synth_assets.core.ledger import PrivacyLedger
+from dp_synth_assets.infra.ledger import PrivacyLedger
 from tests.helpers import REPO, example_entry, needs_extra
 from tests.test_objectstore import s3  # noqa: F401 - the moto S3 server fixture
 

@@ -58,7 +58,7 @@ from dp_synth_assets.core import preprocess as pp
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.domain import EncodingPlan
 from dp_synth_assets.core.marginals import _batches
-from dp_synth_assets.core.store import location
+from dp_synth_assets.infra.store import location
 from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import TEST_DEFAULTS, example_entry, make_project, run_sql, without_random_ids
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dp_synth_assets.core.ledger import LedgerError, LimitNotGranted, PrivacyLedger
+from dp_synth_assets.core.ledger import LedgerError, LimitNotGranted
+from dp_synth_assets.infra.ledger import PrivacyLedger
 from dp_synth_assets.core.privacy import Spend
 from dp_synth_assets.core.units import alias_digest
 

@@ -1,4 +1,4 @@
-"""The privacy ledger in PostgreSQL (core/ledger_store.py), against a real server the tests start
+"""The privacy ledger in PostgreSQL (infra/ledger_store.py), against a real server the tests start
 (conftest `pg_server`; skipped, saying why, without the server binaries): what only that store
 does. The behaviour both stores share runs over both in tests/test_ledger.py.
 
@@ -24,11 +24,13 @@ import time
 import dagster as dg
 import pytest
 
-import dp_synth_assets.core.ledger as ledger_module
+import dp_synth_assets.infra.ledger as ledger_module
+import dp_synth_assets.infra.ledger_migrate as migrate_module
 import dp_synth_assets.resources.ledger as resource_module
-from dp_synth_assets.core.ledger import BudgetExceeded, LedgerError, PrivacyLedger
+from dp_synth_assets.core.ledger import BudgetExceeded, LedgerError
 from dp_synth_assets.core.privacy import Spend
-from dp_synth_assets.core.runs import DatabaseDatasetLock, RunWaitTimeout, dataset_lock
+from dp_synth_assets.infra.ledger import PrivacyLedger
+from dp_synth_assets.infra.runs import DatabaseDatasetLock, RunWaitTimeout, dataset_lock
 from tests.helpers import pre_chain_ledger
 from tests.test_ledger import assert_refused
 
@@ -212,7 +214,7 @@ def test_migrate_into_an_empty_existing_ledger_keeps_the_old_secret(ledger, tmp_
     ledger.summary("adult")  # creates the schema, with a secret of its own
     file = PrivacyLedger(tmp_path / "ledger.sqlite")
     spend_once(file, "r1")
-    ledger_module.migrate_chain(file.path, ledger.database.url, ledger.database.schema)
+    migrate_module.migrate_chain(file.path, ledger.database.url, ledger.database.schema)
     assert ledger.head() == file.head()
 
 
@@ -230,7 +232,7 @@ def test_a_ledger_from_before_the_chain_migrates_into_postgres(ledger, tmp_path)
     old = tmp_path / "old.sqlite"
     pre_chain_ledger(old, [(None, "reserve", 0.5, "{}"), ("measure", "charge", 0.5, "{}"),
                            (None, "release", 0.0, "{}")])
-    assert ledger_module.migrate_legacy(old, ledger.database.url, {}, {},
+    assert migrate_module.migrate_legacy(old, ledger.database.url, {}, {},
                                         schema=ledger.database.schema) == 3
     assert ledger.summary("adult").spent_rho == 0.5
 
@@ -377,7 +379,7 @@ def test_a_notebook_fit_with_a_postgres_ledger_holds_the_run_lock_there(ledger, 
 
 def test_a_held_ledger_lock_is_waited_for_reported_and_refused_naming_its_holder(pg_server,
                                                                                   pg_schema):
-    from dp_synth_assets.core.ledger_store import _key
+    from dp_synth_assets.infra.ledger_store import _key
 
     lines = []
     ledger = PrivacyLedger(pg_server.url, schema=pg_schema, lock_timeout_seconds=0.6,

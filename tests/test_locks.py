@@ -17,7 +17,8 @@ import pytest
 from dp_synth_assets.budget import private_stage
 from dp_synth_assets.core.budget import DatasetBudget
 from dp_synth_assets.core.config import parse_registry
-from dp_synth_assets.core.ledger import LedgerError, PrivacyLedger
+from dp_synth_assets.core.ledger import LedgerError
+from dp_synth_assets.infra.ledger import PrivacyLedger
 from dp_synth_assets.resources.warehouse import WarehouseError, WarehouseResource
 from tests.helpers import make_project
 

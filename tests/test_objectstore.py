@@ -234,7 +234,7 @@ def test_a_failing_run_leaves_the_published_set_readable(s3, s3run, monkeypatch)
 def test_the_run_lock_on_s3_is_one_conditional_write(s3):
     """Two runs: one takes the dataset, the other finds it held and times out naming it; a lock
     whose run has finished is taken over; release frees it."""
-    from dp_synth_assets.core.runs import RunWaitTimeout, dataset_lock
+    from dp_synth_assets.infra.runs import RunWaitTimeout, dataset_lock
 
     lock = dataset_lock(f"{PUBLIC}/locked", "locked")
     assert lock.acquire("run-a", owner="elsewhere:1:1", timeout=0)
@@ -254,7 +254,7 @@ def assert_spent_nothing(project) -> None:
 
 
 def test_a_missing_bucket_is_refused_at_load_spending_nothing(s3, tmp_path):
-    from dp_synth_assets.core.store import ZoneError
+    from dp_synth_assets.infra.store import ZoneError
 
     project = make_project(tmp_path, rows=200)
     with pytest.raises(ZoneError, match="public zone s3://no-such-bucket/zone cannot be written"):
@@ -269,7 +269,7 @@ def test_a_read_only_bucket_is_refused_at_load_spending_nothing(s3, tmp_path, mo
     only read). Each zone is refused when the definitions load, naming it and the fix."""
     import s3fs
 
-    from dp_synth_assets.core.store import ZoneError
+    from dp_synth_assets.infra.store import ZoneError
 
     async def denied(self, path, data, *args, **kwargs):
         raise PermissionError(f"Access Denied: {path}")
@@ -287,7 +287,7 @@ def test_a_read_only_bucket_is_refused_at_load_spending_nothing(s3, tmp_path, mo
 
 
 def test_an_unreachable_endpoint_is_refused_at_load(s3, tmp_path, monkeypatch):
-    from dp_synth_assets.core.store import ZoneError
+    from dp_synth_assets.infra.store import ZoneError
 
     project = make_project(tmp_path, rows=200)
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")
@@ -306,7 +306,7 @@ def test_a_store_without_conditional_writes_is_refused_at_load(s3, tmp_path, mon
     servers do; the run lock cannot hold there, so the definitions refuse to load."""
     import s3fs
 
-    from dp_synth_assets.core.store import ZoneError
+    from dp_synth_assets.infra.store import ZoneError
 
     real = s3fs.S3FileSystem._pipe_file
 
@@ -325,7 +325,7 @@ def test_a_store_without_conditional_writes_is_refused_at_load(s3, tmp_path, mon
 
 
 def test_a_url_without_the_extra_names_the_pip_command(tmp_path, monkeypatch):
-    from dp_synth_assets.core.store import ZoneError
+    from dp_synth_assets.infra.store import ZoneError
 
     project = make_project(tmp_path, rows=200)
     if importlib.util.find_spec("gcsfs") is None:  # another store: fsspec names its package
@@ -369,7 +369,7 @@ def test_racing_runs_take_the_lock_once(s3):
     one create the lock object; the others find it held."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from dp_synth_assets.core.runs import RunWaitTimeout, dataset_lock
+    from dp_synth_assets.infra.runs import RunWaitTimeout, dataset_lock
 
     def take(i: int) -> bool:
         try:
@@ -423,7 +423,7 @@ def test_a_multiprocess_run_passes_its_units_through_the_bucket(s3, tmp_path):
 def test_a_staged_folder_is_synchronized_back_and_removed(s3):
     """What a library writes into the local copy of a folder (GX's Data Docs) reaches the
     bucket, what it removed is removed there, and the local copy is gone."""
-    from dp_synth_assets.core.store import staged_folder
+    from dp_synth_assets.infra.store import staged_folder
 
     with staged_folder(f"{PUBLIC}/staged") as first:
         (first / "pages").mkdir()
@@ -442,7 +442,7 @@ def test_a_stale_lock_is_taken_over_once_and_only_its_holder_frees_it(s3):
     """Over one stale lock, of two runs that judged it stale only the first replaces it (the
     second's replace-if-unchanged finds another version); a run's release never deletes a lock
     written after it read it."""
-    from dp_synth_assets.core.runs import dataset_lock
+    from dp_synth_assets.infra.runs import dataset_lock
 
     root = f"{PUBLIC}/stale"
     assert dataset_lock(root, "stale").acquire("dead", owner="elsewhere:1:1", timeout=0)
@@ -455,7 +455,7 @@ def test_a_stale_lock_is_taken_over_once_and_only_its_holder_frees_it(s3):
     reader = dataset_lock(root, "stale")
     assert reader.holder()["run_id"] == "one"
     assert dataset_lock(root, "stale").acquire("three", timeout=0, finished=lambda r: r == "one")
-    from dp_synth_assets.core.store import replace_object
+    from dp_synth_assets.infra.store import replace_object
 
     assert not replace_object(reader.path, None, reader._version)  # the old version is gone
     assert dataset_lock(root, "stale").holder()["run_id"] == "three"

@@ -27,6 +27,7 @@ from dagster._core.definitions.observe import observe  # not re-exported by dags
 from dagster._serdes import serialize_value
 
 from dp_synth_assets.core import change
+from dp_synth_assets.infra import private_files
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.pipeline import change_state_path, secret_path, source_version
 from dp_synth_assets.resources.ledger import PrivacyLedger
@@ -49,7 +50,7 @@ def test_secret_is_created_once_owner_only_and_the_same_for_concurrent_creators(
 
     def create():
         barrier.wait()
-        secrets.append(change.load_or_create_secret(path))
+        secrets.append(private_files.load_or_create_secret(path))
 
     threads = [threading.Thread(target=create) for _ in range(8)]
     for t in threads:
@@ -60,9 +61,9 @@ def test_secret_is_created_once_owner_only_and_the_same_for_concurrent_creators(
     assert path.stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "private").stat().st_mode & 0o777 == 0o700
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
-    assert change.load_or_create_secret(path) == secrets[0]
+    assert private_files.load_or_create_secret(path) == secrets[0]
     os.chmod(path, 0o644)  # a too-wide mode is narrowed
-    change.load_or_create_secret(path)
+    private_files.load_or_create_secret(path)
     assert path.stat().st_mode & 0o777 == 0o600
 
 
@@ -115,7 +116,7 @@ def test_mac_is_hmac_sha256_keyed_by_the_installation_secret(tmp_path, monkeypat
 
 def test_version_holds_while_the_mac_holds_and_is_new_at_every_change(tmp_path):
     state = tmp_path / "example" / "change_state.json"
-    seen = [change.observe(state, mac) for mac in ("A", "A", "B", "A", "A", "B")]
+    seen = [private_files.observe(state, mac) for mac in ("A", "A", "B", "A", "A", "B")]
     assert seen[0] == seen[1] and seen[3] == seen[4]
     assert len({seen[0], seen[2], seen[3], seen[5]}) == 4  # back to A or B: a new id each time
     assert all(HEX32.match(v) for v in seen)
@@ -133,7 +134,7 @@ def test_advance_is_a_pure_state_transition():
 
 
 def _observe(args):
-    return change.observe(*args)
+    return private_files.observe(*args)
 
 
 def test_concurrent_observers_agree_on_one_version(tmp_path):
@@ -308,7 +309,7 @@ def test_the_digest_search_finds_a_version_made_from_the_content(tmp_path, monke
     """The control: a change detection that published a digest as the data version (the old
     scheme, or today's keyed MAC, or a base64 prefix of it) is caught by the same search."""
     summaries = {}
-    real_mac, real_observe = change.change_mac, change.observe
+    real_mac, real_observe = change.change_mac, private_files.observe
 
     def remembering(secret, signal):
         mac = real_mac(secret, signal)
@@ -323,7 +324,7 @@ def test_the_digest_search_finds_a_version_made_from_the_content(tmp_path, monke
         return base64.urlsafe_b64encode(bytes.fromhex(mac)).decode()[:22]
 
     monkeypatch.setattr(change, "change_mac", remembering)
-    monkeypatch.setattr(change, "observe", lambda state_path, mac: real_observe(
+    monkeypatch.setattr(private_files, "observe", lambda state_path, mac: real_observe(
         state_path, mac, mint=lambda: mint_from(mac)))
     search = replay_one_row_search(tmp_path, monkeypatch)
     assert leaked_digests(search.public, search.forms)

@@ -123,7 +123,7 @@ def test_concurrent_runs_of_one_dataset_each_keep_their_own_table_parquet_measur
     finally:
         con.close()
     assert charged == {r["run_id"] for r in runs}
-    from dp_synth_assets.core.ledger import PrivacyLedger
+    from dp_synth_assets.infra.ledger import PrivacyLedger
 
     assert PrivacyLedger(project.ledger).summary(DATASET).reserved_rho == pytest.approx(0.0)
 
@@ -222,8 +222,8 @@ def test_a_notebook_fit_holds_the_datasets_run_lock_and_waits_for_a_pipeline_run
     waits, says whom for, and gives up naming it, with nothing reserved; free, the fit holds it
     from its reservation to its release, and frees it."""
     from dp_synth_assets import Synthesizer
-    from dp_synth_assets.core.ledger import PrivacyLedger
-    from dp_synth_assets.core.runs import DatasetLock, RunWaitTimeout
+    from dp_synth_assets.infra.ledger import PrivacyLedger
+    from dp_synth_assets.infra.runs import DatasetLock, RunWaitTimeout
     from dp_synth_assets.example import EXAMPLE_COLUMNS, generate_example
 
     public, path = tmp_path / "public", tmp_path / "ledger.sqlite"
@@ -268,7 +268,7 @@ def test_four_cli_runs_at_once_on_a_fresh_dagster_home_work_or_fail_before_spend
     initialize a fresh DAGSTER_HOME first; so does `dagster instance migrate`.)"""
     import re
 
-    from dp_synth_assets.core.ledger import PrivacyLedger
+    from dp_synth_assets.infra.ledger import PrivacyLedger
     from tests.helpers import dagster_env
 
     project = make_project(tmp_path / "project", rows=500)

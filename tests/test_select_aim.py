@@ -303,7 +303,7 @@ def test_a_round_splits_its_rho_by_alpha_and_the_last_one_takes_the_rest():
 
 def test_rounds_follow_the_budget_rules_and_the_ledger_holds_exactly_their_charges(tmp_path):
     from dp_synth_assets import Synthesizer
-    from dp_synth_assets.core.ledger import PrivacyLedger
+    from dp_synth_assets.infra.ledger import PrivacyLedger
 
     domain = {"a": 4, "b": 4, "c": 3, "d": 5}
     data = table(domain, 2000, {("a", "b"): 0.8, ("b", "c"): 0.6})

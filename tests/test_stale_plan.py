@@ -20,7 +20,7 @@ import yaml
 
 from dp_synth_assets.core.config import load_registry, parse_registry, plan_digest
 from dp_synth_assets.core.domain import EncodingPlan
-from dp_synth_assets.core.store import MemoryStore, StalePlan
+from dp_synth_assets.infra.store import MemoryStore, StalePlan
 from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import example_entry, make_project, run_sql
 

@@ -1,4 +1,4 @@
-"""The artifact store (dp_synth_assets/core/store.py): each artifact round-trips through a folder
+"""The artifact store (dp_synth_assets/infra/store.py): each artifact round-trips through a folder
 store and a memory store, a missing one names the stage that writes it, a file is parsed once per
 store, and a failed write leaves the previous file and no partial or temporary file."""
 
@@ -8,11 +8,12 @@ import os
 import numpy as np
 import pytest
 
-from dp_synth_assets.core import generate, store
+from dp_synth_assets.core import generate
+from dp_synth_assets.infra import store
 from dp_synth_assets.core.domain import Encoding, EncodingPlan
 from dp_synth_assets.core.measure import Measurement, Measurements
 from dp_synth_assets.core.select import Selection
-from dp_synth_assets.core.store import FolderStore, MemoryStore, MissingArtifact, atomic_write
+from dp_synth_assets.infra.store import FolderStore, MemoryStore, MissingArtifact, atomic_write
 
 DOMAIN = {"a": 3, "b": 2}
 

@@ -16,8 +16,9 @@ import dagster as dg
 import duckdb
 import pytest
 
-from dp_synth_assets.core import store, volumes
-from dp_synth_assets.core.store import published_run
+from dp_synth_assets.core import volumes
+from dp_synth_assets.infra import store
+from dp_synth_assets.infra.store import published_run
 from dp_synth_assets.core.synthesize import table_stamp
 from dp_synth_assets.definitions import build_definitions
 from dp_synth_assets.resources.ledger import PrivacyLedger
@@ -232,7 +233,7 @@ def test_the_estimate_adds_up_zones_on_one_volume():
 def test_rows_same_is_estimated_from_the_published_noisy_count(tmp_path, monkeypatch):
     """With `rows: same`, the estimate reads the noisy row count of the published measurements
     (public), never the source."""
-    from dp_synth_assets.core.store import RunStore
+    from dp_synth_assets.infra.store import RunStore
 
     project = project_with_a_run(tmp_path)
     noisy = RunStore(project.public / DATASET, DATASET).measurements().noisy_total

@@ -21,7 +21,7 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 from ..core.config import DatasetSpec
 from ..core.domain import EncodingPlan
 from ..core.measure import Measurement
-from ..core.store import PARQUET, is_remote, local_copy, staged_folder
+from ..infra.store import PARQUET, is_remote, local_copy, staged_folder
 from ..naming import Names
 from .frames import FRAME_BYTES, CheckInputs
 from .outcomes import json_safe

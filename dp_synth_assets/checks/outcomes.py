@@ -128,7 +128,7 @@ def json_safe(obj: Any) -> Any:
 def write_outcome(outcome: SuiteOutcome, path: str | os.PathLike) -> Path:
     """Write `outcome.raw` as strict JSON (indented, keys sorted) to `path`, creating parent
     directories; returns the path (a local path or an object-store URL, `store.location`)."""
-    from ..core.store import location, make_folder
+    from ..infra.store import location, make_folder
 
     p = location(path)
     make_folder(p.parent)

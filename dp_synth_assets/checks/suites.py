@@ -347,7 +347,7 @@ def publish(result: CheckResult, checks_dir: Path, docs_dir: Path) -> dict:
     `docs_dir` unless its pages are written already, and return the check's metadata with the
     failed expectations and both paths. A rendering failure does not change the verdict: it is
     reported in the metadata (`data_docs_error`)."""
-    from ..core.store import location
+    from ..infra.store import location
 
     path = write_outcome(result.outcome, location(checks_dir) / f"{result.name}.json")
     metadata = dict(result.metadata)

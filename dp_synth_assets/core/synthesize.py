@@ -13,9 +13,9 @@ when the export succeeds), and only then a last transaction replaces the table w
 table and stamps it with the run (`COMMENT ON TABLE`, `table_stamp`): a failure before that
 commit drops the staging table and leaves the previous table as it was, and readers see either
 the old table or the new one. The table commit is the commit point of a run's synthetic output:
-the run then publishes its set (`RunStore.publish`), and `reconcile_synthetic` finishes that
-publish when a kill came between the two, so the table and the published Parquet are the same
-run's.
+the run then publishes its set (`RunStore.publish`), and `infra.store.reconcile_synthetic`
+finishes that publish when a kill came between the two, so the table and the published Parquet
+are the same run's.
 """
 
 from collections.abc import Iterable
@@ -92,29 +92,6 @@ def table_stamp(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
     row = con.execute(sql("table_comment"), [schema, name]).fetchone()
     comment = row[0] if row else None
     return comment[len(STAMP):] if comment and comment.startswith(STAMP) else None
-
-
-def reconcile_synthetic(con: duckdb.DuckDBPyConnection, table: str, root, log=None) -> str | None:
-    """Finish the publish of a run killed between its table commit and its pointer switch: when
-    `table`'s stamp names another run than the one whose Parquet the published set holds
-    (`store.published_synthetic_run`), and that run's folder under `<root>/runs/` has its
-    Parquet, publish that run's set (the table commit is the commit point). Call it holding the
-    dataset (`runs.DatasetLock`). Returns the run published, if any."""
-    from .store import PARQUET, RUNS, location, publish_run, published_synthetic_run
-
-    written = table_stamp(con, table)
-    if written is None or written == published_synthetic_run(root):
-        return None
-    if not (location(root) / RUNS / written / PARQUET).is_file():
-        if log:
-            log(f"{table} was written by run {written}, whose artifacts are gone; the next "
-                "synthetic run replaces it")
-        return None
-    publish_run(root, written)
-    if log:
-        log(f"{table} was committed by run {written}, killed before it published its artifacts: "
-            "published them now")
-    return written
 
 
 def staging_table(table: str) -> str:

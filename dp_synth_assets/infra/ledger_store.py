@@ -1,7 +1,8 @@
-"""Where the privacy ledger's rows live: the storage under `core.ledger.PrivacyLedger`.
+"""Where the privacy ledger's rows live: the storage under `infra.ledger.PrivacyLedger`.
 
-The ledger's logic (the fold of rows into budgets, reserve / charge / release, the hash chain's
-verification, the messages) is `core.ledger`; a store only keeps rows. Two stores keep the
+The ledger's logic (the fold of rows into budgets and the messages, `core.ledger`; the hash
+chain, `core.ledger_chain`; reserve / charge / release, `infra.ledger`) is not here; a store
+only keeps rows. Two stores keep the
 same rows, hashed identically, with the same promises:
 
 - `SqliteStore`: an embedded SQLite file (the default; `make run` needs no server). A write is
@@ -48,7 +49,6 @@ import json
 import os
 import re
 import secrets
-import socket
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -58,7 +58,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from .sql import ident, sql
+from ..core.ledger import LedgerError
+from ..core.ledger_chain import genesis_hash
+from ..core.sql import ident, sql
+from .locks import describe_processes, lock_holders, owner_id, waiting
 
 DEFAULT_SCHEMA = "dp_synth"
 POSTGRES_SCHEMES = ("postgresql", "postgres")
@@ -67,11 +70,6 @@ COLUMNS = ("id", "ts", "unit", "source", "dataset", "run_id", "stage", "mechanis
 LEDGER_HEAD_SUFFIX = ".head"
 LEDGER_LOCK_SUFFIX = ".lock"
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
-
-
-class LedgerError(Exception):
-    """A misuse of the ledger (a charge by a run that holds no reservation), or a ledger that
-    fails its tamper checks or cannot be reached (the message says what and how to fix it)."""
 
 
 def is_postgres(location) -> bool:
@@ -110,118 +108,6 @@ def _hide(text: str, url: str) -> str:
     return text
 
 
-# ---- owners: which process wrote a row, and is it still alive --------------------------------------
-
-
-def _proc_stat(pid: int) -> tuple[str, str] | None:
-    """(state, start time) of a process from /proc/<pid>/stat (fields 3 and 22), or None if gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()  # the command name may contain spaces and ')'
-    return fields[0], fields[19]
-
-
-def owner_id(pid: int | None = None) -> str:
-    """'host:pid:start' of a process; the start time tells a reused pid from the original."""
-    pid = os.getpid() if pid is None else pid
-    stat = _proc_stat(pid)
-    return f"{socket.gethostname()}:{pid}:{stat[1] if stat else ''}"
-
-
-def owner_alive(owner: str) -> bool | None:
-    """Whether the owner process still runs; None when this host cannot tell (another host)."""
-    parts = owner.rsplit(":", 2)
-    if len(parts) != 3 or parts[0] != socket.gethostname() or not parts[1].isdigit():
-        return None
-    pid, start = int(parts[1]), parts[2]
-    if pid <= 0:
-        return None
-    if os.path.isdir("/proc/self"):
-        stat = _proc_stat(pid)
-        if stat is None:
-            return False
-        state, current_start = stat
-        return state not in ("Z", "X") and (not start or current_start == start)
-    try:  # no /proc (macOS): the pid alone
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-# ---- lock waits: reported while they last, refused after the timeout --------------------------
-
-
-def lock_holders(*paths: Path) -> list[int]:
-    """The processes holding a lock (flock or POSIX) on any of `paths`, from /proc/locks
-    (empty where the system has none, or when no lock is visible)."""
-    inodes = set()
-    for path in paths:
-        try:
-            inodes.add(os.stat(path).st_ino)
-        except OSError:
-            continue
-    pids = []
-    try:
-        lines = Path("/proc/locks").read_text().splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        fields = line.split()
-        try:
-            i = fields.index("->") + 1 if "->" in fields else 0
-            pid, where = int(fields[i + 4]), fields[i + 5]
-            inode = int(where.rsplit(":", 1)[1])
-        except (ValueError, IndexError):
-            continue
-        if inode in inodes and pid != os.getpid() and pid not in pids:
-            pids.append(pid)
-    return pids
-
-
-def describe_processes(pids: list[int]) -> str:
-    """'PID 123 (python -m dagster ...), PID 456' for a message; 'another process' if none."""
-    if not pids:
-        return "another process"
-    shown = []
-    for pid in pids:
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace").strip()
-        except OSError:
-            command = ""
-        shown.append(f"PID {pid}" + (f" ({command[:120]})" if command else ""))
-    return ", ".join(shown)
-
-
-def _waiting(settings, name: str, what: str, holders: Callable[[], str]):
-    """A function called on each failed attempt to take the lock `what` of the ledger `name`:
-    it reports the wait through `settings.log` every `settings.lock_report_seconds` and raises
-    LedgerError after `settings.lock_timeout_seconds`, naming the holders and the fix."""
-    started = time.monotonic()
-    reported = [started]
-
-    def wait() -> None:
-        now = time.monotonic()
-        if now - started > settings.lock_timeout_seconds:
-            raise LedgerError(
-                f"The privacy ledger {name} is locked by {holders()} for over "
-                f"{settings.lock_timeout_seconds:g} s ({what}). Nothing was spent by this "
-                f"attempt. Wait for that process to finish (a run holds the lock for a "
-                f"moment per ledger row), stop it if it is stuck, or raise the ledger's "
-                f"`lock_timeout_seconds`.")
-        if settings.log is not None and now - reported[0] >= settings.lock_report_seconds:
-            reported[0] = now
-            settings.log(f"waiting for the privacy ledger's lock on {what}, held by "
-                         f"{holders()}: {now - started:.0f} s of "
-                         f"{settings.lock_timeout_seconds:g} s")
-    return wait
-
-
 @dataclass
 class StoreTx:
     """An open, serialized write transaction of a store: the rows (unverified) and the chain's
@@ -234,10 +120,6 @@ class StoreTx:
     head: dict | None
     insert: Callable[[dict], None]
     gone: Callable[[set[str]], set[str]]
-
-
-def genesis_hash(secret: str) -> str:
-    return hashlib.sha256(f"dp-synth privacy ledger\n{secret}".encode()).hexdigest()
 
 
 def _now() -> str:
@@ -302,7 +184,7 @@ class SqliteStore:
     file `head_path` (default `<path>.head`), its writes serialized by an flock of
     `<path>.lock`."""
 
-    database = None  # no database server: the run lock stays a file (core/runs.py)
+    database = None  # no database server: the run lock stays a file (infra/runs.py)
 
     def __init__(self, path, settings, head_path=None):
         self.path = Path(path)
@@ -382,7 +264,7 @@ class SqliteStore:
             os.close(fd)  # releases the lock
 
     def _waiting(self, path: Path, *others: Path):
-        return _waiting(self.settings, self.name, str(path),
+        return waiting(self.settings, self.name, str(path),
                         lambda: describe_processes(lock_holders(path, *others)))
 
     def _unusable(self, path: Path, error: BaseException) -> str:
@@ -599,7 +481,7 @@ def _psycopg(name: str):
     try:
         import psycopg
     except ImportError:
-        from .extras import install_command
+        from ..core.extras import install_command
 
         raise LedgerError(
             f"The privacy ledger {name} is a PostgreSQL database, which needs psycopg (the "
@@ -616,7 +498,7 @@ _INHERITED: list = []  # a forked child's copies of its parent's: kept, never us
 @dataclass(frozen=True)
 class PostgresDatabase:
     """A schema of a PostgreSQL database: its URL, the schema, and connections to it with
-    errors as LedgerErrors (shared by the ledger's store and the run lock of core/runs.py)."""
+    errors as LedgerErrors (shared by the ledger's store and the run lock of infra/runs.py)."""
 
     url: str
     schema: str = DEFAULT_SCHEMA
@@ -735,7 +617,7 @@ class PostgresStore:
 
     def _lock(self, conn) -> None:
         """Take the schema's transaction-level advisory lock, waiting as `_waiting` says."""
-        wait = _waiting(self.settings, self.name, f"the advisory lock of schema "
+        wait = waiting(self.settings, self.name, f"the advisory lock of schema "
                         f"{self.database.schema}",
                         lambda: self.database.holders(conn, self._write_key, 0))
         while not conn.execute(sql("ledger_pg_lock"), (self._write_key, 0)).fetchone()[0]:

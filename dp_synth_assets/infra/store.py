@@ -49,11 +49,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import extras, generate
-from .config import DatasetSpec, plan_digest
-from .domain import EncodingPlan
-from .measure import Measurements
-from .select import Selection
+from ..core import extras, generate
+from ..core.config import DatasetSpec, plan_digest
+from ..core.domain import EncodingPlan
+from ..core.measure import Measurements
+from ..core.select import Selection
 
 
 # ------------------------------------------------------------ locations: folders or object stores
@@ -564,7 +564,7 @@ def exclusive_lock(path: str | os.PathLike, mode: int = 0o600) -> Iterator[None]
 #   runs/<run_id>/          one run's artifacts (plan.json ... synthetic.parquet, checks/, manifest)
 #   current                 the pointer: a symlink to runs/<run_id>, the published set
 #   plan.json, ..., checks  stable links through `current` (current/plan.json, ...)
-#   run.lock                the run holding the dataset (core/runs.py)
+#   run.lock                the run holding the dataset (infra/runs.py)
 
 RUNS = "runs"
 POINTER = "current"
@@ -802,6 +802,30 @@ def publish_run(root: str | os.PathLike, run_id: str, keep: int = KEEP_RUNS) -> 
     kept = [p for p in runs if p.name == run_id] + [p for p in runs if p.name != run_id]
     for old in kept[max(keep, 1):]:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def reconcile_synthetic(con, table: str, root, log=None) -> str | None:
+    """Finish the publish of a run killed between its table commit and its pointer switch: when
+    `table`'s stamp (`synthesize.table_stamp`; `con` a DuckDB connection to the warehouse) names
+    another run than the one whose Parquet the published set holds
+    (`published_synthetic_run`), and that run's folder under `<root>/runs/` has its
+    Parquet, publish that run's set (the table commit is the commit point). Call it holding the
+    dataset (`runs.DatasetLock`). Returns the run published, if any."""
+    from ..core.synthesize import table_stamp
+
+    written = table_stamp(con, table)
+    if written is None or written == published_synthetic_run(root):
+        return None
+    if not (location(root) / RUNS / written / PARQUET).is_file():
+        if log:
+            log(f"{table} was written by run {written}, whose artifacts are gone; the next "
+                "synthetic run replaces it")
+        return None
+    publish_run(root, written)
+    if log:
+        log(f"{table} was committed by run {written}, killed before it published its artifacts: "
+            "published them now")
+    return written
 
 
 def _publish_objects(root, run_id: str, keep: int) -> None:

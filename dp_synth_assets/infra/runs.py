@@ -18,8 +18,9 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .ledger_store import PostgresDatabase, _key, owner_alive, owner_id
-from .sql import sql
+from ..core.sql import sql
+from .ledger_store import PostgresDatabase, _key
+from .locks import owner_alive, owner_id
 from .store import (atomic_write, exclusive_lock, is_remote, location, object_version,
                     replace_object)
 
