@@ -214,6 +214,7 @@ def pipeline_run(tmp_path_factory):
     return project, defs
 
 
+@pytest.mark.e2e
 def test_fed_the_pipelines_measurements_and_seed_the_api_writes_its_synthetic_table(pipeline_run):
     project, defs = pipeline_run
     store = FolderStore(project.public / "example", "example")

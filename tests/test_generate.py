@@ -344,6 +344,7 @@ def model_metadata(result) -> dict:
     return {k: v.value for k, v in events[0].materialization.metadata.items()}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("generator", ["parallel_pgm", "gum"])
 def test_each_engine_synthesizes_the_example_and_its_one_way_marginals_match(tmp_path, generator):
     project, result = run_example(tmp_path, generator=generator)
@@ -360,6 +361,7 @@ def test_each_engine_synthesizes_the_example_and_its_one_way_marginals_match(tmp
     assert all(c.passed for c in checks), [(c.check_name, c.passed) for c in checks]
 
 
+@pytest.mark.e2e
 def test_a_dense_manual_selection_runs_under_auto_where_pgm_refuses(tmp_path):
     # at epsilon 8 the independence guard keeps the pairs that carry a dependency (about 30 of
     # the example's 66, a number that varies with the noise): their junction tree exceeds a
@@ -390,6 +392,7 @@ def test_collision_probability_equals_the_sum_of_squares_of_the_full_joint():
     assert tree.collision_probability(t) == pytest.approx(float((joint ** 2).sum()), rel=1e-12)
 
 
+@pytest.mark.e2e
 def test_chunked_sampling_and_writing_gives_every_row_and_passes_the_checks(tmp_path):
     # 1,000-row chunks on a ~2,400-row table: three chunks, one transaction
     project, result = run_example(tmp_path, model={"iterations": 200, "chunk_rows": 1000})
@@ -402,6 +405,7 @@ def test_chunked_sampling_and_writing_gives_every_row_and_passes_the_checks(tmp_
     assert all(c.passed for c in checks), [(c.check_name, c.passed) for c in checks]
 
 
+@pytest.mark.e2e
 def test_a_failing_chunk_leaves_the_previous_synthetic_table(tmp_path):
     from dp_synth_assets.core.domain import EncodingPlan
     from dp_synth_assets.core.synthesize import write_synthetic

@@ -99,6 +99,7 @@ def test_selection_is_triangulated_and_respects_tau():
     assert set(chosen.cliques) <= set(itertools.combinations(list(domain), 2))
 
 
+@pytest.mark.e2e
 def test_absyn_runs_end_to_end_and_spends_exactly_the_run_budget(tmp_path):
     import dagster as dg
 

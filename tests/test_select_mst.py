@@ -198,6 +198,7 @@ def test_two_attributes_one_round():
 
 # -- end to end through Dagster
 
+@pytest.mark.e2e
 def test_mst_through_dagster(tmp_path):
     from dp_synth_assets.budget import DatasetBudget
     from dp_synth_assets.core.config import load_registry
