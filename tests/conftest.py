@@ -34,6 +34,7 @@ E2E_MODULES = frozenset({
     "test_metadata",
     "test_perimeter",
     "test_pipeline",
+    "test_pipeline_methods",
     "test_report",
     "test_runs",
     "test_stale_plan",

@@ -8,16 +8,13 @@ through the whole pipeline. Statistical assertions state their false-failure rat
 
 import math
 
-import dagster as dg
 import numpy as np
 import pytest
 
-from dp_synth_assets.budget import DatasetBudget
-from dp_synth_assets.core.config import SelectionSettings, load_registry
+from dp_synth_assets.core.config import SelectionSettings
 from dp_synth_assets.core.generate import pgm
 from dp_synth_assets.core.select import METHODS, Budget, Selection, ppsyn, select
-from dp_synth_assets.resources.ledger import PrivacyLedger
-from tests.helpers import (ChargeRecorder, counting_oracle, make_project, method_budget,
+from tests.helpers import (ChargeRecorder, counting_oracle, method_budget,
                            needs_extra, without_extra)
 
 ETA = ppsyn.ETA
@@ -329,23 +326,3 @@ def test_registered_and_dispatched():
                        SelectionSettings(), charges)
     assert selection.details["workload_order"] == 2  # two attributes: the one pair
     assert charges.rho == pytest.approx(method_budget("ppsyn", 0.3).total, rel=1e-9)
-
-
-# -- end to end through Dagster
-
-@pytest.mark.e2e
-def test_ppsyn_through_dagster(tmp_path):
-    """(Its wall time is bench/end_to_end.py's business.)"""
-    project = make_project(tmp_path, rows=2000, method="ppsyn", model={"iterations": 200})
-    defs = project.defs_fn()
-    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
-                            instance=dg.DagsterInstance.ephemeral())
-    assert result.success
-    spec = load_registry(project.datasets)["example"]
-    spent = PrivacyLedger(project.ledger).summary("example").spent_rho
-    assert spent == pytest.approx(DatasetBudget.of(spec).run_rho, rel=1e-9)
-    # the marginals stage computed the method's 3-way workload, so no fallback to pairs
-    import json
-
-    chosen = json.loads((project.public / "example" / "selection.json").read_text())
-    assert chosen["details"]["workload_order"] == 3, chosen["details"].get("workload_fallback")
