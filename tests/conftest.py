@@ -27,6 +27,7 @@ E2E_MODULES = frozenset({
     "test_data_docs_offline",
     "test_default_install",
     "test_deploy",
+    "test_engine_postgres",
     "test_engine_spark",
     "test_install_ends",
     "test_leak_scan",

@@ -108,15 +108,18 @@ def test_the_unchanged_synthetic_table_passes_every_check(fitted, verdicts):
     assert verdicts(fitted[1], CHECKS) == dict.fromkeys(CHECKS, True)
 
 
-def test_read_a_column_at_a_time_the_unchanged_table_passes_and_a_bad_column_fails(fitted,
-                                                                                  verdicts):
-    """frame_bytes=1: as for a table too large for one frame, one column per GX suite, with
-    the verdicts of one frame."""
+def test_read_in_several_frames_the_unchanged_table_passes_and_a_bad_column_fails(fitted,
+                                                                                 verdicts):
+    """As for a table too large for one frame: a frame of five columns (`frames.column_groups`
+    counts 8 bytes a cell), three frames for the example's twelve columns, each its own GX
+    suite, with the verdicts of one frame."""
     good = fitted[1]
-    assert verdicts(good, ROW_CHECKS, frame_bytes=1) == dict.fromkeys(ROW_CHECKS, True)
+    five_columns = 5 * 8 * len(good)
+    assert len(EXAMPLE_COLUMNS) > 10
+    assert verdicts(good, ROW_CHECKS, frame_bytes=five_columns) == dict.fromkeys(ROW_CHECKS, True)
     one_column = good.copy()
     one_column.loc[:10, "hours_per_week"] = 500
-    assert verdicts(one_column, ["domain"], frame_bytes=1) == {"domain": False}
+    assert verdicts(one_column, ["domain"], frame_bytes=five_columns) == {"domain": False}
 
 
 @pytest.mark.parametrize("name", list(CORRUPTIONS))

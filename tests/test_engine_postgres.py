@@ -281,7 +281,6 @@ def _source_asset(defs):
                                                                                  "source"]))
 
 
-@pytest.mark.e2e
 def test_the_dagster_pipeline_runs_end_to_end_with_the_rows_left_in_postgres(
         postgres, tmp_path, monkeypatch):
     """`engine: postgres` under dagster.materialize: the source observation (its change signal
@@ -343,7 +342,6 @@ def test_the_dagster_pipeline_runs_end_to_end_with_the_rows_left_in_postgres(
     assert version() == changed
 
 
-@pytest.mark.e2e
 def test_a_numeric_beyond_a_double_reads_as_null_and_the_run_publishes_no_value(
         postgres, tmp_path, monkeypatch):
     """A NUMERIC value beyond a double's range, whose plain cast PostgreSQL refuses with a
@@ -374,7 +372,6 @@ def test_a_numeric_beyond_a_double_reads_as_null_and_the_run_publishes_no_value(
     assert "column 'income': 1 values that do not cast to DOUBLE took NULL" in log, log
 
 
-@pytest.mark.e2e
 def test_a_new_warehouse_file_does_not_reset_the_budget_of_rows_left_in_postgres(
         postgres, tmp_path, monkeypatch):
     """The rows live in PostgreSQL: pointing the definitions at another warehouse file (a new
