@@ -1,6 +1,7 @@
 # `make run`: set up .venv if needed, load the bundled example, materialize its whole pipeline.
 # `make test`: same set-up, then the test suite, both tiers (unit and end to end).
 # `make test-fast`: the unit tier only (tests not marked `e2e`, tests/conftest.py).
+# `make docs`: the documentation site (mkdocs.yml, docs/) into site/, in strict mode.
 # `make wheel`: the installable package (dist/dagster_dp_synth-*.whl) for a host project's pip.
 PYTHON ?= python3.11
 VENV := .venv
@@ -10,7 +11,7 @@ DATASET ?= example
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export JAX_ENABLE_COMPILATION_CACHE := false
 
-.PHONY: install run test test-fast dev wheel clean
+.PHONY: install run test test-fast dev docs wheel clean
 
 # the distribution was named dp-synth before dagster-dp-synth: its editable finder would keep a
 # top-level `resources` importable, so it is removed first
@@ -48,6 +49,11 @@ test-fast: install
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -f definitions.py
 
+# the configuration reference is rendered from the models first; a broken link fails the build
+docs: install
+	$(BIN)/python docs/gen_config_reference.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
 # the system python builds it (setuptools, fetched by pip's build isolation): nothing else installed
 wheel:
 	python3 -m pip wheel --no-deps --quiet -w dist .
@@ -55,4 +61,4 @@ wheel:
 # The privacy ledger (.dp_synth/: ledger.sqlite and its mirrored head) is never cleaned: the
 # budget it records was spent on outputs that stay released.
 clean:
-	rm -rf data public $(DAGSTER_HOME)
+	rm -rf data public site $(DAGSTER_HOME)

@@ -3,7 +3,7 @@
 Runs the real Dagster assets on `../shared/datasets/adult` (loaded into a DuckDB file under
 bench/work/), then compares the synthetic table with the source (owner-side evaluation):
 average 2-way TVD over all pairs and 3-way TVD over 200 fixed random triples (benchmark paper
-section 8.3), and the two reference points of DESIGN.md section 8 computed in the same session:
+section 8.3), and the two reference points of docs/decisions/0021-benchmarks.md computed in the same session:
 a bootstrap resample of the source and independent columns drawn from the exact 1-way marginals.
 
     .venv/bin/python bench/adult_pipeline.py [--epsilon 1.0] [--repeats 2]

@@ -14,9 +14,9 @@ peak memory are that run's alone:
 
 Then, owner-side and with the same code for every table (benchmark paper section 8.3): average
 2-way TVD over all column pairs and average 3-way TVD over 200 fixed random triples (seed 0, drawn
-as bench/adult_pipeline.py draws them), plus the two reference points of DESIGN.md section 8
-measured in this session, per seed: a bootstrap resample of the source and independent columns
-drawn from its exact 1-way marginals.
+as bench/adult_pipeline.py draws them), plus the two reference points of
+docs/decisions/0021-benchmarks.md measured in this session, per seed: a bootstrap resample of
+the source and independent columns drawn from its exact 1-way marginals.
 
     /tmp/probe-venv/bin/python bench/compare_methods.py                  # the full grid
     .../python bench/compare_methods.py --epsilons 1 --seeds 1 --methods privsyn \

@@ -196,7 +196,7 @@ def child(engine: str, rows: int, columns: int, iterations: int, sample: int) ->
 
     from dp_synth_assets.api import Synthesizer
     from dp_synth_assets.core.config import DatasetSpec
-    from dp_synth_assets.core.scans import spark_session
+    from dp_synth_assets.infra.engines.spark import spark_session
     from dp_synth_assets.core.select import required_cliques
 
     name = table_name(rows, columns)

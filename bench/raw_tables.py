@@ -21,6 +21,7 @@ rewrites bench/results/raw_tables.md from all records.
 import argparse
 import itertools
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -31,7 +32,8 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-SHARED = Path("/work/shared/datasets") if not (ROOT.parent / "shared").exists() else ROOT.parent / "shared" / "datasets"
+# the benchmark tables live beside the checkout, not in it; DP_SYNTH_DATASETS points elsewhere
+SHARED = Path(os.environ.get("DP_SYNTH_DATASETS", ROOT.parent / "shared" / "datasets"))
 OUT = ROOT / "bench" / "results" / "raw_tables"
 
 from dp_synth_assets.api import Synthesizer  # noqa: E402

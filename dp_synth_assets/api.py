@@ -60,7 +60,7 @@ from pydantic import ValidationError
 
 from .core import generate
 from .core import marginals as margs
-from .core import scans
+from .infra.engines import open_engine
 from .core import stages
 from .core.budget import PRIVATE_STAGES, DatasetBudget
 from .core.config import (CsvSource, DatasetSpec, ParquetSource, RegistryError, TableSource,
@@ -186,15 +186,18 @@ class Accountant:
 @dataclass(frozen=True)
 class Report:
     """What a fit spent and produced, all of it public: the budget (epsilon, delta) and its rho,
-    the rho spent (by stage and per mechanism) with the epsilon it implies at the run's delta,
-    the selected cliques, each measurement's noise scale and rho, the noisy row count, and the
+    the rho spent (by stage and per mechanism) with the epsilon it implies (at the delta the
+    run's rho was converted at: `delta` less the share set aside for thresholding, so that with
+    `delta_extra_spent` the fit is (epsilon_spent, delta)-DP;
+    docs/decisions/0002-zcdp-accounting.md), the selected cliques, each measurement's noise
+    scale and rho, the noisy row count, and the
     generator with the reason it was chosen."""
 
     epsilon: float
     delta: float
     rho: float                     # the run's budget
     rho_spent: float
-    epsilon_spent: float           # at delta - delta_extra_spent (DESIGN.md section 3)
+    epsilon_spent: float           # at delta - the run's reserved delta_extra (see above)
     delta_extra_spent: float
     rho_by_stage: dict[str, float]
     charges: tuple[Charge, ...]
@@ -355,6 +358,19 @@ class Synthesizer:
     names), `ledger` (a PrivacyLedger or its path), `dataset` (the name the ledger records),
     `public_dir` (the pipeline's public folder: a fit then holds the dataset's run lock, module
     docstring) and `run_wait_seconds` (how long a fit waits for that lock).
+
+    Example (the bundled example's columns; run as a doctest by tests/test_doctests.py):
+
+        >>> from dp_synth_assets import Synthesizer
+        >>> from dp_synth_assets.example import EXAMPLE_COLUMNS, generate_example
+        >>> synth = Synthesizer(columns=EXAMPLE_COLUMNS, epsilon=1.0, delta=1e-9, seed=7)
+        >>> synth = synth.fit(generate_example(2_000))   # spends one run's budget
+        >>> table = synth.sample(500)                     # free: a pyarrow Table
+        >>> table.num_rows, table.column_names == list(EXAMPLE_COLUMNS)
+        (500, True)
+        >>> report = synth.report                         # a fit spends its whole budget
+        >>> round(report.rho_spent / report.rho, 6), round(report.epsilon_spent, 6)
+        (1.0, 1.0)
     """
 
     def __init__(self, columns: Mapping, *, epsilon: float, delta: float = 1e-9,
@@ -460,7 +476,7 @@ class Synthesizer:
         reason = "failed"
         try:
             with open_source(self.spec, source, connection, csv) as (con, spec, base_dir), \
-                    scans.open_engine(spec.engine, con, drop_views=True) as engine:
+                    open_engine(spec.engine, con, drop_views=True) as engine:
                 # the encoded view and the marginals live in an in-memory database of their own
                 catalog = f"dp_synth_{uuid.uuid4().hex[:12]}"
                 con.execute(sql("attach_memory", catalog=ident(catalog)))

@@ -1,4 +1,5 @@
-"""Schedules and resynthesis on source change, both budget-aware (DESIGN.md section 5).
+"""Schedules and resynthesis on source change, both budget-aware
+(docs/decisions/0006-budget-aware-automation.md).
 
 Each dataset gets a job that materializes its pipeline. A dataset whose source is a host's
 asset is automated declaratively (conditions.py, `resynthesis_assets`): its change signal is the
@@ -45,7 +46,8 @@ def build_job(dataset: str, spec: DatasetSpec | None, names: Names, assets: list
     Dagster's multiprocess executor, at most `generate.concurrency` steps at a time, so the
     fit's units (steps of the `model` graph) run in parallel processes and each step's memory
     is returned when it ends; otherwise the in-process executor, where the stages, a chain,
-    skip each step's start-up. On Kubernetes or Celery, give the job that executor (README)."""
+    skip each step's start-up. On Kubernetes or Celery, give the job that executor
+    (docs/deploy.md)."""
     from .core.generate import concurrency, multiprocess
 
     executor = dg.in_process_executor

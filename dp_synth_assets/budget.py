@@ -1,4 +1,5 @@
-"""How a Dagster run meets the privacy ledger (DESIGN.md section 5).
+"""How a Dagster run meets the privacy ledger
+(docs/decisions/0004-privacy-ledger.md, docs/decisions/0005-ledger-hash-chain.md).
 
 A run reserves, before its first read of private data, the rho of every spending stage it will
 execute; each mechanism charges its spend as it draws noise; the last private stage of the run (or

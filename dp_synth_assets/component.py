@@ -6,8 +6,8 @@
 writes `defs/my_synth/defs.yaml` with the paths, the factory's settings and a commented example
 entry. Its attributes:
 
-- `datasets`: dataset name -> entry, each entry exactly a datasets.yaml entry (README "Add your
-  own table"). The attribute's schema is the registry's model (`core.config.DatasetSpec`), so
+- `datasets`: dataset name -> entry, each entry exactly a datasets.yaml entry (docs/add-a-table.md
+  in the dp-synth repository). The attribute's schema is the registry's model (`core.config.DatasetSpec`), so
   `dg check yaml` and editors know each entry's keys, and a malformed entry fails when Dagster
   reads the YAML, naming the key under `attributes.datasets`, the file and the line. The
   entries, templates rendered, are validated again by the registry (`parse_registry`), whose
@@ -66,7 +66,7 @@ attributes:
   # tags: {{team: data-platform}}
   # owners: ["team:data-platform"]
   # automation_condition: "{{{{ dg.AutomationCondition.eager() }}}}"
-  # One entry per table, each exactly a datasets.yaml entry (README "Add your own table").
+  # One entry per table, each exactly a datasets.yaml entry (dp-synth docs: add-a-table.md).
   datasets: {{}}
   # datasets:
   #   customers:

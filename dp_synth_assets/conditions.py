@@ -1,4 +1,5 @@
-"""Budget-aware declarative automation of a dataset (DESIGN.md section 5).
+"""Budget-aware declarative automation of a dataset
+(docs/decisions/0006-budget-aware-automation.md).
 
 Dagster's declarative automation evaluates each asset's `AutomationCondition` on every tick of
 an automation sensor and records the evaluation tree, one node per condition with its label,

@@ -1,4 +1,5 @@
-"""The asset factory: one select-measure-generate pipeline per dataset (DESIGN.md section 6).
+"""The asset factory: one select-measure-generate pipeline per dataset
+(docs/decisions/0007-asset-graph.md).
 
 Each asset is wiring: read its inputs through the dataset's artifact store (`artifacts.artifacts`,
 a `core.store.FolderStore` over `<public_dir>/<dataset>/`), call one stage function of
@@ -36,6 +37,7 @@ from .core import change
 from .core import generate
 from .core.generate import multiprocess
 from .core import scans
+from .infra.engines import open_engine
 from .core import stages
 from .core.config import AttachSource, DatasetSpec, TableSource
 from .core.source import attach_source, describe_source, source_path, source_relation
@@ -75,7 +77,7 @@ def source_connection(warehouse: WarehouseResource, spec: DatasetSpec, dataset: 
         if spec.engine.type == "duckdb":
             yield con
             return
-        with scans.open_engine(spec.engine, con) as engine:
+        with open_engine(spec.engine, con) as engine:
             yield engine
 
 
@@ -194,7 +196,8 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
             with private_stage(context, ledger.ledger(), dataset, "marginals", budget), \
                     source_connection(warehouse, spec, dataset) as con:
                 counted = stages.marginals(con, spec, plan, view, table, log=context.log.info)
-        # no wall time: the scan's duration depends on the private rows (DESIGN.md section 4)
+        # no wall time: the scan's duration depends on the private rows
+        # (docs/decisions/0003-privacy-perimeter.md)
         context.log.info(f"{len(counted.cliques)} marginals ({counted.cells} cells) in one scan")
         return dg.MaterializeResult(metadata={
             "table": counted.table, "marginals": len(counted.cliques), "cells": counted.cells,
@@ -429,7 +432,7 @@ def stage_asset(dataset: str, names: Names, chain: list[Stage], op: str) -> dg.A
 def logged_charge(context, charge, method: str):
     """`charge` that also logs each mechanism call (public: its rho and parameters), so a user
     watching an adaptive selection sees its rounds go by. No elapsed time: the time between
-    mechanisms is private work (DESIGN.md section 4)."""
+    mechanisms is private work (docs/decisions/0003-privacy-perimeter.md)."""
     calls = [0]
 
     def wrapped(spend, **params):

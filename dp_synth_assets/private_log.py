@@ -1,6 +1,7 @@
 """Failures of private stages: a generic public message, the details in a private log.
 
-The Dagster event log is public (DESIGN.md section 4), and an exception raised while reading the
+The Dagster event log is public (docs/decisions/0003-privacy-perimeter.md), and an exception
+raised while reading the
 source can quote a value of it (DuckDB's conversion and overflow errors do). `private_errors`
 wraps every stage that reads private data: any exception becomes a `dagster.Failure`, raised
 outside the exception handler so that no chained exception reaches the event log (neither the

@@ -1,4 +1,4 @@
-"""The privacy ledger as a Dagster resource (DESIGN.md section 5).
+"""The privacy ledger as a Dagster resource (docs/decisions/0004-privacy-ledger.md).
 
 The ledger itself, an append-only, hash-chained table of budget events in a SQLite file or in a
 schema of a PostgreSQL database, is `dp_synth_assets.core.ledger` (no Dagster: the notebook API

@@ -633,3 +633,68 @@ def test_a_file_write_in_the_core_outside_the_store_is_caught(tmp_path):
         "atomic_target or a store)" for line, what in [
             (10, "Path.rename"), (11, "np.save"), (12, "os.fdopen for writing"),
             (6, "open for writing"), (8, "write_text"), (9, "os.replace")]]
+
+
+# ---- the plug-in registries: each entry names its module and its own settings model -------------
+
+def registries() -> list[tuple[str, dict, str]]:
+    """Every plug-in registry of the package: (what it registers, the registry, the package its
+    entries' relative module names are read in)."""
+    from dp_synth_assets.checks import suites
+    from dp_synth_assets.core import engines, methods, preprocess, scan_engines
+
+    return [("selection method", methods.METHODS, methods.PACKAGE),
+            ("generator", engines.ENGINES, engines.PACKAGE),
+            ("scan engine", scan_engines.SCAN_ENGINES, scan_engines.PACKAGE),
+            ("preprocessing mechanism", preprocess.MECHANISMS, "dp_synth_assets.core"),
+            ("check", suites.CHECKS, "dp_synth_assets.checks")]
+
+
+def registry_violations(found: list[tuple[str, dict, str]]) -> list[str]:
+    """Each registry entry that names no module that imports, or no frozen pydantic settings
+    model (`core.plugins.entry_problems`)."""
+    from dp_synth_assets.core.plugins import entry_problems
+
+    return [p for what, registry, package in found for p in entry_problems(registry, package, what)]
+
+
+def test_every_registry_entry_names_its_module_and_a_frozen_settings_model():
+    found = registries()
+    assert [len(registry) for _, registry, _ in found] == [7, 3, 3, 5, 7]
+    violations = registry_violations(found)
+    assert not violations, "\n".join(violations)
+
+
+def test_a_registry_entry_without_a_module_or_a_frozen_settings_model_is_caught(
+        tmp_path, monkeypatch):
+    from dataclasses import dataclass
+
+    from dp_synth_assets.core import methods
+
+    plant(tmp_path, {"plugpkg/__init__.py": "", "plugpkg/good.py": (
+        "from pydantic import BaseModel, ConfigDict\n\n\n"
+        "class Settings(BaseModel):\n    model_config = ConfigDict(frozen=True)\n\n\n"
+        "class Thawed(BaseModel):\n    pass\n\n\n"
+        "def helper():\n    pass\n")})
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    @dataclass(frozen=True)
+    class Entry:
+        module: str
+        settings: str = "Settings"
+
+    registry = {"good": Entry("good"), "missing": Entry("gone"), "unnamed": Entry("good", ""),
+                "thawed": Entry("good", "Thawed"), "function": Entry("good", "helper"),
+                "elsewhere": Entry("plugpkg.good", "plugpkg.good:Settings")}
+    assert registry_violations([("plug-in", registry, "plugpkg")]) == [
+        "plug-in 'missing': its module 'gone' does not import (No module named 'plugpkg.gone')",
+        "plug-in 'unnamed': names no settings model",
+        "plug-in 'thawed': its settings model Thawed is not frozen",
+        "plug-in 'function': the settings of plug-in 'function' (helper) are not a pydantic "
+        "model"]
+    # planted in a real registry: a method whose line names a settings model its module lacks
+    monkeypatch.setitem(methods.METHODS, "planted", methods.MethodInfo("privsyn", 0.1, 0.1, False,
+                                                                       "Settings"))
+    assert registry_violations(registries()) == [
+        "selection method 'planted': the settings of selection method 'planted' (Settings) are "
+        "not a pydantic model"]

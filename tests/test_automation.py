@@ -1,4 +1,5 @@
-"""The automation of DESIGN.md section 5: per-dataset jobs, the budget-aware schedule and the
+"""The automation of docs/decisions/0006-budget-aware-automation.md:
+per-dataset jobs, the budget-aware schedule and the
 source-change sensor, evaluated as Dagster evaluates them (real definitions, warehouse, ledger)."""
 
 import json

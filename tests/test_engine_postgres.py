@@ -1,4 +1,4 @@
-"""The PostgreSQL scan engine (core/scans.py): the private scans run inside a throwaway
+"""The PostgreSQL scan engine (infra/engines/postgres.py): the private scans run inside a throwaway
 PostgreSQL server (Debian's binaries, loopback, a temporary data directory), their exact
 aggregates equal DuckDB's on the same rows, TRY_CAST reads what DuckDB reads or NULL, the
 example synthesizes end to end with `engine: postgres` (notebook API and Dagster pipeline,
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from dp_synth_assets.core import scans
+from dp_synth_assets.infra.engines import open_engine, postgres as postgres_engine
 from dp_synth_assets.core.config import DatasetSpec
 from dp_synth_assets.core.preprocess import Task, exact_aggregates, prepare_encoded_view
 from dp_synth_assets.core.marginals import MarginalStore, compute_marginals
@@ -114,7 +115,7 @@ def test_exact_aggregates_equal_duckdbs(postgres):
     columns["income"] = ColumnSpec(kind="float", nullable=True)
     columns["age"] = ColumnSpec(kind="integer")
     store = duckdb.connect(":memory:")
-    with scans.open_engine(spec.engine, store, drop_views=True) as engine:
+    with open_engine(spec.engine, store, drop_views=True) as engine:
         pg = exact_aggregates(engine, TABLE, columns, tasks, {})
         assert engine.fetched <= max(len(v) for v in pg.values()) + 1
         local = exact_aggregates(duck, "main.example", columns, tasks, {})
@@ -154,7 +155,7 @@ def test_the_example_synthesizes_end_to_end_with_the_rows_left_in_postgres(postg
     by the domain, not by the rows: the Python process never holds the source's rows."""
     from dp_synth_assets.api import Synthesizer
 
-    fetched = record_fetches(monkeypatch, scans.PostgresEngine, ("fetchnumpy",))
+    fetched = record_fetches(monkeypatch, postgres_engine.PostgresEngine, ("fetchnumpy",))
     synth = Synthesizer.from_spec(_spec(postgres))
     synth.fit(TABLE)
     rows = synth.sample(500, seed=1)
@@ -242,7 +243,7 @@ def test_an_uncastable_text_value_is_refused_by_its_column_as_in_duckdb(postgres
 
     def preprocess(spec, note=None):
         with source_connection(warehouse, spec, "bad") as engine:
-            assert isinstance(engine, scans.PostgresEngine)
+            assert isinstance(engine, postgres_engine.PostgresEngine)
             return stages.preprocess(engine, spec, "bad", tmp_path, "private.bad_encoded",
                                      DatasetBudget.of(spec), lambda *a, **k: None, note)
 
@@ -296,7 +297,7 @@ def test_the_dagster_pipeline_runs_end_to_end_with_the_rows_left_in_postgres(
     from dp_synth_assets.core.config import load_registry
     from dp_synth_assets.artifacts import artifacts
 
-    fetched = record_fetches(monkeypatch, scans.PostgresEngine)
+    fetched = record_fetches(monkeypatch, postgres_engine.PostgresEngine)
     big = "public.example_big"  # more rows than the marginals have cells
     _load_example(postgres, big, BIG_ROWS)
     kept = ("age", "sex", "race", "income", "signup_date", "newsletter")  # each kind, a quick fit

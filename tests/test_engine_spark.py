@@ -1,4 +1,4 @@
-"""The Spark scan engine (core/scans.py): the private scans run as Spark SQL in one local
+"""The Spark scan engine (infra/engines/spark.py): the private scans run as Spark SQL in one local
 session (its JVM started once for the module), the translated constructs give DuckDB's values,
 the exact aggregates equal DuckDB's on the same rows, the example synthesizes end to end with
 `engine: spark` (notebook API and Dagster pipeline, change detection included: the change
@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dp_synth_assets.core import scans
+from dp_synth_assets.infra.engines import spark as spark_engine
 from dp_synth_assets.core.config import ColumnSpec, DatasetSpec
 from dp_synth_assets.core.domain import boolean_value, is_null_condition, value_expression
 from dp_synth_assets.core.marginals import MarginalStore, compute_marginals
@@ -174,7 +175,7 @@ def test_translated_constructs_give_duckdbs_values(spark):
     query = ("SELECT " + ", ".join(f"{e} AS e{i}" for i, e in enumerate(expressions))
              + f" FROM ({rows}) AS v(s, i, f, d, t, b)")
     duck = duckdb.connect(":memory:").execute(query).fetchall()
-    engine = scans.SparkEngine(duckdb.connect(":memory:"), spark)
+    engine = spark_engine.SparkEngine(duckdb.connect(":memory:"), spark)
     result = engine.fetchnumpy(query)
     got = list(zip(*(result[f"e{i}"] for i in range(len(expressions)))))
     assert len(got) == len(duck) == 4
@@ -198,7 +199,7 @@ def test_exact_aggregates_equal_duckdbs(spark):
                "age": ColumnSpec(kind="integer")}
     tasks = [Task("country", "discover"), Task("race", "rare"), Task("income", "bounds"),
              Task("age", "bounds")]
-    engine = scans.SparkEngine(duckdb.connect(":memory:"), spark)
+    engine = spark_engine.SparkEngine(duckdb.connect(":memory:"), spark)
     ours = exact_aggregates(engine, TABLE, columns, tasks, {})
     local = exact_aggregates(duck, "main.example", columns, tasks, {})
     for t in tasks:
@@ -221,7 +222,7 @@ def test_exact_aggregates_equal_duckdbs(spark):
     compute_marginals(duck, "work.encoded", "work.marginals", plan_duck.columns, cliques[:2],
                       plan_duck.domain)
     # another engine over the same store (a later pipeline stage's process) recreates the view
-    later = scans.SparkEngine(engine.store, spark)
+    later = spark_engine.SparkEngine(engine.store, spark)
     spark.sql("DROP VIEW IF EXISTS work__encoded")
     from_spark = MarginalStore(later, "work.encoded", "work.marginals", plan.columns,
                                plan.domain)(cliques)  # three of them counted on demand
@@ -239,7 +240,7 @@ def test_the_example_synthesizes_end_to_end_with_the_rows_left_in_spark(spark, m
     domain, not by the rows; the run's temporary view is dropped when it ends."""
     from dp_synth_assets.api import Synthesizer
 
-    fetched = record_fetches(monkeypatch, scans.SparkEngine, ("fetchnumpy",))
+    fetched = record_fetches(monkeypatch, spark_engine.SparkEngine, ("fetchnumpy",))
     synth = Synthesizer.from_spec(_spec())
     synth.fit(TABLE)
     rows = synth.sample(500, seed=1)
@@ -277,7 +278,7 @@ def test_a_spark_error_quoting_a_value_stays_in_the_private_log(spark, tmp_path,
     with pytest.raises(dg.Failure) as failure:
         with private_errors(warehouse, "bad", "preprocessed", "run-1"):
             with source_connection(warehouse, spec, "bad") as engine:
-                assert isinstance(engine, scans.SparkEngine)
+                assert isinstance(engine, spark_engine.SparkEngine)
                 stages.preprocess(engine, spec, "bad", tmp_path, "private.bad_encoded",
                                   DatasetBudget.of(spec), lambda *a, **k: None)
     public = failure.value.description
@@ -293,7 +294,7 @@ def test_the_spark_content_summary_changes_with_any_value_and_not_with_the_order
     differs when one value changes: a value moved to a NULL column of the same row (where a
     hash that skips NULLs would not see it), '' or 'null' for NULL, a double by one ulp, a
     timestamp by one microsecond."""
-    engine = scans.SparkEngine(duckdb.connect(":memory:"), spark)
+    engine = spark_engine.SparkEngine(duckdb.connect(":memory:"), spark)
 
     def summary(*rows):
         values = ", ".join(f"({i}, {a}, {b}, {x}, TIMESTAMP '2020-01-01 00:00:00.{t:06d}')"
@@ -377,7 +378,7 @@ def test_the_dagster_pipeline_runs_end_to_end_with_the_rows_left_in_spark(
     from dp_synth_assets.artifacts import artifacts
     from dp_synth_assets.core.config import load_registry
 
-    fetched = record_fetches(monkeypatch, scans.SparkEngine)
+    fetched = record_fetches(monkeypatch, spark_engine.SparkEngine)
     folder = tmp_path / "lake_big"
     folder.mkdir()
     rows = generate_example(BIG_ROWS)

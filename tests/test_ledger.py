@@ -1,4 +1,5 @@
-"""The privacy ledger (DESIGN.md section 5): arithmetic, refusals, append-only, processes, staleness."""
+"""The privacy ledger (docs/decisions/0004-privacy-ledger.md): arithmetic,
+refusals, append-only, processes, staleness."""
 
 import ast
 import json

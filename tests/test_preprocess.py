@@ -75,7 +75,8 @@ def test_each_mechanism_charges_what_its_map_reports_and_all_add_up_to_the_stage
     assert len(charge.spends) == len(all_tasks(COLUMNS)) == 5
     assert math.isclose(sum(s.rho for s, _ in charge.spends), 0.2, rel_tol=1e-9)
     assert 0 < sum(s.delta_extra for s, _ in charge.spends) <= 1e-6  # the one discovery's share
-    for spend, params in charge.spends:  # in proportion to TASK_WEIGHTS: discovery 2, density 1/4
+    # in proportion to their weights (preprocess.MECHANISMS): discovery 2, density 1/4
+    for spend, params in charge.spends:
         density = "density" in params.get("purpose", "")
         weight = 2 if spend.mechanism == "gaussian_threshold" else 0.25 if density else 1
         assert math.isclose(spend.rho, 0.2 * weight / 5.25, rel_tol=1e-9)
@@ -464,7 +465,7 @@ def test_an_isolated_heap_decodes_at_its_grid_point_and_a_spread_range_does_not(
     piece, and decodes at exactly its value, as often as the source holds it; a continuous
     column dense enough that neighbouring cells are alike stays spread. Drawn uniformly over
     the cell, the heaps came back as values the source never holds
-    (bench/results/method_notes.md). Noise may keep an empty neighbour cell (2% of them): it is
+    (docs/decisions/0009-dp-preprocessing.md). Noise may keep an empty neighbour cell (2% of them): it is
     far below a quarter of the heap (HEAP_RATIO)."""
     from dp_synth_assets.core.preprocess import density_grid
 

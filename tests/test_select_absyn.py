@@ -18,7 +18,7 @@ def test_cr_score_of_figure_1():
     pairs = [("A1", "A2"), ("A1", "A3"), ("A2", "A3")]
     r_bar = np.array([0.56, 0.96, 0.56])
     cr = cr_scores(index, pairs, r_bar, {("A1", "A2"), ("A1", "A3")})
-    assert cr[2] == pytest.approx(0.56 - 0.56 * 0.96)  # SEED-NOTES: 0.022, not 0
+    assert cr[2] == pytest.approx(0.56 - 0.56 * 0.96)  # 0.022, not 0 (docs/decisions/0013-absyn.md)
     assert cr[0] == pytest.approx(0.0) and cr[1] == pytest.approx(0.0)
     assert cr_scores(index, pairs, r_bar, set())[2] == pytest.approx(0.56)  # no path: CR = R_bar
 
@@ -62,7 +62,7 @@ def test_triangulation_fills_in_a_chordless_cycle():
 
 
 def test_does_not_select_a_pair_independent_given_a_third_where_privsyn_does():
-    """absyn.txt Fig. 1: A2 and A3 depend on each other only through A1 (binary channels:
+    """ABSyn Fig. 1: A2 and A3 depend on each other only through A1 (binary channels:
     A2 flips A1 20% of the time, A3 flips it 5%; R_bar = correlation: 0.6, 0.9, 0.54 = 0.6 * 0.9).
     Once (A1, A3) and (A1, A2) are selected, CR(A2, A3) = 0.54 - 0.6 * 0.9 = 0 up to sampling
     noise (sd about 80 counts at n = 20,000), far below the cost of measuring a third pair at
@@ -186,7 +186,7 @@ def test_detectable_pairs_shrink_until_the_floor_is_stable():
 
 
 def test_absyn_splits_the_one_way_rho_evenly_and_by_cells_only_when_asked():
-    """ABSyn section VI.B as SEED-NOTES states it: rho_1 = 0.1 rho split evenly (absyn's own
+    """ABSyn section VI.B (docs/decisions/0013-absyn.md): rho_1 = 0.1 rho split evenly (absyn's own
     run); `by_cells` (auto's and aim's choice) splits it by codes^(2/3), `optimal_split`."""
     from dp_synth_assets.core.measure import optimal_split
     from dp_synth_assets.core.select.privsyn import measure_one_way

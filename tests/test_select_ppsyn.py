@@ -30,7 +30,7 @@ def perturbed(p_hat: np.ndarray, rng, scale: float) -> np.ndarray:
     return rng.poisson(mix * scale).astype(np.float64)
 
 
-# -- partitions (Algorithms 3 and 4), Theorems 4-5 as SEED-NOTES states them
+# -- partitions (Algorithms 3 and 4), Theorems 4-5 as docs/decisions/0015-ppsyn-made-dp.md reads them
 
 SHAPES = [(99,), (7,), (12, 9), (6, 5, 8), (16, 3, 20)]
 

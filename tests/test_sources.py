@@ -2,7 +2,7 @@
 
 Both run the whole pipeline for real. The attached database is another DuckDB file (DuckDB's
 built-in ATTACH type); postgres, mysql and sqlite use the same code path with DuckDB's
-extensions, which this machine cannot download (see README, "Where the data lives").
+extensions, which this machine cannot download (see docs/where-data-lives.md).
 """
 
 import dagster as dg

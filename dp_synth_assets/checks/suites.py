@@ -7,9 +7,10 @@ built from the declared spec, the dataset's plan and its noisy measurements only
 synthetic table, never the source, so every verdict and figure is public. The schema, the types
 and the domains are the declared ones (`CheckInputs.declared`), the plan filling in only what
 preprocessing learned (`domain.declared_domain`); the distribution checks compare with the
-measurements, in the plan's codes. `CHECKS` lists them with their severity (ERROR or WARN) and
-whether a failure blocks the downstream assets; a check's description is the first line of its
-function's docstring. `publish` stores a result where the public can read it.
+measurements, in the plan's codes. `CHECKS`, the checks' registry, lists them with their module,
+severity (ERROR or WARN), whether a failure blocks the downstream assets and whether they read
+frames of the table; a check's description is the first line of its function's docstring.
+`publish` stores a result where the public can read it.
 """
 
 from collections.abc import Callable, Iterator
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.domain import declared_domain
+from ..core.plugins import NO_SETTINGS, plugin_module
 from ..core.sql import qualified
 from ..evaluation import fidelity
 from .data_docs import write_data_docs
@@ -276,13 +278,24 @@ def _bound(value):
 
 @dataclass(frozen=True)
 class Check:
-    """A check: its function, severity ("ERROR" or "WARN") and whether a failure blocks the
-    assets downstream of `synthetic`."""
+    """A check: `module` holds its function, named as the check, which takes the
+    `SyntheticTable` and returns a `CheckResult` (a module of this package, or a dotted path for
+    a check that lives elsewhere); `severity` ("ERROR" or "WARN"); whether a failure blocks the
+    assets downstream of `synthetic`; `rows`: it reads frames of the table, so it runs while
+    the table's connection is open (`run_all`); `settings`: its settings model (none yet takes
+    any: `plugins.NO_SETTINGS`). Adding a check is its module plus one line in `CHECKS`."""
 
     name: str
-    run: Callable[[SyntheticTable], CheckResult]
+    module: str
     severity: str
     blocking: bool
+    rows: bool = False
+    settings: str = NO_SETTINGS
+
+    @property
+    def run(self) -> Callable[[SyntheticTable], CheckResult]:
+        """The check's function: `name` of its module."""
+        return getattr(plugin_module(CHECKS, self.name, __package__, "check"), self.name)
 
     @property
     def description(self) -> str:
@@ -291,23 +304,22 @@ class Check:
 
 
 CHECKS = {c.name: c for c in (
-    Check("schema", schema, "ERROR", True),
-    Check("domain", domain, "ERROR", True),
-    Check("row_count", row_count, "ERROR", False),
-    Check("null_fraction", null_fraction, "WARN", False),
-    Check("one_way_tvd", one_way_tvd, "WARN", False),
-    Check("marginal_tvd", marginal_tvd, "WARN", False),
-    Check("duplicates", duplicates, "WARN", False),
+    Check("schema", "suites", "ERROR", True, rows=True),
+    Check("domain", "suites", "ERROR", True, rows=True),
+    Check("row_count", "suites", "ERROR", False, rows=True),
+    Check("null_fraction", "suites", "WARN", False, rows=True),
+    Check("one_way_tvd", "suites", "WARN", False),
+    Check("marginal_tvd", "suites", "WARN", False),
+    Check("duplicates", "suites", "WARN", False),
 )}
-ROW_CHECKS = ("schema", "domain", "row_count", "null_fraction")  # read frames of the table
 
 
 def run_all(connect, inputs: CheckInputs, log=None) -> Iterator[CheckResult]:
     """Every check of `CHECKS`, in order, as each finishes. `connect()` opens a read-only DuckDB
-    connection (a context manager); the checks that read frames run while it is open, the
-    others on the counts afterwards. `log`, if given, gets a line when each check starts and one
-    with its verdict and duration when it ends (public: a check reads only the synthetic
-    table and the public plan and measurements)."""
+    connection (a context manager); the checks that read frames (`Check.rows`) run while it is
+    open, the others on the counts afterwards. `log`, if given, gets a line when each check
+    starts and one with its verdict and duration when it ends (public: a check reads only the
+    synthetic table and the public plan and measurements)."""
     import time
 
     def run(name: str, table: SyntheticTable) -> CheckResult:
@@ -320,12 +332,13 @@ def run_all(connect, inputs: CheckInputs, log=None) -> Iterator[CheckResult]:
                 f"{time.perf_counter() - started:.1f}s")
         return result
 
+    rows = [name for name, check in CHECKS.items() if check.rows]
     with connect() as con:
         table = SyntheticTable.read(con, inputs)
-        for name in ROW_CHECKS:
+        for name in rows:
             yield run(name, table)
     for name in CHECKS:
-        if name not in ROW_CHECKS:
+        if name not in rows:
             yield run(name, table)
 
 

@@ -1,4 +1,5 @@
-"""The budget of one synthesis run, in zCDP terms (DESIGN.md section 3), with no Dagster in it.
+"""The budget of one synthesis run, in zCDP terms (docs/decisions/0002-zcdp-accounting.md),
+with no Dagster in it.
 
 `DatasetBudget.of(spec)` converts a dataset's (epsilon, delta) run budget and lifetime limit into
 rho, and splits the run's rho between the stages (with category discovery, after a noisy row
@@ -58,7 +59,7 @@ def preprocess_share(noisy_rows: float | None, run_rho: float) -> float:
       large share of the rows to be found at all; linear in log z up to the rho's share at
       z >= LARGE_Z.
     The ends and thresholds are measured (a sweep of shares on the four raw tables:
-    bench/results/method_notes.md, "The preprocessing share"). The share lies in
+    docs/decisions/0011-preprocessing-share.md). The share lies in
     [MIN_PREPROCESS_SHARE, SMALL_PREPROCESS_SHARE], the range `DatasetBudget.reservation`
     covers before the count."""
     high = _rho_share(run_rho)
@@ -81,7 +82,7 @@ def _rho_share(run_rho: float) -> float:
 class DatasetBudget:
     """The run budget and the lifetime limit of one dataset, in rho (and extra delta).
 
-    Accounting (DESIGN.md section 3): mechanisms compose as approximate zCDP, (sum rho,
+    Accounting (docs/decisions/0002-zcdp-accounting.md): mechanisms compose as approximate zCDP, (sum rho,
     sum delta_extra), which implies (epsilon(sum rho, delta'), delta' + sum delta_extra)-DP. When a
     column's categories are discovered by thresholding, half of each delta (run and limit) is set
     aside for delta_extra and rho is computed at the other half; otherwise rho uses all of delta.

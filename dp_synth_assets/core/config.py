@@ -1,4 +1,5 @@
-"""The dataset registry: the schema of datasets.yaml and its validation (DESIGN.md section 7).
+"""The dataset registry: the schema of datasets.yaml and its validation
+(docs/decisions/0008-dataset-registry.md).
 
 A `DatasetSpec` is one registered source table with its column specs, privacy settings and
 synthesis settings. `load_registry` parses the YAML file and rejects unknown keys, wrong kinds and
@@ -21,8 +22,8 @@ What is refused at load, beyond the schema (each a mistake that would otherwise 
   rows (the inverse-variance combination of Gaussian counts of sensitivity 1 whose rho sum to
   at most the run's), and a run whose bound exceeds `MAX_TOTAL_SD` rows is refused: declare
   `rows:` or raise `privacy.epsilon`. The rule reads epsilon and delta only;
-- a dataset using an optional feature (`DatasetSpec.features`: a scan engine other than duckdb,
-  `report:`) whose extra is not installed (`extras.refusal`: the extra and its pip command).
+- a dataset using an optional feature (`DatasetSpec.features`: a scan engine whose registry line
+  names one, `report:`) whose extra is not installed (`extras.refusal`: the extra and its pip command).
 """
 
 import difflib
@@ -34,6 +35,7 @@ import re
 from dataclasses import dataclass, field as dataclass_field
 from datetime import date, datetime
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Annotated, Literal, Union
 
 import yaml
@@ -42,8 +44,9 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 
 from .engines import ENGINES
 from .extras import refusal
-from .methods import METHODS
-from .plugins import require_registered
+from .methods import METHODS, PACKAGE as SELECT_PACKAGE
+from .plugins import plugin_module, require_registered, validate_plugin_settings
+from .scan_engines import PACKAGE as SCAN_PACKAGE, SCAN_ENGINES
 from .sql import same_identifier, sql_text
 
 DATASET_NAME = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -549,44 +552,29 @@ Source = Union[TableSource, ParquetSource, CsvSource, AttachSource]
 
 
 class EngineSpec(_Strict):
-    """Where the private scans run (core/scans.py): `duckdb` (the default: the warehouse's DuckDB
-    reads the source), or `postgres` (the source is `table:` in a PostgreSQL database, read
-    through its own SQL; `dsn_env` names the environment variable holding the connection
-    string, or `dsn` gives it; the encoded view is created in `schema`), or `spark` (the
-    source is `table:` in the Spark session's catalog or `parquet:` read by Spark; the session
-    is Spark Connect's `remote`, or built with `master` and `conf`, or the process's active
-    one)."""
+    """Where the private scans run (core/scans.py): `type` names a scan engine of
+    `scan_engines.SCAN_ENGINES` (`duckdb`, the default: the warehouse's DuckDB reads the source;
+    `postgres`; `spark`); `schema` is the engine's working schema, where a PostgreSQL engine
+    creates the encoded view. The block's other keys are the engine's own settings, declared
+    and checked by its settings model beside its connector (`infra/engines/<engine>.py`, a
+    subclass of this one), which `engine_settings` finds through the registry: after
+    validation a dataset's `engine` is an instance of it."""
 
-    type: Literal["duckdb", "postgres", "spark"] = "duckdb"
-    dsn: str | None = None
-    dsn_env: str | None = None
-    # spark: Spark Connect's `remote` (sc://host:15002), or the builder's `master` and `conf`;
-    # neither: the process's active session, or a local one
-    master: str | None = None
-    remote: str | None = Field(default=None, pattern=r"^sc://")
-    conf: dict[str, str] = {}
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+    type: str = "duckdb"
     # `schema:` in datasets.yaml (a field named `schema` would shadow pydantic's)
     schema_: str = Field(default="dp_synth", alias="schema", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-    @model_validator(mode="after")
-    def _connection(self) -> "EngineSpec":
-        if self.type == "duckdb" and (self.dsn or self.dsn_env):
-            raise ValueError("engine duckdb reads the warehouse: dsn and dsn_env are for postgres")
-        if self.type == "postgres" and not (self.dsn or self.dsn_env):
-            raise ValueError("engine postgres needs dsn_env (the environment variable holding "
-                             "the connection string) or dsn")
-        if self.type != "spark" and (self.master or self.remote or self.conf):
-            raise ValueError("master, remote and conf are for engine spark")
-        if self.type == "spark" and (self.dsn or self.dsn_env):
-            raise ValueError("engine spark reads its session's catalog: dsn and dsn_env are "
-                             "for postgres")
-        if self.master and self.remote:
-            raise ValueError("engine spark takes `remote` (Spark Connect) or `master`, not both")
-        return self
 
-
-def _engine(value):
-    return EngineSpec(type=value) if isinstance(value, str) else value
+def engine_settings(value) -> EngineSpec:
+    """The `engine:` block (a name, a mapping or an EngineSpec) validated by its engine's own
+    settings model (`scan_engines.SCAN_ENGINES`). A key that another registered engine declares
+    is refused naming that engine (its `OWNED`, after this engine's `READS` when it has one)."""
+    data = {"type": value} if isinstance(value, str) else (
+        value.model_dump(by_alias=True, exclude_unset=True) if isinstance(value, BaseModel)
+        else dict(value))
+    return validate_plugin_settings(SCAN_ENGINES, data.get("type", "duckdb"), SCAN_PACKAGE,
+                                    "scan engine", data)
 
 
 class Limit(_Strict):
@@ -623,8 +611,13 @@ class Privacy(_Strict):
 
 
 class SelectionSettings(_Strict):
-    """Settings of the selection stage (see dp_synth_assets.core.select)."""
+    """Settings of the selection stage every method reads (see dp_synth_assets.core.select).
+    The `selection:` block's other keys are the method's own (`marginals` of manual, `workload`
+    of aim), declared and checked by its settings model beside it (`Settings` of its module, a
+    subclass of this one), which `method_settings` finds through `methods.METHODS`: after
+    validation a dataset's `selection` is an instance of it."""
 
+    model_config = ConfigDict(extra="allow", frozen=True)
     # rho shares of the run's budget: noisy 1-way marginals, selection mechanisms (scores,
     # exponential mechanism), and the rest for measured marginals; unset: the method's default.
     one_way_share: float | None = Field(default=None, gt=0, lt=1)
@@ -633,12 +626,22 @@ class SelectionSettings(_Strict):
     max_model_mb: float = Field(default=4.0, gt=0)
     # adaptive methods (aim): the most rounds, each a model refit (unset: the method's default)
     max_rounds: int | None = Field(default=None, ge=1, le=10_000)
-    # method `manual` only: the marginals to measure, `all_pairs` or a list of column lists
-    marginals: Literal["all_pairs"] | list[list[str]] | None = None
-    # method `aim` only: the marginals AIM's selection serves (its workload): `all_triples`
-    # (unset: every 3-way marginal of at most 10^4 cells, and the pairs in none of them),
-    # `all_pairs`, or a list of column lists, e.g. [[age, income], [sex, occupation, income]]
-    workload: Literal["all_triples", "all_pairs"] | list[list[str]] | None = None
+
+
+class SharedSelection(SelectionSettings):
+    """The settings of a method with no key of its own: the shared keys only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def method_settings(method: str, selection: SelectionSettings,
+                    columns: Mapping | None = None) -> SelectionSettings:
+    """The `selection:` block validated by `method`'s own settings model (`methods.METHODS`),
+    whose rules read the dataset's `columns` (validation context). A key that another
+    registered method declares is refused naming that method (its `OWNED`)."""
+    data = selection.model_dump(exclude_unset=True)
+    return validate_plugin_settings(METHODS, method, SELECT_PACKAGE, "selection method", data,
+                                    {"columns": dict(columns or {}), "method": method})
 
 
 class ModelSettings(_Strict):
@@ -689,17 +692,18 @@ class DatasetSpec(_Strict):
     # default: auto, absyn or MST by public facts (select/auto.py; measured by bench/suite.py)
     method: str = "auto"  # a key of core.methods.METHODS (checked below)
     generator: str = "auto"  # a key of core.engines.ENGINES or auto (checked below)
-    # where the private scans run (core/scans.py): duckdb | postgres | spark | {type: ..., ...}
-    # (a name is the engine of that type: after validation, always an EngineSpec; the union is
-    # what the JSON schema of an entry shows, `dg check yaml`)
-    engine: Annotated[Literal["duckdb", "postgres", "spark"] | EngineSpec,
-                      AfterValidator(_engine)] = EngineSpec()
+    # where the private scans run (core/scans.py): a scan engine's name (duckdb, postgres,
+    # spark) or its block {type: ..., ...}; after validation, always the engine's own settings
+    # (`engine_settings`, a subclass of EngineSpec)
+    engine: Annotated[str | EngineSpec, AfterValidator(engine_settings)] = Field(
+        default="duckdb", validate_default=True)
     rows: Literal["same"] | Annotated[int, Field(ge=1, le=1_000_000_000)] = "same"
     seed: Annotated[int, BeforeValidator(_integer), Field(ge=0, lt=2 ** 63)] | None = None
     schedule: str | None = None
     on_source_change: Literal["resynthesize", "ignore"] = "ignore"
     min_interval: DurationText = "1h"
-    selection: SelectionSettings = SelectionSettings()
+    # after validation, the method's own settings (`_method_settings`)
+    selection: SelectionSettings = Field(default_factory=SelectionSettings, validate_default=True)
     model: ModelSettings = ModelSettings()
     report: ReportSettings | None = None
     description: str | None = None
@@ -743,6 +747,13 @@ class DatasetSpec(_Strict):
             require_registered(ENGINES, v, "generator", " or auto")
         return v
 
+    @field_validator("selection")
+    @classmethod
+    def _method_settings(cls, v: SelectionSettings, info) -> SelectionSettings:
+        if "method" not in info.data:  # an unregistered method: refused already
+            return v
+        return method_settings(info.data["method"], v, info.data.get("columns"))
+
     @field_validator("schedule")
     @classmethod
     def _cron(cls, v: str | None) -> str | None:
@@ -751,7 +762,14 @@ class DatasetSpec(_Strict):
         return v
 
     @model_validator(mode="after")
-    def _budget_shares(self) -> "DatasetSpec":
+    def _cross_field_rules(self) -> "DatasetSpec":
+        """The rules that read more than one key of an entry: `report.target` is a declared column
+        and has held-out rows; a scan engine other than duckdb reads a table (spark: or a Parquet
+        file) and no owner report; `selection.marginals` only with method manual (which needs it,
+        without `score_share`, naming declared columns); `selection.workload` only with method aim,
+        naming declared columns; the one-way and score shares (set or the method's defaults) sum
+        below 1; `rows: same` only at a budget whose noisy row count is meaningful
+        (`MAX_TOTAL_SD`)."""
         method = METHODS[self.method]
         if self.report is not None and self.report.target is not None:
             if self.report.target not in self.columns:
@@ -760,45 +778,11 @@ class DatasetSpec(_Strict):
             if self.report.holdout <= 0:
                 raise ValueError("report.target needs held-out rows to test on: set "
                                  "report.holdout (e.g. 0.2)")
-        if self.engine.type != "duckdb":
-            parquet = self.engine.type == "spark" and isinstance(self.source, ParquetSource)
-            if not (isinstance(self.source, TableSource) or parquet) or self.source.asset \
-                    is not None:
-                raise ValueError(f"engine {self.engine.type} reads `source: {{table: ...}}`, a "
-                                 "table of its database" + (", or `source: {parquet: path}`"
-                                                            if self.engine.type == "spark" else ""))
-            if self.report is not None:
-                raise ValueError(f"the owner-only report reads the source through DuckDB: "
-                                 f"remove `report:` for engine {self.engine.type}")
-        if self.method == "manual":
-            if self.selection.marginals is None:
-                raise ValueError("method manual measures the marginals you declare: set "
-                                 "selection.marginals to all_pairs or a list like "
-                                 "[[age, income], [sex, occupation]]")
-            if self.selection.score_share is not None:
-                raise ValueError("method manual has no selection scores: remove "
-                                 "selection.score_share")
-            unknown = sorted({a for c in (self.selection.marginals if isinstance(
-                self.selection.marginals, list) else []) for a in c if a not in self.columns})
-            if unknown:
-                raise ValueError(f"selection.marginals names {unknown}, which are not declared "
-                                 f"columns ({sorted(self.columns)})")
-        elif self.selection.marginals is not None:
-            raise ValueError(f"selection.marginals is for method manual; method {self.method} "
-                             "selects its own marginals (remove it, or set method: manual)")
-        workload = self.selection.workload
-        if workload is not None and self.method != "aim":
-            raise ValueError(f"selection.workload is for method aim; method {self.method} has no "
-                             "workload (remove it, or set method: aim)")
-        if isinstance(workload, list):
-            if not workload or any(not c for c in workload):
-                raise ValueError("selection.workload lists the marginals AIM should serve: give "
-                                 "at least one, each a list of one or more columns, e.g. "
-                                 "[[age, income], [sex, occupation, income]]")
-            unknown = sorted({a for c in workload for a in c if a not in self.columns})
-            if unknown:
-                raise ValueError(f"selection.workload names {unknown}, which are not declared "
-                                 f"columns ({sorted(self.columns)})")
+        refuse = getattr(plugin_module(SCAN_ENGINES, self.engine.type, SCAN_PACKAGE,
+                                        "scan engine"), "refusal", None)
+        problem = refuse(self.engine, self.source, self.report) if refuse else None
+        if problem:
+            raise ValueError(problem)
         shares = ((self.selection.one_way_share or method.one_way_share)
                   + (self.selection.score_share or method.score_share))
         if shares >= 1:
@@ -825,7 +809,8 @@ class DatasetSpec(_Strict):
 
     def features(self) -> list[str]:
         """The optional features (`extras.FEATURES`) this dataset uses."""
-        used = [self.engine.type] if self.engine.type in ("postgres", "spark") else []
+        feature = SCAN_ENGINES[self.engine.type].feature
+        used = [feature] if feature is not None else []
         return used + (["report"] if self.report is not None else [])
 
     @property

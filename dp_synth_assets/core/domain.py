@@ -245,7 +245,7 @@ def grid_points(x, width: float) -> np.ndarray:
     (140 * 0.005 = 0.7000000000000001), and a source value on the point (0.7, read from text as
     the double nearest 0.7) would then compare below an edge placed there and encode into the
     bin under it, whose density has no mass at 0.7: the decoded heap moved out of its cell
-    (diamonds_raw's 2-way TVD, bench/results/method_notes.md). Rounded to one decimal more
+    (diamonds_raw's 2-way TVD, docs/decisions/0009-dp-preprocessing.md). Rounded to one decimal more
     than the width has."""
     digits = max(0, 1 - math.floor(math.log10(width)))
     return np.round(np.asarray(x, dtype=np.float64), digits)

@@ -11,15 +11,24 @@ that lives elsewhere. `auto` tries the engines with a place in increasing order 
 first whose estimate fits the budget; if none does, it takes the last one, which should be the
 engine whose cost does not grow with the joint domain. An engine without a place (None) runs
 only when a dataset names it.
+
+Every generator's settings model is the shared `config.ModelSettings` (the `model:` block):
+with `generator: auto` the generator is chosen at run time, from the measurements, so no key
+can be refused at load for not being the chosen generator's; `EngineInfo.settings` names it
+(or a generator's own model, `module:Class`, a subclass of it).
 """
 
 from dataclasses import dataclass
+
+PACKAGE = "dp_synth_assets.core.generate"
+SHARED = "dp_synth_assets.core.config:ModelSettings"  # the `model:` block, shared
 
 
 @dataclass(frozen=True)
 class EngineInfo:
     module: str        # <module> of generate/, or a dotted path
     auto: int | None   # place in auto's preference order (lowest first); None: never by auto
+    settings: str = SHARED  # its settings model (module:Class, or a class of its module)
 
 
 ENGINES = {

@@ -1,4 +1,5 @@
-"""The privacy ledger (DESIGN.md section 5): an append-only table of budget events, in a SQLite
+"""The privacy ledger (docs/decisions/0004-privacy-ledger.md; the hash chain:
+docs/decisions/0005-ledger-hash-chain.md): an append-only table of budget events, in a SQLite
 file or in a schema of a PostgreSQL database (`core.ledger_store`: this module is the ledger's
 logic, the store keeps its rows).
 

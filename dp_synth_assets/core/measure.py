@@ -150,7 +150,8 @@ def measure_marginal(exact: np.ndarray, clique: Clique, rho: float, charge,
                      groups: Groups | None = None, **params) -> Measurement:
     """One noisy marginal: the discrete Gaussian mechanism at `rho` (`privacy.gaussian_counts`,
     an OpenDP measurement at L2 sensitivity 1: under add/remove-one-row neighbours a count array
-    changes by 1 in one cell, DESIGN.md section 3), then `charge(spend, clique=[...], **params)`
+    changes by 1 in one cell,
+    docs/decisions/0001-privacy-unit.md), then `charge(spend, clique=[...], **params)`
     with the rho its privacy map reports, before anything is returned, then the `Measurement`.
 
     Guarantee: the returned measurement is rho-zCDP (sigma = 1 / sqrt(2 rho)) in `exact` and its

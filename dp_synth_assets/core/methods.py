@@ -4,10 +4,14 @@ it spends the measurement budget inside selection.
 A leaf module (it imports nothing of the package): `config` validates a dataset's method and
 shares against it and `select` dispatches through it, without importing each other.
 
-The registry line is each method's declaration (name, module, budget shares; the settings model
-is the shared `config.SelectionSettings`), not its module: validating a datasets.yaml must not
-import every method module (they pull in mbi, JAX, networkx and scipy) nor form the circle
-config -> select -> config, so the shares a validator needs live here, beside the module's name.
+The registry line is each method's declaration (name, module, budget shares, settings model),
+not its module: validating a datasets.yaml must not import every method module (they pull in
+mbi, JAX, networkx and scipy) nor form the circle config -> select -> config, so the shares a
+validator needs live here, beside the module's name. The settings model is named, not imported:
+`settings`, a class of the method's module (`Settings`, a subclass of
+`config.SelectionSettings` declaring the method's own keys of the `selection:` block and their
+rules) or `module:Class`; a method with no key of its own names `SHARED`, the shared keys only.
+Validating a dataset imports the module of the method it names (`config.method_settings`).
 
 Adding a method is one module plus one line here. The module defines
 `select(domain, oracle, budget, settings, charge) -> Selection` and, optionally,
@@ -18,6 +22,9 @@ qualified module path (a dotted name) for a method that lives elsewhere.
 
 from dataclasses import dataclass
 
+PACKAGE = "dp_synth_assets.core.select"
+SHARED = "dp_synth_assets.core.config:SharedSelection"  # the settings of a method without keys
+
 
 @dataclass(frozen=True)
 class MethodInfo:
@@ -25,14 +32,15 @@ class MethodInfo:
     one_way_share: float         # default share of rho for the noisy 1-way marginals
     score_share: float           # default share for selection mechanisms
     measures_in_selection: bool  # spends the rest inside selection too
+    settings: str = SHARED       # its settings model (a class of the module, or module:Class)
 
 
 METHODS = {
     "privsyn": MethodInfo("privsyn", 0.1, 0.1, False),
     "absyn": MethodInfo("absyn", 0.1, 0.1, False),
     "mst": MethodInfo("mst", 1 / 3, 1 / 3, False),
-    "aim": MethodInfo("aim", 0.3, 0.1, True),
+    "aim": MethodInfo("aim", 0.3, 0.1, True, "Settings"),
     "ppsyn": MethodInfo("ppsyn", 0.1, 0.1, True),
-    "manual": MethodInfo("manual", 0.1, 0.0, False),
+    "manual": MethodInfo("manual", 0.1, 0.0, False, "Settings"),
     "auto": MethodInfo("auto", 0.3, 0.1, False),
 }

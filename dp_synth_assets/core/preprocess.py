@@ -1,7 +1,8 @@
 """DP preprocessing: the domain of each column, learned with DP where it is not declared.
 
-Benchmark paper (benchmark-dp-tabular-synthesis.txt) section 5 and appendix B, PrivSyn's
-filter-and-combine (privsyn-gum-excerpt.txt), corrected by SEED-NOTES.md. Per column, the
+The benchmark paper of Chen et al., section 5 and appendix B, and PrivSyn's filter-and-combine,
+as corrected and completed in docs/decisions/0009-dp-preprocessing.md and
+docs/decisions/0010-category-discovery.md. Per column, the
 mechanisms (`mechanisms`) are:
 
 - `discover` (categorical without `categories`): the exact value counts go through OpenDP's
@@ -28,7 +29,7 @@ mechanisms (`mechanisms`) are:
   the bucket histogram again, averaged with the first. The clipped noisy part (or bucket)
   counts inside the bounds are kept as the column's density: decoding draws a value inside its
   bin in proportion to it. Why not
-  exponential-mechanism quantiles: bench/results/method_notes.md.
+  exponential-mechanism quantiles: docs/decisions/0009-dp-preprocessing.md.
 - quantile bins (the default with DP bounds, `binning: quantile`; no mechanism of their own):
   `bins` (default DEFAULT_BINS) bins of about equal mass, cut where the cumulative clipped
   noisy part counts of the `bounds` histogram reach j / bins of their total, moved to the
@@ -54,8 +55,8 @@ mechanisms (`mechanisms`) are:
   with fanout 2 over [low, high]: a node's biased count b = max(c - depth * delta, theta - delta)
   gets Laplace(lambda) noise (OpenDP); it splits when the noisy value exceeds theta. With
   lambda = (2 beta - 1) / ((beta - 1) epsilon) and delta = lambda ln beta the whole tree is
-  epsilon-DP (Zhang et al. Thm 1), charged epsilon^2 / 2 in rho (Bun-Steinke; SEED-NOTES
-  corrects the appendix). We use theta = 0 (Tao et al.'s choice; the benchmark gives none) and
+  epsilon-DP (Zhang et al. Thm 1), charged epsilon^2 / 2 in rho (Bun-Steinke; the
+  benchmark's appendix B has a slip here: docs/decisions/0009-dp-preprocessing.md). We use theta = 0 (Tao et al.'s choice; the benchmark gives none) and
   two public stopping rules: a node is not split beyond depth 16, and an integer node narrower
   than 2 values is not split. Node counts are sums over an exact histogram of 2^16 cells.
 
@@ -65,7 +66,7 @@ value as text, its bucket or its PrivTree cell; NULL where the row does not coun
 NULL, a `missing` marker, not castable), computed once into a temporary table
 (sql/preprocess_keys.sql), and one query groups it by GROUPING SETS, one set per key, dropping
 each set's NULL-key group (sql/preprocess_counts.sql); a bucket is found by a sum of comparisons
-with the edges (timings: bench/results/method_notes.md). The result has one row per
+with the edges (timings: docs/decisions/0009-dp-preprocessing.md). The result has one row per
 value / bucket / cell, so its size is bounded by the domains, not by the rows. A `privtree`
 column without declared bounds needs a second scan, since its cells span the DP bounds that the
 first scan's bucket histogram releases: all such columns share it.
@@ -73,9 +74,9 @@ first scan's bucket histogram releases: all such columns share it.
 Budget: with category discovery, a noisy row count (`noisy_row_count`, Gaussian, charged
 first) sets the preprocessing share (`budget.preprocess_share`) and is recorded in the plan.
 The rest of the preprocessing rho is split across all mechanism invocations of the run in
-proportion to TASK_WEIGHTS (a discovery weighs 2, its threshold being ~6 sigma; a density 1/4:
-it refines values inside bins the other tasks define, and at full weight it took the budget the
-bounds and categories of small tables need; any other task 1);
+proportion to their `Mechanism.weight` (a discovery weighs 2, its threshold being ~6 sigma; a
+density 1/4: it refines values inside bins the other tasks define, and at full weight it took
+the budget the bounds and categories of small tables need; any other task 1);
 `discover` invocations share the run's extra delta evenly. Every invocation calls `charge` with
 the spend its privacy map reports, right after drawing the noise: in column order, first-scan
 mechanisms first, then the PrivTree trees of the second scan. The category counts (`rare`) and
@@ -98,6 +99,7 @@ from .domain import (Derived, EncodingPlan, SchemaError, bin_count, build_plan, 
                      encode_view_sql, encoded_columns, equal_mass_edges, grid_points,
                      integer_valued, is_null_condition, uniform_bins, uniform_edges,
                      value_expression)
+from .plugins import NO_SETTINGS, plugin_module
 from .privacy import Spend, gaussian_counts, gaussian_scale
 from .progress import due
 from .scans import as_engine
@@ -111,8 +113,6 @@ PRIVTREE_FANOUT = 2
 PRIVTREE_THETA = 0.0
 PRIVTREE_MAX_DEPTH = 16
 PRIVTREE_CELLS = 2 ** PRIVTREE_MAX_DEPTH  # leaves of a full tree
-# the preprocessing rho is split between the tasks in proportion to these weights (default 1)
-TASK_WEIGHTS = {"discover": 2.0, "density": 0.25}
 BOUNDS_PARTS = 32  # equal parts of each public bounds bucket, to tighten the outer ones
 DENSITY_CELLS = 1024  # most cells of a `density` histogram
 DENSITY_Z = 2.0  # `density` cells below DENSITY_Z sigma are zeroed
@@ -123,7 +123,79 @@ HEAP_RATIO = 0.25  # a kept `density` cell is a heap when no neighbour's noisy c
 @dataclass(frozen=True)
 class Task:
     column: str
-    mechanism: str  # discover | rare | bounds | privtree | density
+    mechanism: str  # a key of MECHANISMS: discover | rare | bounds | privtree | density
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """A preprocessing mechanism of the registry `MECHANISMS`: `function` of `module` (a module
+    of `dp_synth_assets.core`, or a dotted path for one that lives elsewhere) releases a task's
+    result from its `MechanismCall`; `aggregate` is the exact aggregate it reads (`values`: the
+    value counts; `buckets`: the bounds histogram over `bucket_edges`; `grid`: the density
+    histogram over `density_grid` of its span; `cells`: PRIVTREE_CELLS cells over its span);
+    `weight`: its share of the preprocessing rho relative to the other tasks (module doc);
+    `settings`: its settings model (none takes any yet: `plugins.NO_SETTINGS`)."""
+
+    module: str
+    function: str
+    aggregate: str  # values | buckets | grid | cells
+    weight: float = 1.0
+    settings: str = NO_SETTINGS
+
+    @property
+    def spanned(self) -> bool:
+        """Whether its aggregate spans the column's bounds (declared, or the DP bounds of the
+        first scan)."""
+        return self.aggregate in ("grid", "cells")
+
+
+@dataclass(frozen=True)
+class MechanismCall:
+    """What a mechanism reads: the task's column and its spec, the exact aggregate (private),
+    its span (PrivTree's or the density's [low, high], else None), its rho and delta, the
+    `charge` callback it calls with each spend right after drawing the noise, and the bins a
+    density shapes (`edges`, when not uniform)."""
+
+    column: str
+    spec: ColumnSpec
+    exact: object
+    span: tuple[float, float] | None
+    rho: float
+    delta: float
+    charge: Callable
+    edges: np.ndarray | None = None
+
+
+def _discover(call: MechanismCall):
+    return discover_categories(call.exact, call.column, call.rho, call.delta, call.charge)
+
+
+def _rare(call: MechanismCall):
+    return measure_declared_categories(call.exact, call.column, call.spec, call.rho, call.charge)
+
+
+def _bounds(call: MechanismCall):
+    return bounds_and_density(call.exact, call.column, call.spec, call.rho, call.charge)
+
+
+def _density(call: MechanismCall):
+    return grid_density(call.exact, call.column, call.spec, *call.span, call.rho, call.charge,
+                        call.edges)
+
+
+def _privtree(call: MechanismCall):
+    return privtree_edges(call.exact, call.column, call.spec, *call.span, call.rho, call.charge)
+
+
+# The preprocessing mechanisms (module doc). Adding one is its module plus one line here; a
+# column's tasks are planned by `mechanisms` and their releases read by `preprocess`.
+MECHANISMS = {
+    "discover": Mechanism("preprocess", "_discover", "values", weight=2.0),
+    "rare": Mechanism("preprocess", "_rare", "values"),
+    "bounds": Mechanism("preprocess", "_bounds", "buckets"),
+    "privtree": Mechanism("preprocess", "_privtree", "cells"),
+    "density": Mechanism("preprocess", "_density", "grid", weight=0.25),
+}
 
 
 def mechanisms(name: str, spec: ColumnSpec) -> list[Task]:
@@ -177,7 +249,7 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
         return {}
     if rho <= 0:
         raise ValueError("preprocessing needs a positive rho")
-    weights = [TASK_WEIGHTS.get(t.mechanism, 1.0) for t in tasks]
+    weights = [MECHANISMS[t.mechanism].weight for t in tasks]
     rho_of = {t: rho * w / sum(weights) for t, w in zip(tasks, weights)}
     discovers = sum(t.mechanism == "discover" for t in tasks)
     delta_each = delta_extra / discovers if discovers else 0.0
@@ -198,7 +270,7 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
 
     # PrivTree and density over DP bounds wait for them: their cells span what the first scan
     # releases
-    spanned = ("privtree", "density")
+    spanned = {name for name, m in MECHANISMS.items() if m.spanned}
     second = [t for t in tasks if t.mechanism in spanned and columns[t.column].bounds is None]
     first = [t for t in tasks if t not in second]
     scans = bool(first) + bool(second)
@@ -239,18 +311,12 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
 
 def run_mechanism(task: Task, exact, spec: ColumnSpec, span, rho: float, delta: float,
                   charge, edges=None):
-    """One task's mechanism on its exact aggregate (`span`: PrivTree's or the density's [low,
-    high]; `edges`: the bins a density shapes, when not uniform)."""
-    name = task.column
-    if task.mechanism == "discover":
-        return discover_categories(exact, name, rho, delta, charge)
-    if task.mechanism == "rare":
-        return measure_declared_categories(exact, name, spec, rho, charge)
-    if task.mechanism == "bounds":
-        return bounds_and_density(exact, name, spec, rho, charge)
-    if task.mechanism == "density":
-        return grid_density(exact, name, spec, *span, rho, charge, edges)
-    return privtree_edges(exact, name, spec, *span, rho, charge)
+    """One task's mechanism (its entry of MECHANISMS) on its exact aggregate (`span`: PrivTree's
+    or the density's [low, high]; `edges`: the bins a density shapes, when not uniform)."""
+    entry = MECHANISMS[task.mechanism]
+    module = plugin_module(MECHANISMS, task.mechanism, __package__, "preprocessing mechanism")
+    return getattr(module, entry.function)(MechanismCall(task.column, spec, exact, span, rho,
+                                                         delta, charge, edges))
 
 
 # ------------------------------------------------------------------------------ exact aggregates
@@ -269,11 +335,12 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: 
     values, keys, sizes = [], [], []
     for i, t in enumerate(tasks):
         spec, v = columns[t.column], f"v{i}"
-        if t.mechanism in ("discover", "rare"):
+        aggregate = MECHANISMS[t.mechanism].aggregate
+        if aggregate == "values":
             value, key, size = f"CAST({ident(t.column)} AS VARCHAR)", v, None
         else:
             value = value_expression(t.column, spec.kind, spec.sql_type)
-            if t.mechanism == "bounds":
+            if aggregate == "buckets":
                 edges = bucket_edges(spec)
                 bucket = sql("preprocess_bucket", v=v, comparisons=" + ".join(
                     f"CAST({float(e)!r} <= {v} AS INTEGER)" for e in edges))
@@ -283,7 +350,7 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: 
                 size = (edges.size + 1) * BOUNDS_PARTS
             else:
                 low, high = spans[t.column]
-                if t.mechanism == "density":
+                if aggregate == "grid":
                     low, width, size = density_grid(low, high, integer_valued(spec))
                     template = "preprocess_grid_cell"
                 else:
@@ -714,7 +781,7 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     point piece (g, g, count) at its grid point g: such a heap is most often one repeated value
     on a round number (a table width of 54.0, a carat of 0.30), and drawn uniformly over the
     cell it spread into values the source never holds, across any cut near it
-    (bench/results/method_notes.md, "Point heaps"). The noisy counts, not the kept ones: at a
+    (docs/decisions/0009-dp-preprocessing.md). The noisy counts, not the kept ones: at a
     small budget a dense range keeps few cells, and one kept among zeroed neighbours of about
     its own count is no heap; the ratio, not "no neighbour above noise", so that an empty
     neighbour kept by noise (2% of empty cells pass DENSITY_Z) does not spread a heap.

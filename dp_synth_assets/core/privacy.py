@@ -1,4 +1,5 @@
-"""zCDP arithmetic and the mechanisms that touch private data (DESIGN.md section 3).
+"""zCDP arithmetic and the mechanisms that touch private data
+(docs/decisions/0002-zcdp-accounting.md).
 
 Every mechanism is one function that takes a rho (or a noise scale) and returns `(answer, spend)`,
 where the noise is drawn by an OpenDP measurement and `spend` is that measurement's privacy map
@@ -103,7 +104,8 @@ def gaussian_scale(rho: float, sensitivity: float = 1.0) -> float:
 def gaussian_counts(counts: np.ndarray, rho: float) -> tuple[np.ndarray, Spend]:
     """Noisy counts of one marginal: discrete Gaussian noise with L2 sensitivity 1.
 
-    Under add/remove-one-row neighbours a marginal changes by 1 in one cell (DESIGN.md section 3).
+    Under add/remove-one-row neighbours a marginal changes by 1 in one cell
+    (docs/decisions/0001-privacy-unit.md).
     Returns the noisy counts (float64, same shape) and the spend from OpenDP's privacy map.
     A marginal is drawn through `measure.measure_marginal`, which charges this spend; only the
     preprocessing stage calls this directly.
@@ -146,7 +148,7 @@ def _noisy_max(scale: float):
 
 def exponential_mechanism(scores, rho: float, sensitivity: float = 1.0) -> tuple[int, Spend]:
     """The index of a high score by OpenDP's report-noisy-max (Gumbel noise) in zCDP: the
-    exponential mechanism, whose map gives epsilon^2 / 8 (DESIGN.md section 3). Scores may move
+    exponential mechanism, whose map gives epsilon^2 / 8 (docs/decisions/0002-zcdp-accounting.md). Scores may move
     either way by `sensitivity` between neighbours (non-monotonic). The scale is the smallest
     whose map at `sensitivity` stays at or below `rho` (rho = sensitivity^2 / (2 scale^2));
     the charge is the map's own answer."""

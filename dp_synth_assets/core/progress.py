@@ -3,7 +3,7 @@
 A private stage's progress line states public facts only: how many of its steps (queries,
 marginals, mechanisms) are done out of how many, both functions of the spec and the plan. It
 never states an elapsed time or a rate (the work's duration depends on the rows); Dagster
-timestamps each line, which the README's perimeter section lists.
+timestamps each line, which docs/privacy-perimeter.md lists as public.
 """
 
 PROGRESS_LINES = 10  # about this many lines for the steps of one piece of work

@@ -1,4 +1,5 @@
-"""When an automatic resynthesis may start, with no Dagster in it (DESIGN.md section 5).
+"""When an automatic resynthesis may start, with no Dagster in it
+(docs/decisions/0006-budget-aware-automation.md).
 
 Two gates, besides the trigger (a new version of the source, or a cron tick), decide whether
 automation may start a run of a dataset: `interval_passed` (at least `min_interval` since the

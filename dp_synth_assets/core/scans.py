@@ -3,7 +3,8 @@
 Vocabulary. A **scan engine** is the database that holds a dataset's source rows and runs every
 aggregate query over them: the source check, the preprocessing counts, the marginals' GROUPING
 SETS and the on-demand cliques of `marginals.MarginalStore`. It is chosen per dataset with
-`engine:` (`duckdb`, the default, `postgres` or `spark`). It is not a **generation engine** (`generator:`,
+`engine:` (`duckdb`, the default, `postgres`, `spark`, or any engine of the registry
+`scan_engines.SCAN_ENGINES`). It is not a **generation engine** (`generator:`,
 `core/engines.py`: pgm, gum...), which fits the model on public measurements. The **store** is
 the DuckDB connection (the warehouse, or the notebook API's in-memory database) that keeps
 dp-synth's own private tables, the exact marginals: a scan engine returns aggregates to it,
@@ -19,7 +20,16 @@ relation (a string that changes whenever any row does, computed in the engine: o
 the connection, and core/change.py keeps only its HMAC). Every statement is a template of
 `sql/` written once in DuckDB's dialect; `translate` turns it into the engine's (sqlglot, plus
 `REWRITES`). Errors of the engine are its `errors`; a `ScanError` keeps the engine's message
-(which can quote a value) for the private log only.
+(which can quote a value) for the private log only. An engine also has a `name`, `copies`
+(whether temporary copies of the keys are made in the engine, as DuckDB does), `errors` (the
+exceptions of its statements), `create_view(view, statement)` and, when it creates views that
+end with a notebook run, `drop_views()`.
+
+Where it lives. This module holds the contract, the DuckDB engine over the store (it opens
+nothing: the store is its connection) and the dialect translation, which only builds SQL text.
+Each engine's connector (the code that opens a PostgreSQL connection or a Spark session) and its
+settings live in its module under `dp_synth_assets.infra.engines`, named by
+`scan_engines.SCAN_ENGINES`; `infra.engines.open_engine` opens the engine a dataset names.
 
 DuckDB constructs and their PostgreSQL translation (this table is the one place that says it):
 - `TRY_CAST(x AS t)`: PostgreSQL 15 has no safe cast (`pg_input_is_valid` is 16+), so it
@@ -76,15 +86,15 @@ DuckDB constructs and their Spark SQL translation (sqlglot's `spark` dialect plu
 - the encoded view is a TEMPORARY view of the session (nothing is written to the catalog);
   its statement is kept in the store (sql/engine_views.sql) and created again by an engine of
   another process (a later pipeline stage); `relation(view)` names it.
-- an error is a `ScanError` (a `ScanValueError` for SQLSTATE class 22, data exceptions);
-  pyspark's error loggers are disabled and a local session's JVM logs only fatal errors, since
-  both write a failed query's message, which can quote a value, to this process's stderr.
+- an error is a `ScanError` (a `ScanValueError` for SQLSTATE class 22, data exceptions); the
+  engine (infra/engines/spark.py) disables pyspark's error loggers and has a local session's
+  JVM log only fatal errors, since both write a failed query's message, which can quote a
+  value, to this process's stderr.
 """
 
-import os
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Protocol, runtime_checkable
 
 import duckdb
 import numpy as np
@@ -260,15 +270,16 @@ def _read_dialect(dialect: str):
 
 
 @lru_cache(maxsize=4096)
-def translate(statement: str, dialect: str) -> str:
-    """`statement` (DuckDB's dialect, as written in sql/) in `dialect`, through sqlglot and the
-    dialect's rewrites; `duckdb` returns it unchanged."""
+def translate(statement: str, dialect: str, rewrite=None) -> str:
+    """`statement` (DuckDB's dialect, as written in sql/) in sqlglot's `dialect`, through
+    sqlglot and `rewrite` (a function of one node returning its replacement; default: the
+    dialect's in `REWRITES`); `duckdb` returns it unchanged."""
     if dialect == "duckdb":
         return statement
     import sqlglot
 
     tree = sqlglot.parse_one(statement, read=_read_dialect(dialect))
-    rewrite = REWRITES.get(dialect)
+    rewrite = rewrite or REWRITES.get(dialect)
     if rewrite is not None:  # children first, so a rewritten node holds rewritten children
         for node in reversed(list(tree.dfs())):
             new = rewrite(node)
@@ -321,61 +332,10 @@ class DuckDBEngine:
         return self.store.execute(sql("content_summary", source=relation)).fetchone()[0]
 
 
-@dataclass
-class PostgresEngine:
-    """A PostgreSQL database read through its own SQL (psycopg 3): every aggregate runs in
-    PostgreSQL, GROUPING SETS included, and only its result crosses the connection. The
-    encoded view is a view in `schema` (created if missing). `fetched` is the largest number
-    of rows one query returned (aggregates: bounded by the domain)."""
-
-    store: duckdb.DuckDBPyConnection
-    connection: object
-    schema: str = "dp_synth"
-    name = "postgres"
-    copies = False
-    fetched: int = 0
-    errors: tuple = field(default=())
-    created: list = field(default_factory=list)  # the views `create_view` made
-
-    def __post_init__(self):
-        import psycopg
-
-        self.errors = (psycopg.Error, ScanError, Untranslatable)
-
-    def _run(self, statement: str, params=None, dialect: str = "duckdb"):
-        """Run `statement`, written in `dialect` (sql/'s DuckDB, translated, or PostgreSQL's
-        own for the templates the module doc names)."""
-        import psycopg
-
-        text = translate(statement, "postgres") if dialect == "duckdb" else statement
-        try:
-            cursor = self.connection.execute(text, params)
-        except psycopg.Error as e:
-            kind = ScanValueError if isinstance(e, psycopg.errors.DataError) else ScanError
-            raise kind(f"PostgreSQL: {e}") from None
-        return cursor
-
-    def fetchone(self, statement: str, params=None) -> tuple:
-        row = self._run(statement, params).fetchone()
-        self.fetched = max(self.fetched, 1)
-        return row
-
-    def fetchnumpy(self, statement: str, params=None) -> dict[str, np.ndarray]:
-        cursor = self._run(statement, params)
-        names = [d.name for d in cursor.description]
-        rows = cursor.fetchall()
-        self.fetched = max(self.fetched, len(rows))
-        return _object_columns(names, rows)
-
-    def execute(self, statement: str) -> None:
-        self._run(statement)
-
-    def describe(self, relation: str) -> dict[str, str]:
-        cursor = self._run(sql("read_columns", columns="*", source=relation, limit=0))
-        cursor.fetchall()
-        types = self.connection.adapters.types
-        return {d.name: (types.get(d.type_code).name if types.get(d.type_code) else
-                         str(d.type_code)) for d in cursor.description}
+class SchemaViews:
+    """The views of an engine whose views live in its own database, in its working schema
+    `schema` (PostgreSQL's): `relation`, `create_view` and `drop_views` over the engine's
+    `execute`, recording the views it made in `created`."""
 
     def relation(self, view: str) -> str:
         """The engine-side name of a view named `view` in the store's terms (its dots become
@@ -388,169 +348,14 @@ class PostgresEngine:
         self.execute(statement)
         self.created.append(view)
 
-    def content_summary(self, relation: str) -> str:
-        """The change detection's private summary of `relation`, computed in PostgreSQL
-        (sql/content_summary_postgres.sql: row count and sums of per-row md5 digests)."""
-        return self._run(sql("content_summary_postgres", source=relation),
-                         dialect="postgres").fetchone()[0]
-
     def drop_views(self) -> None:
         """Drop the views this engine created (a notebook run's, which end with it)."""
         for view in self.created:
             self.execute(sql("drop_view", view=self.relation(view)))
         self.created.clear()
 
-    def append_counts(self, table: str, counts: str) -> None:
-        """Run the count query in PostgreSQL and add its cells to the store's table."""
-        _append_result(self.store, table, self.fetchnumpy(counts))
 
-
-def _spark_errors() -> tuple:
-    from pyspark.errors import PySparkException
-
-    try:
-        from py4j.protocol import Py4JError
-    except ImportError:  # Spark Connect's client has no JVM gateway
-        return (PySparkException,)
-    return (PySparkException, Py4JError)
-
-
-@dataclass
-class SparkEngine:
-    """A Spark session (local, a cluster master, or Spark Connect) that runs every aggregate
-    as Spark SQL: the source is a table of its catalog or a Parquet path read by Spark, and
-    only the aggregates' results are collected. The encoded view is a temporary view of the
-    session (nothing is written to the catalog); its statement is kept in the store
-    (`sql/engine_views.sql`), so an engine of another process (a later pipeline stage)
-    creates it again in its own session. `fetched` is the largest number of rows one query
-    returned (aggregates: bounded by the domain)."""
-
-    store: duckdb.DuckDBPyConnection
-    session: object
-    name = "spark"
-    copies = False
-    fetched: int = 0
-    errors: tuple = field(default=())
-    native: tuple = field(default=())  # pyspark's own errors
-    created: list = field(default_factory=list)  # the views this engine created
-
-    def __post_init__(self):
-        self.native = _spark_errors()
-        self.errors = self.native + (ScanError, Untranslatable)
-        # pyspark logs an error's message (which can quote a value) to stderr, which Dagster
-        # captures: the message goes to the private log through ScanError instead
-        try:
-            from pyspark.logger import PySparkLogger
-        except ImportError:  # Spark 3.5 has no such loggers
-            PySparkLogger = None
-        for logger in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
-            if PySparkLogger is not None:
-                PySparkLogger.getLogger(logger).disabled = True
-        # in local mode the executors log a failed task's error (and its value) to this
-        # process's stderr: only fatal errors are logged there
-        context = getattr(self.session, "sparkContext", None) if not _is_remote(
-            self.session) else None
-        if context is not None and context.master.startswith("local"):
-            context.setLogLevel("FATAL")
-
-    def _frame(self, statement: str, dialect: str = "duckdb"):
-        """The frame of `statement`, written in `dialect` (sql/'s DuckDB, translated, or Spark
-        SQL's own for the templates the module doc names)."""
-        text = translate(statement, "spark") if dialect == "duckdb" else statement
-        try:
-            return self.session.sql(text)
-        except self.native as e:
-            raise _spark_error(e) from None
-
-    def _collect(self, statement: str, dialect: str = "duckdb") -> tuple[list[str], list]:
-        frame = self._frame(statement, dialect)
-        try:
-            return frame.columns, frame.collect()
-        except self.native as e:
-            raise _spark_error(e) from None
-
-    def fetchone(self, statement: str, params=None) -> tuple:
-        _, rows = self._collect(_bind(statement, params))
-        self.fetched = max(self.fetched, len(rows))
-        return tuple(rows[0]) if rows else None
-
-    def fetchnumpy(self, statement: str, params=None) -> dict[str, np.ndarray]:
-        names, rows = self._collect(_bind(statement, params))
-        self.fetched = max(self.fetched, len(rows))
-        return _object_columns(names, [tuple(r) for r in rows])
-
-    def execute(self, statement: str) -> None:
-        self._collect(statement)
-
-    def describe(self, relation: str) -> dict[str, str]:
-        frame = self._frame(sql("read_columns", columns="*", source=relation, limit=0))
-        try:
-            return {f.name: f.dataType.simpleString().upper() for f in frame.schema.fields}
-        except self.native as e:
-            raise _spark_error(e) from None
-
-    def relation(self, view: str) -> str:
-        """The session's temporary view for the store's view name `view` (its dots become
-        double underscores), created again from the store's statement if this session lacks
-        it."""
-        if view not in self.created:
-            statement = _saved_view(self.store, view)
-            if statement is not None:
-                try:  # a stale statement (the source changed) is replaced by create_view
-                    self.execute(statement)
-                    self.created.append(view)
-                except ScanError:
-                    pass
-        return ident(view.replace(".", "__"))
-
-    def create_view(self, view: str, statement: str) -> None:
-        self.execute(statement)
-        self.created.append(view)
-        schema = view.rsplit(".", 1)[0]
-        self.store.execute(sql("create_schema", schema=qualified(schema)))
-        table = _views_table(view)
-        self.store.execute(sql("engine_views", table=table))
-        self.store.execute(sql("engine_view_save", table=table), [view, statement])
-
-    def content_summary(self, relation: str) -> str:
-        """The change detection's private summary of `relation`, computed in Spark
-        (sql/content_summary_spark.sql: row count and exact sums of the two 64-bit halves of
-        each row's md5 digest, an aggregate independent of the rows' order and partitioning)."""
-        rows = translate(sql("read_columns", columns="*", source=relation, limit="ALL"), "spark")
-        _, result = self._collect(sql("content_summary_spark", rows=rows), dialect="spark")
-        return result[0][0]
-
-    def drop_views(self) -> None:
-        """Drop the views this engine created (a notebook run's, which end with it)."""
-        for view in self.created:
-            self.execute(sql("drop_view", view=ident(view.replace(".", "__"))))
-        self.created.clear()
-
-    def append_counts(self, table: str, counts: str) -> None:
-        """Run the count query in Spark and add its cells to the store's table."""
-        _append_result(self.store, table, self.fetchnumpy(counts))
-
-
-def _is_remote(session) -> bool:
-    """A Spark Connect session (no JVM in this process)."""
-    return type(session).__module__.startswith("pyspark.sql.connect")
-
-
-def _bind(statement: str, params) -> str:
-    if params:
-        raise ScanError("the Spark engine runs statements without parameters")
-    return statement
-
-
-def _spark_error(e: Exception) -> ScanError:
-    """A Spark error as a private ScanError: a value error when its SQLSTATE is of class 22
-    (data exception: a cast, an overflow), as PostgreSQL's DataError."""
-    state = getattr(e, "getSqlState", lambda: None)() or ""
-    kind = ScanValueError if state.startswith("22") else ScanError
-    return kind(f"Spark: {e}")
-
-
-def _object_columns(names: list[str], rows: list[tuple]) -> dict[str, np.ndarray]:
+def object_columns(names: list[str], rows: list[tuple]) -> dict[str, np.ndarray]:
     columns = list(zip(*rows)) if rows else [()] * len(names)
     out = {}
     for name, values in zip(names, columns):
@@ -560,7 +365,7 @@ def _object_columns(names: list[str], rows: list[tuple]) -> dict[str, np.ndarray
     return out
 
 
-def _append_result(store: duckdb.DuckDBPyConnection, table: str,
+def append_result(store: duckdb.DuckDBPyConnection, table: str,
                    result: dict[str, np.ndarray]) -> None:
     """Add the cells of a count query's result to the store's marginal table `table`."""
     import pyarrow as pa
@@ -576,90 +381,43 @@ def _append_result(store: duckdb.DuckDBPyConnection, table: str,
         store.unregister(staged)
 
 
-def _views_table(view: str) -> str:
+def views_table(view: str) -> str:
     """The store's table of engine view statements, beside the view's own store name."""
     return qualified(view.rsplit(".", 1)[0]) + "." + ident(bookkeeping("engine_views"))
 
 
-def _saved_view(store: duckdb.DuckDBPyConnection, view: str) -> str | None:
+def saved_view(store: duckdb.DuckDBPyConnection, view: str) -> str | None:
     try:
-        rows = store.execute(sql("engine_view_read", table=_views_table(view)), [view]).fetchall()
+        rows = store.execute(sql("engine_view_read", table=views_table(view)), [view]).fetchall()
     except duckdb.CatalogException:
         return None
     return rows[0][0] if rows else None
 
 
-def spark_session(spec):
-    """The Spark session of a `spark` engine: Spark Connect at `remote`, else the builder's
-    session with `master` and `conf` (the process's active session when there is one: a
-    session the user created first is the one used)."""
-    from pyspark.sql import SparkSession
+@runtime_checkable
+class ScanEngine(Protocol):
+    """The contract of a scan engine (module doc); DuckDBEngine is the default one."""
 
-    builder = SparkSession.builder
-    if spec.remote is not None:
-        builder = builder.remote(spec.remote)
-    elif spec.master is not None:
-        builder = builder.master(spec.master)
-    for key, value in spec.conf.items():
-        builder = builder.config(key, value)
-    try:
-        return builder.getOrCreate()
-    except _spark_errors() as e:
-        raise ScanError(f"Spark: cannot start or reach the session: {e}") from None
+    store: duckdb.DuckDBPyConnection
+    name: str
+    copies: bool
+    errors: tuple
 
-
-ScanEngine = DuckDBEngine | PostgresEngine | SparkEngine
-_ENGINES = (DuckDBEngine, PostgresEngine, SparkEngine)
+    def fetchone(self, statement: str, params=None) -> tuple: ...
+    def fetchnumpy(self, statement: str, params=None) -> dict[str, np.ndarray]: ...
+    def execute(self, statement: str) -> None: ...
+    def describe(self, relation: str) -> dict[str, str]: ...
+    def relation(self, view: str) -> str: ...
+    def create_view(self, view: str, statement: str) -> None: ...
+    def append_counts(self, table: str, counts: str) -> None: ...
+    def content_summary(self, relation: str) -> str | None: ...
 
 
 def as_engine(con) -> ScanEngine:
     """A scan engine as is; a DuckDB connection as the DuckDB engine over it."""
-    return con if isinstance(con, _ENGINES) else DuckDBEngine(con)
+    return con if isinstance(con, ScanEngine) else DuckDBEngine(con)
 
 
 def store_of(con) -> duckdb.DuckDBPyConnection:
     """The store connection of an engine (a DuckDB connection is its own)."""
-    return con.store if isinstance(con, _ENGINES) else con
-
-
-def postgres_dsn(spec) -> str:
-    """The connection string of a `postgres` engine: `dsn_env`'s environment variable (so no
-    password sits in datasets.yaml), else `dsn`."""
-    if spec.dsn_env is not None:
-        value = os.environ.get(spec.dsn_env)
-        if not value:
-            raise ScanError(f"the environment variable {spec.dsn_env} (engine.dsn_env) is not "
-                            "set; set it to the PostgreSQL connection string")
-        return value
-    return spec.dsn or ""
-
-
-@contextmanager
-def open_engine(engine_spec, store: duckdb.DuckDBPyConnection, drop_views: bool = False):
-    """The scan engine of a dataset (`DatasetSpec.engine`) over the store connection `store`;
-    the engine's own connection, if any, is closed when the block ends, after dropping the
-    views it created when `drop_views` (the notebook API's, whose store ends with the run; the
-    pipeline's encoded view stays for the next stages)."""
-    if engine_spec is None or engine_spec.type == "duckdb":
-        yield DuckDBEngine(store)
-        return
-    if engine_spec.type == "spark":  # the session outlives the run (it is the process's)
-        engine = SparkEngine(store, spark_session(engine_spec))
-        yield engine
-        if drop_views:
-            engine.drop_views()
-        return
-    import psycopg
-
-    try:
-        connection = psycopg.connect(postgres_dsn(engine_spec), autocommit=True)
-    except psycopg.Error as e:
-        raise ScanError(f"PostgreSQL: cannot connect: {e}") from None
-    engine = PostgresEngine(store, connection, engine_spec.schema_)
-    try:
-        yield engine
-        if drop_views:
-            engine.drop_views()
-    finally:
-        connection.close()
-
+    return con.store if isinstance(con, ScanEngine) else con

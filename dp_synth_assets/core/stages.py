@@ -1,6 +1,9 @@
 """The stages of select-measure-generate, once: the notebook API (`api.PrivateRun`,
-`Synthesizer`) and the Dagster assets (`pipeline.py`, `model.py`) both call these and nothing
-else, so the two produce the same records from the same inputs.
+`Synthesizer`) and the Dagster assets (`pipeline.py`, `model.py`) both do each stage's work by
+calling these, so the two produce the same records from the same inputs. What surrounds the
+stages is theirs: the pipeline also opens the source through the scan engines, detects changes
+and writes the synthetic table to the warehouse; the notebook API decodes rows in memory
+(`synthesize.decode_typed`). docs/decisions/0007-asset-graph.md.
 
 Private stages (they read the source; every mechanism reports its spend through `charge`):
 - `preprocess`: the public encoding plan, with the encoded view created (DP where a column

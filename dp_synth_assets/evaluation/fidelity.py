@@ -14,10 +14,10 @@ same cells (0 for equal distributions, 1 for disjoint supports), applied two way
   by chunk as they are sampled (one `np.bincount` over the row-major cell index per clique and
   chunk), so the summary costs no second pass over the table.
 - Owner-only (`pair_tvd`, `fidelity`, `column_comparison`, in the utility report): an encoded
-  synthetic table against encoded source rows. The benchmark paper's fidelity error (section 8.3,
-  benchmark-dp-tabular-synthesis.txt) is the 2-way TVD of every pair of distinct columns (i < j;
-  the paper's sum over i <= j would add the 1-way TVDs, SEED-NOTES excludes them), averaged (the
-  paper writes a sum but reports averages).
+  synthetic table against encoded source rows. The benchmark paper's fidelity error (Chen et al.,
+  section 8.3) is the 2-way TVD of every pair of distinct columns (i < j; the paper's sum over
+  i <= j would add the 1-way TVDs, which we exclude), averaged (the paper writes a sum but reports
+  averages): docs/decisions/0022-evaluation-metrics.md.
 """
 
 import itertools

@@ -1,5 +1,5 @@
-"""ML efficiency (benchmark paper section 8.3, benchmark-dp-tabular-synthesis.txt): the mean F1 of
-classifiers trained on synthetic rows and tested on held-out source rows, on encoded tables
+"""ML efficiency (the benchmark paper of Chen et al., section 8.3;
+docs/decisions/0022-evaluation-metrics.md): the mean F1 of classifiers trained on synthetic rows and tested on held-out source rows, on encoded tables
 (`tables`).
 
 The paper uses MLP, CatBoost, XGBoost and Random Forest. Ours are three sklearn models that train

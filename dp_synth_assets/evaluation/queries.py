@@ -1,5 +1,5 @@
-"""Query error: the benchmark paper's 3-way range queries (section 8.3,
-benchmark-dp-tabular-synthesis.txt), on encoded tables (`tables`).
+"""Query error: the benchmark paper's 3-way range queries (Chen et al.,
+section 8.3; docs/decisions/0022-evaluation-metrics.md), on encoded tables (`tables`).
 
 The error is E_r |q_r(D_syn) - q_r(D_ref)| over queries q_r on 3-way marginals, each the fraction
 of rows in a box: a range [lo, hi] on an ordered (binned numeric) column and a single value on a

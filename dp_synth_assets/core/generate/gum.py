@@ -1,5 +1,5 @@
 """The `gum` engine: PrivSyn's Gradually Update Method (Zhang et al., "PrivSyn: Differentially
-Private Data Synthesis", USENIX Security 2021, sections 5.2-5.3; papers/privsyn-gum-excerpt.txt).
+Private Data Synthesis", USENIX Security 2021, sections 5.2-5.3; docs/decisions/0019-generators.md).
 
 `generate(domain, measurements, rows, seed, settings, log)` returns `rows` records as integer
 code arrays (one per attribute, in domain order, the smallest signed dtype that holds the largest

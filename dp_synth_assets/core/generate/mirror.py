@@ -28,7 +28,7 @@ accepted step from 2 / (L N), which here is ~1000x too short, and then converges
    alpha shrinks by RESTART_SHRINK and the fit goes on from the best point evaluated, which
    is also the fit's result (so it is never worse than where the search ended).
 
-Measured on adult (bench/results/method_notes.md, same measurements): 150-250 steps give the
+Measured on adult (docs/decisions/0018-pgm-estimator.md, same measurements): 150-250 steps give the
 2-way TVD of 1500-3000 plain steps, in a sixth of their time. A fit warm-started from a previous
 fit's theta (new cliques start at 0) skips the search and starts from the larger of its step
 size and 2 / (L N) (an optimum's refused steps shrink alpha, which must not carry over to the
@@ -56,7 +56,7 @@ from .tree import (CliqueTree, broadcast_to, calibrate, junction_tree, marginali
                    tree_children)
 
 RESTART_SHRINK = 0.8  # the step size after a momentum restart
-DEFAULT_ITERATIONS = 250  # `model.iterations` unset: this fit's steps (method_notes.md)
+DEFAULT_ITERATIONS = 250  # `model.iterations` unset (docs/decisions/0018-pgm-estimator.md)
 
 
 # ------------------------------------------------------------------------------ marginals

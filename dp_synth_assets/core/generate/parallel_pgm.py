@@ -1,4 +1,5 @@
-"""The `parallel_pgm` engine: ABSyn's parallel private PGM (absyn.txt section VII, Algorithm 4).
+"""The `parallel_pgm` engine: ABSyn's parallel private PGM (ABSyn section VII,
+Algorithm 4; docs/decisions/0019-generators.md).
 
 1. The graph of the measurements (Alg. 4 line 3) is triangulated and cut into its maximal cliques
    with the same junction-tree construction as the pgm engine (`tree.junction_tree`).

@@ -15,7 +15,7 @@ the noisy measurements, in the graphical model of the junction tree of those cli
   `model.iterations` is set) and a numpy fit (`mirror.fit`: mirror descent accelerated by
   Nesterov's momentum with restarts, `mirror.DEFAULT_ITERATIONS` steps unless set; 150-250
   of its steps give the TVD of 1500-3000 plain mirror-descent steps,
-  bench/results/method_notes.md). JAX pays a compilation of about FIT_OVERHEAD_SECONDS per
+  docs/decisions/0018-pgm-estimator.md). JAX pays a compilation of about FIT_OVERHEAD_SECONDS per
   fit; numpy compiles nothing but pays Python's overhead per clique and propagation.
   `estimator` takes the one with the smaller estimated time (`fit_seconds`, constants measured
   on both): with the default steps, numpy unless the measurements make thousands of cliques
@@ -29,7 +29,7 @@ the noisy measurements, in the graphical model of the junction tree of those cli
   NUMPY_SECONDS_PER_CLIQUE_ITERATION + cells x NUMPY_SECONDS_PER_CELL_ITERATION), cliques
   counting the junction tree's and the distinct measured ones), memory = JAX_BASE_MB + cells x BYTES_PER_CELL, over the
   junction tree's cells; the constants were measured with mbi 2.0 (float32) and numpy (float64)
-  on the 2-core reference machine (bench/results/engines.md, bench/results/method_notes.md).
+  on the 2-core reference machine (bench/results/engines.md, docs/decisions/0018-pgm-estimator.md).
 """
 
 import functools

@@ -34,7 +34,7 @@ range, hence nearly its proportional share of each value, while the group keeps 
 systematic set of points (its counts are unchanged) and each row's point is uniform over them
 (the shift), so no row's value depends on its place in the order. The first attribute of the
 order is stratified best, the later ones within its runs. What it gains and costs:
-bench/results/method_notes.md, "Stratified sampling".
+docs/decisions/0020-sampling.md.
 """
 
 import math

@@ -122,7 +122,8 @@ def round_line(method: str, round: int, clique: Clique, rho: float) -> str:
     charged (0 for a greedy round that post-processes scores released earlier). These are
     public: the clique is the output of a charged mechanism (or of post-processing of one) and
     rho is the privacy map's answer for public parameters. Nothing else of a round is logged:
-    no score, count or duration (a round's time is private work, DESIGN.md section 4)."""
+    no score, count or duration (a round's time is private work,
+    docs/decisions/0003-privacy-perimeter.md)."""
     return f"{method}: round {round}: chose {list(clique)}, rho {rho:.4g} charged"
 
 

@@ -1,7 +1,7 @@
 """ABSyn's marginal selection: noisy R-scores, the CR-score, and the greedy triangulated selection.
 
-References: absyn.txt section V (Eq. 6-8, Algorithm 1) and section VI (Algorithms 2-3, Eq. 9-11),
-corrected by SEED-NOTES.md.
+References: ABSyn (Jia et al.) section V (Eq. 6-8, Algorithm 1) and section VI (Algorithms 2-3,
+Eq. 9-11), with the corrections of docs/decisions/0013-absyn.md.
 
 Guarantee: the data is read by the 1-way marginals (`budget.one_way`) and one Gaussian release of
 all R-scores, fine and coarse (`budget.score`; step 5), each charged with its OpenDP map's
@@ -12,7 +12,7 @@ answer right after its draw; the greedy is post-processing of those. `budget.mea
    default, measures them its own way before it runs steps 2-5: `select_after`.)
 2. R-scores: R(a, b) = || M_ab - M_a x M_b / n ||_1 on exact counts (sensitivity 4, as InDif),
    published for all m pairs at once with Gaussian noise of variance 8m / rho_s (Alg. 3 line 5 as
-   SEED-NOTES corrects it), then divided by the noisy total (never the exact count; at least 1),
+   corrected in the decision record), then divided by the noisy total (never the exact count; at least 1),
    normalized by Eq. 6, R_bar = R min(d_a, d_b) / (2 (min(d_a, d_b) - 1)), and clipped to [0, 1].
    Our addition: a count-scale score below `SCORE_FLOOR_SD` = 2 standard deviations of its
    noise (sqrt(8 m / rho_s), public) is set to 0 first. Without it, the positive half of the
@@ -35,7 +35,7 @@ answer right after its draw; the greedy is post-processing of those. `budget.mea
    one scale (counts, each pair's score clipped at 0):
        E(S) = E_cor(S) + E_eta(S),
        E_cor(S) = sum over pairs not in S of noisy_total * max(CR_S, 0) * 2 (min d - 1) / min d
-                  (the CR back on the count scale, SEED-NOTES),
+                  (the CR back on the count scale: a correction),
        E_eta(S) = FIT_NOISE_SHARE * sum over pairs in S of c_i sqrt(1 / (pi rho_i)),
                   rho_i by Eq. 11.
    E_eta is the L1 error the measurements leave in the fitted model, where the paper's Eq. 10
@@ -56,7 +56,7 @@ answer right after its draw; the greedy is post-processing of those. `budget.mea
    separator of the junction tree is measured), skip it if a maximal clique has tau cells or
    more, and score E. Candidates are the pairs of positive R_bar (a pair of score 0 adds no
    path and only noise error).    Keep the best candidate while it lowers E; stop otherwise.
-   tau has no default in the paper: ours is `TAU_CELLS` = 10^5 cells (SEED-NOTES), fixed: no
+   tau has no default in the paper: ours is `TAU_CELLS` = 10^5 cells, fixed: no
    setting changes it and `settings.max_model_mb` does not apply to absyn. The selected pairs
    (fill-ins included) are measured by `measurements` with the c^(2/3) split of rho_2 (Eq. 11).
    An empty selection leaves rho_2 to the 1-way marginals (`budget.measurement_plan`).
@@ -75,7 +75,7 @@ answer right after its draw; the greedy is post-processing of those. `budget.mea
    round; a fill-in edge takes its cheapest version; a coarse candidate may not make a maximal
    clique of `COARSE_TAU_CELLS` cells or more (the model fits it on its fine codes, so it grows the
    model as a fine pair does; the smaller tau keeps the fit's time; its value, 5 x 10^4, is
-   measured: bench/results/method_notes.md, "Where absyn's bad runs come from"). The
+   measured: docs/decisions/0013-absyn.md). The
    selection's `coarse` maps
    each coarse pair to its groups; `measurements` draws `measure.coarsen(marginal, groups)` through
    `measure.measure_marginal` at the Eq. 11 rho of its coarse cell count: one row still moves one
@@ -190,7 +190,8 @@ class Version:
 
 
 def to_count_factor(da: int, db: int, noisy_total: float) -> float:
-    """n_hat 2 (min d - 1) / min d: R_bar back on the count scale (SEED-NOTES)."""
+    """n_hat 2 (min d - 1) / min d: R_bar back on the count scale
+    (docs/decisions/0013-absyn.md)."""
     k = min(da, db)
     return noisy_total * 2 * (k - 1) / k if k > 1 else 0.0
 

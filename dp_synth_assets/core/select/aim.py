@@ -32,13 +32,12 @@ final model (mbi or the configured generator) to every measurement.
    the fine one costs at the same rho, with far fewer cells of noise. The paper's candidates
    are fine only: on adult at epsilon 1 the first rounds' sigma is 109, so a fine 85 x 100
    pair's expected l1 noise is 7.4e5 counts, 15 times the rows, and AIM never measured a
-   large pair. The levels are a measured choice (bench/results/method_notes.md, "AIM's
-   coarse candidates").
+   large pair. The levels are a measured choice (docs/decisions/0016-aim.md).
 2. Initialization: all 1-way marginals with `budget.one_way`, 0.3 of rho (METHODS["aim"]),
    split in proportion to codes^(2/3) (`measure_one_way(by_cells=True)`). Our choice, as in
    `auto`: the paper measures them evenly at the first round's sigma; a large column's 1-way
-   error then reaches every marginal it is in (bench/results/method_notes.md, "1-way
-   marginals"). The rest, rho_R, funds the rounds: T = 16 d, rho_t = rho_R / T, sigma_t =
+   error then reaches every marginal it is in (docs/decisions/0016-aim.md,
+   docs/decisions/0017-auto-method.md). The rest, rho_R, funds the rounds: T = 16 d, rho_t = rho_R / T, sigma_t =
    sqrt(1 / (2 alpha rho_t)) and epsilon_t = sqrt(8 (1 - alpha) rho_t) with alpha =
    `MEASURE_SHARE` = 0.9.
 3. Round t (until the budget is spent; `settings.max_rounds`, if set, makes round max_rounds
@@ -67,8 +66,10 @@ final model (mbi or the configured generator) to every measurement.
 
 import itertools
 import math
+from typing import ClassVar, Literal
 
 import numpy as np
+from pydantic import ConfigDict, ValidationInfo, model_validator
 
 from ..config import SelectionSettings
 from ..measure import (Groups, Measurement, clique_size, coarsen, coarsened_size,
@@ -87,6 +88,38 @@ COARSE_LEVELS = (16, 40)    # coarse versions: groups of 1/level of a large colu
 FIT_ITERATIONS = 50         # accelerated steps (generate/mirror.py) of each round's refit
 FIRST_FIT_ITERATIONS = 200  # the fit to the 1-way marginals, from the uniform distribution
 SCORE_SENSITIVITY = 1.0     # L_inf sensitivity of the (normalized-weight) quality scores
+
+
+# ------------------------------------------------------------------------------ settings
+
+class Settings(SelectionSettings):
+    """Method aim's `selection:` block: `workload`, the marginals AIM's selection serves:
+    `all_triples` (unset: every 3-way marginal of at most MAX_CELLS cells, and the pairs in none
+    of them), `all_pairs`, or a list of column lists, e.g. [[age, income], [sex, occupation,
+    income]]."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # the marginals AIM's selection serves: `all_triples` (unset: every 3-way marginal of at
+    # most 10^4 cells, and the pairs in none of them), `all_pairs`, or a list of column lists
+    workload: Literal["all_triples", "all_pairs"] | list[list[str]] | None = None
+    # the message of another method whose block sets `workload`
+    OWNED: ClassVar[str] = ("selection.workload is for method aim; method {name} has no workload "
+                            "(remove it, or set method: aim)")
+
+    @model_validator(mode="after")
+    def _workload(self, info: ValidationInfo) -> "Settings":
+        if isinstance(self.workload, list):
+            if not self.workload or any(not c for c in self.workload):
+                raise ValueError("selection.workload lists the marginals AIM should serve: give "
+                                 "at least one, each a list of one or more columns, e.g. "
+                                 "[[age, income], [sex, occupation, income]]")
+            columns = (info.context or {}).get("columns")
+            unknown = sorted({a for c in self.workload for a in c
+                              if a not in columns}) if columns else []
+            if unknown:
+                raise ValueError(f"selection.workload names {unknown}, which are not declared "
+                                 f"columns ({sorted(columns)})")
+        return self
 
 
 # ------------------------------------------------------------------------------ workload
@@ -135,7 +168,7 @@ def candidate_weights(work: list[Clique], domain: dict[str, int] | None = None,
 
 def needed_cliques(domain: dict[str, int], settings: SelectionSettings) -> list[Clique]:
     """The candidates of more than one attribute: the marginals the `marginals` stage counts."""
-    work = workload(domain, declared=settings.workload)
+    work = workload(domain, declared=getattr(settings, "workload", None))
     return [r for r in candidate_weights(work, domain) if len(r) > 1]
 
 
@@ -314,4 +347,5 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     return run(domain, oracle, budget, charge, max_model_mb=settings.max_model_mb,
-               max_rounds=settings.max_rounds, declared=settings.workload, log=log)
+               max_rounds=settings.max_rounds, declared=getattr(settings, "workload", None),
+               log=log)

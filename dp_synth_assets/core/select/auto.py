@@ -2,10 +2,10 @@
 
 Budget (METHODS["auto"]): rho_1 = 0.3 rho for the 1-way marginals, 0.1 for selection, the
 rest (rho_m) for the selected marginals. Ours: ABSyn gives the 1-way marginals 0.1 rho split
-evenly (SEED-NOTES; `absyn` keeps that); here every attribute's 1-way error reaches each of its
+evenly (section VI.B; `absyn` keeps that); here every attribute's 1-way error reaches each of its
 d - 1 pairs and a large column's is the largest, so they get more, split by codes^(2/3)
 (`measure_one_way(by_cells=True)`, `measure.optimal_split`: the split that minimizes their
-summed expected L1 noise). Measured: bench/results/method_notes.md, "1-way marginals".
+summed expected L1 noise). Measured: docs/decisions/0017-auto-method.md.
 
 1. A third of rho_1 (`PICK_ONE_WAY_SHARE`) measures the 1-way marginals first; they give the
    noisy row count n_hat (`measure.noisy_total`): public.
@@ -24,8 +24,7 @@ summed expected L1 noise). Measured: bench/results/method_notes.md, "1-way margi
    is at most `MST_NOISE_MAX`; otherwise absyn (the greedy on the noisy R-scores, which with
    nothing detectable measures nothing and leaves the budget to the 1-way marginals). With one
    column there is nothing to select and no selection mechanism runs.
-   Both thresholds are measured on bench/suite.py's grid (bench/results/method_notes.md, "The
-   MST branch's second condition").
+   Both thresholds are measured on bench/suite.py's grid (docs/decisions/0017-auto-method.md).
 3. The picked method's selection (`absyn.select_after`, `mst.select_after`). absyn: the other
    two thirds of rho_1 measure the 1-way marginals again, merged with the first by inverse
    variance (`measure.merge`: one measurement at rho_1). MST:

@@ -13,6 +13,9 @@ and is not measured twice.
 """
 
 import itertools
+from typing import ClassVar, Literal
+
+from pydantic import ConfigDict, ValidationInfo, model_validator
 
 from ..config import SelectionSettings
 from ..measure import clique_size, optimal_split
@@ -20,16 +23,46 @@ from . import Budget, Charge, Clique, MarginalOracle, Selection
 from .privsyn import measure_one_way
 
 
+class Settings(SelectionSettings):
+    """Method manual's `selection:` block: `marginals`, the marginals to measure (`all_pairs`
+    or a list of column lists), required, and no `score_share` (there are no scores)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # the marginals to measure: `all_pairs` or a list of column lists (required)
+    marginals: Literal["all_pairs"] | list[list[str]] | None = None
+    # the message of another method whose block sets `marginals`
+    OWNED: ClassVar[str] = ("selection.marginals is for method manual; method {name} selects its "
+                            "own marginals (remove it, or set method: manual)")
+
+    @model_validator(mode="after")
+    def _declared(self, info: ValidationInfo) -> "Settings":
+        if self.marginals is None:
+            raise ValueError("method manual measures the marginals you declare: set "
+                             "selection.marginals to all_pairs or a list like "
+                             "[[age, income], [sex, occupation]]")
+        if self.score_share is not None:
+            raise ValueError("method manual has no selection scores: remove "
+                             "selection.score_share")
+        columns = (info.context or {}).get("columns")
+        unknown = sorted({a for c in (self.marginals if isinstance(self.marginals, list)
+                                      else []) for a in c if a not in columns}) if columns else []
+        if unknown:
+            raise ValueError(f"selection.marginals names {unknown}, which are not declared "
+                             f"columns ({sorted(columns)})")
+        return self
+
+
 def declared(domain: dict[str, int], settings: SelectionSettings) -> list[Clique]:
     """The declared marginals of two or more columns, in domain order, without repeats."""
-    if settings.marginals == "all_pairs":
+    marginals = getattr(settings, "marginals", None)
+    if marginals == "all_pairs":
         return [tuple(p) for p in itertools.combinations(domain, 2)]
-    missing = sorted({a for c in settings.marginals or [] for a in c if a not in domain})
+    missing = sorted({a for c in marginals or [] for a in c if a not in domain})
     if missing:
         raise ValueError(f"selection.marginals names {missing}, which are not encoded columns "
                          f"({sorted(domain)}); fix the names in the dataset's entry")
     order = {a: i for i, a in enumerate(domain)}
-    cliques = [tuple(sorted(set(c), key=order.get)) for c in settings.marginals or []]
+    cliques = [tuple(sorted(set(c), key=order.get)) for c in marginals or []]
     return list(dict.fromkeys(c for c in cliques if len(c) >= 2))
 
 

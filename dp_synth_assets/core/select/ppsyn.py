@@ -1,10 +1,11 @@
 """PPSyn (partition-based private data synthesis), made differentially private.
 
-Reference: ppsyn-partition-based.txt (Zhang, Deng, Yin), Algorithms 1-4 and Theorems 2-5, as
-SEED-NOTES.md ("PPSyn -- not DP as published") corrects it: the paper builds each round's
+Reference: "Partition-based differentially private synthetic data generation" (Zhang, Deng, Yin),
+Algorithms 1-4 and Theorems 2-5, which is not DP as published: the paper builds each round's
 partition, its reconstruction error RE and its budget rho_w = |P|^2 / (pi (eta Contr - RE)^2)
 from the exact marginal and releases them uncharged, and its score Contr / rho_w has unbounded
-sensitivity. "L<n>" are lines of that text file.
+sensitivity. How we make it DP: docs/decisions/0015-ppsyn-made-dp.md. "L<n>" are line numbers of the
+paper's plain-text rendering that the implementation was written from.
 
 Guarantee: the data is read only by OpenDP mechanisms, each charged with its privacy map's answer
 right after its draw: the 1-way marginals, then per round an exponential mechanism, a Gaussian
@@ -21,7 +22,7 @@ else (partitions, rho_w, the trace) is computed from published values.
    `marginals` stage. Without a qualifying triple, or with an oracle that serves no 3-way
    marginal (KeyError), the workload is the pairs under the same cap
    (`details["workload_order"]` 2, `details["workload_fallback"]` says why).
-3. Rounds (Alg. 1 lines 4-11): T = 2d (SEED-NOTES; `rounds` overrides). Each round spends
+3. Rounds (Alg. 1 lines 4-11): T = 2d (ours, the paper gives none; `rounds` overrides). Each round spends
    rho_sel = budget.score / T on selection, `EM_SHARE` (1/2) of it on the exponential mechanism
    and the rest on the contribution. budget.score + budget.measure are one pool, spent while it
    lasts (Alg. 1 line 5). The measurement gets rho_m = max(rho_w, rho_floor), rho_floor =
@@ -49,7 +50,7 @@ else (partitions, rho_w, the trace) is computed from published values.
      C_hat)^2) reaches the best). "merge" is Alg. 3 on the flattened cells.
    When rho_m != rho_w the partition is re-chosen from the same sequence by least
    RE + |P| / sqrt(pi rho_m) (`choose`; the same partition at rho_m = rho_w). At rho_m >= rho_w it
-   satisfies RE + |P| / sqrt(pi rho_m) <= eta C_hat (Theorems 4-5 as SEED-NOTES states them:
+   satisfies RE + |P| / sqrt(pi rho_m) <= eta C_hat (Theorems 4-5 read as bounds on the
    expected noise, RE on p_hat). When the pool caps rho_m below rho_w the bound does not hold.
    The RE of the true marginal is private and not bounded.
 7. Measurement (Alg. 1 lines 7-8): the partition-cell sums of M_w(D) have L2 sensitivity 1 and
@@ -68,7 +69,7 @@ else (partitions, rho_w, the trace) is computed from published values.
    contribution. `details` has the workload, the per-round trace (no wall time: a round's
    duration is private work) and each partition.
 Why these defaults (workload order, 1000 iterations, boxes rather than merges): see
-bench/results/method_notes.md.
+docs/decisions/0015-ppsyn-made-dp.md.
 """
 
 import heapq
@@ -101,7 +102,7 @@ MULTI_DIM_PARTITION = "split"  # multi-dimensional marginals: Algorithm 4 (see `
 
 
 def default_rounds(d: int) -> int:
-    """T = 2d (SEED-NOTES; the paper has no default)."""
+    """T = 2d (ours: the paper has no default)."""
     return max(2 * d, 1)
 
 
@@ -504,7 +505,8 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
             "re_model": round(part.re, 3), "rho_required": _public(rho_required),
             "rho_measure": cells.rho, "rho_rule": rule, "rho_selection": used,
             "sigma": cells.sigma, "sigma_dense": measurement.sigma,
-        })  # no wall time: a round's duration is private work (DESIGN.md section 4)
+        })  # no wall time: a round's duration is private work
+        # (docs/decisions/0003-privacy-perimeter.md)
         partitions.append({"clique": list(chosen), **part.describe()})
         if log is not None:
             log(round_line("ppsyn", r, chosen, used + cells.rho))

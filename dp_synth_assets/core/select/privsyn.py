@@ -1,8 +1,8 @@
 """PrivSyn's marginal selection: noisy InDif scores and DenseMarg's greedy choice of 2-way marginals.
 
-References: privsyn-selection-excerpt.txt section 4 (Lemma 4, Theorems 5-6), corrected by
-SEED-NOTES.md (InDif variance 8m/rho', marginal variance 1/(2 rho); the greedy loop of PrivSyn
-section 4.2 as described there).
+References: PrivSyn (Zhang et al., USENIX Security 2021) section 4 (Lemma 4, Theorems 5-6), with
+the noise figures corrected (InDif variance 8m/rho', marginal variance 1/(2 rho)) and the greedy
+loop of its section 4.2 completed: docs/decisions/0014-privsyn.md.
 
 Guarantee: the data is read by the 1-way marginals (`budget.one_way`) and one Gaussian release of
 all InDif scores (`budget.score`), each charged with its OpenDP map's answer right after its
@@ -17,7 +17,7 @@ by the `measurements` stage (on the 1-way marginals when nothing is selected). S
    + the expected l1 noise error of the selected pairs under the optimal c^(2/3) split of rho_2
    (Eq. 10-11), starting from the sum of the noisy InDif as drawn. Each round adds the pair that
    lowers the total error most among those that fit; stop when no pair lowers it. Our addition
-   (documented choice, DESIGN.md section 8): a pair whose junction tree with the selected cliques
+   (documented choice, docs/decisions/0014-privsyn.md): a pair whose junction tree with the selected cliques
    and the 1-way marginals would exceed `settings.max_model_mb` (`aim_fit.model_mb`) is refused
    and dropped for the rest of the loop (the tree only grows), which keeps the model cheap to
    fit. Ties break by column order, so the result is deterministic given the noisy scores. The
@@ -61,8 +61,8 @@ def noisy_indif(pairs: list[Clique], oracle: MarginalOracle, rho: float, charge:
 
 def measure_one_way(domain: dict[str, int], oracle: MarginalOracle, rho: float,
                     charge: Charge, by_cells: bool = False) -> tuple[Measurement, ...]:
-    """1-way marginals, rho split evenly across attributes (ABSyn section VI.B, as SEED-NOTES
-    states it), or with `by_cells` in proportion to each attribute's codes^(2/3)
+    """1-way marginals, rho split evenly across attributes (ABSyn section VI.B,
+    docs/decisions/0013-absyn.md), or with `by_cells` in proportion to each attribute's codes^(2/3)
     (`measure.optimal_split`: the split that minimizes their summed expected L1 noise; ours,
     for `auto` and `aim`). The split reads only the public domain."""
     attrs = list(domain)

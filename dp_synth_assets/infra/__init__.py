@@ -1,0 +1,1 @@
+"""Infrastructure: the code that opens connections, files and locks, beside the pure core."""

@@ -1,0 +1,22 @@
+"""The runnable examples of the public API's docstrings: each is executed, so an example that no
+longer works (a renamed argument, a changed return value) fails the suite."""
+
+import doctest
+
+import pytest
+
+from dp_synth_assets import api
+
+MODULES = [api]
+
+
+@pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)
+def test_the_docstring_examples_run(module):
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    examples = [t for t in finder.find(module) if t.examples]
+    assert examples, f"{module.__name__} has no runnable example"
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    for test in examples:
+        runner.run(test)
+    results = runner.summarize(verbose=False)
+    assert results.failed == 0, f"{results.failed} of {results.attempted} examples failed"
