@@ -1,5 +1,6 @@
 # `make run`: set up .venv if needed, load the bundled example, materialize its whole pipeline.
-# `make test`: same set-up, then the test suite.
+# `make test`: same set-up, then the test suite, both tiers (unit and end to end).
+# `make test-fast`: the unit tier only (tests not marked `e2e`, tests/conftest.py).
 # `make docs`: the documentation site (mkdocs.yml, docs/) into site/, in strict mode.
 # `make wheel`: the installable package (dist/dagster_dp_synth-*.whl) for a host project's pip.
 PYTHON ?= python3.11
@@ -10,7 +11,7 @@ DATASET ?= example
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export JAX_ENABLE_COMPILATION_CACHE := false
 
-.PHONY: install run test dev docs wheel clean
+.PHONY: install run test test-fast dev docs wheel clean
 
 # the distribution was named dp-synth before dagster-dp-synth: its editable finder would keep a
 # top-level `resources` importable, so it is removed first
@@ -40,7 +41,10 @@ run: install $(DAGSTER_HOME)/dagster.yaml
 TEST_WORKERS ?= 2
 
 test: install
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=60
+
+test-fast: install
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not e2e"
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -f definitions.py

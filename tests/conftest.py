@@ -1,10 +1,55 @@
 """Fixtures shared by test files: a throwaway PostgreSQL server (`helpers.postgres_server`) for
 the tests that run the privacy ledger (and the run lock) in PostgreSQL, and a fresh ledger
-location in each store."""
+location in each store; and the test tiers.
+
+Two tiers: the unit tier (`make test-fast`, `pytest -m "not e2e"`) and the end-to-end tier,
+marked `e2e`: Dagster runs, the CLI, the built wheel, the UI and the browser. `make test` runs
+both. A module whose every test is end to end is named in `E2E_MODULES` (or sets
+`pytestmark = pytest.mark.e2e`); a single end-to-end test in a unit module carries
+`@pytest.mark.e2e` itself.
+"""
 
 import uuid
 
 import pytest
+
+# the modules of the end-to-end tier (file names without .py)
+E2E_MODULES = frozenset({
+    "test_automation",
+    "test_bad_input",
+    "test_budget_moves",
+    "test_budget_unit",
+    "test_checks",
+    "test_cli",
+    "test_component",
+    "test_conditions",
+    "test_current_budget",
+    "test_data_docs_offline",
+    "test_default_install",
+    "test_deploy",
+    "test_engine_postgres",
+    "test_engine_spark",
+    "test_install_ends",
+    "test_leak_scan",
+    "test_load_time",
+    "test_metadata",
+    "test_perimeter",
+    "test_pipeline",
+    "test_pipeline_methods",
+    "test_report",
+    "test_runs",
+    "test_stale_plan",
+    "test_ui",
+    "test_wheel",
+    "test_wheel_component",
+    "test_writes",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.stem in E2E_MODULES:
+            item.add_marker(pytest.mark.e2e)
 
 from tests.helpers import postgres_server
 

@@ -1,5 +1,8 @@
 """`make run` without make: the dagster CLI materializes the example's whole pipeline into a
-persistent Dagster instance, then the report reads the public artifacts and the ledger."""
+persistent Dagster instance, then the report reads the public artifacts and the ledger.
+
+Two CLI processes started together race for a budget that fits one run (`raced`, one race read
+by two tests): the winner's run is the CLI's whole pipeline, the loser is refused."""
 
 import subprocess
 import sys
@@ -7,6 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 import duckdb
+import pytest
 
 from tests.helpers import REPO, dagster_env, example_entry, make_project
 
@@ -29,15 +33,32 @@ MATERIALIZE = [str(BIN / "dagster"), "asset", "materialize", "-f", str(REPO / "d
                "--select", "*example/synthetic"]
 
 
-def test_cli_materializes_the_pipeline_and_the_report_shows_it(tmp_path):
-    project = make_project(tmp_path / "project", rows=2000)
+@pytest.fixture(scope="module")
+def raced(tmp_path_factory):
+    """Two real `dagster asset materialize` processes started together on a budget that fits
+    one run: (project, env, [(returncode, output)] of each)."""
+    tmp_path = tmp_path_factory.mktemp("cli")
+    project = make_project(tmp_path / "project", rows=1500, privacy={
+        "epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 1.1, "delta": 1e-9}})
     env = cli_env(tmp_path, project)
-    home = Path(env["DAGSTER_HOME"])
-
+    # the instance exists before the race, as in any deployment (two processes creating its
+    # SQLite schema at once is Dagster's race, not the ledger's)
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        instance.get_runs()                 # run storage
+        instance.get_asset_keys()           # event log index
+        instance.all_instigator_state()     # schedule storage
     # '*example/synthetic' includes the observable source asset upstream
-    done = run(MATERIALIZE, env)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    assert "RUN_SUCCESS" in done.stdout + done.stderr
+    procs = [subprocess.Popen(MATERIALIZE, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    return project, env, [(p.returncode, o) for p, o in zip(procs, outputs)]
+
+
+def test_cli_materializes_the_pipeline_and_the_report_shows_it(raced):
+    project, env, outcomes = raced
+    home = Path(env["DAGSTER_HOME"])
+    [winner] = [output for code, output in outcomes if code == 0]
+    assert "RUN_SUCCESS" in winner
 
     con = duckdb.connect(str(project.warehouse), read_only=True)
     try:
@@ -48,8 +69,9 @@ def test_cli_materializes_the_pipeline_and_the_report_shows_it(tmp_path):
 
     with dg.DagsterInstance.from_config(str(home)) as instance:
         runs = instance.get_runs()
-        assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS]
-        [record] = runs
+        # the winner's run succeeded; the loser's failed (its reservation was refused)
+        assert sorted(r.status.value for r in runs) == ["FAILURE", "SUCCESS"]
+        [record] = [r for r in runs if r.status == dg.DagsterRunStatus.SUCCESS]
         materialized = {k for k in instance.get_asset_keys()
                         if instance.get_latest_materialization_event(k) is not None}
         assert {tuple(k.path) for k in materialized} >= {
@@ -69,27 +91,16 @@ def test_cli_materializes_the_pipeline_and_the_report_shows_it(tmp_path):
     assert "FAILED" not in report.stdout and "not run" not in report.stdout
 
 
-def test_two_runs_started_together_cannot_exceed_the_limit(tmp_path):
+def test_two_runs_started_together_cannot_exceed_the_limit(raced):
     """Two real `dagster asset materialize` processes race for a budget that fits one run."""
     from dp_synth_assets.resources.ledger import PrivacyLedger
     from dp_synth_assets.budget import DatasetBudget
     from dp_synth_assets.core.config import load_registry
 
-    project = make_project(tmp_path / "project", rows=1500, privacy={
-        "epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 1.1, "delta": 1e-9}})
-    env = cli_env(tmp_path, project)
-    # the instance exists before the race, as in any deployment (two processes creating its
-    # SQLite schema at once is Dagster's race, not the ledger's)
-    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
-        instance.get_runs()                 # run storage
-        instance.get_asset_keys()           # event log index
-        instance.all_instigator_state()     # schedule storage
-    procs = [subprocess.Popen(MATERIALIZE, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]
-    outputs = [p.communicate(timeout=600)[0] for p in procs]
-    codes = sorted(p.returncode for p in procs)
-    assert codes[0] == 0 and codes[1] != 0, outputs
-    loser = next(o for p, o in zip(procs, outputs) if p.returncode != 0)
+    project, _, outcomes = raced
+    codes = sorted(code for code, _ in outcomes)
+    assert codes[0] == 0 and codes[1] != 0, [o[-3000:] for _, o in outcomes]
+    loser = next(o for code, o in outcomes if code != 0)
     assert "cannot cover this run" in loser and "privacy.limit.epsilon" in loser
     budget = DatasetBudget.of(load_registry(project.datasets)["example"])
     summary = PrivacyLedger(project.ledger).summary("example")

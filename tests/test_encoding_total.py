@@ -209,6 +209,7 @@ def test_preprocessing_keys_clamp_outliers_like_the_reference(con):
         assert np.array_equal(exact[Task(column, "privtree")], expected), column
 
 
+@pytest.mark.e2e
 def test_an_outlier_sentinel_and_infinities_run_end_to_end_and_publish_nothing_of_them(tmp_path):
     """The attack of issue 13: an overflowing income once made DuckDB quote it in the public
     STEP_FAILURE event. Now the run succeeds and no public output mentions the planted values."""

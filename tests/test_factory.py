@@ -183,6 +183,7 @@ def test_every_op_output_is_nothing_or_goes_through_dp_synths_io_manager(tmp_pat
     assert not wrong, f"job outputs the host's IO manager would store: {wrong}"
 
 
+@pytest.mark.e2e
 def test_the_pipeline_runs_under_a_raising_host_io_manager_and_spends_one_run(tmp_path):
     """Every dp-synth output either returns a MaterializeResult (stored by the artifact store) or
     goes through dp-synth's IO manager: with a host IO manager that raises on any call, the host's

@@ -136,6 +136,7 @@ def run(tmp_path_factory):
     return project, defs, instance, result
 
 
+@pytest.mark.e2e
 def test_published_figures_equal_a_recomputation_from_the_public_files(run):
     project, _, _, result = run
     figures = synthetic_figures(result)
@@ -158,6 +159,7 @@ def test_published_figures_equal_a_recomputation_from_the_public_files(run):
                          "one_way_tvd_max"))
 
 
+@pytest.mark.e2e
 def test_figures_do_not_change_when_the_source_changes_after_the_measurements(run):
     project, defs, instance, result = run
     before = synthetic_figures(result)

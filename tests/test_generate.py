@@ -4,10 +4,8 @@ test_gum.py, an engine registered from tests/ in test_engine_plugins.py)."""
 
 import io
 import itertools
-import json
 
 import dagster as dg
-import duckdb
 import numpy as np
 import pytest
 
@@ -344,22 +342,7 @@ def model_metadata(result) -> dict:
     return {k: v.value for k, v in events[0].materialization.metadata.items()}
 
 
-@pytest.mark.parametrize("generator", ["parallel_pgm", "gum"])
-def test_each_engine_synthesizes_the_example_and_its_one_way_marginals_match(tmp_path, generator):
-    project, result = run_example(tmp_path, generator=generator)
-    assert result.success
-    meta = model_metadata(result)
-    assert meta["generator"] == generator
-    measurements = json.loads((project.public / "example" / "measurements.json").read_text())
-    with duckdb.connect(str(project.warehouse), read_only=True) as con:
-        rows = con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0]
-    assert rows == round(measurements["noisy_total"])
-    # every check (schema, domain, row count, nulls, 1-way TVD within its noise) passed
-    checks = result.get_asset_check_evaluations()
-    assert {c.check_name for c in checks} >= {"schema", "domain", "one_way_tvd"}
-    assert all(c.passed for c in checks), [(c.check_name, c.passed) for c in checks]
-
-
+@pytest.mark.e2e
 def test_a_dense_manual_selection_runs_under_auto_where_pgm_refuses(tmp_path):
     # at epsilon 8 the independence guard keeps the pairs that carry a dependency (about 30 of
     # the example's 66, a number that varies with the noise): their junction tree exceeds a
@@ -390,31 +373,3 @@ def test_collision_probability_equals_the_sum_of_squares_of_the_full_joint():
     assert tree.collision_probability(t) == pytest.approx(float((joint ** 2).sum()), rel=1e-12)
 
 
-def test_chunked_sampling_and_writing_gives_every_row_and_passes_the_checks(tmp_path):
-    # 1,000-row chunks on a ~2,400-row table: three chunks, one transaction
-    project, result = run_example(tmp_path, model={"iterations": 200, "chunk_rows": 1000})
-    assert result.success
-    measurements = json.loads((project.public / "example" / "measurements.json").read_text())
-    with duckdb.connect(str(project.warehouse), read_only=True) as con:
-        rows = con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0]
-    assert rows == round(measurements["noisy_total"]) > 2000
-    checks = result.get_asset_check_evaluations()
-    assert all(c.passed for c in checks), [(c.check_name, c.passed) for c in checks]
-
-
-def test_a_failing_chunk_leaves_the_previous_synthetic_table(tmp_path):
-    from dp_synth_assets.core.domain import EncodingPlan
-    from dp_synth_assets.core.synthesize import write_synthetic
-
-    project, result = run_example(tmp_path)
-    assert result.success
-    plan = EncodingPlan.from_json((project.public / "example" / "plan.json").read_text())
-    parquet = project.public / "example" / "synthetic.parquet"
-    with duckdb.connect(str(project.warehouse)) as con:
-        before = con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0]
-        good = {e.column: np.zeros(10, dtype=np.int64) for e in plan.encodings}
-        bad = {e.column: np.full(10, e.size + 5, dtype=np.int64) for e in plan.encodings}
-        with pytest.raises(ValueError, match="codes outside"):
-            write_synthetic(con, plan, iter([good, bad]), np.random.default_rng(0),
-                            "synthetic.example", str(parquet))
-        assert con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0] == before

@@ -194,6 +194,7 @@ def test_dataset_x_does_not_replace_dataset_x__writing_when_it_writes(tmp_path):
         ("x",), ("x__writing",)]
 
 
+@pytest.mark.e2e
 def test_hostile_column_names_reach_the_synthetic_table_and_pass_every_check(tmp_path):
     warehouse, public = tmp_path / "warehouse.duckdb", tmp_path / "public"
     con = duckdb.connect(str(warehouse))

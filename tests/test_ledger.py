@@ -320,6 +320,7 @@ def _race(locations: list[tuple[str, str]], run_id: str, barrier, results) -> No
             results.put((schema + path, run_id, False))
 
 
+@pytest.mark.e2e
 def test_concurrent_reservations_from_separate_processes_cannot_overspend(store, tmp_path,
                                                                            request):
     """Six processes reserve 0.3 of a limit of 1 at the same moment, in each of three new
@@ -372,6 +373,7 @@ def _reserve_charge_and_hang(path: str, ready, schema: str = "dp_synth") -> None
     time.sleep(300)
 
 
+@pytest.mark.e2e
 def test_killed_run_keeps_its_charges_and_its_reservation_is_released(location):
     path, schema = location
     context = multiprocessing.get_context("spawn")
@@ -467,6 +469,7 @@ def test_an_owner_on_another_host_is_only_judged_by_inactivity(ledger, monkeypat
 # ---- Dagster -------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_ledger_resource_works_in_a_dagster_asset(tmp_path):
     path = str(tmp_path / "ledger.sqlite")
 

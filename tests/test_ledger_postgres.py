@@ -152,6 +152,7 @@ def _reserve_charge_and_hang(url: str, schema: str, ready) -> None:
     time.sleep(300)
 
 
+@pytest.mark.e2e
 def test_a_killed_runs_reservation_is_released_from_another_host(ledger, monkeypatch):
     """The fault injected: this process cannot read the owner's process table (it is on
     another host, as in a container deployment). While the owner lives its presence lock keeps
@@ -301,6 +302,7 @@ def test_a_postgres_url_without_the_driver_names_the_extra(monkeypatch):
 # ---- one Dagster run -----------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_a_dagster_run_of_the_example_spends_into_postgres(pg_server, pg_schema, tmp_path):
     """DP_SYNTH_LEDGER a postgresql:// URL (and DP_SYNTH_LEDGER_SCHEMA): the whole pipeline
     reserves, charges and releases in PostgreSQL, holds its run lock there (no lock file), and

@@ -227,6 +227,7 @@ def test_a_missing_warehouse_is_never_created_by_a_read(tmp_path):
     assert not path.exists()
 
 
+@pytest.mark.e2e
 def test_a_moved_warehouse_fails_the_run_clearly_and_leaves_no_file_behind(tmp_path):
     project = make_project(tmp_path, rows=500)
     project.warehouse.rename(tmp_path / "moved.duckdb")

@@ -164,6 +164,7 @@ def materialize_preprocessed(project):
                           selection=[dg.AssetKey(["example", "preprocessed"])])
 
 
+@pytest.mark.e2e
 def test_a_csv_header_with_names_that_differ_only_in_case_says_so_spending_nothing(tmp_path):
     """A header `A,a,b`: DuckDB could not bind the file's columns, and the run said "no such
     table or file". The refusal names the cause and the fix, quotes only declared names (the

@@ -126,6 +126,7 @@ def s3run(s3, tmp_path_factory):
     return project, defs, instance, result
 
 
+@pytest.mark.e2e
 def test_the_whole_pipeline_runs_with_both_zones_and_the_pickles_on_s3(s3, s3run):
     import pyarrow.parquet as pq
 
@@ -164,6 +165,7 @@ def test_the_whole_pipeline_runs_with_both_zones_and_the_pickles_on_s3(s3, s3run
     assert "dp-public/zone/example/run.lock" not in names
 
 
+@pytest.mark.e2e
 def test_nothing_private_is_in_the_public_bucket(s3, s3run):
     """The leak scan of tests/test_leak_scan.py over every object of the public bucket (names,
     text, the Parquet's schema and metadata) and the run's events; and no file of the private
@@ -201,6 +203,7 @@ def test_nothing_private_is_in_the_public_bucket(s3, s3run):
     assert_no_leak(channels, project, spec, noisy_total=noisy, public_zone=PUBLIC)
 
 
+@pytest.mark.e2e
 def test_a_failing_run_leaves_the_published_set_readable(s3, s3run, monkeypatch):
     """A run that fails in its measurements stage (an injected fault, after it wrote its plan
     and selection into its own run folder) publishes nothing: `current` still names the first
@@ -337,6 +340,7 @@ def test_a_url_without_the_extra_names_the_pip_command(tmp_path, monkeypatch):
     assert_spent_nothing(project)
 
 
+@pytest.mark.e2e
 def test_the_report_reads_the_published_set_through_the_pointer(s3, s3run, monkeypatch,
                                                                  capsys):
     """`python -m dp_synth_assets.report` with DP_SYNTH_PUBLIC and DP_SYNTH_PRIVATE at the
@@ -385,6 +389,7 @@ def test_racing_runs_take_the_lock_once(s3):
     assert holder == f"run-{taken.index(True)}"
 
 
+@pytest.mark.e2e
 def test_a_multiprocess_run_passes_its_units_through_the_bucket(s3, tmp_path):
     """The Dagster CLI runs the dataset's job on the multiprocess executor (parallel_pgm, two
     units): every step in a process of its own, the units' pickles passed between them through

@@ -1,7 +1,8 @@
 """The whole pipeline, for real: Dagster runs on a DuckDB file, the ledger, GX checks.
 
 One project (3,137 source rows) is synthesized once; the tests below read that run, then
-re-materialize public assets, then exhaust the budget. They run in file order.
+re-materialize public assets, then exhaust the budget. They run in file order. Each check's
+verdict on a corrupted table: tests/test_check_suites.py.
 """
 
 import hashlib
@@ -11,21 +12,15 @@ import re
 
 import dagster as dg
 import duckdb
-import numpy as np
 import pandas as pd
 import pytest
 
 from dp_synth_assets.budget import DatasetBudget
-from dp_synth_assets.checks import run_checks
-from dp_synth_assets.core.domain import encode_expression
-from dp_synth_assets.core.measure import Measurement
 from dp_synth_assets.core.preprocess import needs_density
-from dp_synth_assets.core.sql import ident
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.stages import cover_columns
 from dp_synth_assets.artifacts import artifacts
 from dp_synth_assets.resources.ledger import PrivacyLedger
-from dp_synth_assets.resources.warehouse import WarehouseResource
 from tests.helpers import make_project, stage_logs, without_random_ids
 
 SOURCE_ROWS = 3137
@@ -176,78 +171,6 @@ def test_public_outputs_contain_no_exact_statistic_of_the_source(run):
         if event.asset_key.path[1] == "utility_report":  # where its files are, nothing else
             assert all(isinstance(v, dg.PathMetadataValue)
                        for v in event.materialization.metadata.values())
-
-
-def test_corrupted_synthetic_tables_fail_the_matching_checks(run, tmp_path):
-    project, defs, _, _ = run
-    warehouse: WarehouseResource = defs.resources["warehouse"]
-    store = artifacts(warehouse, "example")
-    plan, model = store.plan(), store.model()
-    found, noisy_total = list(store.measurements().measurements), store.measurements().noisy_total
-    good = pd.read_parquet(project.public / "example" / "synthetic.parquet")
-
-    def verdicts(frame: pd.DataFrame, **options) -> dict[str, bool]:
-        path = tmp_path / "corrupt.parquet"
-        con = duckdb.connect()
-        con.register("f", frame)
-        con.execute(f"COPY (SELECT * FROM f) TO '{path}' (FORMAT parquet)")
-        con.close()
-        return {r.check_name: r.passed for r in
-                run_checks(warehouse, "example", spec_of(project), plan, found, noisy_total,
-                           len(good), "synthetic.example", str(path), model, **options)}
-
-    assert all(verdicts(good).values())
-    # as for a table too large for one frame: one column per GX suite, same verdicts
-    assert all(verdicts(good, frame_bytes=1).values())
-    one_column = good.copy()
-    one_column.loc[:10, "hours_per_week"] = 500
-    assert verdicts(one_column, frame_bytes=1)["domain"] is False
-    wrong_type = good.assign(age=good["age"].astype(str))
-    assert verdicts(wrong_type)["schema"] is False
-    out_of_domain = good.copy()
-    out_of_domain.loc[:10, "education"] = "Wizardry"
-    out_of_domain.loc[:10, "hours_per_week"] = 500
-    assert verdicts(out_of_domain)["domain"] is False
-    shifted = good.assign(sex="Male")
-    result = verdicts(shifted)
-    assert result["one_way_tvd"] is False and result["domain"] is True
-    assert verdicts(good.iloc[:100])["row_count"] is False
-    more_nulls = good.assign(country=None).astype({"country": good["country"].dtype})
-    assert verdicts(more_nulls)["null_fraction"] is False
-    # a measured pair's joint distribution changed, every 1-way distribution kept (this small
-    # table's selection measured no pair: measure (age, marital_status) on the good table itself,
-    # as if measured with noise sigma 2)
-    pair = ("age", "marital_status")
-    encodings = {e.column: e for e in plan.encodings}
-    with duckdb.connect() as con:
-        con.register("good", good)
-        codes = con.execute("SELECT " + ", ".join(
-            f"{encode_expression(encodings[a])} AS {ident(a)}" for a in pair) + " FROM good"
-        ).fetchnumpy()
-    shape = [encodings[a].size for a in pair]
-    counts = np.bincount(np.ravel_multi_index([codes[a].astype(np.int64) for a in pair], shape),
-                         minlength=int(np.prod(shape))).reshape(shape).astype(float)
-    measured = [*found, Measurement(pair, counts, 2.0, 0.1)]
-    # rearranged: the oldest rows get the alphabetically last statuses (a dependence the
-    # measurement does not have), every column keeps its values
-    decoupled = good.copy()
-    order = np.argsort(good["age"].to_numpy(), kind="stable")
-    decoupled.loc[decoupled.index[order], "marital_status"] = np.sort(
-        good["marital_status"].fillna("~").to_numpy())
-    decoupled["marital_status"] = decoupled["marital_status"].replace("~", None)
-
-    def marginal_verdicts(frame):
-        path = tmp_path / "decoupled.parquet"
-        frame.to_parquet(path)
-        return {r.check_name: r.passed for r in run_checks(
-            warehouse, "example", spec_of(project), plan, measured, noisy_total, len(good), "synthetic.example",
-            str(path), model)}
-
-    assert marginal_verdicts(good)["marginal_tvd"] is True
-    result = marginal_verdicts(decoupled)
-    assert result["marginal_tvd"] is False and result["one_way_tvd"] is True
-    copied = pd.concat([good.iloc[:50]] * (len(good) // 50 + 1)).iloc[:len(good)]
-    assert verdicts(copied)["duplicates"] is False
 
 
 def test_rematerializing_public_assets_spends_nothing(run):

@@ -72,6 +72,7 @@ def _raw_project(tmp_path: Path, name: str):
     return build_definitions(path, tmp_path / "w.duckdb", tmp_path / "ledger.sqlite", tmp_path / "public")
 
 
+@pytest.mark.e2e
 @needs_shared
 @pytest.mark.parametrize("name", ["adult_raw", "titanic_raw"])
 def test_raw_table_with_only_kinds_declared_synthesizes_with_the_declared_schema(tmp_path, name):

@@ -99,27 +99,6 @@ def test_selection_is_triangulated_and_respects_tau():
     assert set(chosen.cliques) <= set(itertools.combinations(list(domain), 2))
 
 
-def test_absyn_runs_end_to_end_and_spends_exactly_the_run_budget(tmp_path):
-    import dagster as dg
-
-    from dp_synth_assets.budget import DatasetBudget
-    from dp_synth_assets.core.config import load_registry
-    from dp_synth_assets.artifacts import artifacts
-    from dp_synth_assets.resources.ledger import PrivacyLedger
-    from tests.helpers import make_project
-
-    project = make_project(tmp_path, rows=2000, method="absyn")
-    defs = project.defs_fn()
-    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
-                            instance=dg.DagsterInstance.ephemeral())
-    assert result.success
-    budget = DatasetBudget.of(load_registry(project.datasets)["example"])
-    spent = PrivacyLedger(project.ledger).summary("example").spent_rho
-    assert math.isclose(spent, budget.run_rho, rel_tol=1e-9)
-    found = list(artifacts(defs.resources["warehouse"], "example").measurements().measurements)
-    assert all(math.isclose(m.sigma, math.sqrt(1 / (2 * m.rho)), rel_tol=1e-12) for m in found)
-
-
 def chain_table(n: int, d: int, flip: float, seed: int) -> dict[str, np.ndarray]:
     """A Bayesian network of d binary columns, a Markov chain: x0 is a fair coin and x_i copies
     x_{i-1} except with probability `flip`. True edges: (x_{i-1}, x_i); every other pair is

@@ -9,9 +9,7 @@ probability far below 1e-6 (each says why).
 
 import itertools
 import math
-import time
 
-import dagster
 import numpy as np
 import pytest
 
@@ -250,28 +248,6 @@ def test_bad_workload_settings_are_refused_at_load_with_the_fix(method, selectio
     entry = example_entry(method=method, selection=selection)
     with pytest.raises(RegistryError, match=message):
         parse_registry({"datasets": {"example": entry}})
-
-
-def test_end_to_end_dagster_run_spends_exactly_the_run_budget(tmp_path):
-    from dp_synth_assets.budget import DatasetBudget
-    from dp_synth_assets.core.config import load_registry
-    from dp_synth_assets.artifacts import artifacts
-    from dp_synth_assets.resources.ledger import PrivacyLedger
-    from tests.helpers import make_project
-
-    started = time.perf_counter()
-    project = make_project(tmp_path, rows=2000, method="aim", model={"iterations": 200})
-    defs = project.defs_fn()
-    result = dagster.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
-                                 instance=dagster.DagsterInstance.ephemeral())
-    seconds = time.perf_counter() - started
-    assert result.success
-    spec = load_registry(project.datasets)["example"]
-    spent = PrivacyLedger(project.ledger).summary("example").spent_rho
-    assert spent == pytest.approx(DatasetBudget.of(spec).run_rho, rel=1e-9)
-    found = list(artifacts(defs.resources["warehouse"], "example").measurements().measurements)
-    assert len(found) > len(spec.columns)  # the 1-way marginals and the rounds' measurements
-    print(f"AIM end to end: {seconds:.1f} s")
 
 
 # ------------------------------------------------------------------------------ issue 16

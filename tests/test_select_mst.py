@@ -8,7 +8,6 @@ false-failure rate below.
 import itertools
 import math
 
-import dagster as dg
 import networkx as nx
 import numpy as np
 import opendp.prelude as dp
@@ -194,30 +193,6 @@ def test_two_attributes_one_round():
     assert result.cliques == (("a", "b"),)
     assert result.budgets == {("a", "b"): budget.measure}
     assert math.isclose(charge.rho, budget.one_way + budget.score, rel_tol=1e-12)
-
-
-# -- end to end through Dagster
-
-def test_mst_through_dagster(tmp_path):
-    from dp_synth_assets.budget import DatasetBudget
-    from dp_synth_assets.core.config import load_registry
-    from dp_synth_assets.resources.ledger import PrivacyLedger
-    from tests.helpers import make_project
-
-    project = make_project(tmp_path, rows=2000, method="mst")
-    defs = project.defs_fn()
-    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
-                            instance=dg.DagsterInstance.ephemeral())
-    assert result.success
-    spec = load_registry(project.datasets)["example"]
-    spent = PrivacyLedger(project.ledger).summary("example").spent_rho
-    assert math.isclose(spent, DatasetBudget.of(spec).run_rho, rel_tol=1e-9)
-    selection = next(e for e in result.get_asset_materialization_events()
-                     if e.asset_key.path == ["example", "selection"])
-    meta = selection.materialization.metadata
-    assert meta["method"].value == "mst"
-    d = len(spec.columns)
-    assert meta["selected_count"].value == d - 1
 
 
 def test_negative_measurement_budget_is_refused():

@@ -7,18 +7,14 @@ through the whole pipeline. Statistical assertions state their false-failure rat
 """
 
 import math
-import time
 
-import dagster as dg
 import numpy as np
 import pytest
 
-from dp_synth_assets.budget import DatasetBudget
-from dp_synth_assets.core.config import SelectionSettings, load_registry
+from dp_synth_assets.core.config import SelectionSettings
 from dp_synth_assets.core.generate import pgm
 from dp_synth_assets.core.select import METHODS, Budget, Selection, ppsyn, select
-from dp_synth_assets.resources.ledger import PrivacyLedger
-from tests.helpers import (ChargeRecorder, counting_oracle, make_project, method_budget,
+from tests.helpers import (ChargeRecorder, counting_oracle, method_budget,
                            needs_extra, without_extra)
 
 ETA = ppsyn.ETA
@@ -146,14 +142,13 @@ def run():
     data = generate(ROWS, 0)
     budget = method_budget("ppsyn", 0.5)
     charges = ChargeRecorder()
-    started = time.perf_counter()
     selection = ppsyn.select(DOMAIN, counting_oracle(data, DOMAIN, max_order=3), budget, SelectionSettings(),
                              charges)
-    return data, budget, charges, selection, time.perf_counter() - started
+    return data, budget, charges, selection
 
 
 def test_spends_exactly_the_budget(run):
-    _, budget, charges, selection, _ = run
+    _, budget, charges, selection = run
     assert charges.rho == pytest.approx(budget.total, rel=1e-9)
     rounds = selection.details["rounds"]
     T = selection.details["T"]
@@ -188,7 +183,7 @@ def test_without_the_jax_extra_the_refits_are_numpy_s_and_spend_the_same(monkeyp
 
 
 def test_one_way_split_is_c_to_the_two_thirds(run):
-    _, budget, _, selection, _ = run
+    _, budget, _, selection = run
     weights = np.array([DOMAIN[m.clique[0]] ** (2 / 3) for m in selection.one_way])
     rhos = np.array([m.rho for m in selection.one_way])
     assert rhos == pytest.approx(budget.one_way * weights / weights.sum(), rel=1e-9)
@@ -197,7 +192,7 @@ def test_one_way_split_is_c_to_the_two_thirds(run):
 def test_each_sigma_matches_its_rho(run):
     """1-way: sigma = 1/sqrt(2 rho). Partition measurements: the mechanism's sigma is
     1/sqrt(2 rho) and the dense measurement's sigma is that over sqrt(smallest interval)."""
-    _, _, charges, selection, _ = run
+    _, _, charges, selection = run
     for m in selection.one_way:
         assert m.sigma == pytest.approx(1 / math.sqrt(2 * m.rho), rel=1e-9)
     measure_spends = [s for s, _ in charges.calls if s.mechanism == "gaussian_counts"]
@@ -214,7 +209,7 @@ def test_each_sigma_matches_its_rho(run):
 
 
 def test_measurements_are_uniform_inside_each_partition_cell(run):
-    _, _, _, selection, _ = run
+    _, _, _, selection = run
     for m, desc in zip(selection.measured, selection.details["partitions"]):
         assert m.noisy.shape == tuple(DOMAIN[a] for a in m.clique)
         assert tuple(desc["clique"]) == m.clique
@@ -226,7 +221,7 @@ def test_measurements_are_uniform_inside_each_partition_cell(run):
 def test_partitions_keep_the_bound_against_the_published_contribution(run):
     """The rounds at the paper's rho: RE(p_hat) + |P|/sqrt(pi rho) <= eta * C_hat, where C_hat
     is the published one-sigma lower bound of the noisy contribution."""
-    _, _, _, selection, _ = run
+    _, _, _, selection = run
     for r in selection.details["rounds"]:
         if r["rho_rule"] in ("paper", "floor"):
             bound = ETA * r["contribution_lower"]
@@ -234,7 +229,7 @@ def test_partitions_keep_the_bound_against_the_published_contribution(run):
 
 
 def test_three_way_workload_and_selection_output(run):
-    _, _, _, selection, _ = run
+    _, _, _, selection = run
     assert selection.method == "ppsyn"
     assert selection.details["workload_order"] == 3 and selection.details["workload_fallback"] == ""
     workload = [tuple(c) for c in selection.details["workload"]]
@@ -252,7 +247,7 @@ def test_first_round_picks_the_three_way_interaction(run):
     4,800 counts, the next clique (a, d, f) by about 3,300 (computed on this table). The
     exponential mechanism's scale is 1/sqrt(2 rho_exp) = 15.5 (rho_exp = 0.5 * 0.05 / 12), so
     another pick has probability below 20 exp(-1000 / 15.5) < 1e-20."""
-    _, _, _, selection, _ = run
+    _, _, _, selection = run
     first = selection.details["rounds"][0]["clique"]
     assert {"a", "b", "c"} <= set(first)
 
@@ -303,7 +298,7 @@ def test_one_way_candidates_when_no_workload_marginal_fits_the_model_size():
 
 @needs_extra("jax")
 def test_model_marginals_match_mbi_projection(run):
-    _, _, _, selection, _ = run
+    _, _, _, selection = run
     measurements = list(selection.one_way) + list(selection.measured)
     model = pgm.fit(DOMAIN, measurements, 4000.0, 50)
     cliques = [("a", "b", "c"), ("a", "f"), ("b", "d", "e"), ("e",)]
@@ -331,24 +326,3 @@ def test_registered_and_dispatched():
                        SelectionSettings(), charges)
     assert selection.details["workload_order"] == 2  # two attributes: the one pair
     assert charges.rho == pytest.approx(method_budget("ppsyn", 0.3).total, rel=1e-9)
-
-
-# -- end to end through Dagster
-
-def test_ppsyn_through_dagster(tmp_path):
-    project = make_project(tmp_path, rows=2000, method="ppsyn", model={"iterations": 200})
-    defs = project.defs_fn()
-    started = time.perf_counter()
-    result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
-                            instance=dg.DagsterInstance.ephemeral())
-    seconds = time.perf_counter() - started
-    assert result.success
-    spec = load_registry(project.datasets)["example"]
-    spent = PrivacyLedger(project.ledger).summary("example").spent_rho
-    assert spent == pytest.approx(DatasetBudget.of(spec).run_rho, rel=1e-9)
-    assert seconds < 300, f"ppsyn end to end took {seconds:.0f} s (about 20 s expected)"
-    # the marginals stage computed the method's 3-way workload, so no fallback to pairs
-    import json
-
-    chosen = json.loads((project.public / "example" / "selection.json").read_text())
-    assert chosen["details"]["workload_order"] == 3, chosen["details"].get("workload_fallback")

@@ -65,6 +65,7 @@ def validate(folder: Path) -> subprocess.CompletedProcess:
                           timeout=300)
 
 
+@pytest.mark.e2e
 def test_dagster_refuses_a_factory_host_whose_source_asset_is_mistyped(tmp_path):
     datasets = write_host(tmp_path, ["analytics", "custmers"])
     done = validate(tmp_path)

@@ -34,6 +34,7 @@ def synthetic_rows(project) -> int:
         return con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0]
 
 
+@pytest.mark.e2e
 def test_a_parquet_glob_is_one_source(tmp_path):
     project = make_project(tmp_path, rows=ROWS)
     parts = tmp_path / "lake" / "example"
@@ -49,6 +50,7 @@ def test_a_parquet_glob_is_one_source(tmp_path):
     assert abs(synthetic_rows(project) - ROWS) < 200  # rows: same is the noisy count
 
 
+@pytest.mark.e2e
 def test_an_attached_database_is_read_where_it_lives(tmp_path):
     project = make_project(tmp_path, rows=ROWS)
     crm = tmp_path / "crm.duckdb"
@@ -74,6 +76,7 @@ def test_an_attached_database_is_read_where_it_lives(tmp_path):
     assert fingerprint(warehouse, spec, dataset="example") != before
 
 
+@pytest.mark.e2e
 def test_an_unreachable_attached_database_fails_clearly_and_spends_nothing(tmp_path):
     project = make_project(tmp_path, rows=ROWS)
     use_source(project, {"attach": "missing/crm.duckdb", "type": "duckdb",
@@ -156,6 +159,7 @@ def test_csv_options_are_validated_when_the_registry_loads(tmp_path, source, pro
         load_registry(path)
 
 
+@pytest.mark.e2e
 def test_a_headerless_semicolon_csv_synthesizes_with_the_declared_types(tmp_path):
     project = make_project(tmp_path, rows=ROWS, report=None)
     with duckdb.connect(str(project.warehouse)) as con:

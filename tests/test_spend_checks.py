@@ -220,6 +220,7 @@ def typed(tmp_path_factory):
     return tmp, result
 
 
+@pytest.mark.e2e
 def test_a_typed_source_synthesizes_with_every_check_passing_and_one_run_spent(typed):
     tmp, result = typed
     assert result.success
@@ -233,6 +234,7 @@ def test_a_typed_source_synthesizes_with_every_check_passing_and_one_run_spent(t
     assert s.spent_rho == pytest.approx(DatasetBudget.of(spec).run_rho) and s.reserved_rho == 0
 
 
+@pytest.mark.e2e
 def test_a_boolean_stored_as_text_reads_its_spellings_case_insensitively(typed):
     tmp, _ = typed
     con = duckdb.connect(str(tmp / "warehouse.duckdb"), read_only=True)
@@ -250,6 +252,7 @@ def test_a_boolean_stored_as_text_reads_its_spellings_case_insensitively(typed):
     assert types["flag"] == "BOOLEAN" and types["small"] == "BIGINT"
 
 
+@pytest.mark.e2e
 def test_learned_bounds_read_nan_as_null_and_clamp_infinities_without_a_cast_error(typed):
     tmp, _ = typed
     con = duckdb.connect(str(tmp / "warehouse.duckdb"), read_only=True)
@@ -260,6 +263,7 @@ def test_learned_bounds_read_nan_as_null_and_clamp_infinities_without_a_cast_err
     assert math.isfinite(low) and math.isfinite(high) and high < 1e6
 
 
+@pytest.mark.e2e
 def test_a_text_that_reads_as_no_boolean_takes_the_fallback_and_the_run_goes_on(typed):
     """Half the flags read 'maybe': the column is not nullable, so they take its declared
     fallback (true); the run succeeds, publishes nothing of 'maybe', and the private log counts

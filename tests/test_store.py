@@ -70,6 +70,7 @@ def test_the_folder_keeps_the_pipelines_file_names_and_json_layout(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(os.path.basename(p) for p in paths)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("kind", ["folder", "memory"])
 def test_a_missing_artifact_names_the_stage_to_materialize(tmp_path, kind):
     s = FolderStore(tmp_path / "d", "people") if kind == "folder" else MemoryStore("people")

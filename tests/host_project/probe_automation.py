@@ -6,22 +6,23 @@ on each tick, at increasing evaluation times. Prints one JSON object of what eac
 1. baseline: nothing changed since the first synthesis.
 2. the host materializes raw_customers; a tick one hour after the probe started (so min_interval
    has passed since the first synthesis, which ended before) requests the dp-synth chain, and the
-   requested assets are executed as one run on the instance (the run the sensor launches).
-3. a tick half a second later sees that run's materializations (the sensor ticks while a run
-   goes on: the change it requested is handled); then the host changes again, and a tick one
-   second after the second is inside min_interval (1h) of that run and requests nothing, for
-   the interval. The interval runs from the first stage's materialization, the start of the
-   run, which a pause keeps at least two seconds after the probe's start: on an idle machine
-   it came within a second of it, and the tick fell outside the interval.
+   requested assets are executed as one run on the instance (the run the sensor launches), on
+   Dagster's test clock set a quarter second after that tick: its materializations are stamped
+   then, whatever the wall clock says.
+3. a tick half a second after the second tick sees that run's materializations (the sensor
+   ticks while a run goes on: the change it requested is handled); then the host changes
+   again, and a tick one second after the second is inside min_interval (1h) of that run (the
+   interval runs from the first stage's materialization, the start of the run) and requests
+   nothing, for the interval.
 4. a tick three hours later: the ledger cannot cover a third run (the limit covers two), so it
    requests nothing, for the budget.
 """
 
 import datetime
 import json
-import time
 
 import dagster as dg
+from dagster._core.test_utils import freeze_time
 
 from definitions import defs, raw_customers
 from dp_synth_assets.conditions import BUDGET_LABEL, SOURCE_LABEL, interval_label
@@ -48,7 +49,7 @@ def requested(result) -> list[str]:
 
 
 with dg.DagsterInstance.get() as instance:
-    start = datetime.datetime.now()
+    start = datetime.datetime.now(datetime.timezone.utc)
     report, cursor = {}, None
 
     def tick(name: str, hours: float):
@@ -67,10 +68,10 @@ with dg.DagsterInstance.get() as instance:
     selection = [k for k in defs.resolve_asset_graph().get_all_asset_keys()
                  if changed.get_num_requested(k)]
     if selection:
-        time.sleep(max(0.0, 2.0 - (datetime.datetime.now() - start).total_seconds()))
         job = defs.resolve_implicit_global_asset_job_def()
-        launched = job.execute_in_process(instance=instance, asset_selection=selection,
-                                          tags={"dp_synth/trigger": "automation"})
+        with freeze_time(start + datetime.timedelta(hours=1, seconds=0.25)):
+            launched = job.execute_in_process(instance=instance, asset_selection=selection,
+                                              tags={"dp_synth/trigger": "automation"})
         report["changed"]["run_success"] = launched.success
     tick("synthesized", 1 + 0.5 / 3600)
     dg.materialize([raw_customers], instance=instance)
