@@ -141,7 +141,9 @@ def test_a_registered_mechanism_runs_in_place_of_the_one_it_replaces(monkeypatch
     # its weight 3, beside age's bounds (1) and density (1/4)
     assert math.isclose(rare.rho, 0.4 * 3.0 / (3.0 + 1.0 + 0.25), rel_tol=1e-9)
     assert math.isclose(sum(s.rho for s, _ in spends), 0.4, rel_tol=1e-9)
-    assert derived["race"].categories == tuple(columns["race"].categories)
+    # every declared category kept; `rare: merge` may move one whose noisy count fell below the
+    # cut to the rare group at the end (about 1 run in 300 here), so the order is not asserted
+    assert sorted(derived["race"].categories) == sorted(columns["race"].categories)
     assert plugin_mechanism.RELEASED == ["race"]
 
 
