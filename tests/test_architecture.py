@@ -463,6 +463,23 @@ CHECKS = "dp_synth_assets.checks"
 CHECKS_DAGSTER = "dp_synth_assets.checks.asset_checks"  # the checks' one Dagster module
 
 
+def import_graph(root: Path, packages) -> tuple[dict, dict[str, list[Import]]]:
+    """The package's modules and, for each, the imports it makes: its own, and its parent
+    packages' `__init__`s (importing a module runs them first; marked line 0)."""
+    modules = package_modules(root, packages)
+    edges: dict[str, list[Import]] = {}
+    for imp in imports(root, packages):
+        edges.setdefault(imp.source, []).append(imp)
+    for name, path in modules.items():
+        edges.setdefault(name, []).extend(Import(name, p, path, 0) for p in _parents(name)
+                                          if p in modules)
+    return modules, edges
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
 def wrapper_only_dagster_violations(root: Path = ROOT, packages=PACKAGES,
                                     evaluation: str = EVALUATION, checks: str = CHECKS,
                                     wrapper: str = CHECKS_DAGSTER) -> list[str]:
@@ -471,15 +488,8 @@ def wrapper_only_dagster_violations(root: Path = ROOT, packages=PACKAGES,
     chain that reaches it. The one way into `wrapper` allowed is the `checks` package's own
     `__init__`, which exports its names on first use; any other import of it counts as reaching
     Dagster."""
-    modules = package_modules(root, packages)
-    edges: dict[str, list[Import]] = {}
-    for imp in imports(root, packages):
-        edges.setdefault(imp.source, []).append(imp)
-    for name, path in modules.items():
-        edges.setdefault(name, []).extend(Import(name, p, path, 0) for p in _parents(name)
-                                          if p in modules)
-    inside = lambda m, pkg: m == pkg or m.startswith(pkg + ".")  # noqa: E731
-    start = [m for m in modules if inside(m, evaluation) or (inside(m, checks) and m != wrapper)]
+    modules, edges = import_graph(root, packages)
+    start = [m for m in modules if _inside(m, evaluation) or (_inside(m, checks) and m != wrapper)]
     return _reached(
         root, start, edges, modules,
         lambda module, imp: bool(DAGSTER.match(imp.target.split(".")[0]))
@@ -615,19 +625,21 @@ def _calls(root: Path, core: str, exempt):
                 yield relative, node, buffers_at.get(id(node), set())
 
 
+def _core_calls(classify, advice: str, root: Path, core: str, exempt) -> list[str]:
+    """Each call of the core's modules (outside `exempt`) that `classify` names, with `advice`."""
+    return sorted(f"{relative}:{node.lineno}: {what}; {advice}"
+                  for relative, node, buffers in _calls(root, core, exempt)
+                  if (what := classify(node, buffers)))
+
+
 def core_file_writes(root: Path = ROOT, core: str = "dp_synth_assets/core", store: str = STORE,
                      exempt=LEAVING_THE_CORE) -> list[str]:
     """Each file write in the core: open/Path.open/os.fdopen with a writing mode,
     write_text/write_bytes, os.replace/rename/link/write, shutil copies and moves,
     np.save*/savez*/tofile (a write into an `io.BytesIO` is memory, not a file), mkdir, unlink,
     touch, chmod. `store` is where messages send the write."""
-    violations = []
-    for relative, node, buffers in _calls(root, core, exempt):
-        what = _file_write(node, buffers)
-        if what:
-            violations.append(f"{relative}:{node.lineno}: {what}; write through "
-                              f"{store} (atomic_write, atomic_target or a store)")
-    return sorted(violations)
+    return _core_calls(_file_write, f"write through {store} (atomic_write, atomic_target or a "
+                       "store)", root, core, exempt)
 
 
 def test_the_core_writes_files_only_through_the_store():
@@ -691,20 +703,13 @@ def core_io_violations(root: Path = ROOT, packages=PACKAGES, core: str = CORE,
     """Each import of an I/O module or of `infra` reached from the core (directly, or through
     any package module, parent `__init__`s included), with the chain that reaches it; the
     imports of an `exempt` module do not count."""
-    modules = package_modules(root, packages)
-    edges: dict[str, list[Import]] = {}
-    for imp in imports(root, packages):
-        edges.setdefault(imp.source, []).append(imp)
-    for name, path in modules.items():
-        edges.setdefault(name, []).extend(Import(name, p, path, 0) for p in _parents(name)
-                                          if p in modules)
-    inside = lambda m, pkg: m == pkg or m.startswith(pkg + ".")  # noqa: E731
-    start = [m for m in modules if inside(m, core)]
+    modules, edges = import_graph(root, packages)
+    start = [m for m in modules if _inside(m, core)]
     return _reached(
         root, start, edges, modules,
         lambda module, imp: module not in exempt and imp.line != 0 and (
             _io_module(imp.target) is not None
-            or inside(_internal(imp.target, modules) or "", infra)))
+            or _inside(_internal(imp.target, modules) or "", infra)))
 
 
 def test_the_core_imports_no_io_module_and_no_infrastructure():
@@ -809,13 +814,8 @@ def core_file_reads(root: Path = ROOT, core: str = "dp_synth_assets/core",
     """Each file read in the core outside `exempt`: open() (reading), Path.open / read_text /
     read_bytes / exists / is_file / stat / iterdir / glob, os.listdir / scandir / stat / walk /
     open, glob.*, np.load and friends of a file (not of an `io.BytesIO`)."""
-    violations = []
-    for relative, node, buffers in _calls(root, core, exempt):
-        what = _file_read(node, buffers)
-        if what:
-            violations.append(f"{relative}:{node.lineno}: {what}; the core reads no files: "
-                              f"read in dp_synth_assets/infra/ (or the caller) and pass the data")
-    return sorted(violations)
+    return _core_calls(_file_read, "the core reads no files: read in dp_synth_assets/infra/ "
+                       "(or the caller) and pass the data", root, core, exempt)
 
 
 def test_the_core_reads_no_files():
