@@ -29,14 +29,12 @@ import dagster as dg
 
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
-from .budget import run_asset_keys
+from .budget import STAGES, run_asset_keys
 from .infra.ledger_store import DEFAULT_SCHEMA, PostgresDatabase, is_postgres
 from .infra.runs import DEFAULT_RUN_WAIT_SECONDS, RunWaitTimeout, dataset_lock
 from .infra.store import (ARTIFACTS, KEEP_RUNS, InconsistentArtifacts, MissingArtifact, RunStore,
                          StalePlan, location, remove_temporaries)
 from .writes import public_zone_writes
-
-WRITERS = ("preprocessed", "marginals", "selection", "measurements", "model", "synthetic")
 
 
 class PublicArtifacts(RunStore):
@@ -100,9 +98,9 @@ def last_writer(context, dataset: str, names) -> str:
     """The run's last stage of `dataset` that writes (where it publishes and frees the dataset)."""
     selection = run_asset_keys(context)
     if not selection:
-        return WRITERS[-1]
-    in_run = [s for s in WRITERS if names.key(dataset, s) in selection]
-    return in_run[-1] if in_run else WRITERS[-1]
+        return STAGES[-1]
+    in_run = [s for s in STAGES if names.key(dataset, s) in selection]
+    return in_run[-1] if in_run else STAGES[-1]
 
 
 def _finished(context):

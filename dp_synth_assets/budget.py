@@ -25,11 +25,10 @@ import dagster as dg
 from dp_synth_assets.resources.ledger import (BudgetExceeded, LedgerError, LedgerSummary,
                                               PrivacyLedger)
 
-from .core.budget import DELTA_EXTRA_SHARE, PRIVATE_STAGES, BudgetStatus, DatasetBudget  # noqa: F401
+from .core.budget import (DELTA_EXTRA_SHARE, PRIVATE_STAGES, STAGES, BudgetStatus,  # noqa: F401
+                          DatasetBudget)
 from .core.privacy import Spend
 from .core.units import group_name
-
-STAGES = ("source", *PRIVATE_STAGES, "model", "synthetic")
 
 
 def run_asset_keys(context) -> set[dg.AssetKey] | None:
@@ -49,7 +48,7 @@ def stages_in_run(context: dg.AssetExecutionContext, dataset: str) -> set[str]:
     """The stages of `dataset` this run materializes (all of them when the run cannot say)."""
     selection = run_asset_keys(context)
     if not selection:
-        return set(STAGES)
+        return {"source", *STAGES}
     parent = dataset_path(context)
     return {key.path[-1] for key in selection if key.path[:-1] == parent}
 

@@ -32,7 +32,7 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .artifacts import artifacts, holding, synthetic_table  # noqa: F401 - synthetic_table re-exported
 from .checks.asset_checks import check_synthetic, synthetic_check_specs
-from .budget import DatasetBudget, budget_metadata, ledger_metadata, private_stage
+from .budget import STAGES, DatasetBudget, budget_metadata, ledger_metadata, private_stage
 from .core import change
 from .core import generate
 from .core.generate import multiprocess
@@ -364,9 +364,6 @@ def build_dataset_assets(dataset: str, spec: DatasetSpec, names: Names = Names()
     return [*first, stage_asset(dataset, names, chain[:cut], "stages"),
             build_model_asset(dataset, spec, names),
             stage_asset(dataset, names, chain[cut + 1:], "stages_after_model")]
-
-
-STAGES = ("preprocessed", "marginals", "selection", "measurements", "model", "synthetic")
 
 
 @dataclass(frozen=True)

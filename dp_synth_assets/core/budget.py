@@ -23,7 +23,8 @@ from .preprocess import all_tasks
 from .privacy import epsilon_from_rho, rho_from_epsilon_delta
 from .select import METHODS, Budget, Selection
 
-PRIVATE_STAGES = ("preprocessed", "marginals", "selection", "measurements")
+PRIVATE_STAGES = ("preprocessed", "marginals", "selection", "measurements")  # they spend
+STAGES = (*PRIVATE_STAGES, "model", "synthetic")  # every stage asset of a dataset, in order
 
 REL_TOL = 1e-12  # relative tolerance of every budget comparison (float sums of rho)
 
