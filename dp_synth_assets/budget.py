@@ -67,22 +67,30 @@ def ledger_metadata(ledger: PrivacyLedger, dataset: str, budget: DatasetBudget, 
     guessed ledger contents."""
     s = ledger.summary(dataset)
     status = BudgetStatus.of(s, budget)
-    remaining = status.remaining_rho
-    by_stage = ledger.spent_by_run(dataset, run_id)
     rows, head = ledger.head()
+    return {
+        **_standing(s, budget, status),
+        "privacy/ledger_rows": dg.MetadataValue.int(rows),
+        "privacy/ledger_head": dg.MetadataValue.text(head),
+        "privacy/epsilon_reserved": dg.MetadataValue.float(shown(budget.epsilon(s.reserved_rho))),
+        "privacy/rho_remaining": dg.MetadataValue.float(status.remaining_rho),
+        "privacy/this_run_rho_by_stage": dg.MetadataValue.json(
+            ledger.spent_by_run(dataset, run_id)),
+    }
+
+
+def _standing(s: LedgerSummary, budget: DatasetBudget, status: BudgetStatus) -> dict:
+    """The metadata both a run's ledger entries and the budget's standing publish: the unit's
+    budget group, the epsilons spent, remaining and limit (rounded by `shown`), rho spent,
+    the extra delta spent and how they compose."""
     group = group_name(s.unit)
     return {
         **({"privacy/budget_group": dg.MetadataValue.text(group)} if group else {}),
-        "privacy/ledger_rows": dg.MetadataValue.int(rows),
-        "privacy/ledger_head": dg.MetadataValue.text(head),
         "privacy/epsilon_spent": dg.MetadataValue.float(shown(budget.epsilon(s.spent_rho))),
-        "privacy/epsilon_reserved": dg.MetadataValue.float(shown(budget.epsilon(s.reserved_rho))),
         "privacy/epsilon_remaining": dg.MetadataValue.float(shown(status.remaining_epsilon)),
         "privacy/epsilon_limit": dg.MetadataValue.float(shown(budget.epsilon(budget.limit_rho))),
         "privacy/rho_spent": dg.MetadataValue.float(s.spent_rho),
-        "privacy/rho_remaining": dg.MetadataValue.float(remaining),
         "privacy/delta_extra_spent": dg.MetadataValue.float(s.spent_delta_extra),
-        "privacy/this_run_rho_by_stage": dg.MetadataValue.json(by_stage),
         "privacy/composition": dg.MetadataValue.text(composition_note(budget.delta)),
     }
 
@@ -116,22 +124,15 @@ def budget_metadata(s: LedgerSummary, budget: DatasetBudget, run_epsilon: float,
     ledger and the limit only (budget figures are public)."""
     status = BudgetStatus.of(s, budget)
     used = min(1.0, max(0.0, s.spent_rho / budget.limit_rho)) if budget.limit_rho > 0 else 1.0
-    group = group_name(s.unit)
     runs_left = status.runs_left
     return {
-        **({"privacy/budget_group": dg.MetadataValue.text(group)} if group else {}),
+        **_standing(s, budget, status),
         "privacy/run_epsilon": dg.MetadataValue.float(float(run_epsilon)),
         "privacy/run_delta": dg.MetadataValue.float(float(run_delta)),
         "privacy/budget_used_share": dg.MetadataValue.float(used),
         **({"privacy/runs_left": dg.MetadataValue.int(runs_left)} if runs_left is not None else {}),
         "privacy/runs_spent": dg.MetadataValue.int(len(s.runs)),
-        "privacy/epsilon_spent": dg.MetadataValue.float(shown(budget.epsilon(s.spent_rho))),
-        "privacy/epsilon_remaining": dg.MetadataValue.float(shown(status.remaining_epsilon)),
-        "privacy/epsilon_limit": dg.MetadataValue.float(shown(budget.epsilon(budget.limit_rho))),
-        "privacy/rho_spent": dg.MetadataValue.float(s.spent_rho),
         "privacy/rho_limit": dg.MetadataValue.float(budget.limit_rho),
-        "privacy/delta_extra_spent": dg.MetadataValue.float(s.spent_delta_extra),
-        "privacy/composition": dg.MetadataValue.text(composition_note(budget.delta)),
     }
 
 
