@@ -30,6 +30,8 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import DATASETS  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 import dp_synth_assets.core.measure as M  # noqa: E402
@@ -44,7 +46,7 @@ from dp_synth_assets.core.select.guard import guard  # noqa: E402
 from dp_synth_assets.core.stages import cover_columns, draw  # noqa: E402
 from tests.helpers import counting_oracle  # noqa: E402
 
-D = ROOT.parent / "shared" / "datasets" / "adult"
+D = DATASETS / "adult"
 SEED = [0]
 
 

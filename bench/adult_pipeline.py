@@ -25,8 +25,10 @@ import pandas as pd
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import DATASETS, RESULTS, WORK  # noqa: E402
 sys.path.insert(0, str(ROOT))
-ADULT = ROOT.parent / "shared" / "datasets" / "adult"
+ADULT = DATASETS / "adult"
 
 from dp_synth_assets.definitions import build_definitions  # noqa: E402
 
@@ -55,7 +57,7 @@ def main() -> None:
     if not ADULT.exists():
         sys.exit(f"needs {ADULT} (the shared datasets); not found")
     domain = json.loads((ADULT / "adult-domain.json").read_text())
-    work = ROOT / "bench" / "work"
+    work = WORK
     work.mkdir(parents=True, exist_ok=True)
     real = pd.read_csv(ADULT / "adult.csv")[list(domain)]
     rng = np.random.default_rng(0)
@@ -111,7 +113,7 @@ def main() -> None:
                         "iterations": args.iterations, "max_model_mb": args.max_model_mb})
         print(f"{args.method} eps {args.epsilon} rep {rep}: tvd2 {t2:.4f} tvd3 {t3:.4f} "
               f"{seconds:.1f}s ({len(selected['cliques'])} pairs)")
-    out = ROOT / "bench" / "results" / f"adult_pipeline_{args.method}.json"
+    out = RESULTS / f"adult_pipeline_{args.method}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(records, indent=1))
     print(f"wrote {out}")

@@ -22,10 +22,11 @@ from pathlib import Path
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import DATASETS, RESULTS  # noqa: E402
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-ADULT = ROOT.parent / "shared" / "datasets" / "adult"
-RESULTS = ROOT / "bench" / "results"
+ADULT = DATASETS / "adult"
 DELTA = 1e-9
 
 

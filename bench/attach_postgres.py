@@ -24,6 +24,8 @@ import duckdb
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import RESULTS  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 from dp_synth_assets.example import write_example  # noqa: E402
@@ -93,7 +95,7 @@ def main() -> None:
               "fingerprint_follows_rows": before != after,
               "postgres_tables_unchanged": tables_before == tables_after}
     print(json.dumps(record, indent=1))
-    out = ROOT / "bench" / "results" / "attach_postgres.json"
+    out = RESULTS / "attach_postgres.json"
     old = json.loads(out.read_text()) if out.exists() else []
     out.write_text(json.dumps(old + [record], indent=1))
     ok = (result.success and record["same_columns"] and record["fingerprint_follows_rows"]

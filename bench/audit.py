@@ -55,6 +55,8 @@ import numpy as np
 from scipy import stats
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import RESULTS  # noqa: E402
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -287,7 +289,7 @@ def main() -> None:
     if args.gaussian:
         results = [gaussian_audit(args.gaussian_trials, args.rho, args.delta, args.alpha, factor)
                    for factor in (1.0, 0.7)]
-        out = args.out or ROOT / "bench" / "results" / "audit_gaussian.json"
+        out = args.out or RESULTS / "audit_gaussian.json"
         out.write_text(json.dumps({"audits": results, "load_average_before": load_before,
                                    "cpus": os.cpu_count()}, indent=1) + "\n")
         for r in results:
@@ -295,7 +297,7 @@ def main() -> None:
                   f"(claimed {r['claimed_epsilon']:.3f}, delta {r['delta']}, "
                   f"{r['trials_per_table']} trials per table, {r['seconds']} s)")
         return
-    args.out = args.out or ROOT / "bench" / "results" / "audit.json"
+    args.out = args.out or RESULTS / "audit.json"
     results = [audit(args.trials, args.rho, args.delta, args.alpha, args.calibration_trials,
                      broken=b) for b in (False, True)]
     record = {"audits": results, "load_average_before": load_before,

@@ -24,9 +24,11 @@ import dagster as dg
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import RESULTS, WORK  # noqa: E402
 sys.path.insert(0, str(ROOT))
-WORK = ROOT / "bench" / "work" / "budget_sensor"
-RESULTS = ROOT / "bench" / "results" / "budget_sensor.json"
+WORK = WORK / "budget_sensor"
+RESULTS = RESULTS / "budget_sensor.json"
 
 
 def measure(n: int, runs: int) -> dict:

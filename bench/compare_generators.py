@@ -41,8 +41,9 @@ from compare_methods import (ADULT, DELTA, ROOT, Fidelity, fmt,  # noqa: E402
                              run_bounded, slug)
 
 BENCH = ROOT / "bench"
-WORK = BENCH / "work" / "generators"
-RESULTS = BENCH / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import RESULTS, WORK  # noqa: E402
+WORK = WORK / "generators"
 RUNNER = BENCH / "anchors" / "generator_run.py"
 ENGINES = ("pgm", "parallel_pgm", "gum")
 

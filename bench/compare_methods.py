@@ -62,12 +62,13 @@ import pandas as pd
 from bounded import log_tail, run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import DATASETS, RESULTS, WORK  # noqa: E402
 BENCH = ROOT / "bench"
-ADULT = ROOT.parent / "shared" / "datasets" / "adult"
+ADULT = DATASETS / "adult"
 VENV = BENCH / ".venv-smartnoise"
 REQUIREMENTS = BENCH / "anchors" / "smartnoise-requirements.txt"
-WORK = BENCH / "work" / "compare"
-RESULTS = BENCH / "results"
+WORK = WORK / "compare"
 
 OURS = ("absyn", "privsyn", "aim", "mst", "ppsyn")
 ANCHORS = {"smartnoise-mst": "mst", "smartnoise-aim": "aim"}

@@ -53,14 +53,16 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import RESULTS, WORK  # noqa: E402
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bounded import log_tail, run_bounded  # noqa: E402
 
-WORK = ROOT / "bench" / "work" / "engines"
-RESULTS = ROOT / "bench" / "results" / "engines.json"
-TABLE_MD = ROOT / "bench" / "results" / "engines.md"
+WORK = WORK / "engines"
+TABLE_MD = RESULTS / "engines.md"
+RESULTS = RESULTS / "engines.json"
 DATABASE = WORK / "scale.duckdb"
 PG_BIN = Path(os.environ.get("DP_SYNTH_PG_BIN", "/usr/lib/postgresql/15/bin"))
 ENGINES = ("duckdb", "spark", "postgres")

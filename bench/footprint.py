@@ -26,7 +26,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import RESULTS  # noqa: E402
 BASE = ["dagster", "dagster-dg-cli"]
 # what a host that writes its tables with dagster-duckdb-pandas has already
 DUCKDB_PANDAS_HOST = ["pandas", "numpy", "duckdb", "python-dateutil", "tzdata"]

@@ -35,8 +35,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORK = ROOT / "bench" / "work" / "load"
-RESULTS = ROOT / "bench" / "results" / "load_definitions.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import RESULTS, WORK  # noqa: E402
+WORK = WORK / "load"
+RESULTS = RESULTS / "load_definitions.json"
 HEAVY = ("great_expectations", "jax", "mbi", "sklearn", "matplotlib")
 
 CHILD = r"""

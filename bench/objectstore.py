@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import RESULTS  # noqa: E402
 sys.path.insert(0, str(REPO))
 
 
@@ -91,7 +93,7 @@ def main() -> None:
             print(json.dumps({"local": record["local"][-1], "s3": record["s3"][-1]}))
     finally:
         server.stop()
-    out = REPO / "bench" / "results" / "objectstore.json"
+    out = RESULTS / "objectstore.json"
     out.write_text(json.dumps(record, indent=2) + "\n")
     print(f"wrote {out}")
 

@@ -32,8 +32,10 @@ import pandas as pd
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import DATASETS, RESULTS, WORK  # noqa: E402
 sys.path.insert(0, str(ROOT))
-CSV = ROOT.parent / "shared" / "datasets" / "adult_raw" / "adult_raw.csv"
+CSV = DATASETS / "adult_raw" / "adult_raw.csv"
 
 from dp_synth_assets.core.domain import EncodingPlan, decode  # noqa: E402
 from dp_synth_assets.definitions import build_definitions  # noqa: E402
@@ -82,7 +84,7 @@ def main() -> None:
     records = []
     for binning in ("uniform", "privtree"):
         for rep in range(args.repeats):
-            work = ROOT / "bench" / "work" / f"pre_{binning}_{rep}"
+            work = WORK / f"pre_{binning}_{rep}"
             shutil.rmtree(work, ignore_errors=True)
             work.mkdir(parents=True)
             entry = json.loads(json.dumps(base))
@@ -129,7 +131,7 @@ def main() -> None:
             print(f"{binning:8s} rep {rep}: marginal size total {total:,} (avg {mean:.0f}), "
                   f"tvd2 preprocessed {record['tvd2']:.4f}, synthetic {record['tvd2_synthetic']:.4f}, "
                   f"{seconds:.1f}s (preprocessing {pre_seconds:.1f}s)")
-    out = ROOT / "bench" / "results" / "preprocessing.json"
+    out = RESULTS / "preprocessing.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(records, indent=1))
     print(f"wrote {out}")

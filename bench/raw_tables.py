@@ -31,10 +31,11 @@ import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import DATASETS, RESULTS  # noqa: E402
 sys.path.insert(0, str(ROOT))
-# the benchmark tables live beside the checkout, not in it; DP_SYNTH_DATASETS points elsewhere
-SHARED = Path(os.environ.get("DP_SYNTH_DATASETS", ROOT.parent / "shared" / "datasets"))
-OUT = ROOT / "bench" / "results" / "raw_tables"
+SHARED = DATASETS
+OUT = RESULTS / "raw_tables"
 
 from dp_synth_assets.api import Synthesizer  # noqa: E402
 from dp_synth_assets.core.domain import decode, encoded_columns  # noqa: E402

@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import RESULTS, WORK  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 RUN_ONCE = ROOT / "tests" / "run_once.py"  # one materialization in its own process
@@ -206,8 +208,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--ledgers", default="sqlite,postgres",
                         help="comma-separated: sqlite, postgres (default: both)")
-    parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / "work" / "reliability")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "reliability.json")
+    parser.add_argument("--workdir", type=Path, default=WORK / "reliability")
+    parser.add_argument("--out", type=Path, default=RESULTS / "reliability.json")
     args = parser.parse_args()
 
     from tests.helpers import make_project, postgres_server

@@ -25,7 +25,9 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "bench" / "results"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import RESULTS  # noqa: E402
+
 HOST = ["dagster", "dagster-dg-cli", "dagster-dbt", "dagster-duckdb-pandas"]
 REPORTED = ("dagster", "dagster-dbt", "dagster-duckdb-pandas", "dagster-dg-cli", "pandas", "numpy",
             "duckdb", "opendp", "great-expectations", "pyarrow")

@@ -14,10 +14,13 @@ returned before sampling). Recorded per run:
 
 - `seconds`: from the run's start to its success in Dagster's event log (all stages and
   checks), and `process_seconds`: the CLI process from start to exit;
+- `stages`: each stage's seconds from the run's public progress in Dagster's event log (its
+  `stage <name> started` line to its materialization, `stage_times`; the checks from the
+  synthetic table's materialization to the last check result, each check's from its `check
+  <name>: started` line to its result), and the peak memory within that window; the stages publish no timing of their private work (issue 13);
 - `peak_mb`: the largest resident memory of the whole process tree (the run and its step
-  processes, summed), sampled every 50 ms; per stage the same within the step's window
-  (`stages`, with each step's seconds);
-- `marginal_seconds`: the `marginals` step's duration in Dagster's event log (the stage itself publishes no timing of its private work: issue 13).
+  processes, summed), sampled every 50 ms;
+- `marginal_seconds`: the `marginals` stage's seconds, as above.
 
 The floor (`floor_seconds`) is then measured in a fresh process on the same DuckDB file: a bare
 `GROUP BY GROUPING SETS` with the same grouping sets as the marginals stage, over the same
@@ -35,6 +38,7 @@ revision) and the table is printed and written to bench/results/scale.md.
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -42,10 +46,13 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORK = ROOT / "bench" / "work" / "scale"
-RESULTS = ROOT / "bench" / "results" / "scale.json"
-ADULT = ROOT.parent / "shared" / "datasets" / "adult"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import DATASETS, RESULTS, WORK  # noqa: E402
+WORK = WORK / "scale"
+RESULTS = RESULTS / "scale.json"
+ADULT = DATASETS / "adult"
 DEFAULT_ROWS = (100_000, 1_000_000, 10_000_000)
+CHECK_STARTED = re.compile(r"^check (\w+): started$")  # dp_synth_assets/checks/suites.py
 
 
 def process_tree(root: int) -> list[int]:
@@ -113,7 +120,8 @@ def write_registry(workdir: Path, dataset: str, source: dict, columns: dict, eps
     return path
 
 
-def run_job(workdir: Path, database: Path, dataset: str, tree: Path = ROOT) -> dict:
+def run_job(workdir: Path, database: Path, dataset: str, tree: Path = ROOT,
+            executor: str = "multiprocess") -> dict:
     """`dagster job execute` of the dataset's job (every asset and check), the way a deployment
     runs it, with the code of `tree`; memory is sampled over the whole process tree (the run
     and, under the multiprocess executor, its step processes)."""
@@ -131,8 +139,11 @@ def run_job(workdir: Path, database: Path, dataset: str, tree: Path = ROOT) -> d
            "DP_SYNTH_DATASETS": str(workdir / "datasets.yaml"),
            "DP_SYNTH_WAREHOUSE": str(database), "DP_SYNTH_LEDGER": str(workdir / "ledger.sqlite"),
            "DP_SYNTH_PUBLIC": str(workdir / "public"), "PYTHONPATH": str(tree)}
+    # a dataset whose fit runs on the multiprocess executor has a job of its own; any other runs
+    # in the code location's implicit asset job (dp_synth_assets.factory.needs_job)
+    job = f"{dataset}_synthesis" if executor == "multiprocess" else "__ASSET_JOB"
     cmd = [str(Path(sys.executable).parent / "dagster"), "job", "execute", "-f",
-           str(tree / "definitions.py"), "-j", f"{dataset}_synthesis"]
+           str(tree / "definitions.py"), "-j", job]
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -148,22 +159,64 @@ def run_job(workdir: Path, database: Path, dataset: str, tree: Path = ROOT) -> d
         [record] = instance.get_run_records()
         run_seconds = record.end_time - record.start_time
         logs = instance.all_logs(record.dagster_run.run_id)
-    windows: dict[str, list[float]] = {}
-    for entry in logs:
-        event = entry.dagster_event
-        if event is not None and event.step_key and event.event_type_value in (
-                "STEP_START", "STEP_SUCCESS"):
-            windows.setdefault(event.step_key, []).append(entry.timestamp)
-    stages = {}
-    for step, (start, end, *_) in sorted(windows.items(), key=lambda kv: kv[1][0]):
-        inside = [mb for t, mb in samples if start <= t <= end] or [0.0]
-        stages[step.split("__")[-1]] = {"seconds": round(end - start, 3),
-                                        "peak_mb": round(max(inside), 1)}
+    stages = stage_times(logs, record.start_time)
+    for stage in stages.values():
+        start, end = stage.pop("start"), stage.pop("end")
+        inside = [mb for t, mb in samples if start <= t <= end]
+        stage["peak_mb"] = round(max(inside or [0.0]), 1)
     return {"seconds": run_seconds, "process_seconds": process_seconds,
             "peak_mb": max(mb for _, mb in samples), "sample_interval_s": sampler.interval,
-            # Dagster's own step duration: the stage publishes no timing of its private work
-            # (issue 13), so this includes opening the warehouse and reading the plan
+            # from the stage's public progress: the stage publishes no timing of its private work
             "marginal_seconds": stages["marginals"]["seconds"], "stages": stages}
+
+
+def stage_times(logs, run_start: float) -> dict[str, dict]:
+    """Each stage's window from the run's public progress in the event log, and nothing else
+    (log timestamps are public by design, docs/decisions/0003-privacy-perimeter.md): from its
+    `stage <name> started` line (`pipeline.stage_started`) to its own materialization. A stage
+    with no such line (the source asset; the model when its fit runs as steps of the executor)
+    starts at the previous materialization (the run's start for the first). `checks`: from the
+    synthetic table's materialization to the last check result, and each check's own from its
+    `check <name>: started` line to its result (`each`). Times in seconds."""
+    sys.path.insert(0, str(ROOT))
+    from dp_synth_assets.core.budget import STAGES
+    from dp_synth_assets.pipeline import stage_started
+
+    started_line = {stage_started(dg_key(name)): name for name in STAGES}
+    started, ended, checked, each, check = {}, {}, [], {}, None
+    for entry in logs:
+        event = entry.dagster_event
+        if event is None and entry.user_message in started_line:
+            started[started_line[entry.user_message]] = entry.timestamp
+        elif event is None and CHECK_STARTED.match(entry.user_message or ""):
+            check = (CHECK_STARTED.match(entry.user_message)[1], entry.timestamp)
+        elif event is not None and event.event_type_value == "ASSET_MATERIALIZATION":
+            ended.setdefault(event.asset_key.path[-1], entry.timestamp)
+        elif event is not None and event.event_type_value == "ASSET_CHECK_EVALUATION":
+            checked.append(entry.timestamp)
+            if check is not None:
+                each[check[0]], check = round(entry.timestamp - check[1], 3), None
+    missing = [name for name in STAGES if name not in ended]
+    if missing or not started:
+        raise RuntimeError(f"the run's event log has no materialization of {missing} or no "
+                           f"line among {sorted(started_line)}: the stages' public progress "
+                           "changed, update bench/scale.py")
+    stages, previous = {}, run_start
+    for name, end in sorted(ended.items(), key=lambda kv: kv[1]):
+        start = started.get(name, previous)
+        stages[name] = {"seconds": round(end - start, 3), "start": start, "end": end}
+        previous = end
+    if checked:
+        end = max(checked)
+        stages["checks"] = {"seconds": round(end - ended["synthetic"], 3),
+                            "start": ended["synthetic"], "end": end, "each": each}
+    return stages
+
+
+def dg_key(stage: str):
+    import dagster as dg
+
+    return dg.AssetKey(["dataset", stage])
 
 
 def child_floor(args) -> None:
@@ -271,7 +324,8 @@ def write_table(records: list[dict]) -> None:
     print("\n".join(lines))
 
 
-def scale_runs(rows_list: list[int], columns: int, method: str | None, executor: str) -> None:
+def scale_runs(rows_list: list[int], columns: int, method: str | None, executor: str,
+               iterations: int | None = None) -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     from scale_data import spec_columns
 
@@ -282,13 +336,15 @@ def scale_runs(rows_list: list[int], columns: int, method: str | None, executor:
         load = load1()
         workdir = WORK / f"run_{rows}_{columns}"
         workdir.mkdir(parents=True, exist_ok=True)
-        extra = {"model": {"executor": executor}, **({"method": method} if method else {})}
+        model = {"executor": executor, **({"iterations": iterations} if iterations else {})}
+        extra = {"model": model, **({"method": method} if method else {})}
         write_registry(workdir, "scale", {"table": "main.scale"}, spec_columns(columns), 1.0, extra)
-        out = run_job(workdir, database, "scale")
+        out = run_job(workdir, database, "scale", executor=executor)
         cliques = marginal_cliques(workdir)
         floor = child("floor", "--database", str(database), "--cliques", json.dumps(cliques))
         record = {"kind": "scale", "rows": rows, "columns": columns, "method": method or "default",
-                  "executor": executor, "epsilon": 1.0, "revision": revision(), **out, **floor,
+                  "executor": executor, "iterations": iterations, "epsilon": 1.0,
+                  "revision": revision(), **out, **floor,
                   "marginal_ratio": out["marginal_seconds"] / floor["floor_seconds"],
                   "grouping_sets": len(cliques), "max_load1": max(load, load1())}
         records.append(record)
@@ -348,7 +404,7 @@ def adult_runs(baseline: str, repeats: int) -> None:
             database = workdir / "adult.duckdb"
             load_adult(database, list(domain))
             write_registry(workdir, "adult", {"table": "main.adult"}, columns, 1.0)
-            out = run_job(workdir, database, "adult", tree=path)
+            out = run_job(workdir, database, "adult", tree=path, executor="in_process")
             records.append({"kind": "adult", "tree": name, "revision": rev, "repeat": repeat,
                             **out, "max_load1": max(load, load1())})
             print(f"adult {name} ({rev}) run {repeat}: {out['seconds']:.1f} s, "
@@ -364,6 +420,8 @@ def main() -> None:
     parser.add_argument("--executor", default="multiprocess", choices=["multiprocess", "in_process"],
                         help="model.executor of the runs (multiprocess: each step's memory is "
                              "returned when it ends)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="model.iterations (default: the product's)")
     parser.add_argument("--adult-baseline", default=None, metavar="REV")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -375,7 +433,7 @@ def main() -> None:
     elif args.adult_baseline:
         adult_runs(args.adult_baseline, args.repeats)
     else:
-        scale_runs(args.rows, args.columns, args.method, args.executor)
+        scale_runs(args.rows, args.columns, args.method, args.executor, args.iterations)
 
 
 if __name__ == "__main__":

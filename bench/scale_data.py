@@ -28,6 +28,8 @@ import duckdb
 import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import WORK  # noqa: E402
 sys.path.insert(0, str(ROOT))
 
 from dp_synth_assets.example import (DEFAULT_SEED, EXAMPLE_COLUMNS,  # noqa: E402
@@ -87,7 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, required=True)
     parser.add_argument("--columns", type=int, default=15)
-    parser.add_argument("--database", type=Path, default=ROOT / "bench" / "work" / "scale" / "scale.duckdb")
+    parser.add_argument("--database", type=Path, default=WORK / "scale" / "scale.duckdb")
     parser.add_argument("--table", default=None)
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--chunk-rows", type=int, default=1_000_000)

@@ -29,10 +29,11 @@ from dp_synth_assets.core.privacy import rho_from_epsilon_delta
 from dp_synth_assets.core.select import METHODS, Budget, select
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import DATASETS, RESULTS  # noqa: E402
 sys.path.insert(0, str(ROOT))
 from tests.helpers import counting_oracle  # noqa: E402  (the in-memory marginal oracle)
 
-DATASETS = ROOT.parent / "shared" / "datasets"
 
 
 def chain_table(n: int, d: int, flip: float, seed: int) -> dict[str, np.ndarray]:
@@ -58,7 +59,7 @@ def load(name: str) -> tuple[dict[str, np.ndarray], dict[str, int]]:
         frame = pd.read_csv(DATASETS / "adult" / "adult.csv")
         domain = json.loads((DATASETS / "adult" / "adult-domain.json").read_text())
         if name == "small":  # 1,304 rows x 9 columns, as the small table
-            frame = frame.sample(1304, random_state=0)[list(domain)[:9]]
+            frame = frame.sample(min(1304, len(frame)), random_state=0)[list(domain)[:9]]
             domain = {k: domain[k] for k in frame.columns}
         return {c: frame[c].to_numpy() for c in frame.columns}, domain
     elif name == "example":
@@ -147,7 +148,7 @@ def main():
     ap.add_argument("--seeds", type=int, default=1)
     ap.add_argument("--iterations", type=int, default=1000)
     ap.add_argument("--noguard", action="store_true")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "auto_rule.json"))
+    ap.add_argument("--out", default=str(RESULTS / "auto_rule.json"))
     args = ap.parse_args()
     out = Path(args.out)
     records = json.loads(out.read_text()) if out.exists() else []

@@ -81,11 +81,13 @@ import yaml
 from bounded import log_tail, run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import DATASETS, RESULTS, WORK  # noqa: E402
 BENCH = ROOT / "bench"
 ANCHORS_DIR = BENCH / "anchors"
-SHARED = ROOT.parent / "shared" / "datasets"
-WORK = BENCH / "work" / "suite"
-RESULTS = BENCH / "results" / "suite.json"
+SHARED = DATASETS
+WORK = WORK / "suite"
+RESULTS = RESULTS / "suite.json"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH))
 

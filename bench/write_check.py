@@ -20,9 +20,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from paths import RESULTS, WORK  # noqa: E402
 sys.path.insert(0, str(ROOT))
-WORK = ROOT / "bench" / "work" / "write_check"
-RESULTS = ROOT / "bench" / "results" / "write_check.json"
+WORK = WORK / "write_check"
+RESULTS = RESULTS / "write_check.json"
 
 
 def main() -> None:

@@ -1,0 +1,151 @@
+"""The smoke runs of the benchmark scripts (tests/test_bench*.py): each script of bench/ on a
+tiny input, as a subprocess of this interpreter, with its results, working files and tables in a
+temporary folder (`BENCH_RESULTS`, `BENCH_WORK`, `BENCH_DATASETS`: bench/paths.py), so a
+refactor that breaks a benchmark fails the tests and nothing is written into bench/results/.
+
+A case is (script, arguments, the file it promises, the keys every record of it holds, with a
+value that is not None; `expect`: values some keys must have). `{work}` in an argument is the
+temporary working folder. Each test file runs one `group` (tests run file by file on the
+workers, so the groups keep each file near a minute on an idle machine).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+
+
+@dataclass(frozen=True)
+class Case:
+    group: str
+    script: str
+    args: tuple[str, ...]
+    output: str | None          # a file under BENCH_RESULTS (or `{work}/...`), None: prints
+    keys: tuple[str, ...] = ()  # in every record (a list's items, or the object itself)
+    printed: str | None = None  # text the script prints (the ones that write no file)
+    expect: tuple[tuple[str, object], ...] = ()
+
+    @property
+    def id(self) -> str:
+        return f"{self.script}{' ' if self.args else ''}{' '.join(self.args)}"[:60]
+
+
+def folders(base: Path) -> tuple[dict, Path, Path]:
+    """The environment of a smoke run under `base`: tiny tables written once."""
+    results, work, datasets = base / "results", base / "work", base / "datasets"
+    for folder in (results, work):
+        folder.mkdir(parents=True, exist_ok=True)
+    home = base / "dagster_home"
+    home.mkdir(exist_ok=True)
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    env = {**os.environ, "BENCH_RESULTS": str(results), "BENCH_WORK": str(work),
+           "BENCH_DATASETS": str(datasets), "DAGSTER_HOME": str(home),
+           "JAX_ENABLE_COMPILATION_CACHE": "false", "PYTHONPATH": str(ROOT)}
+    if not datasets.exists():
+        run_script(env, "tiny_datasets.py", "--out", str(datasets), "--rows", "400")
+    return env, results, work
+
+
+def run_script(env: dict, script: str, *args: str, timeout: float = 300) -> str:
+    proc = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, (f"bench/{script} {' '.join(args)} exited {proc.returncode}:\n"
+                                  f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc.stdout
+
+
+def check(case: Case, base: Path) -> None:
+    env, results, work = folders(base)
+    args = [a.format(work=work) for a in case.args]
+    stdout = run_script(env, case.script, *args)
+    if case.printed is not None:
+        assert case.printed in stdout, stdout[-3000:]
+    if case.output is None:
+        return
+    path = Path(case.output.format(work=work))
+    path = path if path.is_absolute() else results / path
+    assert path.exists(), f"bench/{case.script} wrote no {path.name}:\n{stdout[-3000:]}"
+    if path.suffix != ".json":
+        assert path.read_text().strip(), f"{path.name} is empty"
+        return
+    data = json.loads(path.read_text())
+    records = data if isinstance(data, list) else [data]
+    assert records, f"{path.name} holds no record"
+    for record in records:
+        missing = [k for k in case.keys if record.get(k) is None]
+        assert not missing, f"{path.name}: a record lacks {missing}: {record}"
+        wrong = {k: record.get(k) for k, v in case.expect if record.get(k) != v}
+        assert not wrong, f"{path.name}: {wrong}, expected {dict(case.expect)}"
+
+
+# the scripts that are libraries of the others (run through them), and the ones no smoke test
+# can run in seconds, each with the reason
+LIBRARIES = {"bounded.py": "suite.py, compare_methods.py", "paths.py": "every script",
+             "tiny_datasets.py": "these tests", "anchors": "suite.py, compare_methods.py"}
+OWN_TEST = {"attach_postgres.py": "tests/test_bench_tables.py::test_attach_postgres"}
+NOT_RUN = {"resolution.py": "times pip resolving from the package index with no cache, in a "
+           "fresh venv: minutes and the network"}
+
+CASES = [
+    # ---- light: no Dagster run (tests/test_bench.py)
+    Case("light", "wide_table.py", ("--rows", "200", "--out", "{work}/wide.csv"),
+         "{work}/wide.csv"),
+    Case("light", "scale_data.py", ("--rows", "1000", "--columns", "15", "--database",
+                                    "{work}/scale_data.duckdb", "--table", "main.s"),
+         "{work}/scale_data.duckdb"),
+    Case("light", "junction_tree.py", ("--sizes", "15:30", "--repeats", "1"), None,
+         printed='"same_tree_as_mbi": true'),
+    Case("light", "audit.py", ("--trials", "100", "--calibration-trials", "100"), "audit.json",
+         ("audits", "cpus")),
+    Case("light", "audit.py", ("--gaussian", "--gaussian-trials", "2000"), "audit_gaussian.json",
+         ("audits", "cpus")),
+    Case("light", "footprint.py", ("--markdown-only",), "footprint.md"),
+    Case("light", "absyn_paired.py", ("--eps", "1", "--seeds", "0", "--iters", "20"), None,
+         printed='"tvd2"'),
+    Case("light", "aim_adult.py", ("--epsilons", "1", "--seeds", "0", "--methods", "absyn"),
+         "aim.json", ("method", "tvd2", "tvd3", "seconds")),
+    Case("light", "select_auto.py", ("--tables", "small", "--epsilons", "1", "--methods", "auto",
+                                     "--iterations", "20"),
+         "auto_rule.json", ("dataset", "method", "tvd2")),
+    Case("light", "raw_tables.py", ("--datasets", "titanic_raw", "--seeds", "1"),
+         "raw_tables.json", ("dataset", "tvd1", "tvd2")),
+    # ---- Dagster runs of the bundled example (tests/test_bench_runs.py)
+    Case("runs", "scale.py", ("--rows", "2000", "--executor", "in_process", "--iterations", "20"),
+         "scale.json", ("seconds", "peak_mb", "marginal_seconds", "stages", "floor_seconds",
+                        "marginal_ratio")),
+    Case("runs", "end_to_end.py", ("--method", "auto", "--rows", "400", "--iterations", "20"),
+         "end_to_end.json", ("seconds", "cpu_seconds"), expect=(("success", True),)),
+    Case("runs", "load_definitions.py", ("--n", "1",), "load_definitions.json",
+         ("import_seconds", "build_seconds", "seconds", "assets")),
+    Case("runs", "budget_sensor.py", ("--n", "2", "--runs", "1"), "budget_sensor.json",
+         ("first_tick_seconds", "quiet_tick_seconds", "ledger_rows")),
+    Case("runs", "write_check.py", ("--repeat", "1"), "write_check.json",
+         ("probe_files_median_ms", "probe_warehouse_median_ms", "free_space_median_ms")),
+    Case("runs", "engines.py", ("--rows", "2000", "--engines", "duckdb", "--iterations", "20",
+                                "--sample", "500"),
+         "engines.json", ("engine", "rows", "scan_seconds")),
+    # ---- adult and the raw tables, generated tiny (tests/test_bench_tables.py)
+    Case("tables", "adult_pipeline.py", ("--repeats", "1", "--iterations", "20"),
+         "adult_pipeline_privsyn.json", ("method", "tvd2", "tvd3", "seconds")),
+    Case("tables", "preprocessing.py", ("--repeats", "1",), "preprocessing.json",
+         ("binning", "tvd2", "seconds")),
+    Case("tables", "compare_methods.py", ("--epsilons", "1", "--seeds", "1", "--methods", "absyn",
+                                          "--anchors"),
+         "methods.json", ("method", "tvd2")),
+    Case("tables", "compare_generators.py", ("--epsilons", "1", "--seeds", "1", "--generators",
+                                             "gum", "--no-dense"),
+         "generators.json", ("generator", "tvd2", "fit_seconds")),
+    Case("tables", "suite.py", ("--datasets", "adult", "--methods", "default", "--epsilons", "1",
+                                "--seeds", "0"),
+         "suite.json", ("dataset", "method", "tvd2", "seconds")),
+    Case("tables", "tvd1_columns.py", ("--datasets", "adult",), None, printed="mean"),
+    Case("tables", "reliability.py", ("--n", "2", "--repeats", "1", "--kills", "1", "--rows",
+                                      "300", "--ledgers", "sqlite"),
+         "reliability.json", ("rows", "ledgers")),
+    Case("tables", "objectstore.py", ("--rows", "300", "--repeats", "1"), "objectstore.json"),
+]

@@ -1,0 +1,34 @@
+"""Every benchmark script of bench/ runs on the current code (issue 35): the light scripts here,
+the Dagster runs in tests/test_bench_runs.py, the tables in tests/test_bench_tables.py; each on a
+tiny input, in a temporary folder (tests/bench_cases.py)."""
+
+from pathlib import Path
+
+import pytest
+
+from tests.bench_cases import BENCH, CASES, LIBRARIES, NOT_RUN, OWN_TEST, check
+
+pytestmark = pytest.mark.e2e
+
+
+def test_every_script_has_a_smoke_run():
+    """A new script of bench/ comes with its case (or says why it has none)."""
+    scripts = {p.name for p in BENCH.glob("*.py")}
+    covered = {c.script for c in CASES} | set(LIBRARIES) | set(NOT_RUN) | set(OWN_TEST)
+    assert scripts - covered == set(), f"no smoke run for {sorted(scripts - covered)}"
+    assert {c.script for c in CASES} <= scripts
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    base = tmp_path_factory.mktemp("bench")
+    # footprint.py --markdown-only renders the committed record
+    (base / "results").mkdir()
+    (base / "results" / "footprint.json").write_text(
+        (BENCH / "results" / "footprint.json").read_text())
+    return base
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.group == "light"], ids=lambda c: c.id)
+def test_script_runs(case, base):
+    check(case, base)

@@ -1,0 +1,34 @@
+"""The benchmark scripts of the public tables (adult, the raw CSVs), each on tiny generated
+stand-ins of them (bench/tiny_datasets.py; tests/bench_cases.py), with the anchors off."""
+
+import json
+
+import duckdb
+import pytest
+
+from tests.bench_cases import CASES, check, folders, run_script
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    return tmp_path_factory.mktemp("bench")
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.group == "tables"], ids=lambda c: c.id)
+def test_script_runs(case, base):
+    check(case, base)
+
+
+def test_attach_postgres(tmp_path, pg_server):
+    """bench/attach_postgres.py on a throwaway server, when DuckDB's postgres extension loads."""
+    try:
+        duckdb.connect().execute("LOAD postgres")
+    except duckdb.Error as e:
+        pytest.skip(f"DuckDB's postgres extension is not installed here (and cannot be "
+                    f"downloaded): {str(e).splitlines()[0]}")
+    env, results, _ = folders(tmp_path)
+    run_script(env, "attach_postgres.py", pg_server.dsn, "300")
+    [record] = json.loads((results / "attach_postgres.json").read_text())
+    assert record["seconds"] > 0
