@@ -366,8 +366,10 @@ def marginal_cliques(workdir: Path) -> list[list[str]]:
     from dp_synth_assets.core.select import required_cliques
 
     spec = load_registry(workdir / "datasets.yaml")["scale"]
-    plan = json.loads((workdir / "public" / "scale" / "plan.json").read_text())
-    domain = {e["column"]: e["size"] for e in plan}
+    from dp_synth_assets.core.domain import EncodingPlan
+
+    plan = EncodingPlan.from_json((workdir / "public" / "scale" / "plan.json").read_text())
+    domain = plan.domain
     return [list(c) for c in required_cliques(spec.method, domain, spec.selection)]
 
 
