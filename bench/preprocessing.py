@@ -9,7 +9,7 @@ then measure (benchmark paper Figure 5 / Table 19):
   real row encoded with the DP plan and decoded back): the information preprocessing loses;
 - tvd2_synthetic: average 2-way TVD between the real table and the synthetic table;
 - seconds: the whole pipeline's wall time (preprocess_seconds: the `preprocessed` stage alone,
-  from its public progress in the event log, as bench/scale.py).
+  from its public progress in the event log, bench/progress.py).
 TVDs are computed owner-side on a fixed evaluation discretization (numbers in 16 quantile bins of
 the real column, categories as they are), the same for every run.
 
@@ -35,7 +35,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from paths import DATASETS, RESULTS, WORK  # noqa: E402
-from scale import stage_times  # noqa: E402
+from progress import run_stage_times  # noqa: E402
 sys.path.insert(0, str(ROOT))
 CSV = DATASETS / "adult_raw" / "adult_raw.csv"
 
@@ -108,10 +108,8 @@ def main() -> None:
                                     instance=instance)
             seconds = time.perf_counter() - started
             assert result.success
-            # the stage's public progress in the event log (bench/scale.py `stage_times`)
-            run = instance.get_run_record_by_id(result.run_id)
-            pre_seconds = stage_times(instance.all_logs(result.run_id),
-                                      run.start_time)["preprocessed"]["seconds"]
+            # the stage's public progress in the event log (bench/progress.py)
+            pre_seconds = run_stage_times(instance, result.run_id)["preprocessed"]["seconds"]
             plan = EncodingPlan.from_json((work / "public" / "adult_raw" / "plan.json").read_text())
             con = duckdb.connect(str(work / "w.duckdb"), read_only=True)
             codes = con.execute("SELECT * FROM private.adult_raw_encoded").fetchnumpy()

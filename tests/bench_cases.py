@@ -86,6 +86,7 @@ def check(case: Case, base: Path) -> None:
 # the scripts that are libraries of the others (run through them), and the ones no smoke test
 # can run in seconds, each with the reason
 LIBRARIES = {"bounded.py": "suite.py, compare_methods.py", "paths.py": "every script",
+             "progress.py": "scale.py, preprocessing.py, the anchors' runs",
              "tiny_datasets.py": "these tests", "anchors": "suite.py, compare_methods.py"}
 OWN_TEST = {"attach_postgres.py": "tests/test_bench_tables.py::test_attach_postgres"}
 NOT_RUN = {"resolution.py": "times pip resolving from the package index with no cache, in a "

@@ -11,7 +11,7 @@ fresh DuckDB file, every column categorical with the public categories 0..k-1) a
 marginals: all_pairs`): the dense selection of issue 5. `generate` rewrites the entry's
 `generator` (and `model.max_clique_cells` if given) and materializes `model` and `synthetic` only,
 so every engine gets the very same noisy measurements; it prints the fit and sample seconds (the
-two steps' durations), this process's peak RSS and its worker processes' largest peak RSS
+two stages' seconds from the run's public progress, bench/progress.py), this process's peak RSS and its worker processes' largest peak RSS
 (parallel_pgm fits in children), and the engine `auto` chose.
 
 `sample` loads the fitted model.npz and draws --rows rows in memory (no Dagster), for the
@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/
 
 
 def result(payload: dict, code: int = 0) -> None:
@@ -49,9 +50,11 @@ def failure_note(run) -> str:
     return "dagster run failed"
 
 
-def step_seconds(run) -> dict[str, float]:
-    return {e.step_key: e.event_specific_data.duration_ms / 1000.0 for e in run.all_events
-            if e.event_type_value == "STEP_SUCCESS" and e.step_key}
+def stage_seconds(instance, run, expect=None) -> dict[str, float]:
+    """Each stage's seconds from the run's public progress (bench/progress.py)."""
+    from progress import run_stage_times
+
+    return {k: v["seconds"] for k, v in run_stage_times(instance, run.run_id, expect).items()}
 
 
 def entry_path(workdir: Path) -> Path:
@@ -102,9 +105,8 @@ def generate(args) -> None:
         entry.setdefault("model", {})["max_clique_cells"] = args.max_clique_cells
     entry_path(args.workdir).write_text(yaml.safe_dump(doc))
     defs = definitions(args.workdir)
-    started = time.perf_counter()
-    run = dg.materialize(list(defs.assets), resources=defs.resources,
-                         instance=dg.DagsterInstance.ephemeral(),
+    started, instance = time.perf_counter(), dg.DagsterInstance.ephemeral()
+    run = dg.materialize(list(defs.assets), resources=defs.resources, instance=instance,
                          selection=[dg.AssetKey(["adult", s]) for s in ("model", "synthetic")],
                          raise_on_error=False)
     seconds = time.perf_counter() - started
@@ -113,7 +115,7 @@ def generate(args) -> None:
     if not run.success:
         result({"status": "failed", "note": failure_note(run), "seconds": seconds,
                 "peak_mb": peak}, 1)
-    steps = step_seconds(run)
+    steps = stage_seconds(instance, run, expect=("model", "synthetic"))
     model_meta = {}
     for e in run.get_asset_materialization_events():
         if e.asset_key == dg.AssetKey(["adult", "model"]):
@@ -122,7 +124,7 @@ def generate(args) -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     synth.to_csv(args.out, index=False)
     result({"status": "ok", "seconds": seconds,
-            "fit_seconds": steps.get("adult__model"), "sample_seconds": steps.get("adult__synthetic"),
+            "fit_seconds": steps.get("model"), "sample_seconds": steps.get("synthetic"),
             "peak_mb": peak, "workers_peak_mb": workers, "rows": len(synth),
             "engine": model_meta.get("generator"), "reason": model_meta.get("choice_reason")})
 
