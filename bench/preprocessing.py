@@ -13,7 +13,7 @@ then measure (benchmark paper Figure 5 / Table 19):
 TVDs are computed owner-side on a fixed evaluation discretization (numbers in 16 quantile bins of
 the real column, categories as they are), the same for every run.
 
-    .venv/bin/python bench/preprocessing.py [--epsilon 1.0] [--repeats 2]
+    .venv/bin/python bench/preprocessing.py [--epsilon 1.0] [--repeats 2] [--binnings privtree]
 
 Writes bench/results/preprocessing.json (a list of flat records).
 """
@@ -74,6 +74,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epsilon", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--binnings", nargs="+", choices=("uniform", "privtree"),
+                        default=["uniform", "privtree"])
     args = parser.parse_args()
     if not CSV.exists():
         sys.exit(f"needs {CSV} (the shared datasets); not found")
@@ -84,7 +86,7 @@ def main() -> None:
     raw_total, raw_mean = marginal_sizes([real[c].nunique(dropna=False) for c in real.columns])
     print(f"raw: total 2-way marginal size {raw_total:.3g}, average {raw_mean:.3g}")
     records = []
-    for binning in ("uniform", "privtree"):
+    for binning in args.binnings:
         for rep in range(args.repeats):
             work = WORK / f"pre_{binning}_{rep}"
             shutil.rmtree(work, ignore_errors=True)

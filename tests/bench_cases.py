@@ -5,8 +5,8 @@ refactor that breaks a benchmark fails the tests and nothing is written into ben
 
 A case is (script, arguments, the file it promises, the keys every record of it holds, with a
 value that is not None; `expect`: values some keys must have). `{work}` in an argument is the
-temporary working folder. Each test file runs one `group` (tests run file by file on the
-workers, so the groups keep each file near a minute on an idle machine).
+temporary working folder. Each test file runs one `group` (`make test` gives each file whole
+to one worker, so the groups spread the runs over files).
 """
 
 import json
@@ -133,11 +133,11 @@ CASES = [
     # ---- adult and the raw tables, generated tiny (tests/test_bench_tables.py)
     Case("tables", "adult_pipeline.py", ("--repeats", "1", "--iterations", "20"),
          "adult_pipeline_privsyn.json", ("method", "tvd2", "tvd3", "seconds")),
-    Case("tables", "preprocessing.py", ("--repeats", "1",), "preprocessing.json",
-         ("binning", "tvd2", "seconds", "preprocess_seconds")),
+    Case("tables", "preprocessing.py", ("--repeats", "1", "--binnings", "privtree"),
+         "preprocessing.json", ("binning", "tvd2", "seconds", "preprocess_seconds")),
     Case("tables", "compare_methods.py", ("--epsilons", "1", "--seeds", "1", "--methods", "absyn",
                                           "--anchors"),
-         "methods.json", ("method", "tvd2")),
+         "methods.json", ("method", "tvd2", "check_seconds")),
     Case("tables", "compare_generators.py", ("--epsilons", "1", "--seeds", "1", "--generators",
                                              "gum", "--no-dense"),
          "generators.json", ("generator", "tvd2", "fit_seconds")),
@@ -145,8 +145,9 @@ CASES = [
                                 "--seeds", "0"),
          "suite.json", ("dataset", "method", "tvd2", "seconds")),
     Case("tables", "tvd1_columns.py", ("--datasets", "adult",), None, printed="mean"),
-    Case("tables", "reliability.py", ("--n", "2", "--repeats", "1", "--kills", "1", "--rows",
-                                      "300", "--ledgers", "sqlite"),
+    # ---- the example under concurrency and kills, and on S3 (tests/test_bench_ops.py)
+    Case("ops", "reliability.py", ("--n", "2", "--repeats", "1", "--kills", "1", "--rows", "300",
+                                   "--ledgers", "sqlite"),
          "reliability.json", ("rows", "ledgers")),
-    Case("tables", "objectstore.py", ("--rows", "300", "--repeats", "1"), "objectstore.json"),
+    Case("ops", "objectstore.py", ("--rows", "300", "--repeats", "1"), "objectstore.json"),
 ]

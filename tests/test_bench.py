@@ -1,6 +1,7 @@
-"""Every benchmark script of bench/ runs on the current code (issue 35): the light scripts here,
-the Dagster runs in tests/test_bench_runs.py, the tables in tests/test_bench_tables.py; each on a
-tiny input, in a temporary folder (tests/bench_cases.py)."""
+"""Every benchmark script of bench/ runs on the current code: the light scripts here, the Dagster
+runs in tests/test_bench_runs.py, the tables in tests/test_bench_tables.py, the example under
+concurrency and kills and on S3 in tests/test_bench_ops.py; each on a tiny input, in a temporary
+folder (tests/bench_cases.py)."""
 
 from pathlib import Path
 
