@@ -1,23 +1,11 @@
 """Measurements: noisy marginals, the optimal budget split, and the consistency step.
 
 A `Measurement` is one noisy marginal: the clique, the noisy count array (shaped by the clique's
-domain) and the Gaussian noise scale sigma that produced it (and its rho). Measurements are public:
-everything downstream of them is post-processing.
-
-- `optimal_split` is ABSyn Eq. 10-11 (PrivSyn section 4.2): minimizing the expected l1 noise error
-  sum_i c_i sqrt(1 / (pi rho_i)) subject to sum_i rho_i = rho gives rho_i = rho c_i^(2/3) / sum c^(2/3).
-- `measure_marginal` is the one mechanism site of a noisy marginal: every selection method and
-  the `measurements` stage draw through it (`measure` is it over a plan of cliques).
-- `make_consistent` is ABSyn section VI.A.2.b: first a common total (inverse-variance weighted mean
-  of every measurement's total), then, per attribute, the inverse-variance weighted combination of
-  every measurement's projection onto it, pushed back into each measurement by spreading the
-  difference evenly over the cells that project to each value. With a common total, adjusting one
-  attribute leaves every other attribute's projections unchanged, so one pass makes all
-  measurements agree on every shared attribute. A measurement coarse on an attribute does
-  not vote on it; it takes the combined projection summed to its groups. Negative cells are
-  kept (mbi's least-squares fit handles them; clipping would bias the estimate). Sigma is kept
-  as drawn: it is the conservative scale for the estimator.
-"""
+domain) and the Gaussian noise scale sigma that produced it (and its rho). Measurements are
+public: everything downstream of them is post-processing. `measure_marginal` is the one
+mechanism site of a noisy marginal (every selection method and the `measurements` stage draw
+through it). `optimal_split` is ABSyn Eq. 10-11 (PrivSyn section 4.2); `make_consistent` is
+ABSyn section VI.A.2.b."""
 
 import math
 from dataclasses import dataclass, field
@@ -122,6 +110,7 @@ def adjacent_groups(one_way: np.ndarray, groups: int) -> tuple[int, ...]:
 
 
 def clique_size(clique: Clique, domain: dict[str, int]) -> int:
+    """The number of cells of `clique`'s marginal: the product of its attributes' code counts."""
     return math.prod(domain[a] for a in clique)
 
 
@@ -133,13 +122,15 @@ def coarsened_size(clique: Clique, domain: dict[str, int], groups: Groups | None
 
 
 def optimal_split(rho: float, sizes: list[int]) -> list[float]:
-    """ABSyn Eq. 11: rho_i = rho c_i^(2/3) / sum_j c_j^(2/3)."""
+    """ABSyn Eq. 11: rho_i = rho c_i^(2/3) / sum_j c_j^(2/3), the split of `rho` over marginals
+    of `sizes` cells that minimizes the expected l1 noise sum_i c_i sqrt(1 / (pi rho_i))."""
     weights = np.asarray(sizes, dtype=np.float64) ** (2.0 / 3.0)
     return (rho * weights / weights.sum()).tolist()
 
 
 def expected_noise_error(rho: float, sizes: list[int]) -> float:
-    """ABSyn Eq. 10 at the optimum: sum_i c_i sqrt(1/(pi rho_i)) = (sum c^(2/3))^(3/2) / sqrt(pi rho)."""
+    """ABSyn Eq. 10 at the optimum: sum_i c_i sqrt(1/(pi rho_i)) = (sum c^(2/3))^(3/2) / sqrt(pi
+    rho)."""
     if not sizes:
         return 0.0
     s = float(np.sum(np.asarray(sizes, dtype=np.float64) ** (2.0 / 3.0)))
@@ -259,7 +250,24 @@ def noisy_total(measurements: list[Measurement]) -> float:
 
 
 def make_consistent(measurements: list[Measurement]) -> list[Measurement]:
-    """ABSyn section VI.A.2.b consistency (see the module docstring)."""
+    """ABSyn section VI.A.2.b consistency: the measurements made to agree on every shared
+    attribute.
+
+    First a common total (the inverse-variance weighted mean of every measurement's total),
+    then, per attribute, the inverse-variance weighted combination of every measurement's
+    projection onto it, pushed back into each measurement by spreading the difference evenly
+    over the cells that project to each value. With a common total, adjusting one attribute
+    leaves every other attribute's projections unchanged, so one pass suffices. A measurement
+    coarse on an attribute does not vote on it; it takes the combined projection summed to its
+    groups. Negative cells are kept (mbi's least-squares fit handles them; clipping would bias
+    the estimate). Sigma is kept as drawn: the conservative scale for the estimator.
+
+    Args:
+        measurements: the noisy marginals, in any order.
+
+    Returns:
+        The same measurements, in the same order, consistent (post-processing: no spend).
+    """
     if not measurements:
         return []
     total = noisy_total(measurements)

@@ -148,9 +148,9 @@ def _noisy_max(scale: float):
 
 def exponential_mechanism(scores, rho: float, sensitivity: float = 1.0) -> tuple[int, Spend]:
     """The index of a high score by OpenDP's report-noisy-max (Gumbel noise) in zCDP: the
-    exponential mechanism, whose map gives epsilon^2 / 8 (docs/decisions/0002-zcdp-accounting.md). Scores may move
-    either way by `sensitivity` between neighbours (non-monotonic). The scale is the smallest
-    whose map at `sensitivity` stays at or below `rho` (rho = sensitivity^2 / (2 scale^2));
+    exponential mechanism, whose map gives epsilon^2 / 8 (docs/decisions/0002-zcdp-accounting.md).
+    Scores may move either way by `sensitivity` between neighbours (non-monotonic). The scale is the
+    smallest whose map at `sensitivity` stays at or below `rho` (rho = sensitivity^2 / (2 scale^2));
     the charge is the map's own answer."""
     if not (rho > 0 and math.isfinite(rho)):
         raise ValueError(f"rho must be a finite number > 0, got {rho!r}")
