@@ -3,7 +3,7 @@
 
 A `DatasetSpec` is one registered source table with its column specs, privacy settings and
 synthesis settings. `load_registry` parses the YAML file and rejects unknown keys, wrong kinds and
-impossible values with a `RegistryError` that names the dataset, the key and the fix, so a
+impossible values with a `RegistryError` that names the dataset and the key, so a
 malformed file fails when the Dagster definitions load, before any run starts. What is refused
 beyond the schema (duplicate or non-text keys, case-colliding columns, meaningless `rows: same`
 budgets, missing extras...): 0008-dataset-registry.md, "As implemented"."""
@@ -1110,8 +1110,8 @@ def load_registry(path: str | Path) -> dict[str, DatasetSpec]:
 
     Raises:
         RegistryError: the file is missing, is not YAML, writes a key twice or a non-text key, or
-            breaks a rule of the schema; the message names the file, the dataset, the key and the
-            fix.
+            breaks a rule of the schema; the message names the file and, for a rule, the dataset
+            and the key.
     """
     path = Path(path)
     if not path.exists():

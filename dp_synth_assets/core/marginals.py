@@ -81,10 +81,22 @@ def _count_query(relation: str, columns: list[str], cliques: list[Clique]) -> st
 def compute_marginals(con: duckdb.DuckDBPyConnection, view: str, table: str,
                       columns: list[str], cliques: list[Clique],
                       domain: dict[str, int] | None = None, log=None) -> MarginalTable:
-    """All `cliques` of the encoded view, counted from one copy of its codes (`narrow_codes`)
-    in a few GROUPING SETS queries (`_batches`), stored in `table`. `log` gets a line when the
-    counting starts and about ten as the queries end (`progress.due`), each with the number of
-    marginals and queries done out of how many: public facts (the plan's), never a time."""
+    """Count the marginals of the encoded view, from one copy of its codes (`narrow_codes`), in
+    a few GROUPING SETS queries (`_batches`), where the rows are.
+
+    Args:
+        con: the store's connection, or a scan engine over it.
+        view: the encoded view (`encode_view_sql`).
+        table: the private-zone table the counts are stored in (created).
+        columns: the encoded columns, in the plan's order.
+        cliques: the marginals to count.
+        domain: attribute -> number of codes, for the narrowest code types (None: UINTEGER).
+        log: a line when the counting starts and about ten as the queries end
+            (`progress.due`): counts of marginals and queries only (the plan's), never a time.
+
+    Returns:
+        The stored table (`MarginalTable`), read by `MarginalStore`.
+    """
     definitions = ", ".join(f"c{i} {_code_type((domain or {}).get(c))}"
                             for i, c in enumerate(columns))
     engine, store = as_engine(con), store_of(con)

@@ -162,8 +162,17 @@ def measure_marginal(exact: np.ndarray, clique: Clique, rho: float, charge,
 
 def measure(exact: dict[Clique, np.ndarray], rhos: dict[Clique, float],
             charge, groups: dict[Clique, Groups] | None = None) -> list[Measurement]:
-    """The noisy marginal of each clique of `rhos` at its rho (`measure_marginal`; coarse on
-    `groups[clique]` when given), charged in the plan's order, each right after its draw."""
+    """The noisy marginals of a measurement plan, each charged right after its draw.
+
+    Args:
+        exact: clique -> its exact count array (private).
+        rhos: clique -> its rho; the plan's order is the order of the draws and charges.
+        charge: records each draw's spend (`measure_marginal`).
+        groups: clique -> the public grouping it is measured coarse on, when it is.
+
+    Returns:
+        One `Measurement` per clique of `rhos`, in its order.
+    """
     groups = groups or {}
     return [measure_marginal(exact[clique], clique, rho, charge, groups.get(clique))
             for clique, rho in rhos.items()]

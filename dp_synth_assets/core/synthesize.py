@@ -23,9 +23,23 @@ from .sql import ident, literal, qualified, sql
 def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
                     chunks: Iterable[dict[str, np.ndarray]], rng: np.random.Generator, table: str,
                     parquet_path, stamp: str | None = None) -> int:
-    """Write every chunk of codes into the staging table, export it to `parquet_path` (a path,
-    or a context manager yielding one, such as `RunStore.writing`), then replace `table` with it
-    stamped `stamp` (a run id) in one transaction; returns the number of rows written."""
+    """Write the synthetic table and its Parquet copy; a failure leaves the previous table.
+
+    Every chunk of codes goes into the staging table, which is exported to `parquet_path` and
+    then replaces `table`, stamped, in one transaction.
+
+    Args:
+        con: the warehouse connection.
+        plan: the encoding plan (decoding, and the declared SQL types of the casts).
+        chunks: code arrays per attribute, one dict per chunk (`generate.sample_chunks`).
+        rng: draws values inside bins and rare codes' members while decoding.
+        table: the synthetic table, `schema.name`.
+        parquet_path: a path, or a context manager yielding one (`RunStore.writing`).
+        stamp: the run id the table is stamped with (`COMMENT ON TABLE`), or None.
+
+    Returns:
+        The number of rows written.
+    """
     casts = synthetic_casts(plan)
     schema, name = table.rsplit(".", 1)
     con.execute(sql("create_schema", schema=qualified(schema)))

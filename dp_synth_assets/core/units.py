@@ -163,8 +163,12 @@ def group_name(unit: str) -> str | None:
 def privacy_units(registry: Mapping[str, DatasetSpec], base_dir: str | Path,
                   warehouse: str | Path, warehouse_name: str = DEFAULT_WAREHOUSE_NAME
                   ) -> dict[str, str]:
-    """Each entry's privacy unit, after checking that entries on one source share one
-    `budget_group` and that entries sharing a unit declare the same limit (RegistryError)."""
+    """Each entry's privacy unit (`privacy_unit`), the registry checked first.
+
+    Raises:
+        RegistryError: entries on one source do not share one `budget_group`, or entries
+            sharing a unit declare different limits; the message names the entries and the fix.
+    """
     by_source: dict[str, list[str]] = {}
     for name, spec in registry.items():
         by_source.setdefault(source_identity(spec, base_dir, warehouse, warehouse_name),

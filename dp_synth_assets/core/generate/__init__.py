@@ -128,8 +128,14 @@ def choose(requested: str, domain: dict[str, int], measurements: list[Measuremen
 
 def check(engine: str, domain: dict[str, int], measurements: list[Measurement],
           settings: ModelSettings, dataset: str) -> dict | None:
-    """The engine's pre-fit guard: raises `ModelTooLarge` (nothing allocated) or returns the
-    size facts to publish (JSON-able), None when the engine has no guard."""
+    """The engine's pre-fit guard.
+
+    Returns:
+        The size facts to publish (JSON-able), or None when the engine has no guard.
+
+    Raises:
+        ModelTooLarge: the model would exceed the `model:` limits; nothing was allocated.
+    """
     module = engine_module(engine)
     if not hasattr(module, "check"):
         return None

@@ -99,10 +99,24 @@ def required_cliques(method: str, domain: dict[str, int],
 
 def select(method: str, domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
-    """Run `method` (a key of METHODS); its module defines `select(domain, oracle, budget,
-    settings, charge) -> Selection`, and may take `log=`: a method with rounds then calls
-    `log(round_line(...))` as each round ends (`round_line`: public facts only). A module whose
-    `select` has no `log` parameter (e.g. a plugin's) is called without it."""
+    """Run the selection method `method`, a key of `METHODS`.
+
+    Its module defines `select(domain, oracle, budget, settings, charge) -> Selection` and may
+    take `log=`: a method with rounds then calls `log(round_line(...))` as each round ends. A
+    module whose `select` has no `log` parameter (e.g. a plugin's) is called without it.
+
+    Args:
+        method: the registered method's name.
+        domain: attribute -> number of codes, in the encoding plan's order.
+        oracle: the exact marginals (private); read only through charged mechanisms.
+        budget: the run's selection budget (`one_way`, `score`, `measure`).
+        settings: the dataset's `selection:` block, validated by the method's settings model.
+        charge: records each mechanism's spend in the ledger as it is drawn.
+        log: progress lines (`round_line`: public facts only), or None.
+
+    Returns:
+        The method's `Selection`: public, computed from noisy values and configuration only.
+    """
     import inspect
 
     run = method_module(method).select
