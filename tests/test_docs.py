@@ -201,11 +201,13 @@ PENDING_HEADERS = frozenset({
     "dp_synth_assets/utility_report.py",
 })
 # A measurement: a decimal figure with a unit of time or memory (`5.15 s`, `1.1 GB`: a setting is
-# a whole number, `30 seconds`), a speed-up (`2.2x faster`), a score figure (`TVD 0.33`,
-# `F1 of 0.81`) or a result on a benchmark dataset (`on adult`)
+# a whole number, `30 seconds`), a speed-up (`2.2x faster`), a memory cost per rows (`170 MB per
+# million`), a score figure (`TVD 0.33`, `F1 of 0.81`) or a result on a benchmark dataset
+# (`on adult`)
 MEASUREMENT = re.compile(
     r"\b\d+\.\d+\s?(?:ms|s|sec|seconds|min|minutes|h|hours|[KMG]i?B)\b"
     r"|\b\d+(?:\.\d+)?x (?:faster|slower)\b"
+    r"|\b\d+(?:\.\d+)?\s?[KMG]i?B (?:per|for) (?:a |one |ten )?(?:thousand|million|billion)\b"
     r"|\b(?:TVD|F1|error)(?: of| =)? 0\.\d+"
     r"|\bon adult\b", re.IGNORECASE)
 CITED_DOCUMENT = re.compile(r"\bdocs/[\w./-]+\.md\b")
@@ -331,7 +333,8 @@ def test_docstring_rules_catch_planted_violations(tmp_path):
         "dp_synth_assets/api.py": '"""Header."""\n\n\nclass Synth:\n    pass\n',
         "dp_synth_assets/pending.py": long_header,
         "dp_synth_assets/wide.py": '"""' + "w" * DOCSTRING_MAX_CHARS + '"""\n',
-        "dp_synth_assets/timed.py": '"""Fits in 5.15 s, 2.2x faster (its TVD 0.33 on adult)."""\n',
+        "dp_synth_assets/timed.py": ('"""Fits in 5.15 s, 2.2x faster, +170 MB per million rows '
+                                     '(its TVD 0.33 on adult)."""\n'),
         # (split, so that tests/test_standalone.py does not read this file as citing it)
         "dp_synth_assets/cites.py": '"""See docs/decisions/' + '9999-gone.md."""\n',
         "resources/thing.py": '"""Header."""\n\n\ndef make():\n    return 1\n',
@@ -352,5 +355,5 @@ def test_docstring_rules_catch_planted_violations(tmp_path):
     assert any(v.startswith("dp_synth_assets/wide.py:1: a docstring line of 106") for v in other)
     measured = [v for v in other if v.startswith("dp_synth_assets/timed.py")]
     assert [v.split("(")[1].split(")")[0] for v in measured] == [
-        "'5.15 s'", "'2.2x faster'", "'TVD 0.33'", "'on adult'"], measured
+        "'5.15 s'", "'2.2x faster'", "'170 MB per million'", "'TVD 0.33'", "'on adult'"], measured
     assert any("cites docs/decisions/" + "9999-gone.md" in v for v in other), other

@@ -55,7 +55,11 @@ class Measurement:
 def coarsen(fine: np.ndarray, groups: Groups | None) -> np.ndarray:
     """The fine array (one axis per clique attribute) summed within each attribute's groups: the
     linear map a coarse measurement observes. One row moves one fine cell, hence one coarse cell,
-    by 1: the L2 sensitivity stays 1."""
+    by 1: the L2 sensitivity stays 1.
+
+        >>> coarsen(np.array([[1, 2, 3], [4, 5, 6]]), (None, (0, 0, 1))).tolist()
+        [[3, 3], [9, 6]]
+    """
     out = np.asarray(fine)
     for axis, g in enumerate(groups or ()):
         if g is None:
@@ -123,7 +127,11 @@ def coarsened_size(clique: Clique, domain: dict[str, int], groups: Groups | None
 
 def optimal_split(rho: float, sizes: list[int]) -> list[float]:
     """ABSyn Eq. 11: rho_i = rho c_i^(2/3) / sum_j c_j^(2/3), the split of `rho` over marginals
-    of `sizes` cells that minimizes the expected l1 noise sum_i c_i sqrt(1 / (pi rho_i))."""
+    of `sizes` cells that minimizes the expected l1 noise sum_i c_i sqrt(1 / (pi rho_i)).
+
+        >>> optimal_split(1.0, [8, 64])  # 8^(2/3) = 4, 64^(2/3) = 16
+        [0.2, 0.8]
+    """
     weights = np.asarray(sizes, dtype=np.float64) ** (2.0 / 3.0)
     return (rho * weights / weights.sum()).tolist()
 

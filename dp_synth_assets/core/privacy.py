@@ -74,6 +74,12 @@ def rho_from_epsilon_delta(epsilon: float, delta: float, accounting: str = "tigh
     "tight": bisection on OpenDP's profile (monotone in rho); the result is rounded down so that
     epsilon_from_rho(result) <= epsilon always holds. Memoized: a pure function of its
     arguments, asked once per dataset, stage split and check, often with one (epsilon, delta).
+
+        >>> rho = rho_from_epsilon_delta(1.0, 1e-9)
+        >>> round(epsilon_from_rho(rho, 1e-9), 6), epsilon_from_rho(rho, 1e-9) <= 1.0
+        (1.0, True)
+        >>> gaussian_scale(0.5)  # the noise sd of a count released at rho = 1/2
+        1.0
     """
     _check_epsilon_delta(epsilon, delta)
     if accounting == "paper":
