@@ -80,11 +80,28 @@ def utility_report(train_real: Table, test_real: Table | None, synthetic: Table,
                    seed: int = 0, triples_count: int = DEFAULT_TRIPLES,
                    queries_per_triple: int | None = DEFAULT_QUERIES_PER_TRIPLE,
                    labels: Mapping[str, Sequence[str]] | None = None, log=None) -> UtilityReport:
-    """The full report (the module docstring says against which reference). `test_real` may be None
-    or empty: metrics are then against `train_real` and ML efficiency is None with its reason.
-    `log`, if given, gets each classifier's `classifier_line` at its turn; the lines depend only on
-    public facts (the target and the domain), not on whether there are enough held-out rows to train
-    (a private count): then the turns pass without training."""
+    """The full owner-only report; exact, not DP (the module docstring says against which
+    reference).
+
+    Args:
+        train_real: the encoded source rows the synthesizer was fitted on.
+        test_real: encoded source rows it never saw; None or empty: the metrics are against
+            `train_real` and ML efficiency is None with its reason.
+        synthetic: the encoded synthetic table.
+        domain: column -> number of codes.
+        target: the column the classifiers predict; None: no ML efficiency.
+        ordinal: the columns whose codes are ordered (`tables`).
+        seed: fixes every sample and classifier.
+        triples_count: how many 3-way marginals the queries cover (`queries.triples`).
+        queries_per_triple: boxes per triple; None enumerates them all.
+        labels: column -> its codes' labels, for the figures' axes.
+        log: each classifier's `classifier_line` at its turn; the lines depend only on public
+            facts (the target and the domain), not on whether there are enough held-out rows to
+            train (a private count): then the turns pass without training.
+
+    Returns:
+        Fidelity, query error, 3-way TVD, ML efficiency, their baselines and the figures.
+    """
     domain = dict(domain)
     train = encoded(train_real, domain, "train_real")
     synth = encoded(synthetic, domain, "synthetic")
