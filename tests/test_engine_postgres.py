@@ -224,7 +224,7 @@ def test_an_uncastable_text_value_is_refused_by_its_column_as_in_duckdb(postgres
 
     from dp_synth_assets.core import stages
     from dp_synth_assets.core.budget import DatasetBudget
-    from dp_synth_assets.pipeline import source_connection
+    from dp_synth_assets.source_access import source_connection
     from dp_synth_assets.private_log import private_errors, private_log_path
     from dp_synth_assets.resources.warehouse import WarehouseResource
 

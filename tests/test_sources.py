@@ -12,7 +12,7 @@ import yaml
 
 from dp_synth_assets.core.config import RegistryError, load_registry
 from dp_synth_assets.example import write_example
-from dp_synth_assets.pipeline import fingerprint
+from dp_synth_assets.source_access import fingerprint
 from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import example_entry, make_project
 
