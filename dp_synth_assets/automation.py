@@ -74,7 +74,7 @@ def resynthesis_assets(ctx: DatasetContext, assets: list,
     automation sensor). Unchanged, with no keys, when the spec asks for neither
     `on_source_change: resynthesize` nor a `schedule`."""
     first = ctx.key(FIRST_STAGE)
-    condition = resynthesis_condition(ctx.dataset, ctx.spec, first, ledger)
+    condition = resynthesis_condition(ctx, first, ledger)
     if condition is None:
         return assets, []
     follow = with_first_stage(first)
