@@ -5,7 +5,8 @@ Each dataset gets a job that materializes its pipeline. A dataset whose source i
 asset is automated declaratively (conditions.py, `resynthesis_assets`): its change signal is the
 host asset's materialization, its `schedule:` a cron condition, both gated by `min_interval` and
 the ledger. A dataset reading an external table keeps the schedule and sensor below: `schedule:`
-(cron) yields a schedule; `on_source_change: resynthesize` yields a sensor that observes the source's version (an opaque id
+(cron) yields a schedule; `on_source_change: resynthesize` yields a sensor that observes the
+source's version (an opaque id
 that changes when the source does; `source_access.source_version`, the privacy perimeter's change
 signal) and requests a run when it changes. Neither the cursor nor a run key holds anything
 computed from the source's content. Both skip, with the reason shown in the UI, when the ledger
@@ -132,9 +133,10 @@ def build_schedule(ctx: DatasetContext, job) -> dg.ScheduleDefinition:
 
 
 def build_source_sensor(ctx: DatasetContext, target) -> dg.SensorDefinition:
-    """The source-change sensor of the dataset of `ctx` (module docstring). What it launches, `target`: the dataset's job, or (when it has none) an
-    `AssetSelection` of its materializable assets, which Dagster runs in the location's implicit
-    asset job (no job of its own to resolve and snapshot when the location loads). Cursor:
+    """The source-change sensor of the dataset of `ctx` (module docstring). What it launches,
+    `target`: the dataset's job, or (when it has none) an `AssetSelection` of its materializable
+    assets, which Dagster runs in the location's implicit asset job (no job of its own to
+    resolve and snapshot when the location loads). Cursor:
     {"version": the opaque version id of the source last synthesized, "requested_at": unix time
     of that request}. Run key: `<dataset>-<version>-<previous requested_at>`."""
     dataset, spec, names = ctx.dataset, ctx.spec, ctx.names
