@@ -60,10 +60,12 @@ else (partitions, rho_w, the trace) is computed from published values.
    than the sums' information: no interval is over-trusted, and larger ones are under-weighted
    by min|I| / |I|. (Exact alternative: an mbi linear measurement summing each interval.)
 8. Refit (Alg. 1 line 9): after every round but the last, a fit warm-started from the
-   previous model (`refit`): `pgm.fit` (mbi, `ROUND_ITERATIONS` = 1000 iterations) when the
-   `jax` extra is installed, else the numpy fit (`mirror.fit`, `mirror.DEFAULT_ITERATIONS`
-   accelerated steps, warm-started the same way). The paper refits to convergence and gives no
-   number.
+   previous model (`refit`), by the estimator the pgm engine would choose for these
+   measurements (`pgm.estimator`: the numpy fit, `mirror.fit` with `mirror.DEFAULT_ITERATIONS`
+   accelerated steps, unless the measurements make thousands of cliques and the `jax` extra is
+   installed; then mbi's `pgm.fit`, `ROUND_ITERATIONS` = 1000 iterations). mbi compiles a JAX
+   program for each new set of cliques, that is every round: 2-3 s a round on a 6-column table,
+   where the numpy refit takes 0.1 s. The paper refits to convergence and gives no number.
 9. Output: everything is measured here (`measures_in_selection`): `cliques` and `budgets` are
    empty and `measured` holds the dense measurements. `scores` has each chosen marginal's noisy
    contribution. `details` has the workload, the per-round trace (no wall time: a round's
@@ -82,9 +84,7 @@ from ..opendp_api import dp
 
 from ..config import SelectionSettings
 from ..measure import Measurement, clique_size, measure_marginal, optimal_split, noisy_total
-from .. import extras
-from ..generate import mirror
-from ..generate.pgm import model_marginals
+from ..generate import mirror, pgm
 from ..privacy import exponential_mechanism, gaussian_scores
 from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, aim_fit, round_line
 
@@ -410,17 +410,20 @@ def _exact_workload(domain: dict[str, int], oracle: MarginalOracle
     return cliques, (oracle(cliques) if cliques else {}), 2, fallback
 
 
-def refit(domain: dict[str, int], measurements: list[Measurement], total: float, warm=None):
-    """The model fitted to `measurements` (warm-started from `warm`, a model this function
-    returned) and a function giving its marginals (times the total) on a list of cliques: mbi's
-    fit when the `jax` extra is installed, else the numpy fit (module docstring, step 8)."""
-    if extras.available("jax"):
-        from ..generate import pgm
-
-        model = pgm.fit(domain, measurements, total, ROUND_ITERATIONS, warm_start=warm)
-        return model, lambda cliques: model_marginals(model, cliques)
+def refit(domain: dict[str, int], measurements: list[Measurement], total: float, warm=None,
+          estimator: str | None = None):
+    """The model fitted to `measurements` and a function giving its marginals (times the total)
+    on a list of cliques. `estimator` ("numpy" or "mbi"; default: `pgm.estimator`'s choice,
+    module docstring, step 8) fits it; it is warm-started from `warm` (a model this function
+    returned) when `warm` came from the same estimator, else cold."""
+    which = estimator or pgm.estimator(domain, measurements, None)
+    numpy_warm = isinstance(warm, mirror.FitState)
+    if which == "mbi":
+        model = pgm.fit(domain, measurements, total, ROUND_ITERATIONS,
+                        warm_start=None if numpy_warm else warm)
+        return model, lambda cliques: pgm.model_marginals(model, cliques)
     state, calibrated = mirror.fit(domain, measurements, total, mirror.DEFAULT_ITERATIONS,
-                                   warm=warm)
+                                   warm=warm if numpy_warm else None)
     return state, lambda cliques: {tuple(c): calibrated.project(c) for c in cliques}
 
 
