@@ -1,51 +1,14 @@
 """The notebook API: select-measure-generate on a table in memory or on disk, without Dagster.
 
-    from dp_synth_assets import Synthesizer
-    synth = Synthesizer(columns={...}, epsilon=1.0, delta=1e-9)
-    synth.fit(source)            # pandas / Polars / Arrow table, DuckDB relation or table, file
-    table = synth.sample(10_000)  # a pyarrow Table in the declared names, order and SQL types
-    synth.report                  # the spend, the selection, the noise scales, the generator
-
-The arguments are a datasets.yaml entry's keys (`columns`, `privacy` as `epsilon`, `delta`,
-`limit`, `method`, `generator`, `rows`, `seed`, `selection`, `model`) and are validated by the
-same `DatasetSpec` model, so every rule and message is the registry's; an error names the
-argument. Each stage is one function of `core/stages.py`, the same the pipeline's assets call
-(preprocess, marginals, select, measure, plan_fit / fit_unit / assemble, sample), followed here
-by the decode + cast of `synthesize.decode_typed`. The public records a fit produces (the
-encoding plan, the selection, the consistent `Measurements`, the model) are kept in a
-`infra.store.MemoryStore` (`Synthesizer.store`), the in-memory twin of the pipeline's folder.
-
-Guarantees:
-- Rows never enter Python: an in-memory frame is registered into an embedded DuckDB connection
-  (a DuckDB relation is streamed into one as Arrow batches) and read only through the pipeline's
-  aggregate queries; a table name runs those queries on the caller's `connection`, which may
-  be read-only (`duckdb.connect(path, read_only=True)`): nothing is written to its databases.
-  The encoded view and the marginals live in an in-memory database attached read-write for the
-  run and detached after it, and the marginals' one-scan code table is a temporary table,
-  dropped at once.
-- One `fit` spends exactly the run budget the pipeline spends for the same entry
-  (`core.budget.DatasetBudget.of`): rho(epsilon, delta) split between preprocessing (when a column
-  needs it), selection and measurement. Every mechanism reports its spend through one
-  `charge(spend, **params)` callback, which refuses a charge beyond the run's rho.
-- With `ledger=` (a `dp_synth_assets.infra.ledger.PrivacyLedger`, the path of one, or the
-  postgresql:// URL of a PostgreSQL ledger in its default schema), the pipeline's rules
-  apply: the run's whole rho is reserved before any private read, each charge is recorded as it
-  happens, and the remainder is released at the end or on failure; a refused reservation raises
-  the ledger's `BudgetExceeded` and nothing is read or spent. The ledger keys the spend by
-  `dataset` (its privacy unit, unless the ledger's `units` say otherwise); `limit` is the
-  lifetime limit it enforces (default: one run's epsilon and delta). The ledger keeps the limit
-  a unit was first given: a `limit` above it raises `LimitNotGranted` (a notebook cannot raise
-  the limit of a pipeline's dataset); `PrivacyLedger.set_limit` raises it on the record.
-- With `public_dir=` (the pipeline's public folder, DP_SYNTH_PUBLIC), a fit holds the dataset's
-  run lock (`infra.runs.dataset_lock`: `<public_dir>/<dataset>/run.lock`, or the dataset's row in
-  the ledger's schema when the ledger is in PostgreSQL) from before the
-  reservation to the release, as a Dagster run of that dataset does: a notebook fit and a
-  pipeline run of one dataset never interleave. A fit that finds it held says whom it waits
-  for (the `dp_synth` logger, a warning) and raises `RunWaitTimeout` after `run_wait_seconds`;
-  nothing is reserved or read before it holds the lock.
-- Sampling and the model fit read only public records (the encoding plan and the consistent
-  measurements), so `sample` may be called any number of times at no cost.
-"""
+`Synthesizer` takes a datasets.yaml entry's keys as arguments (validated by the same
+`DatasetSpec`, so every rule and message is the registry's; an error names the argument), fits
+with the stage functions of `core/stages.py` that the pipeline's assets call, and keeps the
+public records in an `infra.store.MemoryStore`. Guarantees: rows never enter Python (only the
+pipeline's aggregate queries read them, and a caller's connection is never written to); one
+`fit` spends exactly the run budget the pipeline spends for the same entry, through the ledger
+when one is given (reserved before any private read, refused with `BudgetExceeded` spending
+nothing); with `public_dir=` a fit holds the dataset's run lock as a pipeline run does;
+`sample` reads only public records and costs nothing. Details: docs/notebook.md, "Guarantees"."""
 
 import logging
 import math
@@ -347,17 +310,28 @@ class PrivateRun:
 
 
 class Synthesizer:
-    """A differentially private synthesizer of one table (module docstring).
+    """A differentially private synthesizer of one table (the guarantees: module docstring).
 
-    Arguments: `columns` (datasets.yaml's `columns:` block: a mapping of column name to its spec,
-    a dict or a `ColumnSpec`), `epsilon` and `delta` (the budget of one `fit`), `limit` (the
-    lifetime limit a ledger enforces: an epsilon or {epsilon, delta}; default: one run),
-    `method` (absyn, privsyn, mst, aim, ppsyn, manual), `generator` (auto, pgm, parallel_pgm,
-    gum), `rows` (`sample()`'s default: same = the noisy row count), `seed` (sampling; selection
-    and noise draws are never seeded), `selection` and `model` (datasets.yaml's blocks of those
-    names), `ledger` (a PrivacyLedger or its path), `dataset` (the name the ledger records),
-    `public_dir` (the pipeline's public folder: a fit then holds the dataset's run lock, module
-    docstring) and `run_wait_seconds` (how long a fit waits for that lock).
+    Args:
+        columns: datasets.yaml's `columns:` block: column name -> its spec (a dict or a
+            `ColumnSpec`).
+        epsilon: the budget of one `fit`, with `delta`.
+        delta: the budget of one `fit`, with `epsilon`.
+        limit: the lifetime limit a ledger enforces: an epsilon or {epsilon, delta}; default
+            one run's.
+        method: the selection method (auto, absyn, privsyn, mst, aim, ppsyn, manual).
+        generator: the generation engine (auto, pgm, parallel_pgm, gum).
+        rows: `sample()`'s default: `same` (the noisy row count) or a number.
+        seed: seeds sampling; selection and noise draws are never seeded.
+        selection: datasets.yaml's `selection:` block.
+        model: datasets.yaml's `model:` block.
+        ledger: a `PrivacyLedger`, its path or a postgresql:// URL; None spends without one.
+        dataset: the name the ledger records the spend under.
+        public_dir: the pipeline's public folder: a fit then holds the dataset's run lock.
+        run_wait_seconds: how long a fit waits for that lock.
+
+    Raises:
+        SpecError: an argument breaks a rule of datasets.yaml; the message names the argument.
 
     Example (the bundled example's columns; run as a doctest by tests/test_doctests.py):
 
@@ -444,7 +418,7 @@ class Synthesizer:
                 csv: Mapping | None = None) -> Iterator[PrivateRun]:
         """The private stages over `source`, one by one. The run's rho is reserved in the
         ledger (if any) before the source is opened, and released when the block ends; with a
-        `public_dir`, the dataset's run lock is held around both (module docstring)."""
+        `public_dir`, the dataset's run lock is held around both."""
         run_id = f"api-{uuid.uuid4().hex}"
         with self._holding(run_id):
             with self._reserved(run_id, source, connection, csv) as run:
@@ -494,9 +468,23 @@ class Synthesizer:
 
     def fit(self, source, *, connection: duckdb.DuckDBPyConnection | None = None,
             csv: Mapping | None = None) -> "Synthesizer":
-        """Spend one run's budget on `source` (a pandas, Polars or Arrow table, a DuckDB
-        relation, a table name with `connection=`, or a Parquet/CSV path) and fit the
-        generator on the noisy measurements. Returns the synthesizer."""
+        """Spend one run's budget on `source` and fit the generator on the noisy measurements.
+
+        Args:
+            source: a pandas, Polars or Arrow table, a DuckDB relation, a table name (read on
+                `connection`), or a Parquet/CSV path or glob.
+            connection: the DuckDB connection holding a named table; it may be read-only.
+            csv: the options of datasets.yaml's `source: {csv: ...}` for a CSV path.
+
+        Returns:
+            The synthesizer, fitted.
+
+        Raises:
+            SpecError: `source` is of no kind it reads (the message names the argument).
+            BudgetExceeded: the ledger cannot cover the run; nothing is read or spent.
+            LimitNotGranted: `limit` is above the limit the ledger keeps for the dataset.
+            RunWaitTimeout: the dataset's run lock stayed held for `run_wait_seconds`.
+        """
         with self.reading(source, connection=connection, csv=csv) as run:
             plan = run.preprocess()
             oracle = run.marginals(plan)
@@ -525,10 +513,20 @@ class Synthesizer:
         return model
 
     def sample(self, n: int | None = None, seed: int | None = None):
-        """`n` synthetic rows (default: `rows`, i.e. the noisy row count) as a pyarrow Table
-        with the declared column names, order and SQL types, decoded and cast as the pipeline's
-        synthetic table is. `seed` (default: the synthesizer's) makes it reproducible: the same
-        model, n and seed give the same table as the pipeline's `synthetic` stage."""
+        """Synthetic rows, decoded and cast as the pipeline's synthetic table is; spends nothing.
+
+        Args:
+            n: the number of rows; default `rows` (`same`: the noisy row count).
+            seed: default the synthesizer's; the same model, n and seed give the same table as
+                the pipeline's `synthetic` stage.
+
+        Returns:
+            A pyarrow Table with the declared column names, order and SQL types.
+
+        Raises:
+            RuntimeError: nothing was fitted yet.
+            ValueError: `n` asks for no row.
+        """
         import pyarrow as pa
 
         if self.model is None:
@@ -547,7 +545,11 @@ class Synthesizer:
 
     @property
     def report(self) -> Report:
-        """What the last fit spent and selected (module docstring; `Report`)."""
+        """What the last fit spent and selected (`Report`).
+
+        Raises:
+            RuntimeError: nothing was fitted yet.
+        """
         if self.measurements is None:
             raise RuntimeError("nothing to report: call fit(source) first")
         by_stage: dict[str, float] = {}

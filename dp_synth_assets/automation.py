@@ -5,7 +5,8 @@ Each dataset gets a job that materializes its pipeline. A dataset whose source i
 asset is automated declaratively (conditions.py, `resynthesis_assets`): its change signal is the
 host asset's materialization, its `schedule:` a cron condition, both gated by `min_interval` and
 the ledger. A dataset reading an external table keeps the schedule and sensor below: `schedule:`
-(cron) yields a schedule; `on_source_change: resynthesize` yields a sensor that observes the source's version (an opaque id
+(cron) yields a schedule; `on_source_change: resynthesize` yields a sensor that observes the
+source's version (an opaque id
 that changes when the source does; `pipeline.source_version`, the privacy perimeter's change
 signal) and requests a run when it changes. Neither the cursor nor a run key holds anything
 computed from the source's content. Both skip, with the reason shown in the UI, when the ledger

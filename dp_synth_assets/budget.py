@@ -12,8 +12,8 @@ anything is spent: the `privacy/ledger_rows` and `privacy/ledger_head` metadata 
 spending materializations, and a record that Dagster's instance keeps per privacy unit
 (`unit_head_key`, in its cursor storage: in the instance's database, PostgreSQL in production),
 written when a run's private stages end (its last one, or the one that fails), whatever entry
-name or key prefix ran it. A renamed entry or a changed key prefix has no materializations of its own yet, but its
-unit's record is there.
+name or key prefix ran it. A renamed entry or a changed key prefix has no materializations of
+its own yet, but its unit's record is there.
 """
 
 import hashlib

@@ -1,33 +1,13 @@
-"""dp-synth as a Dagster Component: one YAML instance (`defs.yaml`) builds the definitions that
-`factory.dp_synth_definitions` builds from Python.
+"""dp-synth as a Dagster Component (`DpSynthComponent`): one YAML instance (`defs.yaml`) builds the
+definitions that `factory.dp_synth_definitions` builds from Python.
 
-    dg scaffold defs dp_synth_assets.DpSynthComponent my_synth
-
-writes `defs/my_synth/defs.yaml` with the paths, the factory's settings and a commented example
-entry. Its attributes:
-
-- `datasets`: dataset name -> entry, each entry exactly a datasets.yaml entry (docs/add-a-table.md
-  in the dp-synth repository). The attribute's schema is the registry's model (`core.config.DatasetSpec`), so
-  `dg check yaml` and editors know each entry's keys, and a malformed entry fails when Dagster
-  reads the YAML, naming the key under `attributes.datasets`, the file and the line. The
-  entries, templates rendered, are validated again by the registry (`parse_registry`), whose
-  rules beyond one entry (shared budget groups) name the component's `defs.yaml`; every later
-  message that asks to edit an entry names `attributes.datasets.<name>` in that file.
-  A `source.asset` that no asset of the project defines is refused when the code location loads
-  (source_check.py).
-- `warehouse`, `ledger`, `public_dir` (and `ledger_head`, `private_dir`): paths, absolute or
-  relative to the component's folder (the folder of its `defs.yaml`), as a datasets.yaml's
-  relative source files are relative to its own folder; `{{ context.project_root }}/...` names
-  the project's root. `public_dir` and `private_dir` may be object-store URLs (`s3://...`). A
-  dataset's relative `parquet:`/`csv:` source is read from the component's folder too.
-  `ledger` may instead be a postgresql:// URL, the ledger then living in the schema
-  `ledger_schema` (default dp_synth) of that database.
-- `key_prefix`, `group_name`, `tags`, `owners`, `automation_condition` (a template such as
-  `"{{ dg.AutomationCondition.eager() }}"`), `warehouse_resource_key`, `ledger_resource_key`,
-  `io_manager_key`, `pool`: the factory's settings, with its defaults.
-
-Like the factory, the component sets no executor and claims only its namespaced resource keys.
-"""
+`dg scaffold defs dp_synth_assets.DpSynthComponent my_synth` writes `defs/my_synth/defs.yaml`.
+Its `datasets` attribute is the registry's model (`core.config.DatasetSpec`), so `dg check yaml`
+names a malformed entry's key, file and line, and every later message names
+`attributes.datasets.<name>` in that file; paths are relative to the component's folder; the
+other attributes are the factory's settings with its defaults. Like the factory, the component
+sets no executor and claims only its namespaced resource keys. Each attribute:
+docs/add-to-dagster.md, "Component attributes"."""
 
 import functools
 from dataclasses import dataclass, field
@@ -137,7 +117,7 @@ class DpSynthComponent(dg.Component, dg.Resolvable):
     """Differentially private synthetic twins of warehouse tables, one per datasets.yaml entry.
 
     Per dataset: the stages from its source (a host asset or an external table) to `synthetic`,
-    their checks, job and schedule (module docstring: the attributes)."""
+    their checks, job and schedule (docs/add-to-dagster.md, "Component attributes")."""
 
     warehouse: Annotated[str, _doc(
         "The private zone's DuckDB file: `table:` sources are read and synthetic tables written "

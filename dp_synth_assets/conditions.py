@@ -1,31 +1,13 @@
 """Budget-aware declarative automation of a dataset
 (docs/decisions/0006-budget-aware-automation.md).
 
-Dagster's declarative automation evaluates each asset's `AutomationCondition` on every tick of
-an automation sensor and records the evaluation tree, one node per condition with its label,
-in the asset's automation history. dp-synth's default condition on a dataset's first stage is
-
-    (source has a new materialization | cron tick passed)      trigger, pending until handled
-    & ~in_progress & ~any_deps_in_progress
-    & min_interval passed since the last synthesis              `MinIntervalPassed`
-    & privacy budget covers one more run                        `BudgetCoversRun`
-
-and every later stage carries "requested with <first stage>", so a tick that requests the first
-stage requests the whole chain in the same tick, which Dagster launches as one run. The trigger
-stays true until the first stage is requested or materialized (`since_last_handled`), so a change
-held back by the interval or the budget is synthesized once the gate opens. A tick that skips
-shows the gate that said no by its label (`INTERVAL_LABEL`, `BUDGET_LABEL`); no run is launched
-that the ledger would refuse. The decisions themselves are `core.resynthesis` and the ledger's
-`can_cover` (no Dagster).
-
-The budget gate reads the ledger configured in the factory: conditions run in the automation
-sensor, which has no resources, so the factory hands the condition the same `LedgerResource`
-object it registers under the ledger's resource key (its path, head file, units and sources).
-
-These conditions are Python objects Dagster cannot serialize, so they are evaluated by an
-automation condition sensor in the code location (`automation_sensor`, `use_user_code_server`),
-not by the daemon's default sensor.
-"""
+dp-synth's default `AutomationCondition` on a dataset's first stage is a trigger (a new source
+materialization or a cron tick, pending until handled) gated by `MinIntervalPassed` (the
+minimum interval since the last synthesis) and `BudgetCoversRun` (the ledger covers one more
+run); every later stage is "requested with" the first, so one tick launches the chain as one
+run, and no run is launched that the ledger would refuse. The decisions are `core.resynthesis`
+and the ledger's `can_cover`. The conditions are evaluated by an automation condition sensor in
+the code location. The condition tree and its labels: 0006, "As implemented"."""
 
 import dagster as dg
 
@@ -40,10 +22,12 @@ SOURCE_LABEL = "source has a new materialization"
 
 
 def interval_label(min_interval: str) -> str:
+    """The label of the minimum-interval gate in the automation history."""
     return f"min_interval {min_interval} passed since the last synthesis"
 
 
 def cron_label(cron: str) -> str:
+    """The label of the cron trigger in the automation history."""
     return f"cron tick {cron} passed"
 
 
@@ -120,6 +104,7 @@ def source_updated() -> dg.AutomationCondition:
 
 
 def cron_passed(cron: str) -> dg.AutomationCondition:
+    """The cron trigger: a tick of `cron` passed since the first stage was last handled."""
     return (dg.AutomationCondition.cron_tick_passed(cron).since_last_handled()
             .with_label(cron_label(cron)))
 

@@ -1,19 +1,11 @@
 """The current privacy budget of each dataset in the Dagster UI, without a synthesis.
 
-`synthetic` publishes where the budget stands when it is materialized, so after the limit is
-raised or lowered its figures are stale until the next run. Each dataset therefore also has an
-external asset `[*key_prefix, <dataset>, budget]` (`budget_asset`: never materialized, no run
-makes it) and the factory one sensor, `<label>_budget` (`build_budget_sensor`), that reads the
-ledger on each tick and records an `AssetObservation` of each dataset whose figures changed since
-its last observation. The figures are `budget.budget_metadata`'s, the very names `synthetic`
-publishes (spent, limit, runs left, ...), public by design; the UI charts them over time on the
-asset's page. The limit is the one of the definitions the code location loaded, so after a limit
-change and a reload of the location the next tick observes the new limit and runs left.
-
-The sensor reads and never charges (the budget gate of a run is the ledger's reservation). A
-ledger that fails its tamper checks fails the tick with the ledger's message (paths, row counts
-and hashes, no private value).
-"""
+Each dataset has an external asset `[*key_prefix, <dataset>, budget]` (`budget_asset`: never
+materialized) and the factory one sensor, `<label>_budget` (`build_budget_sensor`), that reads
+the ledger on each tick and records an `AssetObservation` of each dataset whose figures changed:
+`budget.budget_metadata`'s figures (spent, limit, runs left, ...), public by design. The sensor
+reads and never charges; a ledger that fails its tamper checks fails the tick with the ledger's
+message (paths, row counts and hashes, no private value)."""
 
 import hashlib
 import json

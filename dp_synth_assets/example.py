@@ -4,30 +4,7 @@
 rows) from a small hand-written Bayesian network, so that the selection stage has real dependencies
 to find and a few columns with nothing to find. `EXAMPLE_COLUMNS` is the `columns:` block of the
 `example` entry in datasets.yaml, written as a dict literal. `write_example` puts the table into a
-DuckDB file once; `python -m dp_synth_assets.example [database]` does that from the shell.
-
-The network, each line a node and the parents it is drawn from:
-
-    age             (root: 17 + a gamma, clipped at 90)
-    sex             (root)
-    country         (root; NULL at random)
-    newsletter      (root; no children: independent of every other column)
-    race            <- country              (so nearly independent of everything else)
-    education       <- age
-    marital_status  <- age
-    household_size  <- marital_status
-    occupation      <- education, sex; whether it is NULL <- age (the young and the old)
-    hours_per_week  <- sex, occupation, age
-    income          <- education, occupation, age, hours_per_week; NULL at random
-    signup_date     <- age                  (loosely: younger people signed up later)
-
-NULLs: country about 4% (at random), occupation about 5% (depends on age), income about 3% (at
-random). Rare categories: race 'Amer-Indian-Eskimo' and 'Other' each under 0.5%, several countries
-under 0.5%, occupation 'Armed-Forces' and education 'Preschool' well under 1%. The rarest country,
-'Holand-Netherlands' (about 0.08%), is deliberately left out of the declared categories so that it
-exercises the 'other' code. About 0.2% of incomes lie above the declared upper bound and get
-clamped by the encoding. The probabilities are invented to look plausible, not fitted to any data.
-"""
+DuckDB file once; `python -m dp_synth_assets.example [database]` does that from the shell."""
 
 import sys
 from pathlib import Path
@@ -198,7 +175,30 @@ def _occupation_table() -> np.ndarray:
 
 
 def generate_example(rows: int = DEFAULT_ROWS, seed: int = DEFAULT_SEED) -> pa.Table:
-    """The example table: `rows` rows drawn from the network in the module docstring.
+    """The example table: `rows` rows drawn from a small Bayesian network.
+
+    The network, each line a node and the parents it is drawn from:
+
+        age             (root: 17 + a gamma, clipped at 90)
+        sex             (root)
+        country         (root; NULL at random)
+        newsletter      (root; no children: independent of every other column)
+        race            <- country              (so nearly independent of everything else)
+        education       <- age
+        marital_status  <- age
+        household_size  <- marital_status
+        occupation      <- education, sex; whether it is NULL <- age (the young and the old)
+        hours_per_week  <- sex, occupation, age
+        income          <- education, occupation, age, hours_per_week; NULL at random
+        signup_date     <- age                  (loosely: younger people signed up later)
+
+    NULLs: country about 4% (at random), occupation about 5% (depends on age), income about 3% (at
+    random). Rare categories: race 'Amer-Indian-Eskimo' and 'Other' each under 0.5%, several
+    countries under 0.5%, occupation 'Armed-Forces' and education 'Preschool' well under 1%. The
+    rarest country, 'Holand-Netherlands' (about 0.08%), is deliberately left out of the declared
+    categories so that it exercises the 'other' code. About 0.2% of incomes lie above the declared
+    upper bound and get clamped by the encoding. The probabilities are invented to look plausible,
+    not fitted to any data.
 
     The same (rows, seed) always gives the identical table. Columns and Arrow types: strings for
     the categoricals, int64 for age and hours_per_week, int32 for household_size, float64 for
@@ -311,6 +311,7 @@ def write_example(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m dp_synth_assets.example [database]`: write the example table; the exit status."""
     args = sys.argv[1:] if argv is None else argv
     if len(args) > 1:
         print("usage: python -m dp_synth_assets.example [database]", file=sys.stderr)

@@ -144,9 +144,9 @@ def dp_synth_definitions(
     warehouse, the ledger and the IO manager of the model's units are provided. `io_manager`:
     that IO manager (default: pickles under `<public_dir>/.dp_synth_io`, Dagster's
     `FilesystemIOManager` or, on an object store, `io_manager.ObjectStoreIOManager`; the units
-    are public, post-processing of the noisy measurements). `pool`: the concurrency pool of the steps that
-    open the warehouse (None: no pool). `dataset_jobs`: a job `<dataset>_synthesis` for every
-    dataset; by default only where one is needed (`needs_job`): Dagster resolves each job
+    are public, post-processing of the noisy measurements). `pool`: the concurrency pool of the
+    steps that open the warehouse (None: no pool). `dataset_jobs`: a job `<dataset>_synthesis`
+    for every dataset; by default only where one is needed (`needs_job`): Dagster resolves each job
     against the whole asset graph when the code location loads, a cost that grows with the
     square of the datasets."""
     names = make_names(key_prefix, group_name=group_name, tags=tags, owners=owners,

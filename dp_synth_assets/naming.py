@@ -1,18 +1,12 @@
 """How dp-synth's Dagster objects are named inside a host's code location.
 
-A host merges dp-synth's definitions with its own (`factory.dp_synth_definitions`), so every name
-dp-synth claims there is either namespaced or chosen by the host: the asset keys
-(`[*key_prefix, <dataset>, <stage>]`), the resource keys of the warehouse and the ledger, the key
-of the IO manager that carries the model graph's units between steps, and the concurrency pool of
-the steps that open the warehouse. `Names` holds those choices and the settings every dp-synth
-asset takes from the host (group, tags, owners, automation condition); the asset builders take
-one `Names` and build their definitions with it.
-
-Resource keys: the compute functions keep their parameters `warehouse` and `ledger`, and
-`Names.bind` turns `fn(context, *inputs, warehouse=..., ledger=...)` into a compute function
-`fn(context, *inputs)` that declares the configured keys (`required_resource_keys`) and passes
-`context.resources.<key>` under the parameter's name, so one function body serves any key.
-"""
+Every name dp-synth claims in a host's definitions is namespaced or chosen by the host: the asset
+keys (`[*key_prefix, <dataset>, <stage>]`), the resource keys of the warehouse and the ledger,
+the IO manager key that carries the model graph's units and the concurrency pool of the steps
+that open the warehouse. `Names` holds those choices and the settings every asset takes from the
+host (group, tags, owners, automation condition); `Names.bind` turns a compute function with
+`warehouse` and `ledger` parameters into one that declares the configured resource keys, so one
+function body serves any key."""
 
 import inspect
 from dataclasses import dataclass, field

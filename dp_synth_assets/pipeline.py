@@ -83,7 +83,8 @@ def source_connection(warehouse: WarehouseResource, spec: DatasetSpec, dataset: 
 
 
 def secret_path(warehouse: WarehouseResource) -> Path:
-    """The installation's change-detection secret: `<folder of database>/private/change_detection.key`."""
+    """The installation's change-detection secret:
+    `<folder of database>/private/change_detection.key`."""
     return private_dir(warehouse) / "change_detection.key"
 
 
@@ -108,7 +109,8 @@ def fingerprint(warehouse: WarehouseResource, spec: DatasetSpec,
     the dataset's scan engine) or Parquet at a URI (object storage), its schema and the
     engine's content summary, an order-independent aggregate of per-row digests computed where
     the rows are (`ScanEngine.content_summary`, one scan); for local Parquet/CSV files, their
-    names, sizes and modification times (no scan). Private: it is kept in the private zone and never published;
+    names, sizes and modification times (no scan). Private: it is kept in the private zone and
+    never published;
     `source_version` turns it into the public, content-free version id."""
     if isinstance(spec.source, (TableSource, AttachSource)) or source_path(
             spec, Path(warehouse.base_dir)) is None:  # a table, or Parquet at a URI

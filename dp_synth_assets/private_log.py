@@ -1,36 +1,12 @@
 """Failures of private stages: a generic public message, the details in a private log.
 
-The Dagster event log is public (docs/decisions/0003-privacy-perimeter.md), and an exception
-raised while reading the
-source can quote a value of it (DuckDB's conversion and overflow errors do). `private_errors`
+The Dagster event log is public (docs/decisions/0003-privacy-perimeter.md). `private_errors`
 wraps every stage that reads private data: any exception becomes a `dagster.Failure`, raised
-outside the exception handler so that no chained exception reaches the event log (neither the
-stage's nor, when the private log cannot be written, the log write's), whose description names the
-dataset, the stage and the kind of problem, never a value, a count or a row, and gives the path
-of the dataset's private log. The full message and traceback are appended to that log,
-`<warehouse dir>/private/<dataset>/private.log` (mode 0600), one entry per failure with the
-time, the run id and the stage. When that log cannot be written (a read-only or full private
-zone), the description says so instead, with the write's exception type only, and the details
-are lost rather than published.
-
-What the public description may say:
-- a `dagster.Failure` raised by this package (budget refusals, a missing upstream artifact) is
-  public by construction and passes unchanged;
-- a `SourceError` carries its public text in `.public` (spec and schema only: a missing table or
-  file, a declared column the source lacks, a source that cannot be scanned) and the
-  engine's text only in its full message, which goes to the private log;
-- a `SchemaError` speaks of the spec and the source's schema only, and is published as is;
-- anything else is published as one of four kinds: a value that does not fit the declared spec
-  (DuckDB's conversion, range and input errors), a write that failed (an I/O error while a volume
-  of the run, probed again, cannot be written or is full, or an OS error only a write raises:
-  `writes.failed_write` names the volume and the exception type), a source or warehouse that
-  cannot be read (any other I/O error), or an unexpected error.
-Whether a run failed, and which of these kinds, stays visible; it does not depend on the rows'
-values: every value has a code (core/domain.py), the source check refuses only what the schema
-says (a missing table or column), and an empty source runs on noise. What the values did (how
-many read as NULL or took a column's fallback code) is appended to the private log on every run
-(`append_private_note`).
-"""
+with no chained exception, whose description names the dataset, the stage and the kind of
+problem, never a value, a count or a row, and gives the path of the dataset's private log
+(`<warehouse dir>/private/<dataset>/private.log`, mode 0600), where the full message and
+traceback go. What the public description may say, and why it does not depend on the rows'
+values: docs/decisions/0003-privacy-perimeter.md, "As implemented: private_log.py"."""
 
 import functools
 import os
@@ -102,9 +78,10 @@ def problem_kind(error: BaseException) -> str:
 
 def public_message(error: BaseException, dataset: str, stage: str, log,
                    unlogged: str | None = None, written: str | None = None) -> str:
-    """The description of the public failure for `error` raised in `stage` (see module doc);
-    `unlogged`: why the private log could not be written, said instead of pointing to it;
-    `written`: the failed write `error` is (`writes.failed_write`), said instead of its kind."""
+    """The description of the public failure for `error` raised in `stage`
+    (0003-privacy-perimeter.md); `unlogged`: why the private log could not be written, said instead
+    of pointing to it; `written`: the failed write `error` is (`writes.failed_write`), said instead
+    of its kind."""
     if isinstance(error, SourceError):
         reason = error.public
     elif isinstance(error, SchemaError):
@@ -136,8 +113,8 @@ def log_privately(log, dataset: str, stage: str, run_id: str, error: BaseExcepti
 
 @contextmanager
 def private_errors(warehouse: WarehouseResource, dataset: str, stage: str, run_id: str):
-    """Turn any exception of the block into a generic public `dagster.Failure` and log it
-    privately (module doc). A `dagster.Failure` of the block is logged and passes unchanged."""
+    """Turn any exception of the block into a generic public `dagster.Failure` and log it privately
+    (0003-privacy-perimeter.md). A `dagster.Failure` of the block is logged and passes unchanged."""
     try:
         yield
         return

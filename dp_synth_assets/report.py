@@ -20,6 +20,8 @@ from dp_synth_assets.pipeline import synthetic_table
 
 
 def main(dataset: str) -> int:
+    """Print where `dataset`'s synthetic table is, its checks and its budget; 0 when every check
+    ran and passed, else 1."""
     defs = build_definitions(**environment_paths())
     warehouse = defs.resources["warehouse"]
     ledger = defs.resources["ledger"].ledger()

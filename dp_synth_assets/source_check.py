@@ -1,16 +1,13 @@
 """The load-time check that every `source.asset` is an asset of the definitions dp-synth joins.
 
-dp-synth's definitions are built before the host merges them with its own, so the check cannot
-run in the factory: it runs when Dagster builds the merged code location. Dagster resolves the
-target of every automation condition sensor against the location's whole asset graph at that
-moment (it refuses two such sensors that target one asset), so dp-synth's automation sensor
-targets `CheckedSources`, a selection that first compares the sources with that graph and then
-selects the sensor's assets. A dependency on a key that nothing defines appears in the graph as
-a placeholder asset Dagster creates (marked `dagster/auto_created_stub_asset`); such a key is
-not defined. A failed check raises `SourceAssetError` with `core.config.unknown_source_assets`'s
-message: the load fails (`dg check defs`, `dagster definitions validate`, the webserver's code
-location) before anything runs. A source marked `asset_elsewhere: true` is not checked.
-"""
+dp-synth's definitions are built before the host merges them with its own, so the check runs
+when Dagster builds the merged code location: dp-synth's automation sensor targets
+`CheckedSources`, a selection that first compares the sources with the location's whole asset
+graph (a key nothing defines appears there as a placeholder asset marked
+`dagster/auto_created_stub_asset`) and then selects the sensor's assets. A failed check raises
+`SourceAssetError` with `core.config.unknown_source_assets`'s message: the load fails (`dg check
+defs`, `dagster definitions validate`, the webserver's code location) before anything runs. A
+source marked `asset_elsewhere: true` is not checked."""
 
 from collections.abc import Iterable
 

@@ -1,22 +1,12 @@
 """A run's writes: checked before it reserves budget, named when one fails after.
 
-`check_writes` runs in a run's first spending stage, before its dataset is taken and its budget
-reserved: each volume the run writes (the dataset's folder in the public zone, the private zone,
-the warehouse's folder) takes a real probe write, removed after (`store.probe_write`); the
-warehouse, when it exists, takes a probe table, created and dropped; and each local volume must have the room
-`core.volumes.estimate` asks from public facts (zones on one volume add up). A refusal is a
-`dagster.Failure` naming the volume (its path or URL), the cause (the write's exception type and
-the operating system's sentence for its error code, or the free and needed megabytes) and the
-fix; nothing is reserved or spent.
-
-A write can still fail once budget is spent (another writer fills the volume). Such a failure is
-published as a write failure naming the volume and the exception type, never as a read, and
-never with the engine's text: `write_failure` builds it; `public_zone_writes` and
-`warehouse_writes` wrap the writes that go to one known volume (the public artifacts, the
-synthetic table); `failed_write` recognizes one in a stage that reads and writes the warehouse
-(private_log.py's `private_errors`) by probing the volumes again. What the run charged stays
-recorded in the ledger; only its unspent reservation is released.
-"""
+`check_writes` runs in a run's first spending stage, before its budget is reserved: each volume
+the run writes takes a real probe write (the warehouse a probe table), and each local volume
+must have the room `core.volumes.estimate` asks. A refusal is a `dagster.Failure` naming the
+volume, the cause and the fix; nothing is reserved or spent. A write that fails once budget is
+spent is published as a write failure naming the volume and the exception type, never with the
+engine's text (`write_failure`, `public_zone_writes`, `warehouse_writes`, `failed_write`); what
+the run charged stays recorded, and only its unspent reservation is released."""
 
 import errno
 import os
@@ -99,6 +89,8 @@ def probe_warehouse(warehouse: WarehouseResource) -> None:
 
 
 def refused(dataset: str, zone: str, where: str, error: BaseException) -> dg.Failure:
+    """The public refusal of a run whose `zone` at `where` cannot be written: the volume, the
+    exception type, the fix and that nothing was spent."""
     return dg.Failure(description=(
         f"dataset {dataset!r}: the {zone} {where} cannot be written ({describe(error)}). Make "
         f"it writable by this process, with room, or set another location ({SETTINGS[zone]}), "

@@ -2,10 +2,10 @@
 
 The ledger itself, an append-only, hash-chained table of budget events in a SQLite file or in a
 schema of a PostgreSQL database, is `dp_synth_assets.infra.ledger` (no Dagster: the notebook API
-uses it too); this module wraps it as `LedgerResource` and is its command line
-(`python -m dp_synth_assets.resources.ledger adopt|migrate|raise-limit`). The ledger's names are re-exported
-here for the code that imports them from this module.
-(This file must not postpone annotations with a __future__ import: Dagster inspects them.)
+uses it too); this module wraps it as `LedgerResource` and is its command line (`python -m
+dp_synth_assets.resources.ledger adopt|migrate|raise-limit`). The ledger's names are re-exported
+here for the code that imports them from this module. (This file must not postpone annotations with
+a __future__ import: Dagster inspects them.)
 """
 
 import os

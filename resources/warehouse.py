@@ -1,19 +1,12 @@
 """The warehouse resource: the one place that opens DuckDB connections, and where public
 artifacts are written.
 
-DuckDB locks its database file per process, so connections are short-lived (closed in `finally`)
-and opening retries for a while when another process (a concurrent run, a sensor) holds the lock:
-the wait is logged every `lock_report_seconds` (naming the holder's PID, which DuckDB's message
-gives) and ends after `lock_timeout_seconds` in a `WarehouseError` naming the holder and the fix.
-A missing warehouse is never created by a read-only connection nor by one that says
-`create=False` (a source read from the warehouse); a file DuckDB cannot open (truncated,
-garbage, unreadable) raises a `WarehouseError` naming the file and the fix.
-The private zone lives in the warehouse (source, `private.*` views and tables) and in the
-`private_dir` folder (default `<folder of the warehouse>/private`: the private log, the utility
-report, the change-detection secret); the public zone is `synthetic.*` tables and the `public_dir`
-folder (plans, selections, measurements, models, synthetic Parquet, validation results). Either
-folder may be an object-store URL (`s3://...`, `infra.store.location`).
-"""
+DuckDB locks its database file per process, so connections are short-lived and opening retries
+while another process holds the lock: the wait is logged every `lock_report_seconds` and ends
+after `lock_timeout_seconds` in a `WarehouseError` naming the holder and the fix. A missing
+warehouse is never created by a read-only connection nor with `create=False`; a file DuckDB
+cannot open raises a `WarehouseError` naming the file and the fix. The private and public zones
+it holds (tables, `private_dir`, `public_dir`, object-store URLs): docs/where-data-lives.md."""
 
 import re
 import time

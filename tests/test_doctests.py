@@ -1,13 +1,15 @@
-"""The runnable examples of the public API's docstrings: each is executed, so an example that no
-longer works (a renamed argument, a changed return value) fails the suite."""
+"""The runnable examples of the docstrings (the notebook API, the measurement split and the
+privacy conversions): each is executed, so an example that no longer works (a renamed argument,
+a changed return value) fails the suite."""
 
 import doctest
 
 import pytest
 
 from dp_synth_assets import api
+from dp_synth_assets.core import measure, privacy
 
-MODULES = [api]
+MODULES = [api, measure, privacy]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)

@@ -176,7 +176,7 @@ def test_the_example_synthesizes_end_to_end_with_the_rows_left_in_postgres(postg
 
 def test_try_cast_reads_text_postgres_cannot_cast_as_null_as_duckdb_does(postgres):
     """TRY_CAST on PostgreSQL 15 never fails on a value: a text value reads as DuckDB's
-    TRY_CAST reads it, or as NULL where the module doc says PostgreSQL's pattern is narrower
+    TRY_CAST reads it, or as NULL where docs/engines.md says PostgreSQL's pattern is narrower
     (never a different value, never an error); a BIGINT 0/1 column reads as booleans."""
     duck = duckdb.connect(":memory:")
     cases = {

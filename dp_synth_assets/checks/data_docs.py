@@ -1,22 +1,12 @@
 """GX Data Docs: the checks' verdicts as GX's own static site (open index.html).
 
 `write_data_docs(outcome, d)` renders a `SuiteOutcome` into the site in folder `d`, which holds
-the latest outcome of every suite written into it: writing a suite replaces that suite's earlier
-result and page, other suites' stay, and index.html lists them all. Guarantees:
-- Nothing is written outside `d`: the site is built from GX JSON stores kept in
-  `d/gx_stores/` (registered in the process's context for the call only), its pages under
-  `d/validations/<suite>/...` and `d/expectations/<suite>.html`.
-- No value of the data can inject markup: GX 1.24 writes column names, observed and unexpected
-  values and tracebacks into the HTML unescaped, so the docs copy of each result has every such
-  string HTML-escaped (where GX escapes itself, such a value then shows escaped).
-- Writers of one `d` take turns (the module lock, and flock on `d` across processes).
-- A suite name becomes a path, so it may hold only letters, digits, "_" and "-"
-  (`check_docs_name`).
-- The site loads nothing from the network: the stylesheets, scripts and fonts GX's templates take
-  from CDNs are copied into `d/static/vendor/` from the package and every page and stylesheet
-  points to them (`data_docs_offline`), so it renders offline and in air-gapped networks.
-Findings about GX's renderer behind these choices: docs/great_expectations.md.
-"""
+the latest outcome of every suite written into it. Guarantees: nothing is written outside `d`;
+no value of the data can inject markup (every string GX writes unescaped is HTML-escaped in the
+docs copy); writers of one `d` take turns (a lock, and flock across processes); a suite name may
+hold only letters, digits, "_" and "-" (`check_docs_name`); the site loads nothing from the
+network (`data_docs_offline`). Each guarantee and the findings about GX's renderer behind them:
+docs/great_expectations.md, "Data Docs guarantees"."""
 
 import contextlib
 import datetime as _dt

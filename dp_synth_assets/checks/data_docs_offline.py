@@ -1,27 +1,11 @@
 """Data Docs that render offline: GX's CDN stylesheets and scripts, served from the site itself.
 
-GX 1.24's page templates load Bootstrap, jQuery, Popper, bootstrap-table, bootstrap-datepicker,
-bootstrap-dark, Font Awesome and Vega from public CDNs and the navbar logo from GX's S3 bucket.
-The package ships the versions those templates name (`data-docs-static/`, with their licenses in
-`data-docs-static/LICENSES.txt`); `make_offline(docs)` copies them into the site's
-`static/vendor/` and rewrites every page and stylesheet of the site to load them by a relative
-path, so a site opened from file:// in an air-gapped network looks as it does online.
-
-Deliberate differences from GX's pages:
-- Vega, Vega-Lite and Vega-Embed are not shipped and their script tags are removed: GX draws
-  charts only for the KL-divergence and distinct-values expectations, which no dp-synth check
-  runs, so the pages never call them.
-- Font Awesome's `all.min.css` becomes its `fontawesome.min.css` plus `solid.min.css` with the
-  solid font only (woff2): the pages use solid icons only (`fas fa-check-circle`, `fa-times`, ...).
-- bootstrap-dark's stylesheet is its minified build of the same version.
-- The logo (light, and the dark-mode one) is GX's own `static/images/logo-long.png` in the site.
-- `integrity` and `crossorigin` attributes go with the CDN URLs they were written for.
-- The favicon link points to the site's `static/images/favicon.ico` from every page (GX's
-  validation pages count one folder too few, a failed load in the browser's console).
-
-Links a reader may follow (greatexpectations.io, the newsletter) are anchors, not resources,
-and stay. A CDN URL not in `VENDORED` (a GX release with new templates) stays unchanged.
-"""
+The package ships the versions GX's page templates load from public CDNs (`data-docs-static/`,
+with their licenses in `data-docs-static/LICENSES.txt`); `make_offline(docs)` copies them into
+the site's `static/vendor/` and rewrites every page and stylesheet of the site to load them by a
+relative path, so a site opened from file:// in an air-gapped network looks as it does online.
+A CDN URL not in `VENDORED` stays unchanged. The deliberate differences from GX's pages:
+docs/great_expectations.md, "Offline Data Docs"."""
 
 import os
 import re

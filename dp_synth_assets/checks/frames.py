@@ -47,10 +47,10 @@ class CheckInputs:
 
 @dataclass(frozen=True)
 class SyntheticTable:
-    """The synthetic table as the checks see it: the declared and the plan's columns present in
-    the Parquet copy, its row count, the column groups that fit in one frame, the counts of every
-    measured marginal (1-way included) and the number of rows repeating an earlier one. `con` is the read-only
-    connection the row-level checks read frames through while it is open."""
+    """The synthetic table as the checks see it: the declared and the plan's columns present in the
+    Parquet copy, its row count, the column groups that fit in one frame, the counts of every
+    measured marginal (1-way included) and the number of rows repeating an earlier one. `con` is the
+    read-only connection the row-level checks read frames through while it is open."""
 
     inputs: CheckInputs
     con: object

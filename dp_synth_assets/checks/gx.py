@@ -1,22 +1,12 @@
 """Run a Great Expectations 1.x suite on a pandas DataFrame and return plain, JSON-safe results.
 
-    outcome = run_suite(df, "orders_synth", [
-        Expectation("ExpectTableRowCountToEqual", {"value": 1000}),
-        Expectation("ExpectColumnValuesToBeInSet", {"column": "status", "value_set": ["a", "b"]}),
-    ])
-    outcome.success; outcome.results[0].observed; write_outcome(outcome, "out/orders.json")
-
 Contract: importing this module does not import great_expectations (`run_suite` does, the first
-time). Calls are independent: each registers its own uniquely named data source, asset, batch
-definition, suite and validation definition in the process's ephemeral context (`gx_context`),
-deletes them afterwards and drops its stored validation result, so the context does not grow.
+time). Calls are independent: each registers its own uniquely named objects in the process's
+ephemeral context (`gx_context`) and deletes them afterwards, so the context does not grow.
 Unknown expectation names and invalid kwargs raise before anything runs; an expectation that
-fails while being evaluated (a missing column, incomparable types) comes back with success False
-and `exception` set, and the suite fails. A GX suite is set-like: a repeated expectation (equal
-apart from meta) is evaluated once and its result reported at every position it was given.
-Which expectation classes the checks use, and how each behaves on pandas dtypes (nulls, dates,
-`mostly` rounding): docs/great_expectations.md.
-"""
+fails while being evaluated comes back with success False and `exception` set, and the suite
+fails. A repeated expectation is evaluated once and reported at every position it was given.
+How each expectation the checks use behaves on pandas dtypes: docs/great_expectations.md."""
 
 import dataclasses
 import os

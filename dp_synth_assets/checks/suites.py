@@ -1,17 +1,12 @@
 """The checks of the synthetic table: one function per check, each running its GX suite(s).
 
 Each check takes the `SyntheticTable` and returns a `CheckResult`: GX's verdict (`SuiteOutcome`)
-and the metadata to publish (plain values; lists and dicts are shown as JSON, numbers as numbers
-the UI charts over runs, such as each check's `worst` figures). The suites are
-built from the declared spec, the dataset's plan and its noisy measurements only: they read the
-synthetic table, never the source, so every verdict and figure is public. The schema, the types
-and the domains are the declared ones (`CheckInputs.declared`), the plan filling in only what
-preprocessing learned (`domain.declared_domain`); the distribution checks compare with the
-measurements, in the plan's codes. `CHECKS`, the checks' registry, lists them with their module,
-severity (ERROR or WARN), whether a failure blocks the downstream assets and whether they read
-frames of the table; a check's description is the first line of its function's docstring.
-`publish` stores a result where the public can read it.
-"""
+and the metadata to publish. The suites are built from the declared spec, the dataset's plan and
+its noisy measurements only: they read the synthetic table, never the source, so every verdict
+and figure is public. `CHECKS`, the checks' registry, lists them with their module, severity,
+whether a failure blocks the downstream assets and whether they read frames of the table; a
+check's description is the first line of its function's docstring. `publish` stores a result
+where the public can read it."""
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass

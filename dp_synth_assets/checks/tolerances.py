@@ -32,11 +32,11 @@ def tolerances(m: Measurement, noisy_total: float, rows: int) -> tuple[float, np
 
 def marginal_tolerance(m: Measurement, noisy_total: float, rows: int) -> float:
     """TVD tolerance of a measured marginal (`marginal_tvd`): a bound on the expected TVD plus Z
-    standard deviations. Per cell, the synthetic share differs from the noisy share by sampling
-    (sd s_i = sqrt(p_i (1 - p_i) / rows)) plus the measurement's noise (sd sigma / noisy_total; the
-    model sits between the truth and the noisy counts); each |difference| has expectation at
-    most sqrt(2/pi) (s_i + sigma / noisy_total) and variance at most s_i^2 + (sigma / noisy_total)^2, and the
-    TVD is half their sum over the cells, a sum of many small terms that concentrates around its
+    standard deviations. Per cell, the synthetic share differs from the noisy share by sampling (sd
+    s_i = sqrt(p_i (1 - p_i) / rows)) plus the measurement's noise (sd sigma / noisy_total; the
+    model sits between the truth and the noisy counts); each |difference| has expectation at most
+    sqrt(2/pi) (s_i + sigma / noisy_total) and variance at most s_i^2 + (sigma / noisy_total)^2, and
+    the TVD is half their sum over the cells, a sum of many small terms that concentrates around its
     mean. FIT_SLACK covers what the estimator cannot reproduce (conflicting measurements)."""
     p = noisy_distribution(m).ravel()
     n = max(noisy_total, 1.0)

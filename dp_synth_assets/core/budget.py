@@ -1,18 +1,12 @@
-"""The budget of one synthesis run, in zCDP terms (docs/decisions/0002-zcdp-accounting.md),
-with no Dagster in it.
+"""The budget of one synthesis run, in zCDP terms (docs/decisions/0002-zcdp-accounting.md).
 
 `DatasetBudget.of(spec)` converts a dataset's (epsilon, delta) run budget and lifetime limit into
-rho, and splits the run's rho between the stages (with category discovery, after a noisy row
-count: `preprocess_share`, `DatasetBudget.with_rows`); `measurement_plan` splits the measurement
-stage's rho between the marginals to measure. The pipeline (dp_synth_assets/budget.py, with the
-ledger) and the notebook API (dp_synth_assets/api.py) both spend exactly these amounts.
-
-`BudgetStatus` is the one place where what is left of a limit is computed: remaining rho =
-max(0, limit - spent - reserved) (zCDP composes by adding rho, Bun-Steinke 2016 Lemma 2.3), its
-epsilon at the limit's delta, and how many more runs of the dataset's run rho fit, with the
-same relative tolerance `REL_TOL` the ledger compares every sum with. The ledger's refusal
-messages, the published ledger metadata and the schedules' skip reasons all read it.
-"""
+rho and splits the run's rho between the stages (`preprocess_share`, `DatasetBudget.with_rows`);
+`measurement_plan` splits the measurement stage's rho between the marginals. The pipeline and the
+notebook API both spend exactly these amounts. `BudgetStatus` is the one place where what is left
+of a limit is computed: remaining rho = max(0, limit - spent - reserved) (zCDP composes by adding
+rho, Bun-Steinke 2016 Lemma 2.3), its epsilon at the limit's delta, and how many more runs fit,
+with the relative tolerance `REL_TOL` the ledger compares every sum with."""
 
 import math
 from dataclasses import dataclass, replace
@@ -83,10 +77,11 @@ def _rho_share(run_rho: float) -> float:
 class DatasetBudget:
     """The run budget and the lifetime limit of one dataset, in rho (and extra delta).
 
-    Accounting (docs/decisions/0002-zcdp-accounting.md): mechanisms compose as approximate zCDP, (sum rho,
-    sum delta_extra), which implies (epsilon(sum rho, delta'), delta' + sum delta_extra)-DP. When a
-    column's categories are discovered by thresholding, half of each delta (run and limit) is set
-    aside for delta_extra and rho is computed at the other half; otherwise rho uses all of delta.
+    Accounting (docs/decisions/0002-zcdp-accounting.md): mechanisms compose as approximate zCDP,
+    (sum rho, sum delta_extra), which implies (epsilon(sum rho, delta'), delta' + sum
+    delta_extra)-DP. When a column's categories are discovered by thresholding, half of each delta
+    (run and limit) is set aside for delta_extra and rho is computed at the other half; otherwise
+    rho uses all of delta.
 
     Split between the stages: with no discovery, BOUNDS_SHARE of the run's rho (none without
     preprocessing tasks) to preprocessing. With discovery, preprocessing first draws a noisy row

@@ -1,21 +1,12 @@
-"""Change detection of a private source without publishing anything computed from its content:
-the algorithm (no I/O; `infra.private_files` keeps the secret and the state in the private zone).
+"""Change detection of a private source without publishing anything computed from its content
+(docs/decisions/0003-privacy-perimeter.md): the algorithm, with no I/O.
 
-Three pieces, all in the private zone except the last:
-
-- the installation's secret: 32 random bytes, from an environment variable that a secret store
-  fills (`secret_from_hex`: a container run has no file to keep), else in one owner-only file
-  (mode 0600) of the private zone, created on first use
-  (`infra.private_files.load_or_create_secret`);
-- the change signal's MAC: HMAC-SHA256 under that secret of a summary of the source (its content
-  summary for tables, its files' names, sizes and modification times for Parquet/CSV), kept in a
-  per-dataset state file (`infra.private_files.observe`), never published;
-- the public version: an opaque random id (`mint_version`), minted when the MAC differs from the
-  stored one and repeated while it does not (`advance`). It says "changed since last time" and
-  nothing else: it is not a function of the content (two installations holding the same table get
-  unrelated ids, and a table that returns to an earlier content gets a new id), so an adversary who
-  knows every row but one has nothing to test candidates against.
-"""
+The installation's secret (32 random bytes, `secret_from_hex` or an owner-only file of the
+private zone) keys an HMAC-SHA256 of a summary of the source, kept privately per dataset
+(`infra.private_files.observe`); the public version is an opaque random id (`mint_version`),
+minted when the MAC differs from the stored one and repeated while it does not (`advance`). It
+says "changed since last time" and nothing else: it is not a function of the content, so an
+adversary who knows every row but one has nothing to test candidates against."""
 
 import hashlib
 import hmac

@@ -3,28 +3,10 @@
 
 A `DatasetSpec` is one registered source table with its column specs, privacy settings and
 synthesis settings. `load_registry` parses the YAML file and rejects unknown keys, wrong kinds and
-impossible values with a `RegistryError` that names the dataset and the key, so a malformed file
-fails when the Dagster definitions load, before any run starts.
-
-What is refused at load, beyond the schema (each a mistake that would otherwise cost budget):
-- a key written twice in one mapping (YAML keeps the last one silently: a second `limit:`, two
-  entries of one name), merged and anchored mappings included; the message names the key and
-  both lines;
-- a mapping key that YAML 1.1 reads as no text (`true:`, `1:`, `null:`; `NonTextKey`, or
-  `text_keys` where the YAML is Dagster's), naming the line and the quoted spelling;
-- two column names that differ only in case (one identifier to DuckDB), and `bounds` whose
-  span is above `MAX_BOUNDS_SPAN`;
-- a declared category equal to the other code's label (they would be one synthetic value);
-- an epsilon, delta or seed that is not a number (`epsilon: true`, `epsilon: "1"`), a negative
-  seed, and an epsilon above `MAX_EPSILON` (its rho cannot be computed);
-- with `rows: same`, a run budget whose noisy row count cannot be meaningful: any noisy total
-  the run can measure with its rho has a standard deviation of at least sqrt(1 / (2 rho))
-  rows (the inverse-variance combination of Gaussian counts of sensitivity 1 whose rho sum to
-  at most the run's), and a run whose bound exceeds `MAX_TOTAL_SD` rows is refused: declare
-  `rows:` or raise `privacy.epsilon`. The rule reads epsilon and delta only;
-- a dataset using an optional feature (`DatasetSpec.features`: a scan engine whose registry line
-  names one, `report:`) whose extra is not installed (`extras.refusal`: the extra and its pip command).
-"""
+impossible values with a `RegistryError` that names the dataset and the key, so a
+malformed file fails when the Dagster definitions load, before any run starts. What is refused
+beyond the schema (duplicate or non-text keys, case-colliding columns, meaningless `rows: same`
+budgets, missing extras...): 0008-dataset-registry.md, "As implemented"."""
 
 import difflib
 import hashlib
@@ -75,7 +57,7 @@ INTEGER_TEXT = re.compile(r"^[+-]?\d+$")
 # overflows above about 5e4); far beyond any meaningful guarantee.
 MAX_EPSILON = 10_000.0
 # `rows: same` is refused when the noisy row count's standard deviation is at least this many
-# rows whatever the run measures (module docstring).
+# rows whatever the run measures (0008-dataset-registry.md).
 MAX_TOTAL_SD = 1_000_000.0
 # the widest declared `bounds` (high - low): the bins are cut from the span (up to 4096 times
 # it, and the density grid rounds it up), which overflows a float (about 1.8e308) near its top
@@ -493,10 +475,10 @@ class ParquetSource(_SourceBase):
 class CsvSource(_SourceBase):
     """A CSV file (or glob) read with the dialect declared here, nothing sniffed from the data:
     every column is read as text and the declared kinds set the types (through the encodings'
-    TRY_CAST). `header`: the first line holds the column names (read as schema); `columns`:
-    the names in file order, required without a header and overriding it otherwise. `null`: the
-    field values read as NULL (at least one; by default the empty field). `escape`: the character escaping a
-    quote inside a quoted field (default: the quote itself, doubled)."""
+    TRY_CAST). `header`: the first line holds the column names (read as schema); `columns`: the
+    names in file order, required without a header and overriding it otherwise. `null`: the field
+    values read as NULL (at least one; by default the empty field). `escape`: the character escaping
+    a quote inside a quoted field (default: the quote itself, doubled)."""
 
     csv: str
     header: bool = True
@@ -578,6 +560,9 @@ def engine_settings(value) -> EngineSpec:
 
 
 class Limit(_Strict):
+    """The lifetime (epsilon, delta) a privacy unit may spend over all its runs; the ledger
+    keeps the limit a unit was first given until an explicit ledger command changes it."""
+
     epsilon: Epsilon = Field(gt=0, allow_inf_nan=False)
     delta: Number = Field(gt=0, lt=1, allow_inf_nan=False)
 
@@ -686,6 +671,9 @@ DurationText = Annotated[str, Field(pattern=r"^\d+(\.\d+)?\s*(s|m|h|d)$")]
 
 
 class DatasetSpec(_Strict):
+    """One registered source table: its source, its columns, its privacy budget, and how it is
+    selected, generated, scheduled and checked."""
+
     source: Source
     columns: Annotated[dict[str, ColumnSpec], BeforeValidator(text_keys("column"))]
     privacy: Privacy
@@ -870,8 +858,8 @@ def plan_digest(spec: DatasetSpec) -> str:
 
 def noisy_total_sd_bound(epsilon: float, delta: float) -> float:
     """The least standard deviation of any noisy row count a run of (epsilon, delta) measures:
-    sqrt(1 / (2 rho)) with rho the whole run's zCDP budget at `delta` (module docstring); inf
-    when rho rounds to 0."""
+    sqrt(1 / (2 rho)) with rho the whole run's zCDP budget at `delta` (0008-dataset-registry.md);
+    inf when rho rounds to 0."""
     from .privacy import rho_from_epsilon_delta
 
     rho = rho_from_epsilon_delta(epsilon, delta)
@@ -879,6 +867,8 @@ def noisy_total_sd_bound(epsilon: float, delta: float) -> float:
 
 
 class Registry(_Strict):
+    """A whole datasets.yaml: dataset name -> entry, with the rules across entries."""
+
     datasets: Annotated[dict[str, DatasetSpec], BeforeValidator(text_keys("dataset"))]
 
     @field_validator("datasets")
@@ -1062,12 +1052,17 @@ def _construct_collection(node, loader, walk: _Walk):
 
 
 class DuplicateKey(ValueError):
+    """A key written twice in one YAML mapping; the message names the key and both lines."""
+
     def __init__(self, key, first: int, line: int):
         super().__init__(f"key {key!r} is written twice in one mapping, on line {first} and on "
                          f"line {line}: YAML would keep the second silently. Keep one.")
 
 
 class NonTextKey(ValueError):
+    """A mapping key that YAML 1.1 reads as no text (`true:`, `1:`, `null:`); the message names
+    the line and the quoted spelling."""
+
     def __init__(self, key, node, line: int):
         written = node.value if isinstance(node, yaml.ScalarNode) and node.value else "null"
         super().__init__(f"the key `{written}` on line {line} {key_problem(key)}, "
@@ -1105,6 +1100,19 @@ def check_unique_keys(text: str, where: str) -> None:
 
 
 def load_registry(path: str | Path) -> dict[str, DatasetSpec]:
+    """Read and validate a datasets.yaml file.
+
+    Args:
+        path: the datasets.yaml file.
+
+    Returns:
+        Dataset name -> its validated entry.
+
+    Raises:
+        RegistryError: the file is missing, is not YAML, writes a key twice or a non-text key, or
+            breaks a rule of the schema; the message names the file and, for a rule, the dataset
+            and the key.
+    """
     path = Path(path)
     if not path.exists():
         raise RegistryError(f"{path} does not exist; create it or set DP_SYNTH_DATASETS")

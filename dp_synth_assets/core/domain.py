@@ -1,43 +1,12 @@
 """Column encodings: how each declared column maps to integer codes 0..k-1, and back.
 
-An `Encoding` is public: it is derived from the column spec (the declared public domain and SQL
-type, `ColumnSpec.sql_type`) and the DP outputs of the preprocessing stage (`Derived`:
-discovered categories, merged-rare members with their noisy counts, DP bounds, quantile or
-PrivTree bin edges), never from the data or the source's schema. `EncodingPlan` is the encodings of one
-dataset, in the declaration order; its `domain` is what mbi calls a Domain (attribute -> number
-of codes).
-
-Codes, per kind (the order is part of the contract):
-- categorical: one code per kept category, then the rare code (when categories were merged),
-  then the `other` code (values outside the list; absent with `other: false`), then the null
-  code when nullable. The rare
-  code decodes to one of its members drawn in proportion to their noisy counts.
-- boolean: false = 0, true = 1, then the null code when nullable.
-- integer / DATE, uniform binning: exact integer arithmetic, code = (x - low) * bins // (high -
-  low + 1); a bin decodes to an integer inside it, so encode(decode(code)) == code.
-- float / timestamps, uniform binning: bins of width (high - low) / bins.
-  Inside a uniform bin, a value is drawn from the column's DP density (`Derived.density`,
-  preprocess.py: noisy counts over a fine grid) restricted to the bin, or uniformly where the
-  density puts no weight in the bin (or there is none).
-- `edges` (quantile bins, `equal_mass_edges`, the default with DP bounds; PrivTree): code =
-  number of interior edges <= x; bin k is [edges[k], edges[k+1]) (integers: the integers
-  ceil(edges[k]) .. ceil(edges[k+1]) - 1, the last bin up to `high`), decoded from the
-  column's DP density inside the bin as for uniform bins, uniformly where it has none.
-Every encoding is total (no value makes it fail, so no error message can quote one):
-- a value is read with TRY_CAST to DOUBLE (integer, float; integers rounded half to even) or to
-  the declared DATE / TIMESTAMP (datetimes, then days since 1970 as a DOUBLE);
-- NULL, a `missing` marker, NaN (integer and float columns) and a value that does not cast read
-  as NULL: the null code of a nullable column, the fallback code of any other
-  (`Encoding.fallback_code`, `ColumnSpec` states the rule); a value outside an exhaustive
-  category list takes the fallback code too, so no row makes a run fail;
-- values outside the bounds, +inf and -inf (also infinite dates and timestamps) are clamped into
-  the first or last bin, in floating point BEFORE any cast to an integer type, so the cast that
-  follows never overflows;
-- booleans stored as text read 'true'/'t'/'yes'/'y'/'1' as true and 'false'/'f'/'no'/'n'/'0' as
-  false (case-insensitive, trimmed), anything else as NULL; other types with TRY_CAST
-  (`boolean_value`); categorical values compare as text (always defined).
-The encode side is SQL (sql/encode_*.sql) run by DuckDB; the decode side is numpy.
-"""
+An `Encoding` is public: it is derived from the column spec (declared domain and SQL type) and
+the DP outputs of the preprocessing stage (`Derived`), never from the data or the source's
+schema. `EncodingPlan` is the encodings of one dataset in declaration order; its `domain` maps
+attribute -> number of codes. Every encoding is total: no value makes it fail, so no error
+message can quote one. The encode side is SQL (sql/encode_*.sql), the decode side numpy. The
+codes per kind (their order is part of the contract) and the reading rules:
+docs/decisions/0009-dp-preprocessing.md, "As implemented: encodings"."""
 
 import json
 import math
@@ -78,6 +47,9 @@ class Derived:
 
 @dataclass(frozen=True)
 class Encoding:
+    """How one column maps to codes 0..size-1 and back: public (from the spec and DP
+    outputs only); the order of the codes per kind is in docs/decisions/0009-dp-preprocessing.md."""
+
     column: str
     kind: str                         # categorical | boolean | integer | float | datetime
     sql_type: str                     # the declared SQL type (ColumnSpec.sql_type), set on decode
@@ -176,6 +148,7 @@ class EncodingPlan:
 
 
 def base_type(sql_type: str) -> str:
+    """The SQL type without its parameters, upper-cased: `decimal(10, 2)` -> `DECIMAL`."""
     return sql_type.split("(")[0].strip().upper()
 
 
@@ -424,7 +397,7 @@ def encode_expression(e: Encoding) -> str:
     docstring)."""
     col = ident(e.column)
     is_null = is_null_condition(e.column, e.missing, e.kind)
-    null_code = e.null_code if e.nullable else e.fallback_code  # no row fails (module doc)
+    null_code = e.null_code if e.nullable else e.fallback_code  # no row fails (0009, encodings)
     if e.kind == "categorical":
         kept = "[" + ", ".join(literal(sql_text(c)) for c in e.categories) + "]"
         rare = "[" + ", ".join(literal(sql_text(m)) for m, _ in (e.rare or ())) + "]"
@@ -459,6 +432,8 @@ def encoded_columns(plan: EncodingPlan) -> str:
 
 
 def encode_view_sql(plan: EncodingPlan, view: str, source: str) -> str:
+    """The statement that creates `view`, the encoded codes of every column of `plan` read from
+    the `source` relation (sql/encode_view.sql): total, no value makes it fail."""
     return sql("encode_view", view=qualified(view), expressions=encoded_columns(plan),
                source=source)
 
@@ -506,6 +481,19 @@ def _typed(value, arrow_type: pa.DataType):
 
 
 def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> pa.Array:
+    """Codes of one column back to values, as an Arrow array of the declared SQL type.
+
+    Args:
+        e: the column's encoding.
+        codes: one code per row, each in 0..e.size-1.
+        rng: draws a value inside a bin (from the column's DP density) and a rare code's member.
+
+    Returns:
+        The decoded values, NULL where a code is the null code.
+
+    Raises:
+        ValueError: a code outside 0..e.size-1.
+    """
     codes = codes.astype(np.int64)
     if codes.size and (codes.min() < 0 or codes.max() >= e.size):
         raise ValueError(f"column {e.column!r}: codes outside 0..{e.size - 1}")

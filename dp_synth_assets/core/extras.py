@@ -17,6 +17,8 @@ DISTRIBUTION = "dagster-dp-synth"
 
 @dataclass(frozen=True)
 class Feature:
+    """An optional feature: the extra that installs it and the modules it imports."""
+
     extra: str  # the distribution's extra that installs `modules`
     modules: tuple[str, ...]  # top-level modules the feature imports
     what: str  # the feature, as the user declares it
@@ -50,10 +52,12 @@ def missing(feature: str) -> list[str]:
 
 
 def available(feature: str) -> bool:
+    """Whether every module of `feature` (a key of `FEATURES`) can be imported."""
     return not missing(feature)
 
 
 def install_command(feature: str) -> str:
+    """The pip command that installs `feature`'s extra, for a refusal's message."""
     return f"pip install '{DISTRIBUTION}[{FEATURES[feature].extra}]'"
 
 

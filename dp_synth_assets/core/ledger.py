@@ -1,32 +1,13 @@
-"""The privacy ledger (docs/decisions/0004-privacy-ledger.md): an append-only table of budget
-events, in a SQLite file or in a schema of a PostgreSQL database. This module is the ledger's
-meaning over plain rows, with no I/O: its records, its refusals and the fold of a unit's rows
-into its budget (`Book`, `scope`); `core.ledger_chain` is the hash chain
-(docs/decisions/0005-ledger-hash-chain.md); `infra.ledger.PrivacyLedger` reads and writes the
-rows (`infra.ledger_store` keeps them).
+"""The privacy ledger's meaning over plain rows, no I/O (docs/decisions/0004-privacy-ledger.md).
 
-Every event is one row of `privacy_ledger` with kind
-- `reserve`: a run sets aside its whole budget before it reads private data;
-- `charge`: one mechanism invocation spends part of that reservation (its privacy map's answer);
-- `release`: the run's reservation is closed; the row's rho is the unspent remainder;
-- `limit`: the unit's limit is set by an explicit ledger command (`set_limit`, the command line's
-  `raise-limit`); the row's rho and delta_extra are the new limit, its parameters say who set it,
-  when and why.
-
-The ledger keeps the limit a unit was first given: the limit of its first reservation (or the
-largest of the reservations made before this rule existed), until a `limit` row sets another. A
-reservation that asks for a larger limit (a datasets.yaml, a Component or a notebook's
-`Synthesizer` edited to a larger `privacy.limit`) is refused with `LimitNotGranted`, naming the
-command that raises it; a smaller one applies, and pins nothing.
-
-A run's open reservation is its last `reserve` row with no later `release` row. Spent = the sum of all
-charges, forever (a crashed run keeps what it spent). Reserved = open reservations minus their charges.
-Rows are never updated or deleted (`infra.ledger`).
-
-Rows are keyed by privacy unit (dp_synth_assets.core.units): the source's identity or a budget
-group; the budget arithmetic (spent, reserved, reserve, can_cover) sums over the unit, whatever
-entry name wrote the rows. The `dataset` column keeps the entry name for display.
-"""
+Its records (one row of `privacy_ledger` per `reserve`, `charge`, `release` or `limit` event),
+its refusals (`LimitNotGranted` for a reservation above the unit's granted limit, naming the
+command that raises it) and the fold of a unit's rows into its budget (`Book`, `scope`): spent
+is the sum of all charges, forever; reserved is the open reservations minus their charges. Rows
+are keyed by privacy unit (`core.units`), so the arithmetic sums over the unit whatever entry
+wrote them. The hash chain is `core.ledger_chain`; `infra.ledger.PrivacyLedger` reads and
+writes the rows. The event kinds and the limit rule: docs/decisions/0004-privacy-ledger.md,
+"As implemented: core/ledger.py"."""
 
 import json
 from dataclasses import dataclass, field
@@ -255,7 +236,7 @@ class Book:
         open: (dataset, run_id) -> its `OpenReservation` (a reserve row not yet released).
         runs: run_id -> stage -> the rho that stage charged.
         limit: the unit's kept limit {rho, delta_extra, row, explicit}, or None before its
-            first reservation (module docstring).
+            first reservation (0004-privacy-ledger.md).
     """
 
     def __init__(self, rows: list[dict]):
@@ -263,7 +244,7 @@ class Book:
         self.spent_rho = 0.0
         self.spent_delta_extra = 0.0
         self.runs: dict[str, dict[str, float]] = {}
-        self.limit: dict | None = None  # the unit's granted limit (module docstring)
+        self.limit: dict | None = None  # the unit's granted limit (0004, core/ledger.py)
         for row in rows:
             key, kind = (row["dataset"], row["run_id"]), row["kind"]
             if kind == "reserve":

@@ -1,13 +1,13 @@
 """Exact marginals of the encoded view, counted inside the dataset's scan engine (private zone).
 
-The counts run where the rows are (DuckDB, or another scan engine: core/scans.py, whose store is
-the DuckDB connection holding the marginal tables) and return aggregates: marginal count
-vectors, never rows.
-`compute_marginals` computes many marginals in a few GROUPING SETS queries over one copy of the
-codes and stores them in a private-zone table whose column names are all bookkeeping names
+The counts run where the rows are (DuckDB, or another scan engine: core/scans.py, whose store is the
+DuckDB connection holding the marginal tables) and return aggregates: marginal count vectors, never
+rows. `compute_marginals` computes many marginals in a few GROUPING SETS queries over one copy of
+the codes and stores them in a private-zone table whose column names are all bookkeeping names
 (`MarginalTable`), so no user column name (`n`, `gid`, `c0`, ...) can be confused with them;
-`MarginalStore` reads them back as dense numpy count arrays shaped by each clique's domain
-(counting missing ones on demand); `count_marginals` and `repeated_rows` count an encoded relation without storing it.
+`MarginalStore` reads them back as dense numpy count arrays shaped by each clique's domain (counting
+missing ones on demand); `count_marginals` and `repeated_rows` count an encoded relation without
+storing it.
 """
 
 from contextlib import contextmanager
@@ -81,10 +81,22 @@ def _count_query(relation: str, columns: list[str], cliques: list[Clique]) -> st
 def compute_marginals(con: duckdb.DuckDBPyConnection, view: str, table: str,
                       columns: list[str], cliques: list[Clique],
                       domain: dict[str, int] | None = None, log=None) -> MarginalTable:
-    """All `cliques` of the encoded view, counted from one copy of its codes (`narrow_codes`)
-    in a few GROUPING SETS queries (`_batches`), stored in `table`. `log` gets a line when the
-    counting starts and about ten as the queries end (`progress.due`), each with the number of
-    marginals and queries done out of how many: public facts (the plan's), never a time."""
+    """Count the marginals of the encoded view, from one copy of its codes (`narrow_codes`), in
+    a few GROUPING SETS queries (`_batches`), where the rows are.
+
+    Args:
+        con: the store's connection, or a scan engine over it.
+        view: the encoded view (`encode_view_sql`).
+        table: the private-zone table the counts are stored in (created).
+        columns: the encoded columns, in the plan's order.
+        cliques: the marginals to count.
+        domain: attribute -> number of codes, for the narrowest code types (None: UINTEGER).
+        log: a line when the counting starts and about ten as the queries end
+            (`progress.due`): counts of marginals and queries only (the plan's), never a time.
+
+    Returns:
+        The stored table (`MarginalTable`), read by `MarginalStore`.
+    """
     definitions = ", ".join(f"c{i} {_code_type((domain or {}).get(c))}"
                             for i, c in enumerate(columns))
     engine, store = as_engine(con), store_of(con)
@@ -115,13 +127,12 @@ def compute_marginals(con: duckdb.DuckDBPyConnection, view: str, table: str,
 def narrow_codes(con: duckdb.DuckDBPyConnection, relation: str, columns: list[str],
                  domain: dict[str, int] | None):
     """The codes of an encoded relation copied once into a temporary table of the narrowest
-    integer types (one byte a code for domains up to 256: 150 MB for ten million rows of 15
-    columns, spilled to disk by DuckDB under memory pressure); yields its quoted name and drops
-    it afterwards (it never leaves the connection). Its columns keep the relation's names (it
-    holds nothing else); its name is a bookkeeping name (`sql.bookkeeping`). GROUPING SETS over
-    it, rather than over the encoding expressions, was 2.2x faster at ten million rows (2.57 +
-    5.15 s against 16.97 s): DuckDB's grouping sets over a projection with expressions pay for
-    it once per set."""
+    integer types (one byte a code for domains up to 256; spilled to disk by DuckDB under memory
+    pressure); yields its quoted name and drops it afterwards (it never leaves the connection).
+    Its columns keep the relation's names (it holds nothing else); its name is a bookkeeping
+    name (`sql.bookkeeping`). GROUPING SETS run over it rather than over the encoding
+    expressions, which DuckDB would evaluate once per set (docs/decisions/0007-asset-graph.md,
+    "As implemented: counting the marginals")."""
     codes = ident(bookkeeping("codes"))
     casts = ", ".join(f"CAST({ident(c)} AS {_code_type((domain or {}).get(c))}) AS {ident(c)}"
                       for c in columns)

@@ -1,23 +1,11 @@
 """Measurements: noisy marginals, the optimal budget split, and the consistency step.
 
 A `Measurement` is one noisy marginal: the clique, the noisy count array (shaped by the clique's
-domain) and the Gaussian noise scale sigma that produced it (and its rho). Measurements are public:
-everything downstream of them is post-processing.
-
-- `optimal_split` is ABSyn Eq. 10-11 (PrivSyn section 4.2): minimizing the expected l1 noise error
-  sum_i c_i sqrt(1 / (pi rho_i)) subject to sum_i rho_i = rho gives rho_i = rho c_i^(2/3) / sum c^(2/3).
-- `measure_marginal` is the one mechanism site of a noisy marginal: every selection method and
-  the `measurements` stage draw through it (`measure` is it over a plan of cliques).
-- `make_consistent` is ABSyn section VI.A.2.b: first a common total (inverse-variance weighted mean
-  of every measurement's total), then, per attribute, the inverse-variance weighted combination of
-  every measurement's projection onto it, pushed back into each measurement by spreading the
-  difference evenly over the cells that project to each value. With a common total, adjusting one
-  attribute leaves every other attribute's projections unchanged, so one pass makes all
-  measurements agree on every shared attribute. A measurement coarse on an attribute does
-  not vote on it; it takes the combined projection summed to its groups. Negative cells are
-  kept (mbi's least-squares fit handles them; clipping would bias the estimate). Sigma is kept
-  as drawn: it is the conservative scale for the estimator.
-"""
+domain) and the Gaussian noise scale sigma that produced it (and its rho). Measurements are
+public: everything downstream of them is post-processing. `measure_marginal` is the one
+mechanism site of a noisy marginal (every selection method and the `measurements` stage draw
+through it). `optimal_split` is ABSyn Eq. 10-11 (PrivSyn section 4.2); `make_consistent` is
+ABSyn section VI.A.2.b."""
 
 import math
 from dataclasses import dataclass, field
@@ -67,7 +55,11 @@ class Measurement:
 def coarsen(fine: np.ndarray, groups: Groups | None) -> np.ndarray:
     """The fine array (one axis per clique attribute) summed within each attribute's groups: the
     linear map a coarse measurement observes. One row moves one fine cell, hence one coarse cell,
-    by 1: the L2 sensitivity stays 1."""
+    by 1: the L2 sensitivity stays 1.
+
+        >>> coarsen(np.array([[1, 2, 3], [4, 5, 6]]), (None, (0, 0, 1))).tolist()
+        [[3, 3], [9, 6]]
+    """
     out = np.asarray(fine)
     for axis, g in enumerate(groups or ()):
         if g is None:
@@ -122,6 +114,7 @@ def adjacent_groups(one_way: np.ndarray, groups: int) -> tuple[int, ...]:
 
 
 def clique_size(clique: Clique, domain: dict[str, int]) -> int:
+    """The number of cells of `clique`'s marginal: the product of its attributes' code counts."""
     return math.prod(domain[a] for a in clique)
 
 
@@ -133,13 +126,19 @@ def coarsened_size(clique: Clique, domain: dict[str, int], groups: Groups | None
 
 
 def optimal_split(rho: float, sizes: list[int]) -> list[float]:
-    """ABSyn Eq. 11: rho_i = rho c_i^(2/3) / sum_j c_j^(2/3)."""
+    """ABSyn Eq. 11: rho_i = rho c_i^(2/3) / sum_j c_j^(2/3), the split of `rho` over marginals
+    of `sizes` cells that minimizes the expected l1 noise sum_i c_i sqrt(1 / (pi rho_i)).
+
+        >>> optimal_split(1.0, [8, 64])  # 8^(2/3) = 4, 64^(2/3) = 16
+        [0.2, 0.8]
+    """
     weights = np.asarray(sizes, dtype=np.float64) ** (2.0 / 3.0)
     return (rho * weights / weights.sum()).tolist()
 
 
 def expected_noise_error(rho: float, sizes: list[int]) -> float:
-    """ABSyn Eq. 10 at the optimum: sum_i c_i sqrt(1/(pi rho_i)) = (sum c^(2/3))^(3/2) / sqrt(pi rho)."""
+    """ABSyn Eq. 10 at the optimum: sum_i c_i sqrt(1/(pi rho_i)) = (sum c^(2/3))^(3/2) / sqrt(pi
+    rho)."""
     if not sizes:
         return 0.0
     s = float(np.sum(np.asarray(sizes, dtype=np.float64) ** (2.0 / 3.0)))
@@ -171,8 +170,17 @@ def measure_marginal(exact: np.ndarray, clique: Clique, rho: float, charge,
 
 def measure(exact: dict[Clique, np.ndarray], rhos: dict[Clique, float],
             charge, groups: dict[Clique, Groups] | None = None) -> list[Measurement]:
-    """The noisy marginal of each clique of `rhos` at its rho (`measure_marginal`; coarse on
-    `groups[clique]` when given), charged in the plan's order, each right after its draw."""
+    """The noisy marginals of a measurement plan, each charged right after its draw.
+
+    Args:
+        exact: clique -> its exact count array (private).
+        rhos: clique -> its rho; the plan's order is the order of the draws and charges.
+        charge: records each draw's spend (`measure_marginal`).
+        groups: clique -> the public grouping it is measured coarse on, when it is.
+
+    Returns:
+        One `Measurement` per clique of `rhos`, in its order.
+    """
     groups = groups or {}
     return [measure_marginal(exact[clique], clique, rho, charge, groups.get(clique))
             for clique, rho in rhos.items()]
@@ -259,7 +267,24 @@ def noisy_total(measurements: list[Measurement]) -> float:
 
 
 def make_consistent(measurements: list[Measurement]) -> list[Measurement]:
-    """ABSyn section VI.A.2.b consistency (see the module docstring)."""
+    """ABSyn section VI.A.2.b consistency: the measurements made to agree on every shared
+    attribute.
+
+    First a common total (the inverse-variance weighted mean of every measurement's total),
+    then, per attribute, the inverse-variance weighted combination of every measurement's
+    projection onto it, pushed back into each measurement by spreading the difference evenly
+    over the cells that project to each value. With a common total, adjusting one attribute
+    leaves every other attribute's projections unchanged, so one pass suffices. A measurement
+    coarse on an attribute does not vote on it; it takes the combined projection summed to its
+    groups. Negative cells are kept (mbi's least-squares fit handles them; clipping would bias
+    the estimate). Sigma is kept as drawn: the conservative scale for the estimator.
+
+    Args:
+        measurements: the noisy marginals, in any order.
+
+    Returns:
+        The same measurements, in the same order, consistent (post-processing: no spend).
+    """
     if not measurements:
         return []
     total = noisy_total(measurements)

@@ -2,23 +2,9 @@
 it spends the measurement budget inside selection.
 
 A leaf module (it imports nothing of the package): `config` validates a dataset's method and
-shares against it and `select` dispatches through it, without importing each other.
-
-The registry line is each method's declaration (name, module, budget shares, settings model),
-not its module: validating a datasets.yaml must not import every method module (they pull in
-mbi, JAX, networkx and scipy) nor form the circle config -> select -> config, so the shares a
-validator needs live here, beside the module's name. The settings model is named, not imported:
-`settings`, a class of the method's module (`Settings`, a subclass of
-`config.SelectionSettings` declaring the method's own keys of the `selection:` block and their
-rules) or `module:Class`; a method with no key of its own names `SHARED`, the shared keys only.
-Validating a dataset imports the module of the method it names (`config.method_settings`).
-
-Adding a method is one module plus one line here. The module defines
-`select(domain, oracle, budget, settings, charge) -> Selection` and, optionally,
-`needed_cliques(domain, settings)` (the marginals the `marginals` stage counts up front; default:
-every pair). `MethodInfo.module` names it: a module of `dp_synth_assets.core.select`, or a fully
-qualified module path (a dotted name) for a method that lives elsewhere.
-"""
+shares against it and `select` dispatches through it, without importing each other, and without
+importing every method module (they pull in mbi, JAX, networkx and scipy). Adding a method is one
+module plus one line here (`MethodInfo`)."""
 
 from dataclasses import dataclass
 
@@ -28,6 +14,18 @@ SHARED = "dp_synth_assets.core.config:SharedSelection"  # the settings of a meth
 
 @dataclass(frozen=True)
 class MethodInfo:
+    """One selection method's registry line: its declaration, not its module.
+
+    The module defines `select(domain, oracle, budget, settings, charge) -> Selection` and,
+    optionally, `needed_cliques(domain, settings)` (the marginals the `marginals` stage counts up
+    front; default: every pair). `module` names it: a module of `dp_synth_assets.core.select`, or
+    a dotted path for a method that lives elsewhere. The settings model is named, not imported:
+    a class of the method's module (`Settings`, a subclass of `config.SelectionSettings`
+    declaring the method's own keys of the `selection:` block) or `module:Class`; a method with
+    no key of its own names `SHARED`. Validating a dataset imports only the module of the method
+    it names (`config.method_settings`).
+    """
+
     module: str                  # <module> of select/, or a dotted path: its select(...)
     one_way_share: float         # default share of rho for the noisy 1-way marginals
     score_share: float           # default share for selection mechanisms

@@ -1,9 +1,9 @@
 """The OpenDP constructors we use, imported without `opendp.prelude`.
 
-`opendp.prelude` also imports `opendp.extras` (scikit-learn and SciPy): about 1.1 s and 100 MB in
-every process that loads the code location, i.e. in every step process of a multiprocess run.
-Use it as `from .opendp_api import dp`, then `dp.m.make_gaussian(...)` as with the prelude.
-"""
+`opendp.prelude` also imports `opendp.extras` (scikit-learn and SciPy) in every process that
+loads the code location (its cost: docs/decisions/0002-zcdp-accounting.md, "As implemented: the
+OpenDP imports"). Use it as `from .opendp_api import dp`, then `dp.m.make_gaussian(...)` as with
+the prelude."""
 
 from types import SimpleNamespace
 

@@ -1,19 +1,13 @@
 """What every plug-in registry shares: the refusal of an unregistered name, where a registered
 module lives, and how a plug-in's own settings are found and validated.
 
-The registries, one per kind of plug-in: `methods.METHODS` (selection methods),
-`engines.ENGINES` (generators), `scan_engines.SCAN_ENGINES` (scan engines),
-`preprocess.MECHANISMS` (preprocessing mechanisms) and `checks.suites.CHECKS` (checks of the
-synthetic table). Each is a dict from a name to a frozen entry whose `module` names the plug-in's
-module (a module of the registry's package, or a dotted path for a plug-in that lives elsewhere)
-and whose `settings` names the plug-in's own frozen settings model (a pydantic model, `Settings`
-subclasses), written beside the plug-in: a class of the plug-in's module, or `module:Class`.
-A plug-in without settings names `NO_SETTINGS`. tests/test_architecture.py checks every entry.
-
-A leaf module: it imports nothing of the package, so `config` can validate names without
-importing any plug-in; a plug-in's module is imported only when its settings are validated or it
-runs.
-"""
+The registries, one per kind of plug-in: `methods.METHODS`, `engines.ENGINES`,
+`scan_engines.SCAN_ENGINES`, `preprocess.MECHANISMS` and `checks.suites.CHECKS`. Each maps a name
+to a frozen entry whose `module` names the plug-in's module (of the registry's package, or a
+dotted path) and whose `settings` names its frozen settings model (a class of that module,
+`module:Class`, or `NO_SETTINGS`); tests/test_architecture.py checks every entry. A leaf module:
+`config` validates names without importing any plug-in; a plug-in's module is imported only when
+its settings are validated or it runs."""
 
 import importlib
 from collections.abc import Mapping

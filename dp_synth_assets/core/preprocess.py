@@ -1,89 +1,15 @@
 """DP preprocessing: the domain of each column, learned with DP where it is not declared.
 
-The benchmark paper of Chen et al., section 5 and appendix B, and PrivSyn's filter-and-combine,
-as corrected and completed in docs/decisions/0009-dp-preprocessing.md and
-docs/decisions/0010-category-discovery.md. Per column, the
-mechanisms (`mechanisms`) are:
-
-- `discover` (categorical without `categories`): the exact value counts go through OpenDP's
-  thresholded Gaussian histogram; only values whose noisy count clears the threshold are
-  released (approximate zCDP: its map gives (rho, delta), both charged). The threshold is the
-  smallest integer whose delta fits the column's delta share.
-- `rare` (categorical with declared `categories` and a `rare` rule): noisy counts of the declared
-  categories with the Gaussian mechanism.
-  A column whose released values all spell one side of a boolean also gets the other side
-  (`complete_boolean`: public spellings, post-processing).
-  The rare rule then runs on the noisy counts (of `discover` or `rare`; post-processing):
-  `merge` is benchmark Algorithm 1: a category whose noisy count is below max(theta * noisy_total,
-  3 sigma), noisy_total = sum of the noisy counts, joins the rare code. `filter_combine` is PrivSyn's:
-  categories below 3 sigma are filtered; if their noisy total reaches 3 sigma they form the rare
-  code, otherwise they go to the `other` code. The rare code decodes to a member drawn in
-  proportion to the members' noisy counts.
-- `bounds` (numeric / datetime without `bounds`): two Gaussian-noised histograms over public
-  buckets (0 and +-2^k for numbers, calendar years for dates), the second splitting each bucket
-  into BOUNDS_PARTS equal parts; the bounds are the outer edges of the outermost buckets whose
-  noisy count clears a threshold that an empty bucket passes with probability below 1e-6 in
-  total (like Google's ApproxBounds), widened through neighbours above NEIGHBOUR_Z sigma, and
-  moved inward to the first part where mass is detected (`bounds_and_density`); where the first
-  histogram's noisy total shows the parts could not move a bound (`can_tighten`), the second is
-  the bucket histogram again, averaged with the first. The clipped noisy part (or bucket)
-  counts inside the bounds are kept as the column's density: decoding draws a value inside its
-  bin in proportion to it. Why not
-  exponential-mechanism quantiles: docs/decisions/0009-dp-preprocessing.md.
-- quantile bins (the default with DP bounds, `binning: quantile`; no mechanism of their own):
-  `bins` (default DEFAULT_BINS) bins of about equal mass, cut where the cumulative clipped
-  noisy part counts of the `bounds` histogram reach j / bins of their total, moved to the
-  `density` grid (integers: to integers) and merged where equal (`quantile_edges`,
-  `domain.equal_mass_edges`): post-processing of the bounds' release, so dense ranges get
-  narrow bins and sparse tails wide ones at no extra spend. An integer column with at most
-  `bins` values keeps one bin per integer.
-- `density` (numeric / datetime, uniform or quantile bins that may hold more than one value:
-  declared float and datetime bounds, declared integer bounds spanning more values than bins,
-  and undeclared float / datetime bounds): a Gaussian-noised histogram over a public grid of at
-  most DENSITY_CELLS cells of a round width (1, 2 or 5 times a power of ten; integers at least
-  1) aligned on multiples of it, over the declared bounds or, in the second scan, the DP
-  bounds. Post-processing, per bin of the encoding (uniform or quantile): a bin whose cells
-  look flat at the noise level (a chi-square bound) keeps the bounds' coarser density
-  (undeclared bounds) or is decoded uniformly (declared); in the others, cells whose noisy
-  count is below DENSITY_Z sigma are zeroed, so noise alone spreads almost no mass, and the rest is the bin's density (`grid_density`, `merge_density`).
-  Decoding draws a value inside its bin in proportion to it, so values on a coarser grid than
-  the cells (whole numbers, cents, days) come back at their own values, and a spike inside a
-  wide bin (40 hours a week in a 36-40 bin) comes back as a spike. A heap (a cell whose
-  neighbours' noisy counts are below HEAP_RATIO of its own) is a point at its grid point: a
-  value on a decimal grid coarser than the cells (54.0 in cells of 0.05) comes back as itself.
-- `privtree` (`binning: privtree`): PrivTree (Zhang, Xiao, Xie 2016; benchmark Algorithm 2)
-  with fanout 2 over [low, high]: a node's biased count b = max(c - depth * delta, theta - delta)
-  gets Laplace(lambda) noise (OpenDP); it splits when the noisy value exceeds theta. With
-  lambda = (2 beta - 1) / ((beta - 1) epsilon) and delta = lambda ln beta the whole tree is
-  epsilon-DP (Zhang et al. Thm 1), charged epsilon^2 / 2 in rho (Bun-Steinke; the
-  benchmark's appendix B has a slip here: docs/decisions/0009-dp-preprocessing.md). We use theta = 0 (Tao et al.'s choice; the benchmark gives none) and
-  two public stopping rules: a node is not split beyond depth 16, and an integer node narrower
-  than 2 values is not split. Node counts are sums over an exact histogram of 2^16 cells.
-
-Scans: the mechanisms are pure (numpy + OpenDP) functions of exact aggregates that DuckDB
-computes in ONE scan of the source (`exact_aggregates`): each task gets a key expression (the
-value as text, its bucket or its PrivTree cell; NULL where the row does not count for the task:
-NULL, a `missing` marker, not castable), computed once into a temporary table
-(sql/preprocess_keys.sql), and one query groups it by GROUPING SETS, one set per key, dropping
-each set's NULL-key group (sql/preprocess_counts.sql); a bucket is found by a sum of comparisons
-with the edges (timings: docs/decisions/0009-dp-preprocessing.md). The result has one row per
-value / bucket / cell, so its size is bounded by the domains, not by the rows. A `privtree`
-column without declared bounds needs a second scan, since its cells span the DP bounds that the
-first scan's bucket histogram releases: all such columns share it.
-
-Budget: with category discovery, a noisy row count (`noisy_row_count`, Gaussian, charged
-first) sets the preprocessing share (`budget.preprocess_share`) and is recorded in the plan.
-The rest of the preprocessing rho is split across all mechanism invocations of the run in
-proportion to their `Mechanism.weight` (a discovery weighs 2, its threshold being ~6 sigma; a
-density 1/4: it refines values inside bins the other tasks define, and at full weight it took
-the budget the bounds and categories of small tables need; any other task 1);
-`discover` invocations share the run's extra delta evenly. Every invocation calls `charge` with
-the spend its privacy map reports, right after drawing the noise: in column order, first-scan
-mechanisms first, then the PrivTree trees of the second scan. The category counts (`rare`) and
-the bounds histogram call `privacy.gaussian_counts` directly: they are not marginals of the
-encoded domain and publish no `Measurement` (every marginal goes through
-`measure.measure_marginal`).
-"""
+Implements the benchmark paper of Chen et al. (section 5, appendix B; Algorithm 1 `merge`,
+Algorithm 2 PrivTree after Zhang, Xiao, Xie 2016) and PrivSyn's filter-and-combine, as
+corrected in docs/decisions/0009-dp-preprocessing.md and 0010-category-discovery.md. Mechanisms
+per column: `discover`, `rare`, `bounds`, `density`, `privtree`; quantile bins are
+post-processing of the bounds' release. They are pure functions (numpy + OpenDP) of exact
+aggregates computed in one scan of the source (`exact_aggregates`; a second for PrivTree over DP
+bounds), each bounded by the domains, not the rows. Every invocation calls `charge` with its
+privacy map's spend right after its draw; the rho is split by `Mechanism.weight`. Each
+mechanism, the scans and the budget split: 0009-dp-preprocessing.md, "As implemented:
+preprocessing"."""
 
 import math
 from collections.abc import Callable
@@ -122,18 +48,20 @@ HEAP_RATIO = 0.25  # a kept `density` cell is a heap when no neighbour's noisy c
 
 @dataclass(frozen=True)
 class Task:
+    """One invocation to run: a mechanism of `MECHANISMS` on one column."""
+
     column: str
     mechanism: str  # a key of MECHANISMS: discover | rare | bounds | privtree | density
 
 
 @dataclass(frozen=True)
 class Mechanism:
-    """A preprocessing mechanism of the registry `MECHANISMS`: `function` of `module` (a module
-    of `dp_synth_assets.core`, or a dotted path for one that lives elsewhere) releases a task's
-    result from its `MechanismCall`; `aggregate` is the exact aggregate it reads (`values`: the
-    value counts; `buckets`: the bounds histogram over `bucket_edges`; `grid`: the density
-    histogram over `density_grid` of its span; `cells`: PRIVTREE_CELLS cells over its span);
-    `weight`: its share of the preprocessing rho relative to the other tasks (module doc);
+    """A preprocessing mechanism of the registry `MECHANISMS`: `function` of `module` (a module of
+    `dp_synth_assets.core`, or a dotted path for one that lives elsewhere) releases a task's result
+    from its `MechanismCall`; `aggregate` is the exact aggregate it reads (`values`: the value
+    counts; `buckets`: the bounds histogram over `bucket_edges`; `grid`: the density histogram over
+    `density_grid` of its span; `cells`: PRIVTREE_CELLS cells over its span); `weight`: its share of
+    the preprocessing rho relative to the other tasks (0009, "As implemented: preprocessing");
     `settings`: its settings model (none takes any yet: `plugins.NO_SETTINGS`)."""
 
     module: str
@@ -187,8 +115,8 @@ def _privtree(call: MechanismCall):
     return privtree_edges(call.exact, call.column, call.spec, *call.span, call.rho, call.charge)
 
 
-# The preprocessing mechanisms (module doc). Adding one is its module plus one line here; a
-# column's tasks are planned by `mechanisms` and their releases read by `preprocess`.
+# The preprocessing mechanisms (0009-dp-preprocessing.md). Adding one is its module plus one
+# line here; a column's tasks are planned by `mechanisms` and their releases read by `preprocess`.
 MECHANISMS = {
     "discover": Mechanism("preprocess", "_discover", "values", weight=2.0),
     "rare": Mechanism("preprocess", "_rare", "values"),
@@ -221,8 +149,8 @@ def needs_density(spec: ColumnSpec) -> bool:
     quantile) may hold more than one value (public: from the spec alone). Undeclared bounds get
     one, integers too: their range is not known when the tasks are planned, and the bounds' own
     density (parts of a power-of-two bucket, or the whole bucket when parts could not move a
-    bound) is too coarse for a heap: adult_raw's hours-per-week, 47% of rows at 40, came back
-    as a third each on 38, 39 and 40 at epsilon 0.2 (its 1-way TVD 0.33)."""
+    bound) is too coarse for a heap (docs/decisions/0009-dp-preprocessing.md, "Densities and
+    heaps")."""
     if spec.kind not in ("integer", "float", "datetime"):
         return False
     if spec.bounds is None:
@@ -234,16 +162,30 @@ def needs_density(spec: ColumnSpec) -> bool:
 
 
 def all_tasks(columns: dict[str, ColumnSpec]) -> list[Task]:
+    """Every column's tasks (`mechanisms`), in declaration order."""
     return [t for name, spec in columns.items() for t in mechanisms(name, spec)]
 
 
 def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str, ColumnSpec],
                rho: float, delta_extra: float, charge, log=None) -> dict[str, Derived]:
-    """Run every column's mechanisms; returns what each column's encoding needs (public). With
-    no rho, a spec whose only tasks are `density` histograms (an accuracy refinement: the domain
-    is declared) runs none of them, and its values are drawn uniformly inside their bins. `log`
-    gets a line as each scan starts and about ten as the mechanisms run (`progress.due`), with
-    counts of scans and mechanisms (the spec's) only, never a time."""
+    """Run every column's mechanisms over the source's exact aggregates.
+
+    With no rho, a spec whose only tasks are `density` histograms (an accuracy refinement: the
+    domain is declared) runs none of them, and its values are drawn uniformly inside their bins.
+
+    Args:
+        con: the connection the source is read on (the scan engine's store).
+        relation: the source relation.
+        columns: the declared columns.
+        rho: the preprocessing budget, split over the invocations by `Mechanism.weight`.
+        delta_extra: the run's extra delta, shared evenly by the `discover` invocations.
+        charge: records each invocation's spend, right after its draw.
+        log: a line as each scan starts and about ten as the mechanisms run (`progress.due`):
+            counts of scans and mechanisms (the spec's) only, never a time.
+
+    Returns:
+        Column -> what its encoding needs (`Derived`; public: DP releases only).
+    """
     tasks = all_tasks(columns)
     if rho <= 0 and all(t.mechanism == "density" for t in tasks):
         return {}
@@ -325,11 +267,12 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: 
                      spans: dict[str, tuple[float, float]]) -> dict[Task, dict | np.ndarray]:
     """The exact aggregate each task's mechanism needs, all from ONE scan of the source (one
     grouping set per task, sql/preprocess_counts.sql). Private: they feed the mechanisms only.
-    `discover` / `rare`: the value counts {CAST(value AS VARCHAR): n}; `bounds`: the histogram
-    over bucket_edges(spec) (len + 1 buckets); `privtree`: the histogram of PRIVTREE_CELLS cells
-    over spans[column]; `density`: the histogram over `density_grid(*spans[column])`. Rows that read as NULL (a `missing` marker, NaN, a value that does not
-    cast) do not count; +-inf and values beyond the buckets or the span count in the outer ones.
-    The keys are total like the encodings (domain.py): nothing is cast before it is clamped."""
+    `discover` / `rare`: the value counts {CAST(value AS VARCHAR): n}; `bounds`: the histogram over
+    bucket_edges(spec) (len + 1 buckets); `privtree`: the histogram of PRIVTREE_CELLS cells over
+    spans[column]; `density`: the histogram over `density_grid(*spans[column])`. Rows that read as
+    NULL (a `missing` marker, NaN, a value that does not cast) do not count; +-inf and values beyond
+    the buckets or the span count in the outer ones. The keys are total like the encodings
+    (domain.py): nothing is cast before it is clamped."""
     if not tasks:
         return {}
     values, keys, sizes = [], [], []
@@ -440,9 +383,9 @@ def threshold_delta(scale: float, threshold: int) -> float:
     """The delta of OpenDP's Gaussian threshold mechanism for one added or removed row: at
     least the probability that a key only one table holds (count 1) is released, P[Z >=
     threshold - 1] for the discrete Gaussian Z it draws (a count at or above the threshold is
-    released). OpenDP's map answers the continuous Gaussian's tail, smaller for discrete noise
-    (sigma 1, threshold 3: 0.023 against 0.059, the rate measured on its draws); the larger of
-    the two is charged."""
+    released). OpenDP's map answers the continuous Gaussian's tail, which is smaller for
+    discrete noise (docs/decisions/0010-category-discovery.md, "The threshold's delta"); the
+    larger of the two is charged."""
     span = int(math.ceil(40 * scale)) + abs(threshold) + 2
     z = np.arange(-span, span + 1)
     weights = np.exp(-(z.astype(float) ** 2) / (2 * scale ** 2))
@@ -808,7 +751,7 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     kept = inside & (noisy >= DENSITY_Z * sigma)
     near = np.where(inside, noisy, 0.0)
     neighbour = np.maximum(np.r_[0.0, near[:-1]], np.r_[near[1:], 0.0])
-    alone = kept & (neighbour < HEAP_RATIO * noisy)  # a heap (see the docstring)
+    alone = kept & (neighbour < HEAP_RATIO * noisy)  # a heap (0009-dp-preprocessing.md)
     alone &= (a == a0) & (b == b0)  # a whole cell: its start is a grid point
     alone &= not (integer and width == 1)  # a cell of one integer is a point already
     pieces = []
@@ -839,6 +782,8 @@ def privtree_epsilon(scale: float, fanout: int = PRIVTREE_FANOUT) -> float:
 
 @dataclass(frozen=True)
 class TreeNode:
+    """A PrivTree node: the cells [first, stop) of the exact histogram, at `depth`."""
+
     first: int   # first cell
     stop: int    # one past the last cell
     depth: int
@@ -875,7 +820,7 @@ def privtree_cell_width(low: float, high: float, integer: bool) -> float:
 
 def privtree_edges(counts: np.ndarray, name: str, spec: ColumnSpec, low: float, high: float,
                    rho: float, charge) -> tuple[float, ...]:
-    """Adaptive bin edges [low, ..., high] from PrivTree (see the module docstring) over the
+    """Adaptive bin edges [low, ..., high] from PrivTree (0009-dp-preprocessing.md) over the
     exact cell histogram `counts` (`exact_aggregates`)."""
     integer = integer_valued(spec)
     width = privtree_cell_width(low, high, integer)

@@ -1,96 +1,12 @@
 """Scan engines: where a dataset's private scans run (`engine:` in datasets.yaml).
 
-Vocabulary. A **scan engine** is the database that holds a dataset's source rows and runs every
-aggregate query over them: the source check, the preprocessing counts, the marginals' GROUPING
-SETS and the on-demand cliques of `marginals.MarginalStore`. It is chosen per dataset with
-`engine:` (`duckdb`, the default, `postgres`, `spark`, or any engine of the registry
-`scan_engines.SCAN_ENGINES`). It is not a **generation engine** (`generator:`,
-`core/engines.py`: pgm, gum...), which fits the model on public measurements. The **store** is
-the DuckDB connection (the warehouse, or the notebook API's in-memory database) that keeps
-dp-synth's own private tables, the exact marginals: a scan engine returns aggregates to it,
-never rows.
-
-The contract of a `ScanEngine`: `fetchone` and `fetchnumpy` run one aggregate query and return
-its result (a row of flags, count vectors, small frames whose size is bounded by the domain,
-never by the rows); `describe` gives a relation's column names and types, reading no row;
-`execute` runs a statement that creates a view or a temporary object in the engine;
-`relation(view)` names an engine-side view; `append_counts` adds the result of a count query to
-a marginal table of the store; `content_summary` returns the private change signal of a
-relation (a string that changes whenever any row does, computed in the engine: only it crosses
-the connection, and core/change.py keeps only its HMAC). Every statement is a template of
-`sql/` written once in DuckDB's dialect; `translate` turns it into the engine's (sqlglot, plus
-`REWRITES`). Errors of the engine are its `errors`; a `ScanError` keeps the engine's message
-(which can quote a value) for the private log only. An engine also has a `name`, `copies`
-(whether temporary copies of the keys are made in the engine, as DuckDB does), `errors` (the
-exceptions of its statements), `create_view(view, statement)` and, when it creates views that
-end with a notebook run, `drop_views()`.
-
-Where it lives. This module holds the contract, the DuckDB engine over the store (it opens
-nothing: the store is its connection) and the dialect translation, which only builds SQL text.
-Each engine's connector (the code that opens a PostgreSQL connection or a Spark session) and its
-settings live in its module under `dp_synth_assets.infra.engines`, named by
-`scan_engines.SCAN_ENGINES`; `infra.engines.open_engine` opens the engine a dataset names.
-
-DuckDB constructs and their PostgreSQL translation (this table is the one place that says it):
-- `TRY_CAST(x AS t)`: PostgreSQL 15 has no safe cast (`pg_input_is_valid` is 16+), so it
-  becomes a `CASE` guarded by a pattern (`SAFE_CAST_PATTERNS`): a value of a non-text type is
-  cast as is, a text value only when its text matches the target's pattern, else it reads as
-  NULL, as in DuckDB. A pattern accepts only text PostgreSQL's input function reads without
-  error: numbers in decimal or scientific notation kept inside a double's range (10^-299 to
-  10^307), `nan`, `inf`, `infinity`; calendar dates `YYYY-MM-DD` (leap years checked, years 1
-  to 9999) with an optional time and UTC offset (surrounding spaces only for a DATE); booleans
-  `t`, `true`, `f`, `false`, `y`, `yes`, `n`, `no`, `1`, `0` in any case (every type through
-  its text, so a BIGINT 0/1 column reads as boolean). Text DuckDB reads and no pattern accepts
-  (`1_000`, `1e+300`, `2020/01/05`, `infinity` as a date) reads as NULL, as any uncastable
-  value (counted for the private log, `source.count_fallbacks`), and so does a NUMERIC value
-  outside a normal double's range (above 1.8e308 or below 2.2e-308 in magnitude, not 0 nor
-  infinite), whose cast PostgreSQL refuses. What still fails the query (the engine's message
-  goes to the private log) is a target without a pattern, which the templates never ask for.
-- `isnan(x)` -> `x = 'NaN'::double precision`; `round_even(x, 0)` -> `round(x)` (PostgreSQL
-  rounds a double half to even); `list_contains` -> `= ANY(ARRAY[...])` and `list_position` ->
-  `array_position`; an empty list -> `ARRAY[]::text[]`; `a // b` -> `div(a, b)` (operands are
-  never negative in the templates); `HUGEINT` -> `NUMERIC`; `epoch(x)` -> `extract(epoch ...)`.
-- `typeof(x)` -> `'VARCHAR'` for PostgreSQL's text types, else the upper-cased `pg_typeof`
-  (booleans stored as text read by their spelling, as in DuckDB; an ENUM column is cast).
-- a subquery in FROM gets an alias (PostgreSQL 15 requires one).
-- `hash(...)` has no equivalent with DuckDB's values: the report's holdout split
-  (sql/holdout_split.sql) and `marginals.repeated_rows` stay DuckDB's (config refuses a holdout
-  on other engines). The change detection's content summary is engine-specific: each engine's
-  `content_summary` runs its own template, written in its dialect and not translated
-  (sql/content_summary.sql for DuckDB, sql/content_summary_postgres.sql for PostgreSQL).
-- Temporary copies (sql/preprocess_keys.sql, sql/encoded_codes.sql) are DuckDB's: other engines
-  read the expressions as subqueries (`copies` is False) and group them in one query.
-- the encoded view is created in the engine's working schema (`EngineSpec.schema`), a view over
-  the source: no row is copied; `relation(view)` names it.
-
-DuckDB constructs and their Spark SQL translation (sqlglot's `spark` dialect plus
-`_spark_rewrite`; tested with Spark 4.3):
-- `TRY_CAST` stays `try_cast` (NULL where a value does not cast, as in DuckDB; Spark's own
-  rules decide what casts: a text '3.0' is not a BIGINT under ANSI mode).
-- `list_contains` -> `array_contains`, `list_position` -> `array_position` (0 when absent;
-  the templates only ask for present values), `list[i]` -> `try_element_at(list, i)` (both
-  1-based; the list index is read as written), `round_even(x, 0)` -> `bround(x, 0)`,
-  `a // b` -> `a div b`, `HUGEINT` -> `DECIMAL(38, 0)`, `VARCHAR` -> `STRING`.
-- `typeof(x)` -> `'VARCHAR'` for Spark's string types, else the upper-cased `typeof`.
-- `isfinite(x)` -> `x IS NOT NULL` for dates and timestamps (Spark has no infinite ones), else
-  `abs(x) < inf`; `epoch(x)` -> `unix_date(x) * 86400` for a DATE, else the microseconds since
-  1970-01-01 of the TIMESTAMP_NTZ (no time zone, as DuckDB's TIMESTAMP).
-- `read_parquet('path')` -> ``parquet.`path` `` (Spark reads the files, a glob allowed).
-- `hash(...)`: Spark's hash is not DuckDB's, so, as for PostgreSQL, the holdout split and
-  `repeated_rows` stay DuckDB's (config refuses a holdout on Spark). The content summary is
-  Spark's own template (sql/content_summary_spark.sql, Spark SQL, not translated): the row
-  count and the exact DECIMAL sums of the two 64-bit halves of md5 over each row's JSON
-  (`to_json(struct(*))` with NULLs written out and timestamps to the microsecond), as
-  PostgreSQL's sums md5 halves of its row text. Not xxhash64 over the columns: it skips a NULL
-  argument, so swapping a value between a column and a NULL one would leave the digest as is.
-- the encoded view is a TEMPORARY view of the session (nothing is written to the catalog);
-  its statement is kept in the store (sql/engine_views.sql) and created again by an engine of
-  another process (a later pipeline stage); `relation(view)` names it.
-- an error is a `ScanError` (a `ScanValueError` for SQLSTATE class 22, data exceptions); the
-  engine (infra/engines/spark.py) disables pyspark's error loggers and has a local session's
-  JVM log only fatal errors, since both write a failed query's message, which can quote a
-  value, to this process's stderr.
-"""
+A scan engine holds a dataset's source rows and runs every aggregate query over them; it returns
+aggregates (bounded by the domain) to the store, never rows. This module holds the `ScanEngine`
+contract, the DuckDB engine over the store (it opens nothing) and the dialect translation
+(`translate`: sqlglot plus `REWRITES`), which only builds SQL text from the sql/ templates
+written in DuckDB's dialect. Connectors live under `dp_synth_assets.infra.engines`. A
+`ScanError` keeps the engine's message (which can quote a value) for the private log only. The
+contract and each translated construct: docs/engines.md, "The scan engine contract"."""
 
 from dataclasses import dataclass
 from functools import lru_cache
@@ -113,7 +29,7 @@ class ScanValueError(ScanError, ValueError):
 
 
 class Untranslatable(ValueError):
-    """A template uses a construct the engine's dialect has no equivalent for (module doc)."""
+    """A template uses a construct the engine's dialect has no equivalent for (docs/engines.md)."""
 
 
 # --------------------------------------------------------------------------------- translation
@@ -127,7 +43,7 @@ _DAY = (f"({_YEAR}-(0?[1-9]|1[0-2])-(0?[1-9]|1[0-9]|2[0-8])|{_YEAR}-(0?[13-9]|1[
 _CLOCK = ("([ T]([01]?[0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\\.[0-9]{1,6})?)?"
           "(\\s*(z|[+-]([01]?[0-9]|2[0-3])(:?[0-5][0-9])?))?)?")
 _MOMENT = f"^{_DAY}{_CLOCK}$"
-# text PostgreSQL's input function of the type reads without error (module doc); ~* (any case)
+# text PostgreSQL's input function of the type reads without error (docs/engines.md); ~* (any case)
 SAFE_CAST_PATTERNS = {
     # plain (at most 10^299 with a two-digit exponent) or scientific (a nonzero leading digit,
     # at most 8 before the point, exponent up to 299): never out of a double's range
@@ -144,7 +60,7 @@ DOUBLE_MAX, DOUBLE_MIN = "1.7976931348623157e308", "2.2250738585072014e-308"  # 
 
 
 def _safe_cast(node):
-    """`TRY_CAST(x AS t)` as PostgreSQL reads it (module doc's table)."""
+    """`TRY_CAST(x AS t)` as PostgreSQL reads it (docs/engines.md)."""
     from sqlglot import exp
 
     value = node.this
@@ -177,7 +93,7 @@ def _safe_cast(node):
 
 
 def _postgres_rewrite(node):
-    """One node of a DuckDB statement as PostgreSQL reads it (module doc's table)."""
+    """One node of a DuckDB statement as PostgreSQL reads it (docs/engines.md)."""
     from sqlglot import exp
 
     if isinstance(node, exp.TryCast):
@@ -189,7 +105,7 @@ def _postgres_rewrite(node):
         if name == "round_even":
             return exp.Anonymous(this="round", expressions=node.expressions[:1])
         if name == "hash":
-            raise Untranslatable("hash(...) has no PostgreSQL equivalent (module doc)")
+            raise Untranslatable("hash(...) has no PostgreSQL equivalent (docs/engines.md)")
     if isinstance(node, exp.IsNan):
         return exp.paren(exp.EQ(this=node.this.copy(), expression=exp.cast(
             exp.Literal.string("NaN"), exp.DataType.build("DOUBLE"))), copy=False)
@@ -209,7 +125,7 @@ def _postgres_rewrite(node):
 
 
 def _spark_rewrite(node):
-    """One node of a DuckDB statement as Spark SQL reads it (module doc's table)."""
+    """One node of a DuckDB statement as Spark SQL reads it (docs/engines.md)."""
     from sqlglot import exp
 
     if isinstance(node, exp.Anonymous):
@@ -228,7 +144,7 @@ def _spark_rewrite(node):
                 exp.Literal.string("inf"), "DOUBLE")), copy=False)
         if name == "hash":
             raise Untranslatable("hash(...) has no Spark equivalent with DuckDB's values "
-                                 "(module doc)")
+                                 "(docs/engines.md)")
     if isinstance(node, exp.TimeToUnix):  # epoch(x): seconds since 1970, no time zone
         value = node.this
         if isinstance(value, (exp.Cast, exp.TryCast)) and value.to.is_type("DATE"):
@@ -356,6 +272,7 @@ class SchemaViews:
 
 
 def object_columns(names: list[str], rows: list[tuple]) -> dict[str, np.ndarray]:
+    """Fetched `rows` as one object array per name of `names` (no type conversion)."""
     columns = list(zip(*rows)) if rows else [()] * len(names)
     out = {}
     for name, values in zip(names, columns):
@@ -387,6 +304,7 @@ def views_table(view: str) -> str:
 
 
 def saved_view(store: duckdb.DuckDBPyConnection, view: str) -> str | None:
+    """The statement an engine view `view` was created with, kept in the store, or None."""
     try:
         rows = store.execute(sql("engine_view_read", table=views_table(view)), [view]).fetchall()
     except duckdb.CatalogException:
@@ -396,7 +314,7 @@ def saved_view(store: duckdb.DuckDBPyConnection, view: str) -> str | None:
 
 @runtime_checkable
 class ScanEngine(Protocol):
-    """The contract of a scan engine (module doc); DuckDBEngine is the default one."""
+    """The contract of a scan engine (docs/engines.md); DuckDBEngine is the default one."""
 
     store: duckdb.DuckDBPyConnection
     name: str

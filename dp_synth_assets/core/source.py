@@ -180,8 +180,18 @@ def source_available(spec: DatasetSpec, base_dir: Path) -> bool:
 
 def describe_source(con, relation: str, dataset: str,
                     entry: str = UNKNOWN_ENTRY) -> dict[str, str]:
-    """Column name -> SQL type of the source, reading no rows (`con`: a DuckDB connection or a
-    scan engine, core/scans.py); `entry`: the dataset's (`DatasetSpec.entry`), for the error."""
+    """Column name -> SQL type of the source, reading no rows.
+
+    Args:
+        con: a DuckDB connection or a scan engine (core/scans.py).
+        relation: the source relation.
+        dataset: the dataset's name, for the error.
+        entry: where the dataset is declared (`DatasetSpec.entry`), for the error.
+
+    Raises:
+        SourceError: no such table or file, or it cannot be opened; its public text names the
+            entry to fix, the engine's message is kept for the private log.
+    """
     engine = as_engine(con)
     try:
         return engine.describe(relation)

@@ -1,20 +1,12 @@
 """Load the project's SQL statements from `sql/` (one file per query) and fill their parameters.
 
-The templates are package data of `dp_synth_assets` (`dp_synth_assets/sql/`, the repository's
-top-level `sql/` folder), read through importlib.resources: the same code serves the source tree,
-an editable install and an installed wheel.
-
+The templates are package data (`dp_synth_assets/sql/`), read through importlib.resources.
 Identifiers and literals are quoted by `ident`, `qualified` and `literal` before they are
-substituted; values that are data are passed as DuckDB prepared-statement parameters (`?`)
-instead. A column name is one identifier whatever it contains (dots, quotes, spaces, unicode):
-`ident` never splits it. Only a table name (`schema.table`, whose parts config.py restricts to
-letters, digits and underscores) is split on its dots, by `qualified`.
-
-Bookkeeping names (dp-synth's own tables and columns) never share a namespace with user names:
-inside its private tables the user's columns are positional (`c0`, `c1`, ...; see
-`marginals.py`), and its working and staging tables carry a `:` in their name (`bookkeeping`),
-which no dataset name and no source table name can contain.
-"""
+substituted; data values are passed as prepared-statement parameters (`?`). A column name is one
+identifier whatever it contains: `ident` never splits it; only a table name (`schema.table`) is
+split, by `qualified`. Bookkeeping names never share a namespace with user names: the user's
+columns are positional (`c0`, `c1`, ...) inside private tables, and working and staging tables
+carry a `:` in their name (`bookkeeping`), which no dataset or source table name can contain."""
 
 from functools import lru_cache
 from importlib.resources import files

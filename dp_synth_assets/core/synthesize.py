@@ -1,22 +1,12 @@
 """Writing the synthetic table: decoded rows into `synthetic.<dataset>` and a Parquet copy.
 
-Rows arrive in chunks of codes (see `generate.sample_chunks`): each chunk is decoded to an Arrow
-table and cast in SQL to the declared SQL types (`ColumnSpec.sql_type`, recorded in the encoding
-plan), so the synthetic table has the declared column names, order and types, whatever the
-source's are, and memory holds one chunk at a time whatever `rows` is. The chunks go into a
-staging table (`staging_table`: `<schema>."<name>:writing"`, a name no dataset's table and no
-source table can have: theirs are letters, digits and underscores), each chunk committed on its
-own (one transaction for all of them kept every chunk in DuckDB's transaction-local memory:
-+170 MB per million rows). The Parquet copy is exported from the staging table to the caller's
-target (the run's own folder of the artifact store, `store.RunStore.writing`, renamed into place
-when the export succeeds), and only then a last transaction replaces the table with the staging
-table and stamps it with the run (`COMMENT ON TABLE`, `table_stamp`): a failure before that
-commit drops the staging table and leaves the previous table as it was, and readers see either
-the old table or the new one. The table commit is the commit point of a run's synthetic output:
-the run then publishes its set (`RunStore.publish`), and `infra.store.reconcile_synthetic`
-finishes that publish when a kill came between the two, so the table and the published Parquet
-are the same run's.
-"""
+Rows arrive in chunks of codes (`generate.sample_chunks`): each chunk is decoded and cast in SQL
+to the declared SQL types, so the table has the declared names, order and types and memory holds
+one chunk at a time. The chunks go into a staging table, each committed on its own; the Parquet
+copy is exported from it into the run's own folder, and only then one transaction replaces the
+table and stamps it with the run: a failure before that commit leaves the previous table as it
+was, and readers see the old table or the new one. How and why:
+docs/decisions/0007-asset-graph.md, "As implemented: writing the synthetic table"."""
 
 from collections.abc import Iterable
 from contextlib import nullcontext
@@ -33,9 +23,23 @@ from .sql import ident, literal, qualified, sql
 def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
                     chunks: Iterable[dict[str, np.ndarray]], rng: np.random.Generator, table: str,
                     parquet_path, stamp: str | None = None) -> int:
-    """Write every chunk of codes into the staging table, export it to `parquet_path` (a path,
-    or a context manager yielding one, such as `RunStore.writing`), then replace `table` with it
-    stamped `stamp` (a run id) in one transaction; returns the number of rows written."""
+    """Write the synthetic table and its Parquet copy; a failure leaves the previous table.
+
+    Every chunk of codes goes into the staging table, which is exported to `parquet_path` and
+    then replaces `table`, stamped, in one transaction.
+
+    Args:
+        con: the warehouse connection.
+        plan: the encoding plan (decoding, and the declared SQL types of the casts).
+        chunks: code arrays per attribute, one dict per chunk (`generate.sample_chunks`).
+        rng: draws values inside bins and rare codes' members while decoding.
+        table: the synthetic table, `schema.name`.
+        parquet_path: a path, or a context manager yielding one (`RunStore.writing`).
+        stamp: the run id the table is stamped with (`COMMENT ON TABLE`), or None.
+
+    Returns:
+        The number of rows written.
+    """
     casts = synthetic_casts(plan)
     schema, name = table.rsplit(".", 1)
     con.execute(sql("create_schema", schema=qualified(schema)))

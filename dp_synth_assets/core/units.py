@@ -1,40 +1,12 @@
 """Privacy units: what one privacy budget belongs to.
 
 A budget protects the rows of a source, not a name in datasets.yaml and not a path on one
-machine. Each entry's privacy unit is the normalized identity of its source, or `group:<name>`
-when it declares `privacy.budget_group` (the way to name a unit explicitly, when the user knows
-better: two entries on one source, or a source whose identity would change). The ledger keys
-every row by the unit, so renaming an entry keeps its spend and two entries on one source spend
-one budget; and no identity contains the absolute path of a file the project holds, so moving,
-copying or redeploying the project keeps the spend.
-
-Normal forms (identifiers are case-insensitive in DuckDB and PostgreSQL, so they are
-lower-cased):
-- `table: t` in the warehouse: `table:<warehouse name>:main.t`. The warehouse name is given once
-  by the user (`warehouse_name`, DP_SYNTH_WAREHOUSE_NAME; default `default`), never derived from
-  the file's path: a copy of the warehouse file, or the same file at another path, is the same
-  data. A catalog equal to the warehouse file's default catalog (its stem) is dropped.
-  With `engine: postgres` the table is in that database: `postgres:<dsn_env, else the warehouse
-  name>:public.t` (the name of the variable holding the connection, never its value); with
-  `engine: spark`, `spark:<warehouse name>:default.t`.
-- `attach:` a DuckDB or SQLite file F, table t: `duckdb:<F>:main.t` (resp. `sqlite:`), F relative
-  to the registry's folder when it lies inside it (else absolute); attaching the warehouse file
-  itself names the same unit as a `table:` source;
-- `attach:` a database server: `<type>:<connection string without user, password, host, port and
-  SSL settings, key=value pairs sorted>:<table>` (postgres' default schema is `public`), so the
-  unit survives a server moving and never holds a secret;
-- `parquet:` / `csv:` path or glob: `file:<path relative to the registry's folder>` when it lies
-  inside it (else absolute); a URI (object storage) as written.
-
-Two entries on one source must share one `budget_group`, and entries sharing a unit must declare
-the same limit; `privacy_units` refuses anything else with a RegistryError naming the entries and
-the fix. Overlapping globs (`x/*.parquet` and `x/a.parquet`) are different units: a unit is the
-source's name, not its bytes.
-
-Earlier releases named a unit by absolute paths (`duckdb:/abs/warehouse.duckdb:main.t`);
-`path_identity` still computes that name, which the ledger counts as an alias of the unit
-(`aliases`), so upgrading keeps what a source spent under its old name.
-"""
+machine. Each entry's privacy unit is the normalized identity of its source (`source_identity`), or
+`group:<name>` when it declares `privacy.budget_group`; no identity holds the absolute path of a
+file the project holds, nor a secret. `privacy_units` refuses two entries on one source without
+a shared `budget_group`, or one unit with two limits (RegistryError naming entries and fix).
+`path_identity` gives the older absolute-path name, counted as an alias by the ledger. The
+normal forms: docs/decisions/0001-privacy-unit.md, "As implemented"."""
 
 import hashlib
 import re
@@ -115,7 +87,7 @@ def _connection(text: str, keep_location: bool = True) -> str:
 
 def source_identity(spec: DatasetSpec, base_dir: str | Path, warehouse: str | Path,
                     warehouse_name: str = DEFAULT_WAREHOUSE_NAME) -> str:
-    """The normalized identity of a dataset's source (module docstring): equal exactly when two
+    """The normalized identity of a dataset's source (0001-privacy-unit.md): equal exactly when two
     specs name the same table, file or glob, whatever the spelling and wherever the project
     lies. `warehouse`: the warehouse file (its stem is the default catalog; attaching it is
     reading the warehouse); `warehouse_name`: the name the user gives the warehouse."""
@@ -141,7 +113,7 @@ def source_identity(spec: DatasetSpec, base_dir: str | Path, warehouse: str | Pa
 
 
 def path_identity(spec: DatasetSpec, base_dir: str | Path, warehouse: str | Path) -> str:
-    """The identity earlier releases gave a source, by absolute paths (module docstring): the
+    """The identity earlier releases gave a source, by absolute paths (0001-privacy-unit.md): the
     ledger's rows recorded under it still count for the source's unit."""
     src, base_dir = spec.source, Path(base_dir)
     if isinstance(src, (ParquetSource, CsvSource)):
@@ -191,8 +163,12 @@ def group_name(unit: str) -> str | None:
 def privacy_units(registry: Mapping[str, DatasetSpec], base_dir: str | Path,
                   warehouse: str | Path, warehouse_name: str = DEFAULT_WAREHOUSE_NAME
                   ) -> dict[str, str]:
-    """Each entry's privacy unit, after checking that entries on one source share one
-    `budget_group` and that entries sharing a unit declare the same limit (RegistryError)."""
+    """Each entry's privacy unit (`privacy_unit`), the registry checked first.
+
+    Raises:
+        RegistryError: entries on one source do not share one `budget_group`, or entries
+            sharing a unit declare different limits; the message names the entries and the fix.
+    """
     by_source: dict[str, list[str]] = {}
     for name, spec in registry.items():
         by_source.setdefault(source_identity(spec, base_dir, warehouse, warehouse_name),

@@ -1,23 +1,11 @@
 """Room for a run's outputs, judged before any budget is reserved, from public facts only.
 
-A run that spends writes to three volumes: the public zone (its dataset folder: the plan, the
-selection, the measurements, the model, the synthetic Parquet), the private zone (the private
-log, the utility report) and the warehouse (the encoded view, the marginals table, the synthetic
-table). `estimate` says how many bytes each may take:
-
-- the synthetic table, when the run writes it, is `rows x columns x BYTES_PER_VALUE x MARGIN`
-  bytes in the public zone (its Parquet copy) and as much again in the warehouse (the table is
-  staged whole before it replaces the old one). `rows` is the declared `rows:`, or for
-  `rows: same` the noisy row count of the dataset's published measurements (public); before any
-  measurement there is none, and only the floor is asked. `BYTES_PER_VALUE` is a 64-bit value;
-  `MARGIN` covers longer strings, Parquet and DuckDB overheads and the write-ahead log;
-- every volume also needs `FLOOR_BYTES` for the small artifacts, the marginals table, the
-  private log and the model's unit pickles.
-
-Nothing here reads the source: the estimate depends on the spec, the published measurements
-and the free space of the volumes, never on a private row. `shortfalls` adds up the needs of
-zones that share one local volume and returns those whose free space is below the sum.
-"""
+A run that spends writes to three volumes: the public zone (the dataset's artifacts and the
+synthetic Parquet), the private zone (the private log, the utility report) and the warehouse
+(the encoded view, the marginals, the synthetic table). `estimate` says how many bytes each may
+take; `shortfalls` adds up the needs of zones that share one local volume and returns those
+whose free space is below the sum. Nothing here reads the source: the estimate depends on the
+spec, the published measurements and the free space of the volumes, never on a private row."""
 
 from dataclasses import dataclass
 
@@ -39,9 +27,25 @@ class Outputs:
 
 
 def estimate(rows: int | None, columns: int, synthetic: bool) -> Outputs:
-    """The bytes a run may write on each volume (module docstring): `rows` the synthetic rows
-    (None: unknown before a first measurement), `columns` the declared columns, `synthetic`
-    whether the run writes the synthetic table."""
+    """The bytes a run may write on each volume.
+
+    The synthetic table, when the run writes it, takes `rows x columns x BYTES_PER_VALUE x
+    MARGIN` bytes in the public zone (its Parquet copy) and as much again in the warehouse (the
+    table is staged whole before it replaces the old one); `BYTES_PER_VALUE` is a 64-bit value,
+    `MARGIN` covers longer strings, Parquet and DuckDB overheads and the write-ahead log. Every
+    volume also needs `FLOOR_BYTES` for the small artifacts, the marginals table, the private
+    log and the model's unit pickles.
+
+    Args:
+        rows: the synthetic rows: the declared `rows:`, or for `rows: same` the noisy row count
+            of the published measurements (public); None before a first measurement (only the
+            floor is asked).
+        columns: the declared columns.
+        synthetic: whether the run writes the synthetic table.
+
+    Returns:
+        The bytes per zone (`Outputs`).
+    """
     table = rows * columns * BYTES_PER_VALUE * MARGIN if synthetic and rows else 0
     floor = f"{FLOOR_BYTES // MB} MB per volume"
     if table:

@@ -1,24 +1,12 @@
 """Fidelity: the total variation distance between distributions over the cells of a marginal.
 
-One distance throughout, `tvd(p, q) = 1/2 * sum_x |p(x) - q(x)|` between two distributions on the
-same cells (0 for equal distributions, 1 for disjoint supports), applied two ways:
-
-- Public (`fidelity_summary`, the `one_way_tvd` and `marginal_tvd` checks): the synthetic table
-  against the noisy measurements. Both are public (the synthetic rows are post-processing of the
-  measurements), so every figure is DP by post-processing and may be published; it says how well
-  the generator reproduced what was measured, not how close the table is to the source. A
-  measurement becomes a distribution by clipping its negative noisy counts to 0 and normalizing
-  (uniform when nothing is left: `noisy_distribution`). The summary takes the last 1-way
-  measurement of a column when there are several (as the checks do) and every measurement of two
-  or more columns, with their means and maxima. `MarginalCounter` counts the synthetic codes chunk
-  by chunk as they are sampled (one `np.bincount` over the row-major cell index per clique and
-  chunk), so the summary costs no second pass over the table.
-- Owner-only (`pair_tvd`, `fidelity`, `column_comparison`, in the utility report): an encoded
-  synthetic table against encoded source rows. The benchmark paper's fidelity error (Chen et al.,
-  section 8.3) is the 2-way TVD of every pair of distinct columns (i < j; the paper's sum over
-  i <= j would add the 1-way TVDs, which we exclude), averaged (the paper writes a sum but reports
-  averages): docs/decisions/0022-evaluation-metrics.md.
-"""
+`tvd(p, q) = 1/2 * sum_x |p(x) - q(x)|`, applied two ways. Public (`fidelity_summary`,
+`MarginalCounter`, the `one_way_tvd` and `marginal_tvd` checks): the synthetic table against the
+noisy measurements (clipped at 0 and normalized, `noisy_distribution`), DP by post-processing.
+Owner-only (`pair_tvd`, `fidelity`, `column_comparison`, in the utility report): an encoded
+synthetic table against encoded source rows, the benchmark paper's fidelity error (Chen et al.,
+section 8.3): the mean 2-way TVD over pairs of distinct columns. Details:
+docs/decisions/0022-evaluation-metrics.md, "As implemented: fidelity"."""
 
 import itertools
 import math

@@ -1,28 +1,12 @@
-"""ML efficiency (the benchmark paper of Chen et al., section 8.3;
-docs/decisions/0022-evaluation-metrics.md): the mean F1 of classifiers trained on synthetic rows and tested on held-out source rows, on encoded tables
-(`tables`).
+"""ML efficiency: the mean macro-F1 of classifiers trained on synthetic rows and tested on held-out
+source rows, on encoded tables (`tables`).
 
-The paper uses MLP, CatBoost, XGBoost and Random Forest. Ours are three sklearn models that train
-in seconds (`CLASSIFIERS`): logistic regression (a linear baseline; lbfgs, 300 iterations),
-random forest (in the paper's set; 30 trees, leaves of at least 5 rows) and histogram gradient
-boosting (sklearn's counterpart of XGBoost/CatBoost; 100 iterations, sklearn's early stopping
-above 10,000 rows). Each is trained once on `synthetic` and once on `train_real` (the paper's
-"Ground Truth" row of Table 2), at most `MAX_TRAIN_ROWS` rows each (a seeded uniform sample
-without replacement), and tested on at most `MAX_TEST_ROWS` rows of `test_real`.
-
-Choices:
-- F1 is macro-averaged over the classes present in the test labels or the predictions, for
-  binary targets too: codes carry no "positive" class, and binary F1 would depend on the
-  encoding. A class the synthetic data lacks is never predicted and scores F1 0, which is the
-  point. A training table with a single target class gives a constant predictor (noted).
-- Features: the linear model sees one-hot categorical codes and each ordered column as its code
-  scaled to [0, 1] (plus an indicator per trailing unordered code, e.g. a null code); the tree
-  models see the raw codes, gradient boosting marking unordered columns of at most 255 codes as
-  categorical.
-- The classifiers run with n_jobs=1 and, while fitting and predicting, one OpenMP/BLAS thread
-  (threadpoolctl, restored afterwards), so results are deterministic given `seed` and a loaded
-  machine is not oversubscribed.
-"""
+Implements the benchmark paper of Chen et al., section 8.3, with three sklearn classifiers
+(`CLASSIFIERS`: logistic regression, random forest, histogram gradient boosting), each trained
+once on `synthetic` and once on `train_real` (the paper's "Ground Truth" row of Table 2), at
+most `MAX_TRAIN_ROWS` rows each, tested on at most `MAX_TEST_ROWS` rows of `test_real`;
+deterministic given `seed`. The classifiers' settings, the F1 and the features:
+docs/decisions/0022-evaluation-metrics.md, "As implemented: ML efficiency"."""
 
 import math
 import warnings

@@ -53,7 +53,8 @@ def histogram_figsize(n_columns: int) -> tuple[float, float]:
 
 
 def _short(text: str, limit: int = 14) -> str:
-    """`text` cut in the middle to at most `limit` characters (names sharing a prefix stay apart)."""
+    """`text` cut in the middle to at most `limit` characters (names sharing a prefix stay
+    apart)."""
     text = str(text)
     if len(text) <= limit:
         return text

@@ -1,22 +1,11 @@
-"""Query error: the benchmark paper's 3-way range queries (Chen et al.,
-section 8.3; docs/decisions/0022-evaluation-metrics.md), on encoded tables (`tables`).
+"""Query error: the benchmark paper's 3-way range queries, on encoded tables (`tables`).
 
-The error is E_r |q_r(D_syn) - q_r(D_ref)| over queries q_r on 3-way marginals, each the fraction
-of rows in a box: a range [lo, hi] on an ordered (binned numeric) column and a single value on a
-categorical one. Answers are fractions of each table's rows, so the error is on the [0, 1] scale.
-
-Choices where the paper is silent:
-- Which triples: the paper averages over "the set of all 3-way marginals"; `triples` returns all
-  of them when there are at most `count` (200 by default: every triple of a 12-column table, 220
-  of 455 for 15), else a uniform sample of `count` distinct triples with a fixed seed.
-- Which queries: for each triple, `queries_per_triple` boxes, each column's part drawn uniformly
-  from that column's query set (all k(k+1)/2 ranges of an ordered column, all k values of a
-  categorical one), so the sample mean estimates the mean over every such box;
-  `queries_per_triple=None` enumerates all boxes and gives that mean exactly. The draws are
-  data-independent: the workload does not depend on any table.
-- `query_error` also reports the mean 3-way marginal TVD over the same triples (the k-way TVD
-  ABSyn section VIII reports).
-"""
+Implements Chen et al., section 8.3: E_r |q_r(D_syn) - q_r(D_ref)| over queries q_r on 3-way
+marginals, each the fraction of rows in a box (a range on an ordered column, a single value on a
+categorical one), so the error is on the [0, 1] scale. `query_error` also reports the mean 3-way
+marginal TVD over the same triples (ABSyn section VIII). The draws of triples and boxes are
+data-independent. The choices where the paper is silent:
+docs/decisions/0022-evaluation-metrics.md, "As implemented: query error"."""
 
 import itertools
 import math
@@ -59,8 +48,8 @@ def triples(domain: Mapping[str, int], count: int = DEFAULT_TRIPLES, seed: int =
 
 
 def column_query_set(k: int, ordered: int) -> tuple[np.ndarray, np.ndarray]:
-    """(lo, hi) of every query part on one column: each range [lo, hi] of its first `ordered`
-    codes, then each later code as a point [v, v]. A categorical column (ordered = 0) has k points."""
+    """(lo, hi) of every query part on one column: each range [lo, hi] of its first `ordered` codes,
+    then each later code as a point [v, v]. A categorical column (ordered = 0) has k points."""
     lo, hi = np.triu_indices(ordered)
     points = np.arange(ordered, k)
     return (np.concatenate([lo, points]).astype(np.int64),

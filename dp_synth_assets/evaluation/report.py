@@ -1,25 +1,13 @@
 """The owner's utility report: how well a synthetic table reproduces its private source.
 
 It reads the private source, is exact and not DP: it is for the data owner, never for the public
-zone. Three encoded tables take part (`tables`): `train_real` (the source rows the synthesizer was
-fitted on, possibly a sample), `test_real` (source rows it never saw, split off before synthesis)
-and `synthetic`. `utility_report` gathers fidelity (`fidelity.pair_tvd`), 3-way query error and
-TVD (`queries`), ML efficiency (`ml`) and the figures (`plots`).
-
-Reference table. Section 8.3 of the benchmark paper compares the synthetic table with the TEST
-data ("we use the test dataset instead of the training dataset for evaluation for this and the
-remaining metrics") and reports a "Ground Truth" row comparing real data with test data
-(Table 2). `utility_report` follows it: with at least `ml.MIN_TEST_ROWS` test rows, fidelity,
-query error and 3-way TVD are against `test_real`, and the same metrics for `train_real` against
-`test_real` are the baseline (the sampling floor a perfect synthesizer would reach); with fewer
-test rows they are against `train_real` and there is no baseline. Fidelity against `train_real`
-(what the synthesizer saw) is always reported too. Everything is deterministic given `seed`.
-
-Files (`write_owner_only`, `report_document`, `report_html`): the report lives only in files the
-owner alone can read (0600 in 0700 folders): `report.json`, the two PNGs and `report.html`, one
-self-contained page (summary, ML table, both figures inline). `code_labels` names the codes on the
-figures' axes from the public encoding plan.
-"""
+zone. Three encoded tables take part (`tables`): `train_real`, `test_real` (source rows split off
+before synthesis) and `synthetic`. `utility_report` gathers fidelity, 3-way query error and TVD,
+ML efficiency and the figures, against `test_real` with `train_real` as the baseline (the
+benchmark paper's section 8.3) when there are at least `ml.MIN_TEST_ROWS` test rows, else against
+`train_real`; deterministic given `seed`. The report lives only in owner-only files (0600 in 0700
+folders). The reference table and the files: docs/decisions/0022-evaluation-metrics.md,
+"As implemented: the report"."""
 
 import math
 from collections.abc import Mapping, Sequence
@@ -92,11 +80,28 @@ def utility_report(train_real: Table, test_real: Table | None, synthetic: Table,
                    seed: int = 0, triples_count: int = DEFAULT_TRIPLES,
                    queries_per_triple: int | None = DEFAULT_QUERIES_PER_TRIPLE,
                    labels: Mapping[str, Sequence[str]] | None = None, log=None) -> UtilityReport:
-    """The full report (the module docstring says against which reference). `test_real` may be None or
-    empty: metrics are then against `train_real` and ML efficiency is None with its reason.
-    `log`, if given, gets each classifier's `classifier_line` at its turn; the lines depend only
-    on public facts (the target and the domain), not on whether there are enough held-out rows
-    to train (a private count): then the turns pass without training."""
+    """The full owner-only report; exact, not DP (the module docstring says against which
+    reference).
+
+    Args:
+        train_real: the encoded source rows the synthesizer was fitted on.
+        test_real: encoded source rows it never saw; None or empty: the metrics are against
+            `train_real` and ML efficiency is None with its reason.
+        synthetic: the encoded synthetic table.
+        domain: column -> number of codes.
+        target: the column the classifiers predict; None: no ML efficiency.
+        ordinal: the columns whose codes are ordered (`tables`).
+        seed: fixes every sample and classifier.
+        triples_count: how many 3-way marginals the queries cover (`queries.triples`).
+        queries_per_triple: boxes per triple; None enumerates them all.
+        labels: column -> its codes' labels, for the figures' axes.
+        log: each classifier's `classifier_line` at its turn; the lines depend only on public
+            facts (the target and the domain), not on whether there are enough held-out rows to
+            train (a private count): then the turns pass without training.
+
+    Returns:
+        Fidelity, query error, 3-way TVD, ML efficiency, their baselines and the figures.
+    """
     domain = dict(domain)
     train = encoded(train_real, domain, "train_real")
     synth = encoded(synthetic, domain, "synthetic")

@@ -1,17 +1,10 @@
 """Encoded tables, the common input of every owner-only metric.
 
 Everything in the owner's report works on ENCODED tables: integer codes 0..k-1 per column, a
-`domain` mapping each column to k, the form every method and engine of the project sees, so
-numeric columns are compared on their bins. A table is a pandas DataFrame or a mapping
-column -> array of codes.
-
-Ordered columns. `ordinal` names the columns whose codes are ordered; a mapping column -> o says
-that only the first o codes are ordered (a nullable binned column: bins, then the null code), the
-rest being treated as categorical values (point queries, one-hot indicators).
-
-Marginals up to `MAX_DENSE_CELLS` cells are counted densely (one bincount over the row-major cell
-index, `dense`); larger ones sparsely, over the cells that occur (np.unique).
-"""
+`domain` mapping each column to k (a pandas DataFrame or a mapping column -> codes). `ordinal`
+names the columns whose codes are ordered; a mapping column -> o says only the first o codes are
+ordered (a nullable binned column: bins, then the null code). Marginals up to `MAX_DENSE_CELLS`
+cells are counted densely (`dense`), larger ones sparsely over the cells that occur."""
 
 import math
 from collections.abc import Collection, Mapping, Sequence

@@ -1,35 +1,13 @@
-"""The privacy ledger that reads and writes its rows: `PrivacyLedger` (the notebook API's and,
-through `dp_synth_assets.resources.ledger.LedgerResource`, the pipeline's). What the rows mean
-(the records, the refusals, the fold into budgets) is `core.ledger`, the hash chain
-`core.ledger_chain`; the rows live in a store (`infra.ledger_store`).
+"""The privacy ledger that reads and writes its rows: `PrivacyLedger`.
 
-Every read-modify-write is one transaction of the store that serializes it across processes
-(SQLite: `BEGIN IMMEDIATE` under a lock file; PostgreSQL: under an advisory lock, across hosts
-too), so concurrent runs cannot overspend. Rows are never updated or deleted: this module only
-inserts, and triggers make the database refuse UPDATE and DELETE as well.
-
-Tamper evidence: the rows form a hash chain (`core.ledger_chain`), which hashes a row alike in
-both stores. Each write that adds
-rows mirrors the head (row count, hash of the last row, hash_0): SQLite, after the commit, to the
-head file `<ledger>.head`; PostgreSQL, in the same transaction, to the table `ledger_head`.
-Spending assets also publish the head in their metadata. Every reading or writing access
-recomputes the chain and requires the ledger to extend the mirrored head: an edited row, a
-truncated ledger, an older copy, another ledger, or a missing ledger whose head file records
-rows, raise LedgerError and nothing is spent (`infra.ledger_store` says what each mirror can and
-cannot see). A crash between a SQLite commit and its head update leaves the ledger ahead of its
-mirror, which is accepted.
-
-Locks and errors: a wait for the ledger's lock is reported through `log` every
-`lock_report_seconds` while it lasts and ends after `lock_timeout_seconds` in a LedgerError
-naming the ledger, who holds the lock and the fix. A ledger that cannot be opened, read or
-written (a corrupt or read-only file, an unreachable server, a missing permission) raises a
-LedgerError naming it (never a password) and the fix, before anything is spent.
-
-`PrivacyLedger` uses only the standard library (and psycopg, imported when the ledger is in
-PostgreSQL) and its statements in sql/ledger_*.sql, so the pipeline (through
-`dp_synth_assets.resources.ledger.LedgerResource`, its Dagster wrapper) and the notebook API
-share it.
-"""
+Used by the notebook API and, through `dp_synth_assets.resources.ledger.LedgerResource`, by the
+pipeline. What the rows mean is `core.ledger`, the hash chain `core.ledger_chain`; the rows live
+in a store (`infra.ledger_store`). Guarantee: every read-modify-write is one transaction that
+serializes it across processes (and hosts, in PostgreSQL), so concurrent runs cannot overspend;
+rows are only inserted; every access recomputes the chain against the mirrored head and raises
+`LedgerError`, spending nothing, on an edited, truncated, older or missing ledger, a lock held
+too long, or a ledger that cannot be opened. Details: docs/decisions/0004-privacy-ledger.md,
+"As implemented: infra/ledger.py"."""
 
 import json
 import math
@@ -237,12 +215,14 @@ class PrivacyLedger:
     def reserve(self, dataset: str, run_id: str, rho: float, limit_rho: float,
                 delta_extra: float = 0.0, limit_delta_extra: float = 0.0, *,
                 delta: float | None = None) -> Reservation:
-        """Reserve a run's whole budget, or raise BudgetExceeded (after releasing stale reservations).
+        """Reserve a run's whole budget, or raise BudgetExceeded (after releasing stale
+        reservations).
 
-        Fits when the unit's spent + reserved + rho <= limit_rho (and likewise for delta_extra).
-        A `limit_rho` (or `limit_delta_extra`) above the unit's kept limit raises
-        `LimitNotGranted`; the first reservation of a unit keeps its limit. A run that already holds an open reservation for this dataset gets that one back. `delta`
-        only serves the refusal's message (epsilon figures) and is recorded in the row's parameters.
+        Fits when the unit's spent + reserved + rho <= limit_rho (and likewise for delta_extra). A
+        `limit_rho` (or `limit_delta_extra`) above the unit's kept limit raises `LimitNotGranted`;
+        the first reservation of a unit keeps its limit. A run that already holds an open
+        reservation for this dataset gets that one back. `delta` only serves the refusal's message
+        (epsilon figures) and is recorded in the row's parameters.
         """
         rho, limit_rho = _check_amount("rho", rho), _check_amount("limit_rho", limit_rho)
         delta_extra = _check_amount("delta_extra", delta_extra)
@@ -325,7 +305,7 @@ class PrivacyLedger:
     def set_limit(self, dataset: str, limit_rho: float, limit_delta_extra: float = 0.0, *,
                   reason: str, delta: float | None = None, by: str | None = None) -> dict:
         """Record a new limit for the dataset's unit (a `limit` row: the explicit way to raise,
-        or lower, what the ledger keeps; module docstring). `reason` is required and kept with
+        or lower, what the ledger keeps; 0004-privacy-ledger.md). `reason` is required and kept with
         `by` (default: the user and host running this) and `delta` (for epsilon figures).
         Returns the row."""
         limit_rho = _check_amount("limit_rho", limit_rho)

@@ -1,47 +1,13 @@
 """Where the privacy ledger's rows live: the storage under `infra.ledger.PrivacyLedger`.
 
-The ledger's logic (the fold of rows into budgets and the messages, `core.ledger`; the hash
-chain, `core.ledger_chain`; reserve / charge / release, `infra.ledger`) is not here; a store
-only keeps rows. Two stores keep the
-same rows, hashed identically, with the same promises:
-
-- `SqliteStore`: an embedded SQLite file (the default; `make run` needs no server). A write is
-  a `BEGIN IMMEDIATE` transaction under an flock of `<ledger>.lock`; the head is mirrored after
-  the commit, atomically, to the file `<ledger>.head`, so an older copy of the ledger file, a
-  truncated or another file, or a deleted ledger whose head file remains, is recognized.
-- `PostgresStore`: the tables of one schema (default `dp_synth`) of a PostgreSQL database named
-  by a `postgresql://` or `postgres://` URL (it may be the host's own Dagster instance
-  database). A write is one transaction that first takes the transaction-level advisory lock
-  of the schema (`pg_try_advisory_xact_lock`), so every read-modify-write is serialized across
-  processes and hosts; triggers refuse UPDATE, DELETE and TRUNCATE of the ledger's tables. The
-  head is mirrored to the table `ledger_head` in the same transaction as the rows. That mirror
-  catches rows deleted, truncated or edited in `privacy_ledger` behind the ledger's back (by a
-  superuser who disabled the triggers), and a chain secret replaced in `ledger_meta`; it cannot
-  catch a loss of the whole schema, or its replacement by an older dump, since the mirror goes
-  with it: that is caught by the heads that spending assets publish in Dagster's metadata
-  (`PrivacyLedger.verify_published`).
-
-PostgreSQL also tells a dead owner from any host: a process that writes rows as their owner
-holds a session-level advisory lock keyed by its owner id (`host:pid:start`) on a connection of
-its own for as long as it lives, and records itself in `ledger_owners`. When the process dies,
-even by SIGKILL, its connection closes and the lock vanishes: `gone_owners` reports it, and the
-ledger releases its reservations as stale at once, from whatever host asks (a host that
-crashes outright is seen once the server drops its connection, after the server's TCP
-keepalive settle). An owner that never took the lock (rows written on behalf of another process
-through `owner_pid`, or copied by `migrate`) is judged as before: by its host's process table,
-else by `stale_after_seconds`. The owner is the process that wrote the run's last row, as on one
-host: where a run's steps run in child processes of the run worker (Dagster's multiprocess
-executor), a step's process is gone once the step ends, so a reservation made before the next
-step starts may release the run's reservation, and that step reserves again (a release never
-lets a charge through: at worst the step is refused when what is left no longer covers the
-run's reservation). A presence lock lost while its process lives (the server
-restarted) can only release that run's reservation early: its next charge is then refused, and
-nothing is overspent.
-
-psycopg 3 (the `postgres` extra) is imported only when a PostgreSQL ledger is used; without it
-the ledger says which command installs it. Messages name the database by its URL with the
-password replaced by `***`, never the password.
-"""
+A store only keeps rows (the ledger's logic is `core.ledger`, `core.ledger_chain` and
+`infra.ledger`). `SqliteStore`: an embedded SQLite file, writes in `BEGIN IMMEDIATE` under an
+flock, head mirrored to `<ledger>.head`. `PostgresStore`: one schema of a PostgreSQL database,
+writes under a transaction-level advisory lock, triggers refusing UPDATE, DELETE and TRUNCATE,
+head mirrored to `ledger_head` in the same transaction, and dead owners told by session-level
+advisory locks. psycopg is imported only for PostgreSQL; messages never show a password. What
+each mirror can and cannot see: docs/decisions/0004-privacy-ledger.md,
+"As implemented: infra/ledger_store.py"."""
 
 import fcntl
 import hashlib

@@ -55,6 +55,8 @@ def load_or_create_secret(path: Path) -> bytes:
 
 
 def read_state(state_path: Path) -> ChangeState | None:
+    """The change state kept at `state_path`, or None when there is none or it cannot be read (then
+    the next observation mints a new version)."""
     try:
         data = json.loads(location(state_path).read_text())
         return ChangeState(**data)

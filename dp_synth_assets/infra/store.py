@@ -1,43 +1,12 @@
 """The artifact store: the one place the core reads and writes files.
 
-The public artifacts of a dataset, typed, each written by one stage:
-
-| artifact       | record                   | file            | written by stage |
-|----------------|--------------------------|-----------------|------------------|
-| `plan`         | `domain.EncodingPlan`    | plan.json       | preprocessed     |
-| `selection`    | `select.Selection`       | selection.json  | selection        |
-| `measurements` | `measure.Measurements`   | measurements.json | measurements   |
-| `model`        | a fitted generator       | model.npz       | model            |
-
-Two stores implement `ArtifactStore`:
-- `FolderStore(folder, dataset)`: the pipeline's `<public_dir>/<dataset>/`, one file per
-  artifact (JSON as `json.dumps(record.to_dict())`; the model as `generate.dumps` bytes). Every
-  write is atomic (`atomic_write`: a temporary file beside the target, then `os.replace`), so a
-  reader sees the previous artifact or the new one, never part of one. A parsed artifact is kept
-  per store instance until that instance writes it again, so a step that builds one store parses
-  each file at most once. A missing artifact raises `MissingArtifact`, naming the stage to
-  materialize.
-- `RunStore(root, dataset, run_id)`: a `FolderStore` over one run's set under
-  `<public_dir>/<dataset>/runs/<run_id>/` (the pipeline's): a run reads one whole set (its own,
-  its parent run's, or the published one), writes only into its own folder, stamps each
-  artifact with the hashes of its inputs and publishes its set by switching one pointer
-  (`current`, a symlink replaced atomically); stable links `<root>/plan.json`, ... follow it.
-- `MemoryStore(dataset)`: the records themselves, no serialization (the notebook API).
-
-Every other file the core writes goes through `atomic_write` (owner-only files with
-`mode=0o600`), `atomic_target` (a file a library writes, such as DuckDB's Parquet export) or
-`exclusive_lock`; tests/test_architecture.py holds the core to that.
-
-A folder of the store is a local path (a `pathlib.Path`; `file://` URLs too) or an object-store
-URL (`s3://`, `gs://`, `az://` ...: a `upath.UPath` over fsspec, `location`; S3 needs the
-`objectstore` extra, another store its fsspec package). On object storage there are no symbolic
-links, no rename and no owner-only modes: each object is written whole (a reader sees the old
-object or the new one), a run publishes its set by writing the pointer object `current` (its run
-id) last, readers follow it, a file a library writes goes to a local temporary file first and is
-uploaded (`atomic_target`, `staged_folder`), and `atomic_write(..., keep_existing=True)` is a
-conditional write (create-if-absent). Access rights are the bucket's; credentials are fsspec's
-(environment, config files), never the store's arguments.
-"""
+The public artifacts of a dataset (`plan`, `selection`, `measurements`, `model`), typed, each
+written by one stage, behind `ArtifactStore`: `FolderStore` (one file per artifact, atomic
+writes), `RunStore` (one run's set, published by switching one pointer) and `MemoryStore` (the
+notebook API's records). Every other file the core writes goes through `atomic_write`,
+`atomic_target` or `exclusive_lock` (tests/test_architecture.py holds the core to that). A
+folder is a local path or an object-store URL (fsspec). The table of artifacts and the rules on
+object storage: docs/where-data-lives.md, "The artifact store"."""
 
 import json
 import os
@@ -339,7 +308,7 @@ ARTIFACTS = {a.name: a for a in (
 
 
 class ArtifactStore:
-    """Typed reads and writes of one dataset's public artifacts (module docstring). A write
+    """Typed reads and writes of one dataset's public artifacts (docs/where-data-lives.md). A write
     returns where the artifact went (a path, or `memory:<name>`), for the stage's metadata."""
 
     dataset: str
@@ -352,11 +321,11 @@ class ArtifactStore:
 
     def plan_for(self, spec: DatasetSpec) -> EncodingPlan:
         """The plan, when it was made from `spec`: its `spec_digest` is `config.plan_digest(spec)`
-        (what that digest covers is said there). Else `StalePlan`: the columns, source, engine
-        or report holdout of the entry changed since the `preprocessed` stage made it, and a later stage would
-        publish a table that contradicts the entry. A plan without a digest (written before
-        plans carried one) is refused too: nothing tells what it was made from. Every stage after
-        `preprocessed` reads its plan through this, before it spends or writes anything."""
+        (what that digest covers is said there). Else `StalePlan`: the columns, source, engine or
+        report holdout of the entry changed since the `preprocessed` stage made it, and a later
+        stage would publish a table that contradicts the entry. A plan without a digest (written
+        before plans carried one) is refused too: nothing tells what it was made from. Every stage
+        after `preprocessed` reads its plan through this, before it spends or writes anything."""
         plan = self.plan()
         if plan.spec_digest == plan_digest(spec):
             return plan

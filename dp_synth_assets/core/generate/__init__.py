@@ -2,48 +2,12 @@
 `fit`, `sample`, `sample_chunks`, `dumps`, `loads`.
 
 The engines are registered in `dp_synth_assets.core.engines.ENGINES` (`generator:` in
-datasets.yaml names one, or `auto`):
-- `pgm` (pgm.py): Private-PGM's maximum-entropy estimation over the junction tree of all
-  measurements (numpy, or mbi's JAX program with the `jax` extra); the most accurate, and its
-  cost grows with the junction tree's cliques.
-- `parallel_pgm` (parallel_pgm.py): ABSyn section VII, one fit per maximal clique, in units
-  that Dagster's executor runs in parallel.
-- `gum` (gum.py): PrivSyn's gradual update of a synthetic table towards the marginals; its cost
-  grows with rows x marginals, never with the joint domain, so every selection fits.
-- `auto`: `choose` asks each engine with a place in auto's order for its `Estimate` of peak
-  memory and fitting time (from the selection alone; nothing is allocated) and takes the first
-  within `model.max_memory_mb` and `model.max_seconds`, else the last of the order; the choice
-  and the reason are published in the `model` asset's metadata.
-
-The engine contract. An engine is a module; every function receives the public inputs of the
-generation stage only (the domain, the consistent noisy measurements, the noisy total, the
-`ModelSettings`), so whatever it computes is post-processing. `domain` maps attribute -> number
-of codes, `measurements` are `measure.Measurement`s, a model's rows are code arrays per attribute
-in domain order.
-- `MODEL`: the class of its fitted models (`sample` and `dumps` find the engine by it; engines
-  that share a class share its sampling and file functions, and the first registered owns it).
-- `estimate(domain, measurements, rows, settings, cores) -> Estimate`: the fit's time and peak
-  memory before anything is built, `feasible` only if both are within the budget.
-- `fit_unit(unit, domain, measurements, noisy_total, settings, log=None)`: one unit's result.
-- `sample(model, rows, seed, log=None) -> dict[str, ndarray]` and/or
-  `sample_chunks(model, rows, seed, chunk_rows, log=None)` (an iterator of such dicts of at most
-  `chunk_rows` rows, `rows` in all): the same `seed` gives the same rows.
-- `dumps(model) -> bytes`, `loads(bytes) -> model`: the model's own bytes.
-- Optional: `COARSE_MEASUREMENTS = True` (the engine fits coarse measurements,
-  `Measurement.groups`, as the linear maps they are; any other engine is given them made fine
-  by `measure.refine`, public post-processing, through `for_engine`),
-  `check(domain, measurements, settings, dataset) -> dict | None` (the pre-fit guard:
-  raises `ModelTooLarge` to refuse, returns JSON-able size facts to publish; default None),
-  `fit_units(domain, measurements, settings) -> list[list[int]]` (units of work, each runnable in
-  its own process; default one unit `[[0]]`), `assemble(domain, measurements, results) -> model`
-  (from the units' results in any order; default the single result), `PARALLEL_UNITS = True`
-  (its units are meant to run at once: `model.executor: auto` then runs the job on the
-  multiprocess executor).
-
-`dumps` here writes an .npz holding the engine's name and the engine's bytes; `loads` reads the
-name and hands the bytes to that engine's `loads`. A bare engine file without the name (as
-written before the name was stored) is read by the engine its own header names, else pgm.
-"""
+datasets.yaml names one, or `auto`: `choose` takes the first whose `Estimate` of peak memory and
+fitting time is within `model.max_memory_mb` and `model.max_seconds`). Every function receives
+the public inputs of the generation stage only (domain, consistent noisy measurements, noisy
+total, `ModelSettings`), so whatever it computes is post-processing
+(docs/decisions/0019-generators.md). The engine contract, which a plug-in engine module
+implements: docs/generators.md, "The engine contract"."""
 
 import io
 import json
@@ -64,6 +28,9 @@ from .tree import CliqueTree  # noqa: F401 (re-exported)
 
 @dataclass(frozen=True)
 class Choice:
+    """The engine `choose` picked, why (published on the `model` asset) and every engine's
+    `Estimate` it compared."""
+
     engine: str
     reason: str
     estimates: tuple[Estimate, ...]
@@ -123,8 +90,20 @@ def concurrency(requested: str, settings: ModelSettings, cores: int | None = Non
 
 def choose(requested: str, domain: dict[str, int], measurements: list[Measurement], rows: int,
            settings: ModelSettings, cores: int | None = None) -> Choice:
-    """`requested` itself, or for `auto` the first feasible engine of `auto_order()`, else the
-    last of that order. The reason names every engine refused and its estimate."""
+    """The generation engine of a fit, from public inputs only.
+
+    Args:
+        requested: an engine's name, or `auto`.
+        domain: attribute -> number of codes.
+        measurements: the consistent noisy measurements.
+        rows: the rows to sample.
+        settings: the dataset's `model:` block (`max_memory_mb`, `max_seconds`).
+        cores: the cores a parallel engine may use; default the machine's.
+
+    Returns:
+        `requested` itself, or for `auto` the first feasible engine of `auto_order()`, else the
+        last of that order; the reason names every engine refused and its estimate.
+    """
     if requested != "auto":
         return Choice(requested, f"generator: {requested}, as declared", ())
     order = auto_order()
@@ -149,8 +128,14 @@ def choose(requested: str, domain: dict[str, int], measurements: list[Measuremen
 
 def check(engine: str, domain: dict[str, int], measurements: list[Measurement],
           settings: ModelSettings, dataset: str) -> dict | None:
-    """The engine's pre-fit guard: raises `ModelTooLarge` (nothing allocated) or returns the
-    size facts to publish (JSON-able), None when the engine has no guard."""
+    """The engine's pre-fit guard.
+
+    Returns:
+        The size facts to publish (JSON-able), or None when the engine has no guard.
+
+    Raises:
+        ModelTooLarge: the model would exceed the `model:` limits; nothing was allocated.
+    """
     module = engine_module(engine)
     if not hasattr(module, "check"):
         return None

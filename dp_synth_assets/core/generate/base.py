@@ -34,6 +34,8 @@ def budget_text(settings) -> str:
 
 
 def within_budget(seconds: float, memory_mb: float, settings) -> bool:
+    """Whether a fit of `seconds` and `memory_mb` stays within `model.max_seconds` and
+    `model.max_memory_mb`."""
     return seconds <= settings.max_seconds and memory_mb <= settings.max_memory_mb
 
 

@@ -1,65 +1,11 @@
-"""The `gum` engine: PrivSyn's Gradually Update Method (Zhang et al., "PrivSyn: Differentially
-Private Data Synthesis", USENIX Security 2021, sections 5.2-5.3; docs/decisions/0019-generators.md).
+"""The `gum` engine: PrivSyn's Gradually Update Method.
 
-`generate(domain, measurements, rows, seed, settings, log)` returns `rows` records as integer
-code arrays (one per attribute, in domain order, the smallest signed dtype that holds the largest
-code: int8 for domains up to 128 values). It is pure numpy and reads only the measurements; every
-random choice comes from one `np.random.Generator(seed)`, so a seed fixes the output. The steps,
-and the choices where the paper leaves room (the measurements behind each choice are in
-bench/results/engines.md, "GUM: the choices"):
-
-1. Targets. Measurements of the same clique (in any attribute order) are combined with
-   inverse-variance weights 1/sigma^2 (`combine`). Negative cells are then removed by Euclidean
-   projection onto {x >= 0, sum x = the measured total}: subtract one constant from every cell
-   and clip at 0 (PrivSyn's norm_sub); plain clipping (`nonnegative="clip"`) would add the
-   positive half of the noise of every empty cell. Because non-negativity undoes the consistency
-   made upstream, `consistency_rounds` (10) rounds of `measure.make_consistent` followed by
-   non-negativity are run again (PrivSyn Alg. 3 line 6 iterates the two). Each target is then
-   scaled to `rows` records.
-2. Initialization (section 5.3): every attribute independently from its 1-way target, with the
-   integer counts closest to rows * p (largest remainder, ties broken at random), randomly
-   permuted. An attribute without a 1-way measurement uses a measured clique's projection, else
-   the uniform distribution.
-3. Attribute appending (section 5.3): in the graph of the multi-way marginals, an attribute in
-   exactly one marginal, a 2-way one, is left out of the updates; afterwards it is filled from
-   its partner: for each partner value y held by m_y rows, the counts m_y * p(x | y) of that
-   2-way target, rounded per y by largest remainder, spread over those rows in random order. If
-   both ends of a pair have degree 1, the first in domain order is drawn from its 1-way target
-   and the other appended. Only this first layer is peeled, as in the paper. Attributes in no
-   multi-way marginal are drawn from their 1-way target (rounded counts, shuffled).
-4. Separate and join (section 5.3): the connected components of the remaining marginals are
-   updated independently, each in its own rows x attributes block; the blocks are joined by
-   position, that is independently, since every block starts from its own permutation.
-5. One update for one marginal (section 5.2, Fig. 3, footnotes 1-2). ns = current counts,
-   nt = target. An under-counted cell gains min(nt - ns, alpha ns) records; the paper's rule
-   cannot fill an empty cell (ns = 0), so an empty cell gains alpha nt. Over-counted cells lose
-   min(ns - nt, beta ns), with beta solved exactly (the sum is piecewise linear in beta; its
-   breakpoints are the cells' (ns - nt) / ns) so that the losses equal the gains and the row
-   total stays fixed. The float amounts become integers by systematic rounding (one uniform
-   offset along the cumulative sum): every count is the floor or the ceiling of its amount, its
-   expectation is the amount, and the sum is exact. The removed rows are drawn uniformly without
-   replacement within each over-counted cell and their places reused. Of a cell's additions,
-   Binomial(added, share) are Duplicates: a uniformly drawn existing row of that cell (distinct
-   rows; alpha <= 1 keeps the number at most ns) is copied whole, all attributes of the
-   component; the rest are Replaces: the removed row keeps its other attributes and takes the
-   cell's values on the marginal's attributes. An empty cell can only be Replaced.
-6. Schedules. Step decay (section 5.3) alpha = alpha0 k^floor(t / s), t = 0..iterations-1, with
-   alpha0 = 0.3, k = 0.8, s = 10 (footnote 1 keeps alpha < 1; we require <= 1). The Duplicate
-   share rises linearly from 0 at the first iteration to 0.6 at the last: Replace early, when
-   records must be created, more Duplicate near convergence, as section 5.2 advises. Each
-   iteration updates the marginals in decreasing order of their current L1 error, as PrivSyn's
-   reference code does.
-
-Complexity. An update costs O(rows x |clique|) for the cell index and the counts plus
-O(moved rows) for the moves: rows are drawn per cell through a Bernoulli pre-selection and a sort
-of the few rows kept (`_pick`), never a shuffle of the whole table. Memory: the code blocks (rows
-x attributes), a few rows-long int64/float32 temporaries, and the marginals' cells.
-
-Engine contract (see `generate`): fitting is storing; the model is a `GumModel` (the consistent
-measurements and `model.gum_iterations`) and `sample` runs `generate`. `estimate`: time =
-SECONDS_PER_ROW_MARGINAL_ITERATION x rows x multi-way marginals x iterations; memory = rows x
-(attributes + 64) bytes plus the marginals' cells, so its cost never grows with the joint domain.
-"""
+Implements Zhang et al., "PrivSyn: Differentially Private Data Synthesis", USENIX Security 2021,
+sections 5.2-5.3. `generate(domain, measurements, rows, seed, settings, log)` returns `rows`
+records as integer code arrays (one per attribute, in domain order). It is pure numpy and reads
+only the measurements (post-processing: no privacy cost); every random choice comes from one
+`np.random.Generator(seed)`, so a seed fixes the output. The steps, the choices where the paper
+leaves room and the cost estimate: docs/decisions/0019-generators.md, "As implemented: gum"."""
 
 import math
 from collections.abc import Callable
@@ -77,6 +23,9 @@ SECONDS_PER_ROW_MARGINAL_ITERATION = 2e-8  # one row, one marginal, one iteratio
 
 @dataclass(frozen=True)
 class GumSettings:
+    """The schedule of `generate`: iterations, the step decay of the update rate alpha and the
+    Duplicate share's linear rise."""
+
     iterations: int = 50          # update iterations (benchmark paper Table 6)
     alpha0: float = 0.3           # initial update rate alpha (PrivSyn footnote 1: alpha < 1)
     decay: float = 0.8            # k of the step decay alpha0 * k^floor(t/s)
@@ -531,7 +480,7 @@ MODEL = GumModel
 
 def estimate(domain: dict[str, int], measurements: list[Measurement], rows: int, settings,
              cores: int | None = None) -> Estimate:
-    """See the module docstring: rows x marginals x iterations, never the joint domain."""
+    """See the 0019-generators.md: rows x marginals x iterations, never the joint domain."""
     multi = [m for m in measurements if len(m.clique) > 1]
     seconds = (SECONDS_PER_ROW_MARGINAL_ITERATION * rows * max(len(multi), 1)
                * settings.gum_iterations)
@@ -544,10 +493,14 @@ def estimate(domain: dict[str, int], measurements: list[Measurement], rows: int,
 
 def fit_unit(unit: list[int], domain: dict[str, int], measurements: list[Measurement],
              noisy_total: float, settings, log=None) -> GumModel:
+    """The engine contract's `fit_unit`: fitting is storing the measurements (the updates run
+    in `sample`), so the model is the measurements and `model.gum_iterations`."""
     return GumModel(dict(domain), tuple(measurements), settings.gum_iterations)
 
 
 def sample(model: GumModel, rows: int, seed: int | None, log=None) -> dict[str, np.ndarray]:
+    """The engine contract's `sample`: `rows` records from `generate`; one `seed` gives the
+    same rows."""
     return generate(model.domain, list(model.measurements), rows, seed,
                     GumSettings(iterations=model.iterations), log=log)
 
@@ -568,6 +521,7 @@ def dumps(model: GumModel) -> bytes:
 
 
 def loads(data: bytes) -> GumModel:
+    """The model `dumps` wrote (the engine contract's `loads`)."""
     import io
     import json
 

@@ -1,48 +1,13 @@
-"""Private-PGM's estimator in numpy: a mirror-descent fit of a graphical model on the junction tree
-of the measured cliques, warm-startable, and the fitted model's marginals on any clique. The `pgm`
-engine runs it instead of mbi's JAX program when it is estimated faster (`pgm.estimator`), and AIM
-(`select/aim.py`) refits with it every round; nothing is compiled.
+"""Private-PGM's estimator in numpy: an accelerated mirror-descent fit of a graphical model on the
+junction tree of the measured cliques, warm-startable, and the fitted model's marginals.
 
-Model (Private-PGM, McKenna, Sheldon, Miklau 2019; AIM section 4): P(x) proportional to
-exp(sum_m theta_m(x_m)) with one log-potential theta_m per distinct measured clique m. Its clique
-marginals come from belief propagation on the junction tree of those cliques (`tree.junction_tree`,
-the tree the pgm engine fits; `tree.calibrate`). mu_m = N P_m, with N the noisy total.
-
-Fit: minimize L(mu) = 1/2 sum_m ||Q_m mu_m - y_m||^2 / sigma_m^2 (y_m and sigma_m: the
-inverse-variance pool of the measurements of m with the same groups; Q_m the identity, or for a
-coarse measurement the sum within groups, `measure.coarsen`: mbi's LinearMeasurement with a query
-matrix; the same least-squares objective as mbi's up to a constant) by mirror descent in theta:
-theta_m <- theta_m - alpha Q_m^T (Q_m mu_m - y_m) / sigma_m^2 (one theta per distinct clique),
-mbi's MirrorDescent step, accelerated. Choice (mbi's own line search grows alpha by 1% per
-accepted step from 2 / (L N), which here is ~1000x too short, and then converges like 1/k):
-
-1. Step-size search (a cold fit only): Armijo steps (accepted when L(mu) - L(mu') >= 1/2
-   grad . (mu - mu') and the loss falls), alpha doubling after each accepted one, until the
-   first refused step (alpha halves; a zero gradient is refused, so alpha never overflows).
-   The first alpha is mbi's 2 / (L N) with L = max over junction-tree cliques C of
-   sum_{m hosted in C} |C| / (|y_m| sigma_m^2).
-2. Nesterov's accelerated steps in theta: the gradient step is taken from the extrapolated
-   point v = theta + beta (theta - theta_prev), beta = (k - 1) / (k + 2), one propagation per
-   step (at v; none at k = 1, where v is the best point, already evaluated). Restart (after O'Donoghue and Candes' function restart, on the loss at the
-   points evaluated): when L(mu(v)) rises above the previous step's, the momentum is dropped,
-   alpha shrinks by RESTART_SHRINK and the fit goes on from the best point evaluated, which
-   is also the fit's result (so it is never worse than where the search ended).
-
-Measured on adult (docs/decisions/0018-pgm-estimator.md, same measurements): 150-250 steps give the
-2-way TVD of 1500-3000 plain steps, in a sixth of their time. A fit warm-started from a previous
-fit's theta (new cliques start at 0) skips the search and starts from the larger of its step
-size and 2 / (L N) (an optimum's refused steps shrink alpha, which must not carry over to the
-next round), so an AIM round runs only a bounded number of steps; nothing is compiled.
-
-Marginals (`Calibrated.project`): of a clique inside a junction-tree clique, a sum of that
-clique's table; otherwise, per connected component, the product of the tables of the smallest
-subtree that covers the query's attributes divided by the marginals on its separators (the
-junction-tree factorization of P restricted to that subtree), summed to the query by np.einsum;
-components are independent, so their parts multiply.
-
-`log`, if given, gets a progress line about every tenth of the iterations ("pgm: iteration
-i/N, s fitting"), the same lines the pgm engine's mbi fit logs.
-"""
+Implements the model and loss of Private-PGM (McKenna, Sheldon, Miklau 2019; AIM section 4):
+P(x) proportional to exp(sum_m theta_m(x_m)), fitted by minimizing
+L(mu) = 1/2 sum_m ||Q_m mu_m - y_m||^2 / sigma_m^2 (mbi's objective up to a constant) with
+Nesterov-accelerated mirror descent in theta and function restarts. The `pgm` engine runs it
+instead of mbi's JAX program when it is estimated faster; AIM refits with it every round.
+Reads only measurements (post-processing). The step-size search, the restarts, the marginals of
+`Calibrated.project` and why: docs/decisions/0018-pgm-estimator.md, "As implemented: mirror"."""
 
 import math
 import time
@@ -158,7 +123,7 @@ def pool(measurements: list[Measurement]) -> dict[tuple, tuple[np.ndarray, float
 
 def fit(domain: dict[str, int], measurements: list[Measurement], total: float, iterations: int,
         warm: FitState | None = None, log=None) -> tuple[FitState, Calibrated]:
-    """`iterations` mirror-descent steps (module docstring) from `warm` (or from the uniform
+    """`iterations` mirror-descent steps (0018-pgm-estimator.md) from `warm` (or from the uniform
     distribution); the state to warm-start the next fit from and the calibrated model."""
     total = max(float(total), 1.0)
     pooled = pool(measurements)

@@ -1,42 +1,11 @@
-"""The `parallel_pgm` engine: ABSyn's parallel private PGM (ABSyn section VII,
-Algorithm 4; docs/decisions/0019-generators.md).
+"""The `parallel_pgm` engine: ABSyn's parallel private PGM (ABSyn section VII, Algorithm 4).
 
-1. The graph of the measurements (Alg. 4 line 3) is triangulated and cut into its maximal cliques
-   with the same junction-tree construction as the pgm engine (`tree.junction_tree`).
-2. Each maximal clique C gets its own maximum-entropy distribution (lines 4-6): a model over
-   C's attributes only, fitted to the measurements whose cliques lie inside C (a separator's
-   measurement therefore informs both cliques that share it): mbi's fit (`pgm.fit`) when the
-   `jax` extra is installed, else the numpy fit (`mirror.fit`), each with its own default
-   steps (`estimator`). No belief propagation runs between
-   cliques: that is the saving the paper claims, since each fit's cost is its own clique's size.
-3. The fits are split into at most `workers` units (default the machine's cores, never more
-   than the cliques). As the paper prescribes, cliques are assigned to the units greedily by
-   domain size: largest first, each to the unit with the fewest cells so far. Each unit fits its
-   cliques in turn and returns one probability table per clique. In the pipeline every unit is a
-   step of the `model` asset's graph (a Dagster dynamic output), so Dagster's executor runs the
-   units: in parallel processes with the multiprocess executor (under `model.executor: auto`
-   the dataset's job uses it for `generator: parallel_pgm` or `model.workers` > 1), in pods
-   with the Kubernetes or Celery executors; there is no process pool of our own. `fit` runs
-   the units one after the other in this process.
-4. Combination (line 7): the tables form a `CliqueTree` in junction-tree order and sampling draws
-   each clique's new attributes conditioned on its separator's values drawn earlier (tree.py).
-   Why the separators agree: the measurements were made consistent before (every measurement
-   projects to the same values on shared attributes), each clique that contains a separator
-   S is fitted to a measurement of S (`separators_measured` checks that every pair and attribute
-   of every separator is measured, which ABSyn's triangulated selection guarantees), so both fits
-   reproduce the same noisy S-marginal up to their fitting error; and the sampler uses the
-   child's table only through P_child(new | S), which rescales the child to the parent's
-   S-marginal, so the rows agree exactly whatever small disagreement the two fits leave.
-   `estimate` calls the selection infeasible unless `separators_measured` holds, so `auto` picks
-   this engine only then.
-
-Engine contract (see `generate`): the model is pgm's `CliqueTree`, sampled, written and read by
-the same functions, and guarded by the same `check`. `estimate` schedules the units' fits
-(FIT_OVERHEAD_SECONDS per clique plus pgm's per-cell cost) on the steps that run at once, longest
-first, plus WORKER_START_SECONDS when several processes start (a clique's fit costs what pgm's
-`fit_seconds` says of the estimator used); memory is one JAX process per running step holding
-the largest clique.
-"""
+One maximum-entropy fit per maximal clique of the triangulated measurement graph (no belief
+propagation between cliques), split into units that Dagster's executor runs in parallel, then
+combined into a `CliqueTree` sampled conditioned on each separator. Reads only measurements
+(post-processing). `estimate` calls a selection infeasible unless `separators_measured` holds,
+so the separators agree. The steps and the cost model:
+docs/decisions/0019-generators.md, "As implemented: parallel_pgm"."""
 
 import os
 
@@ -159,7 +128,7 @@ def fit(domain: dict[str, int], measurements: list[Measurement], noisy_total: fl
 
 def estimate(domain: dict[str, int], measurements: list[Measurement], rows: int, settings,
              cores: int | None = None) -> Estimate:
-    """The units' fits scheduled on the steps that run at once (see the module docstring);
+    """The units' fits scheduled on the steps that run at once (0019-generators.md);
     infeasible as well above `model.max_clique_cells` or when a separator is not measured."""
     order, _, _ = junction_tree(domain, [m.clique for m in measurements])
     sizes = junction_cells(domain, measurements)
@@ -197,15 +166,20 @@ def estimate(domain: dict[str, int], measurements: list[Measurement], rows: int,
 
 def fit_units(domain: dict[str, int], measurements: list[Measurement],
               settings) -> list[list[int]]:
+    """The engine contract's `fit_units`: the maximal cliques split into at most
+    `model.workers` units, largest domain first, each to the unit with the fewest cells so far."""
     return units(domain, measurements, settings.workers)
 
 
 def fit_unit(unit: list[int], domain: dict[str, int], measurements: list[Measurement],
              noisy_total: float, settings, log=None) -> dict[int, np.ndarray]:
+    """The engine contract's `fit_unit`: one probability table per maximal clique of `unit`,
+    each fitted to the measurements inside it."""
     return fit_cliques(domain, unit, measurements, noisy_total,
                        iterations(settings.iterations, estimator()), log)
 
 
 def assemble(domain: dict[str, int], measurements: list[Measurement],
              results: list[dict[int, np.ndarray]]) -> CliqueTree:
+    """The engine contract's `assemble`: the units' tables, in any order, as one `CliqueTree`."""
     return combine(domain, measurements, {i: t for tables in results for i, t in tables.items()})

@@ -1,36 +1,13 @@
-"""The `pgm` engine: private-pgm (mbi 2.0) maximum-entropy estimation from the measurements
-(McKenna et al., "Graphical-model based estimation and inference for differential privacy",
-ICML 2019): the distribution of maximum entropy whose marginals on the measured cliques best fit
-the noisy measurements, in the graphical model of the junction tree of those cliques.
+"""The `pgm` engine: private-pgm maximum-entropy estimation from the measurements.
 
-- `check` is the guard: it builds the junction tree of the measured cliques (graph work only,
-  `tree.elimination_cliques`) and raises `ModelTooLarge`, before any potential is allocated,
-  when its largest clique has more cells than `model.max_clique_cells`.
-- `fit` runs mbi's MirrorDescent (`iterations`: `model.iterations` or MBI_ITERATIONS steps) with
-  every measurement as a `LinearMeasurement` (stddev = its Gaussian sigma) and the noisy total
-  as mbi's `known_total`, in one `estimate` call; with a `log` it reports JAX's compile time,
-  then the iterations as they finish.
-- Two implementations of that one estimator (the same least-squares loss, known total and
-  junction tree): mbi's JAX program (`fit`: MirrorDescent, `MBI_ITERATIONS` steps unless
-  `model.iterations` is set) and a numpy fit (`mirror.fit`: mirror descent accelerated by
-  Nesterov's momentum with restarts, `mirror.DEFAULT_ITERATIONS` steps unless set; 150-250
-  of its steps give the TVD of 1500-3000 plain mirror-descent steps,
-  docs/decisions/0018-pgm-estimator.md). JAX pays a compilation of about FIT_OVERHEAD_SECONDS per
-  fit; numpy compiles nothing but pays Python's overhead per clique and propagation.
-  `estimator` takes the one with the smaller estimated time (`fit_seconds`, constants measured
-  on both): with the default steps, numpy unless the measurements make thousands of cliques
-  (hundreds when `model.iterations` is set, both then running that many steps). mbi's
-  needs the `jax` extra (mbi, jax, jaxlib; `extras`): without it the choice is numpy, and
-  nothing on this engine's path imports mbi or JAX (the junction tree is tree.py's own).
-- The engine's model is a `CliqueTree` (tree.py) of the fitted model's exact maximal-clique
-  marginals (`clique_tree`), sampled by forward sampling of the junction tree.
-- `estimate`: time = the chosen estimator's `fit_seconds` (mbi: FIT_OVERHEAD_SECONDS + cells x
-  iterations x SECONDS_PER_CELL_ITERATION; numpy: iterations x (cliques x
-  NUMPY_SECONDS_PER_CLIQUE_ITERATION + cells x NUMPY_SECONDS_PER_CELL_ITERATION), cliques
-  counting the junction tree's and the distinct measured ones), memory = JAX_BASE_MB + cells x BYTES_PER_CELL, over the
-  junction tree's cells; the constants were measured with mbi 2.0 (float32) and numpy (float64)
-  on the 2-core reference machine (bench/results/engines.md, docs/decisions/0018-pgm-estimator.md).
-"""
+Implements McKenna et al., "Graphical-model based estimation and inference for differential
+privacy", ICML 2019: the distribution of maximum entropy whose marginals on the measured cliques
+best fit the noisy measurements, in the graphical model of the junction tree of those cliques,
+fitted by mbi's JAX program (the `jax` extra) or the numpy fit of `mirror`, whichever is
+estimated faster. `check` refuses (`ModelTooLarge`) a junction tree with a clique above
+`model.max_clique_cells` before anything is allocated. Reads only measurements
+(post-processing). The estimators, the guard and the cost model:
+docs/decisions/0018-pgm-estimator.md, "As implemented: pgm"."""
 
 import functools
 import math
@@ -67,6 +44,8 @@ _COMPILE_EVENTS = ("/jax/core/compile/jaxpr_trace_duration",  # what JAX reports
 
 @dataclass(frozen=True)
 class ModelSize:
+    """A junction tree's size: its largest clique (attributes, cells) and its total cells."""
+
     largest_clique: tuple[str, ...]
     largest_clique_cells: int
     total_cells: int
@@ -89,6 +68,12 @@ def model_size(domain: dict[str, int], cliques: list[tuple[str, ...]]) -> ModelS
 
 def check_model_size(domain: dict[str, int], cliques: list[tuple[str, ...]], max_clique_cells: int,
                      dataset: str) -> ModelSize:
+    """The size of the junction tree of `cliques`, computed by graph work only (nothing allocated).
+
+    Raises:
+        ModelTooLarge: its largest clique has more than `max_clique_cells` cells; the message
+            names `dataset`, the clique and the fix.
+    """
     size = model_size(domain, cliques)
     if size.largest_clique_cells > max_clique_cells:
         raise ModelTooLarge(
@@ -109,7 +94,7 @@ def junction_cells(domain: dict[str, int], measurements: list[Measurement]) -> l
 
 def estimate(domain: dict[str, int], measurements: list[Measurement], rows: int, settings,
              cores: int | None = None) -> Estimate:
-    """One fit over the whole junction tree (see the module docstring); infeasible as well when
+    """One fit over the whole junction tree (0018-pgm-estimator.md); infeasible as well when
     the largest clique is above `model.max_clique_cells` (the guard would refuse it)."""
     sizes = junction_cells(domain, measurements)
     times = fit_seconds(domain, measurements, settings.iterations)
@@ -144,7 +129,7 @@ def iterations(setting: int | None, which: str) -> int:
 def fit_seconds(domain: dict[str, int], measurements: list[Measurement],
                 setting: int | None) -> dict[str, float]:
     """Estimated seconds of one fit on the measurements' junction tree, per estimator, each with
-    its `iterations` (module docstring)."""
+    its `iterations` (0018-pgm-estimator.md)."""
     sizes = junction_cells(domain, measurements)
     cliques = len(sizes) + len({tuple(m.clique) for m in measurements})
     return {"mbi": FIT_OVERHEAD_SECONDS

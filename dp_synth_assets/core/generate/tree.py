@@ -1,41 +1,12 @@
-"""Junction trees of clique distributions, and vectorized sampling from them.
+"""Junction trees of clique distributions (`CliqueTree`), and vectorized sampling from them.
 
-Both PGM engines end in the same object: a `CliqueTree`, the maximal cliques of a triangulated
-graph in sampling order, each with its separator (the attributes it shares with its parent in the
-junction tree, empty for a root) and a probability table over the clique. `pgm` fills the tables
-with the fitted model's exact clique marginals (belief propagation over the junction tree,
-`pgm.clique_tree`), `parallel_pgm` with each clique's separately fitted maximum-entropy
-distribution (ABSyn section VII). `sample_chunks`, `dumps` and `loads` serve both engines'
-contract (see `generate`).
-
-`sample` draws rows clique by clique in that order: a root clique from its table, every other
-clique's new attributes from its table conditioned on the separator values already drawn. For a
-PGM this is exact forward sampling of the junction tree's distribution (the running intersection
-property makes the new attributes independent of everything drawn so far given the separator). For
-independently fitted cliques it is the combination step: the child's table is used only through
-P_child(new | separator), so the sample follows P_parent on the separator and P_child given it,
-and the rows are consistent by construction whatever the two tables say about the separator.
-
-Draws are systematic within each separator group (the m rows sharing separator values get the
-evenly spaced uniforms (r + U) / m, r = 0..m-1): each group's counts are the rounded expected
-counts, like mbi's 'round' sampler, but with no Python loop over groups, so a million rows take
-seconds and memory is a few arrays of the output's length plus the clique tables.
-
-They are also stratified (ours). The model says the new attributes are independent of every
-earlier attribute given the separator; dealt to the group's rows at random, the points leave
-each (earlier value, new value) count random around that (hypergeometric), and on adult those
-deviations add to the rows' 2-way TVD over the model's own. So the rows of a group
-are ordered by the codes of up to `STRATA` attributes drawn earlier and not in the separator (in
-a random order of those attributes; as many as fit one int64 sort key with the group's index and
-`TIE_BITS` random bits that break ties at random), and the points go to that order by the
-bit-reversed rank of each position (van der Corput), shifted cyclically by a random amount per
-group: every run of consecutive rows, and so every stratum, gets points spread over the whole
-range, hence nearly its proportional share of each value, while the group keeps exactly the
-systematic set of points (its counts are unchanged) and each row's point is uniform over them
-(the shift), so no row's value depends on its place in the order. The first attribute of the
-order is stratified best, the later ones within its runs. What it gains and costs:
-docs/decisions/0020-sampling.md.
-"""
+Both PGM engines end in a `CliqueTree`: the maximal cliques of a triangulated graph in sampling
+order, each with its separator and a probability table. `sample` draws a root clique from its
+table and every other clique's new attributes conditioned on the separator values already drawn
+(exact forward sampling for a PGM; the combination step for independently fitted cliques).
+Draws are systematic within each separator group and stratified by earlier attributes; why and
+how: docs/decisions/0020-sampling.md. `sample_chunks`, `dumps` and `loads` serve both engines'
+contract (see `generate`)."""
 
 import math
 from collections import deque
@@ -45,13 +16,15 @@ import numpy as np
 
 from ..domain import Clique
 
-STRATA = 16  # attributes drawn earlier that order the rows of a separator group (docstring)
+STRATA = 16  # attributes drawn earlier that order the rows of a separator group (0020-sampling.md)
 TIE_BITS = 20  # random low bits of the rows' sort key (ties between equal strata at random)
 KEY_LIMIT = 2 ** (62 - TIE_BITS)  # the group and the strata's codes share one int64 key below
 
 
 @dataclass(frozen=True)
 class CliqueTree:
+    """Maximal cliques in sampling order, each with its separator and its probability table."""
+
     domain: dict[str, int]
     cliques: tuple[Clique, ...]  # sampling order: every clique after its parent
     separators: tuple[Clique, ...]  # shared with the parent (empty: a root)
@@ -222,7 +195,7 @@ def conditional_draw(table: np.ndarray, group: np.ndarray, rng: np.random.Genera
     """For each row, a column index of `table` (shape groups x choices, rows of non-negative
     weights) drawn from that row's distribution given the row's `group`, systematically within
     each group and stratified by `strata` (code arrays of the rows, the first the main key; see
-    the module docstring). A group whose weights are all zero draws from the column totals."""
+    the 0020-sampling.md). A group whose weights are all zero draws from the column totals."""
     groups, choices = table.shape
     n = group.size
     mass = table.sum(axis=1, keepdims=True)
@@ -266,7 +239,7 @@ def conditional_draw(table: np.ndarray, group: np.ndarray, rng: np.random.Genera
 def strata_keys(codes: dict[str, np.ndarray], separator: tuple, rng: np.random.Generator
                 ) -> list[np.ndarray]:
     """The rows' codes of at most `STRATA` attributes drawn so far and not in `separator`, in a
-    random order (module docstring)."""
+    random order (0020-sampling.md)."""
     drawn = [a for a in codes if a not in separator]
     return [codes[drawn[i]] for i in rng.permutation(len(drawn))[:STRATA]]
 
@@ -309,10 +282,12 @@ def sample_chunks(tree: CliqueTree, rows: int, seed: int | None, chunk_rows: int
 
 
 def dumps(tree: CliqueTree) -> bytes:
+    """The tree's own bytes (`CliqueTree.to_bytes`)."""
     return tree.to_bytes()
 
 
 def loads(data: bytes) -> CliqueTree:
+    """The tree `dumps` wrote."""
     return CliqueTree.from_bytes(data)
 
 

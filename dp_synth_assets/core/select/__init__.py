@@ -1,22 +1,12 @@
 """Marginal selection: one `select(...)` signature for every method, one module per method.
 
-A method receives the dataset's domain, a marginal oracle (clique list -> exact count arrays, read
-from the private zone), its `Budget` and a `charge(spend, **params)` callback that records every
-mechanism invocation in the ledger as it happens. It returns a `Selection`, the public result:
-the noisy 1-way measurements, the marginals it already measured (adaptive methods measure round
-by round), and the cliques still to measure in the `measurements` stage with the rho of each.
-
-Contract of a method: it reads the data only through mechanisms of `core.privacy` and
-`measure.measure_marginal` (every noisy marginal), charging each with its privacy map's answer
-right after the draw and before anything is returned; it spends at most `budget.total` (methods
-that do not measure in selection spend at most `one_way + score`); everything it returns is
-computed from noisy values and public configuration. The `measurements` stage scales
-`budgets` to its rho (`budget.measurement_plan`), so only their ratios matter.
-
-`METHODS` (dp_synth_assets.core.methods, re-exported here) registers each method's module, its
-default budget shares and whether it spends the measurement budget inside selection (then
-`measurements` only post-processes).
-"""
+A method receives the dataset's domain, a marginal oracle (clique list -> exact count arrays), its
+`Budget` and a `charge(spend, **params)` callback, and returns a `Selection`, the public result.
+Contract: it reads the data only through mechanisms of `core.privacy` and
+`measure.measure_marginal`, charging each with its privacy map's answer right after the draw; it
+spends at most `budget.total` (at most `one_way + score` unless it measures in selection);
+everything it returns is computed from noisy values and public configuration. `METHODS`
+(`core.methods`, re-exported here) registers each method."""
 
 import itertools
 from collections.abc import Callable
@@ -50,6 +40,10 @@ class Budget:
 
 @dataclass(frozen=True)
 class Selection:
+    """What a selection method returns, all public: the noisy 1-way measurements, the cliques left
+    to measure with their rho (`budgets`; only their ratios matter), the marginals measured during
+    selection, the coarse groupings, and the published scores and details."""
+
     method: str
     one_way: tuple[Measurement, ...]
     cliques: tuple[Clique, ...]          # still to measure, in `measurements`
@@ -105,10 +99,24 @@ def required_cliques(method: str, domain: dict[str, int],
 
 def select(method: str, domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
-    """Run `method` (a key of METHODS); its module defines `select(domain, oracle, budget,
-    settings, charge) -> Selection`, and may take `log=`: a method with rounds then calls
-    `log(round_line(...))` as each round ends (`round_line`: public facts only). A module whose
-    `select` has no `log` parameter (e.g. a plugin's) is called without it."""
+    """Run the selection method `method`, a key of `METHODS`.
+
+    Its module defines `select(domain, oracle, budget, settings, charge) -> Selection` and may
+    take `log=`: a method with rounds then calls `log(round_line(...))` as each round ends. A
+    module whose `select` has no `log` parameter (e.g. a plugin's) is called without it.
+
+    Args:
+        method: the registered method's name.
+        domain: attribute -> number of codes, in the encoding plan's order.
+        oracle: the exact marginals (private); read only through charged mechanisms.
+        budget: the run's selection budget (`one_way`, `score`, `measure`).
+        settings: the dataset's `selection:` block, validated by the method's settings model.
+        charge: records each mechanism's spend in the ledger as it is drawn.
+        log: progress lines (`round_line`: public facts only), or None.
+
+    Returns:
+        The method's `Selection`: public, computed from noisy values and configuration only.
+    """
     import inspect
 
     run = method_module(method).select

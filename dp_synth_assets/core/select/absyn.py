@@ -1,87 +1,13 @@
-"""ABSyn's marginal selection: noisy R-scores, the CR-score, and the greedy triangulated selection.
+"""ABSyn's marginal selection: noisy R-scores, the CR-score and the greedy triangulated selection.
 
-References: ABSyn (Jia et al.) section V (Eq. 6-8, Algorithm 1) and section VI (Algorithms 2-3,
-Eq. 9-11), with the corrections of docs/decisions/0013-absyn.md.
+Implements ABSyn (Jia et al.) section V (Eq. 6-8, Algorithm 1) and section VI (Algorithms 2-3,
+Eq. 9-11), with the corrections and additions (score floor, coarse versions, tau) of
+docs/decisions/0013-absyn.md, whose section "As implemented" gives the steps.
 
 Guarantee: the data is read by the 1-way marginals (`budget.one_way`) and one Gaussian release of
-all R-scores, fine and coarse (`budget.score`; step 5), each charged with its OpenDP map's
-answer right after its draw; the greedy is post-processing of those. `budget.measure` is split over the selected marginals
-(`budgets`) and spent by the `measurements` stage. Steps:
-
-1. 1-way marginals with rho_1 split evenly over the d attributes (section VI.B). (`auto`, the
-   default, measures them its own way before it runs steps 2-5: `select_after`.)
-2. R-scores: R(a, b) = || M_ab - M_a x M_b / n ||_1 on exact counts (sensitivity 4, as InDif),
-   published for all m pairs at once with Gaussian noise of variance 8m / rho_s (Alg. 3 line 5 as
-   corrected in the decision record), then divided by the noisy total (never the exact count; at least 1),
-   normalized by Eq. 6, R_bar = R min(d_a, d_b) / (2 (min(d_a, d_b) - 1)), and clipped to [0, 1].
-   Our addition: a count-scale score below `SCORE_FLOOR_SD` = 2 standard deviations of its
-   noise (sqrt(8 m / rho_s), public) is set to 0 first. Without it, the positive half of the
-   noise of every pair independent of the rest reads as dependency once clipped at 0 (about
-   0.4 sd each), and the greedy buys those pairs, measuring noise with budget the dependent
-   pairs need; a truly independent pair passes the floor with probability 2.3%.
-   Pairs that cannot be detected (`detectable`, ours): a pair of smallest domain k scores at
-   most 2 n_hat (k - 1) / k on the count scale (perfect dependency); one whose largest score is
-   below the floor passes it only through noise, so it is not scored at all, which lowers m and
-   the floor (repeated until nothing drops; public: n_hat, the domain sizes, rho_s). When no
-   pair is detectable (little data for the budget), no score is released and nothing is
-   selected: the score budget measures the 1-way marginals a second time (c^(2/3) split,
-   `measured`), so the run spends its whole budget on the independent model.
-3. CR-score (Alg. 1, Eq. 7-8): R_tilde(i, j) is the maximum over paths from i to j in the graph
-   of selected marginals of the product of R_bar along the path; CR = R_bar - R_tilde. We compute
-   all pairs at once by Floyd-Warshall in the (max, x) semiring over R_bar (capped at 1), which
-   is Alg. 1's max-product search (`cr_scores`). A negative CR (a path explains more than the
-   pair's own score) counts as no missing information: max(CR, 0).
-4. Greedy (Alg. 3). Every selection S, the empty one included, is scored by one function on
-   one scale (counts, each pair's score clipped at 0):
-       E(S) = E_cor(S) + E_eta(S),
-       E_cor(S) = sum over pairs not in S of noisy_total * max(CR_S, 0) * 2 (min d - 1) / min d
-                  (the CR back on the count scale: a correction),
-       E_eta(S) = FIT_NOISE_SHARE * sum over pairs in S of c_i sqrt(1 / (pi rho_i)),
-                  rho_i by Eq. 11.
-   E_eta is the L1 error the measurements leave in the fitted model, where the paper's Eq. 10
-   counts the raw noise: `FIT_NOISE_SHARE` = 1/2. The model is a distribution of total n_hat
-   with counts >= 0; on a cell whose count is near 0, fitting keeps only the positive half of
-   the noise, E max(N, 0) = sigma / sqrt(2 pi), half of E |N| = sigma sqrt(2 / pi), and the
-   marginals whose noise decides the selection are the large sparse ones, most of whose cells
-   are near 0 (on a dense cell the fit removes less; the factor is the sparse limit). The
-   split (Eq. 11) is unchanged: a constant factor does not move its optimum.
-   So E_0 = E(empty) = the sum of the noisy count-scale R-scores clipped to [0, noisy_total *
-   2 (min d - 1) / min d] (CR = R_bar without paths), not the raw noisy sum the paper writes:
-   the raw sum lets the noise of many weak pairs (negative draws) pull E_0 below the clipped
-   E of every candidate, and the greedy then stops before its first round whatever the strong
-   pairs score. Clipping (rather than not) because a negative score claims a pair explains
-   less than nothing, and E_cor of a candidate, made of max(CR, 0), must compare with E_0 term
-   by term. Each round, for every unselected pair, add it to the selected graph, triangulate
-   (`triangulate`: min-fill elimination; the fill-in edges become selected marginals, so every
-   separator of the junction tree is measured), skip it if a maximal clique has tau cells or
-   more, and score E. Candidates are the pairs of positive R_bar (a pair of score 0 adds no
-   path and only noise error).    Keep the best candidate while it lowers E; stop otherwise.
-   tau has no default in the paper: ours is `TAU_CELLS` = 10^5 cells, fixed: no
-   setting changes it and `settings.max_model_mb` does not apply to absyn. The selected pairs
-   (fill-ins included) are measured by `measurements` with the c^(2/3) split of rho_2 (Eq. 11).
-   An empty selection leaves rho_2 to the 1-way marginals (`budget.measurement_plan`).
-5. Coarse versions (our addition; PrivSyn and the benchmark paper: fewer and coarser measurements).
-   For each level g of `COARSE_LEVELS`, every column of at least 2g codes gets a public grouping of
-   its codes into runs of adjacent codes of about 1/g of its noisy mass (`measure.adjacent_groups`
-   on its noisy 1-way marginal; a code that alone holds 1/g is a group of its own). A pair of
-   `COARSE_MIN_CELLS` cells or more has one coarse version per distinct grouping (one or both of
-   its columns grouped). Their InDif scores, computed on the grouped marginal (sensitivity 4 still:
-   it is a 2-way table of the grouped columns), are in the same Gaussian release as the fine scores
-   (m counts them), floored and normalized the same way on the group counts. In the greedy, every
-   coarse version of positive score is a candidate beside the fine pairs. A coarse version scores
-   in E(S) with its own cells in E_eta and its own R_bar on its edge of the CR paths; the
-   dependency its groups cannot show, max(D_fine - D_coarse, 0) in counts (D = R_bar times the
-   count factor), stays in E_cor. A selected pair may move to a version of more cells in a later
-   round; a fill-in edge takes its cheapest version; a coarse candidate may not make a maximal
-   clique of `COARSE_TAU_CELLS` cells or more (the model fits it on its fine codes, so it grows the
-   model as a fine pair does; the smaller tau keeps the fit's time; its value, 5 x 10^4, is
-   measured: docs/decisions/0013-absyn.md). The
-   selection's `coarse` maps
-   each coarse pair to its groups; `measurements` draws `measure.coarsen(marginal, groups)` through
-   `measure.measure_marginal` at the Eq. 11 rho of its coarse cell count: one row still moves one
-   cell by 1, so the mechanism, its sensitivity and its charge are those of a fine marginal at that
-   rho. The pgm engine fits the linear map (`generate.mirror`).
-"""
+all R-scores, fine and coarse (`budget.score`), each charged with its OpenDP map's answer right
+after its draw; the greedy is post-processing of those. `budget.measure` is split over the
+selected marginals (`budgets`) and spent by the `measurements` stage."""
 
 import itertools
 import math
@@ -98,7 +24,7 @@ from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
 from .privsyn import INDIF_SENSITIVITY, indif, measure_one_way
 
 TAU_CELLS = 100_000  # default clique-size threshold tau (cells)
-SCORE_FLOOR_SD = 2.0  # scores below this many noise sds count as 0 (docstring, step 2)
+SCORE_FLOOR_SD = 2.0  # scores below this many noise sds count as 0 (0013-absyn.md, step 2)
 FIT_NOISE_SHARE = 0.5  # E_eta: the share of the raw noise error left after the fit (step 4)
 COARSE_LEVELS = (6, 16)  # coarse versions: groups of 1/level of a large column's mass (step 5)
 COARSE_MIN_CELLS = 1_000  # pairs with fewer cells have no coarse version (step 5)
@@ -289,6 +215,19 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
+    """ABSyn's selection: 1-way marginals at `budget.one_way`, then `select_after`.
+
+    Args:
+        domain: attribute -> number of codes, in the encoding plan's order.
+        oracle: the exact marginals (private); read only through charged mechanisms.
+        budget: the run's selection budget (`one_way`, `score`, `measure`).
+        settings: the dataset's `selection:` block.
+        charge: records each mechanism's spend in the ledger as it is drawn.
+        log: progress lines (public: no value of the data), or None.
+
+    Returns:
+        The selected pairs and fill-ins (`cliques`) with their Eq. 11 rho, coarse versions included.
+    """
     return select_after(domain, oracle, budget, charge,
                         measure_one_way(domain, oracle, budget.one_way, charge), log)
 

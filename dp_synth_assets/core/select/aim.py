@@ -1,68 +1,14 @@
-"""AIM: adaptive and iterative selection and measurement of marginals (McKenna, Mullins, Sheldon,
-Miklau, "AIM: An Adaptive and Iterative Mechanism for Differentially Private Synthetic Data",
-VLDB 2022, Algorithm 1 and section 4; the benchmark paper's Table 7 for its settings), adapted
-to our interface. Written from the paper; no code of private-pgm's mechanisms/aim.py is reused.
+"""AIM: adaptive and iterative selection and measurement of marginals.
+
+Implements McKenna, Mullins, Sheldon, Miklau, "AIM: An Adaptive and Iterative Mechanism for
+Differentially Private Synthetic Data", VLDB 2022, Algorithm 1 and section 4 (the benchmark
+paper's Table 7 for its settings), written from the paper; our changes (numpy refits, the
+initialization, coarse candidates) and the steps as implemented: docs/decisions/0016-aim.md.
 
 Guarantee: the data is read only by the 1-way marginals and, per round, one exponential
 mechanism and one discrete Gaussian measurement (`measure.measure_marginal`), each charged with
-its OpenDP map's answer right after its draw. Together they spend `budget.total` and never more:
-the rounds run until it is spent, the last one taking exactly what is left. AIM spends the whole
-run budget inside selection (`METHODS["aim"].measures_in_selection`); the `model` stage fits the
-final model (mbi or the configured generator) to every measurement.
-
-1. Workload W (`workload`, `settings.workload`): AIM is workload-aware (section 3: the input is
-   the analyst's workload). Unset or `all_triples`: every 3-way marginal with at most
-   `MAX_CELLS` = 10^4 cells (the paper's default workload is all 3-way marginals; the cell cap
-   is private-pgm AIM's `max_cells`), plus every pair with at most `MAX_CELLS` cells that lies
-   in no such triple, so that every pair of a 2-way fidelity target is in W's downward
-   closure. `all_pairs`: every pair with at most `MAX_CELLS` cells. A list: exactly the
-   marginals declared (public configuration), whatever their size. Candidates are W's
-   downward closure, less any marginal of more than `MAX_CELLS` cells (a declared marginal
-   above it is served through its subsets: our choice, so that the marginals stage never
-   counts a table larger than that); each weighs w_r = sum_{s in W} |r & s| (AIM section
-   4.1), divided by the largest weight: the exponential mechanism is invariant to the common
-   factor, and the score's sensitivity becomes 1. With a single attribute, W is its 1-way
-   marginal. Coarse versions (our addition, `versions`; absyn's step 5 and PrivSyn's "fewer
-   and coarser measurements"): a candidate of `COARSE_MIN_CELLS` (10^3) cells or more is also
-   offered on public groupings of its large columns, `COARSE_LEVELS` = 16 and 40 runs of
-   adjacent codes of about equal noisy 1-way mass (from the initialization's measurements;
-   a column of fewer than 2g codes is not grouped at level g), with its clique's weight. A
-   coarse version is the same marginal summed within groups (`measure.coarsen`): one row
-   still moves one cell, so its quality keeps sensitivity 1 and its measurement costs what
-   the fine one costs at the same rho, with far fewer cells of noise. The paper's candidates
-   are fine only: on adult at epsilon 1 the first rounds' sigma is 109, so a fine 85 x 100
-   pair's expected l1 noise is 7.4e5 counts, 15 times the rows, and AIM never measured a
-   large pair. The levels are a measured choice (docs/decisions/0016-aim.md).
-2. Initialization: all 1-way marginals with `budget.one_way`, 0.3 of rho (METHODS["aim"]),
-   split in proportion to codes^(2/3) (`measure_one_way(by_cells=True)`). Our choice, as in
-   `auto`: the paper measures them evenly at the first round's sigma; a large column's 1-way
-   error then reaches every marginal it is in (docs/decisions/0016-aim.md,
-   docs/decisions/0017-auto-method.md). The rest, rho_R, funds the rounds: T = 16 d, rho_t = rho_R / T, sigma_t =
-   sqrt(1 / (2 alpha rho_t)) and epsilon_t = sqrt(8 (1 - alpha) rho_t) with alpha =
-   `MEASURE_SHARE` = 0.9.
-3. Round t (until the budget is spent; `settings.max_rounds`, if set, makes round max_rounds
-   the last):
-   a. Model-size limit (`allowed`): candidate r is kept when the junction tree of the measured
-      cliques plus r stays within max_model_mb * min(1, (spent + rho_t) / rho) (AIM's limit,
-      growing with the budget spent; at the end it is `settings.max_model_mb`). A candidate
-      inside a clique of the current junction tree leaves the model as it is and is always kept.
-   b. Quality: q_r = w_r (||M_r - p_r||_1 - sqrt(2/pi) sigma_t n_r), with p_r the current
-      model's marginal and n_r the cells of r: the model's error on r minus the expected l1
-      error of measuring it (a coarse version: both on its groups, n_r its coarse cells).
-      L_inf sensitivity 1 under add/remove-one-row (non-monotonic). The choice is OpenDP's
-      `make_noisy_max` (the exponential mechanism) at epsilon_t^2 / 8.
-   c. The chosen marginal is measured at 1 / (2 sigma_t^2) (the last round: what is left after
-      its exponential mechanism's charge).
-   d. The model is refitted (`aim_fit.fit`: numpy mirror descent on the junction tree,
-      warm-started from the previous round, `FIT_ITERATIONS` steps; no compilation) on every
-      measurement so far, with the noisy total (`measure.noisy_total`, never the exact count).
-   e. Annealing (`anneal`): if the refit moved the model's marginal on r (on the groups it
-      was measured on) by at most sqrt(2/pi) sigma_t n_r in l1, sigma is halved and epsilon
-      doubled (rho_t times 4).
-   f. Budget (`next_round`): when at most 2 rho_t would remain after this round's rho_t, the
-      next round is the last and spends all of it: sigma = sqrt(1 / (2 alpha rest)), epsilon =
-      sqrt(8 (1 - alpha) rest). rho_t never shrinks, so at most T rounds run.
-"""
+its OpenDP map's answer right after its draw. Together they spend `budget.total` and never more;
+the `model` stage fits the final model to every measurement."""
 
 import itertools
 import math
@@ -126,7 +72,7 @@ class Settings(SelectionSettings):
 
 def workload(domain: dict[str, int], max_cells: int = MAX_CELLS,
              declared: str | list[list[str]] | None = None) -> list[Clique]:
-    """W (module docstring, step 1): `declared` is `settings.workload` (None: `all_triples`).
+    """W (0016-aim.md, step 1): `declared` is `settings.workload` (None: `all_triples`).
     The generated workloads: the 3-way marginals within `max_cells`, then the pairs within
     `max_cells` that no kept triple contains (`all_pairs`: every pair within `max_cells`); the
     1-way marginal with one attribute. A declared list: its marginals, columns in domain order,
@@ -216,7 +162,7 @@ def next_round(remaining: float, sigma: float, epsilon: float) -> tuple[float, f
 
 def versions(cliques: list[Clique], domain: dict[str, int],
              one_way: list[Measurement]) -> list[tuple[Clique, Groups | None]]:
-    """The candidates of the exponential mechanism (module docstring, step 1): each clique on its
+    """The candidates of the exponential mechanism (0016-aim.md, step 1): each clique on its
     codes (groups None), and each one of `COARSE_MIN_CELLS` cells or more on every distinct
     grouping of `COARSE_LEVELS` (`absyn.coarse_groupings`: a column of at least 2g codes in
     runs of adjacent codes of about 1/g of its noisy 1-way mass; public) that groups at least
@@ -251,7 +197,7 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
         max_model_mb: float = 4.0, max_rounds: int | None = None,
         fit_iterations: int = FIT_ITERATIONS, max_cells: int = MAX_CELLS,
         declared: str | list[list[str]] | None = None, log: Log | None = None) -> Selection:
-    """AIM as described in the module docstring; `select` calls it with the dataset's settings.
+    """AIM as described in the 0016-aim.md; `select` calls it with the dataset's settings.
     `log`, if given, gets each round's `round_line` when its refit is done."""
     if max_rounds is not None and max_rounds < 1:
         raise ValueError(f"max_rounds must be at least 1, got {max_rounds!r}")
@@ -346,6 +292,20 @@ def run(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: 
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
+    """AIM (`run`) with the dataset's `max_model_mb`, `max_rounds` and `workload`.
+
+    Args:
+        domain: attribute -> number of codes, in the encoding plan's order.
+        oracle: the exact marginals (private); read only through charged mechanisms.
+        budget: the run's selection budget (`one_way`, `score`, `measure`).
+        settings: the dataset's `selection:` block.
+        charge: records each mechanism's spend in the ledger as it is drawn.
+        log: progress lines (public: no value of the data), or None.
+
+    Returns:
+        Every measurement in `measured` (AIM spends the whole budget inside selection); `cliques`
+        is empty.
+    """
     return run(domain, oracle, budget, charge, max_model_mb=settings.max_model_mb,
                max_rounds=settings.max_rounds, declared=getattr(settings, "workload", None),
                log=log)

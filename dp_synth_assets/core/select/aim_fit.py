@@ -1,17 +1,10 @@
-"""AIM's round-by-round estimator and its model-size limit: the numpy mirror-descent fit of a
-graphical model on the junction tree of the measured cliques (`generate/mirror.py`),
-warm-started between rounds, whose marginals on any clique AIM's quality scores and annealing
-test read; and `model_mb`, the size test of a candidate.
+"""AIM's round-by-round estimator and its model-size limit.
 
 The estimator (`fit`, `Calibrated`, `FitState`, `pool`) is `generate/mirror.py`, Private-PGM's
-mirror descent in numpy, shared with the pgm engine.
-
-Model size (`model_mb`): the junction tree's cells x 8 bytes in MB, over the maximal cliques of
-`generate/tree.py`'s greedy elimination (the variable whose elimination clique has the fewest
-cells first, ties in domain order), computed on bit masks rather than networkx graphs: the same
-number as mbi's `hypothetical_model_size` (tests/test_select_aim.py compares them when mbi is
-installed) in a fraction of its time.
-"""
+mirror descent in numpy, shared with the pgm engine, warm-started between rounds. `model_mb` is
+the junction tree's cells x 8 bytes in MB, over the maximal cliques of `generate/tree.py`'s
+greedy elimination (fewest cells first, ties in domain order), computed on bit masks: the same
+number as mbi's `hypothetical_model_size` (tests/test_select_aim.py compares them)."""
 
 from ..domain import Clique
 from ..generate.mirror import Calibrated, FitState, fit, pool  # noqa: F401 (AIM's estimator)

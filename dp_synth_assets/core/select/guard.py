@@ -2,31 +2,11 @@
 independent model, on public quantities only, or it is folded into the 1-way marginals.
 
 Applied once, to every method's measurements, by `stages.measure` before consistency. It spends
-nothing: it reads only the noisy measurements and their sigmas (post-processing of charged
-mechanisms).
-
-Test of one measured clique C of k >= 2 columns, noisy array y (cells c, noise sigma per cell):
-- The independent model C would otherwise get is the product of y's own 1-way projections at
-  y's total, p = n_y prod_a (y_a / n_y). Its interaction part has
-  dof = c - 1 - sum_a (d_a - 1) degrees of freedom (for a pair, (d_a - 1)(d_b - 1)).
-- T = || y - p ||_2^2 / sigma^2. If the data were independent on C, T would be the noise alone,
-  about chi-square with `dof` degrees of freedom (E T = dof); dependency delta adds
-  || delta ||^2 / sigma^2. So T - dof estimates the dependency energy in noise units.
-- Measuring C pays back only if the dependency it captures exceeds the noise it brings into
-  the interaction part, dof sigma^2 (an l2 criterion: the model fits y's interaction with its
-  noise). C is kept when T > dof + max(dof, Z sqrt(2 dof)), `Z` = 3: its estimated dependency
-  exceeds its noise and is significant at 3 null standard deviations (a clique of independent
-  columns is kept with probability below 2.5% for every dof).
-- Kept cliques are returned unchanged. A dropped clique is not discarded: its 1-way projections
-  (noise variance sigma^2 c / d_a per cell, the rho of an equally noisy direct measurement:
-  rho_c d_a / c, at most what was charged) are merged by inverse variance into the 1-way
-  measurement of each of its columns, so the budget it spent still sharpens the 1-way
-  marginals the independent model is made of.
-The guarantee is statistical, per clique: the model fits only marginals whose measured
-dependency beats their own noise; when none does, it fits the noisy 1-way marginals alone (the
-independent model, with every dropped clique's projections). Measurements that are not full
-arrays over their clique's domain are kept unchanged.
-"""
+nothing: it reads only the noisy measurements and their sigmas (post-processing). A clique is
+kept when its chi-square statistic against its own independent projection exceeds
+dof + max(dof, Z sqrt(2 dof)), `Z` = 3; a dropped clique's 1-way projections are merged by
+inverse variance into its columns' 1-way measurements. The test and its guarantee:
+docs/decisions/0012-selection-methods.md, "As implemented: the guard"."""
 
 import math
 
@@ -38,7 +18,8 @@ Z = 3.0  # null standard deviations a kept clique's statistic must clear
 
 
 def statistic(m: Measurement) -> tuple[float, int]:
-    """(T, dof) of one measured clique (module docstring); T = 0 when its total is not positive."""
+    """(T, dof) of one measured clique (0012-selection-methods.md); T = 0 when its total is not
+    positive."""
     y = np.asarray(m.noisy, dtype=np.float64)
     k = y.ndim
     dof = y.size - 1 - sum(s - 1 for s in y.shape)
@@ -55,7 +36,7 @@ def statistic(m: Measurement) -> tuple[float, int]:
 
 
 def justified(m: Measurement) -> bool:
-    """True when the clique's measured dependency beats its noise (module docstring)."""
+    """True when the clique's measured dependency beats its noise (0012-selection-methods.md)."""
     t, dof = statistic(m)
     if dof <= 0:
         return True  # nothing to test: a column of one value
@@ -65,7 +46,7 @@ def justified(m: Measurement) -> bool:
 def guard(measurements: list[Measurement],
           domain: dict[str, int]) -> tuple[list[Measurement], dict]:
     """The measurements the model may fit, and a public report {"kept": [...], "dropped":
-    [...]} of the tested cliques (module docstring)."""
+    [...]} of the tested cliques (0012-selection-methods.md)."""
     kept, dropped = [], []
     for m in measurements:
         full = m.noisy.shape == tuple(domain[a] for a in m.clique)

@@ -1,16 +1,13 @@
 """`manual`: measure exactly the marginals the user declares, with no selection mechanism.
 
-For owners who know which relationships matter (a reporting workload, the pairs a downstream model
-uses) or who want every pair (`selection.marginals: all_pairs`), as the NIST-challenge entries
-measured hand-picked marginals (PrivSyn section 6.1). Budget: `one_way_share` (default 0.1) for
-the noisy 1-way marginals split evenly (ABSyn section VI.B), nothing for scores (there are none:
-config refuses `selection.score_share`, so `budget.score` is 0), and the rest for the declared
-marginals, split by ABSyn Eq. 11 (rho_i proportional to c_i^(2/3)), measured in the
-`measurements` stage. Guarantee: only the 1-way marginals are drawn here (charged as drawn); no
-declared marginal: the measurement budget goes to the 1-way marginals (`budget.measurement_plan`). The declared list is public configuration; only the noisy
-marginals depend on the data. A declared marginal of one column is already a 1-way measurement
-and is not measured twice.
-"""
+For owners who know which relationships matter, or who want every pair (`selection.marginals:
+all_pairs`), as the NIST-challenge entries measured hand-picked marginals (PrivSyn section 6.1).
+Budget: `one_way_share` (default 0.1) for the noisy 1-way marginals split evenly (ABSyn section
+VI.B), nothing for scores (config refuses `selection.score_share`), and the rest for the declared
+marginals, split by ABSyn Eq. 11 and measured in the `measurements` stage (with no declared
+marginal, it goes to the 1-way marginals: `budget.measurement_plan`). Guarantee: only the 1-way
+marginals are drawn here, each charged as drawn; the declared list is public configuration. A
+declared marginal of one column is already a 1-way measurement and is not measured twice."""
 
 import itertools
 from typing import ClassVar, Literal
@@ -73,6 +70,18 @@ def needed_cliques(domain: dict[str, int], settings: SelectionSettings | None = 
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge) -> Selection:
+    """The declared marginals, split by ABSyn Eq. 11, after the 1-way marginals.
+
+    Args:
+        domain: attribute -> number of codes, in the encoding plan's order.
+        oracle: the exact marginals (private); read only by the 1-way measurements.
+        budget: the run's selection budget (`one_way`, `score` = 0, `measure`).
+        settings: the dataset's `selection:` block (`marginals`).
+        charge: records each mechanism's spend in the ledger as it is drawn.
+
+    Returns:
+        The declared cliques with their rho, measured by the `measurements` stage.
+    """
     one_way = measure_one_way(domain, oracle, budget.one_way, charge)
     cliques = declared(domain, settings)
     rhos = optimal_split(budget.measure + budget.score, [clique_size(c, domain) for c in cliques]) \

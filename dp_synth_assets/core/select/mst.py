@@ -1,46 +1,12 @@
 """MST's marginal selection: a private maximum spanning tree over the attributes.
 
-Reference: R. McKenna, G. Miklau, D. Sheldon, "Winning the NIST Contest: A scalable and general
+Implements R. McKenna, G. Miklau, D. Sheldon, "Winning the NIST Contest: A scalable and general
 approach to differentially private synthetic data", Journal of Privacy and Confidentiality 11(3),
-2021, section 4 (MST), and its reference code (private-pgm `mechanisms/mst.py`). Budget as in the
-paper: rho/3 for the 1-way marginals, rho/3 for selection, rho/3 for the tree's 2-way marginals
-(METHODS["mst"]: one_way_share = score_share = 1/3; the measurement stage gets the rest).
-
-Steps, adapted to our `select(...)` interface:
-
-1. Measure every 1-way marginal with `budget.one_way`, split evenly over the d attributes
-   (`privsyn.measure_one_way`, discrete Gaussian, charged one by one), as MST does.
-2. Score every pair (a, b) by how badly the 1-way marginals explain it:
-       w_ab = || M_ab - noisy_total * p_a (x) p_b ||_1,
-   where p_a is the noisy 1-way marginal of a clipped at 0 and normalized (uniform if nothing is
-   left), and noisy_total is the inverse-variance weighted noisy total (`measure.noisy_total`); the
-   exact row count is never used. The paper's code estimates the pair from a graphical model fitted
-   to the 1-way measurements only, i.e. the same product of 1-way marginals at a common total.
-   Sensitivity: the estimate is a function of already-published noisy outputs only, so under
-   add/remove-one-row neighbours only M_ab changes, by 1 in one cell, and w_ab changes by at most 1
-   (up or down: scores are not monotonic). MST's reference code uses sensitivity 1 with the same
-   reasoning (`exponential_mechanism(wgts, epsilon, sensitivity=1.0)`, non-monotonic).
-3. Kruskal with the exponential mechanism, d - 1 rounds: in each round the candidates are the
-   pairs joining two different connected components of the tree so far, and one is picked with
-   OpenDP's `make_noisy_max` (Gumbel noise, output measure zero-concentrated divergence) on the
-   scores w_ab, d_in = 1 on the (non-monotonic) L-inf distance. `budget.score` is split evenly over
-   the rounds; the scale is set so that the measurement's own map gives that round's rho
-   (rho = epsilon^2 / 8 with epsilon = 2 / scale, the paper's epsilon = sqrt(8 rho / (d - 1))), and
-   the spend charged is the map's answer. The result is always a spanning tree on all attributes.
-4. The tree's edges are the cliques to measure in the `measurements` stage, with `budget.measure`
-   split evenly across them as MST does (not ABSyn's c^(2/3) rule).
-
-Deviations and edge cases:
-- MST's domain compression (merging rare values before selection) is skipped: our preprocessing
-  stage already builds each column's domain under DP.
-- `settings.max_model_mb` does not apply: the junction tree of a tree's edges has the edges as its
-  cliques, so the model stays as small as the largest pair.
-- d = 1: there are no pairs, no selection round runs and no cliques are returned: `budget.score`
-  is not spent (the run releases it) and the `measurements` stage spends `budget.measure` on the
-  1-way marginal instead (`budget.measurement_plan`).
-- `scores` stays empty: the exact scores w_ab are private and only the picked pairs are published;
-  `details["rounds"]` records each round's pick and number of candidates (public).
-"""
+2021, section 4 (MST): rho/3 for the 1-way marginals, rho/3 for selection (Kruskal with the
+exponential mechanism, OpenDP's `make_noisy_max`, sensitivity 1 on the L1 scores against the
+product of the noisy 1-way marginals), rho/3 for the tree's 2-way marginals. Each mechanism is
+charged with its OpenDP map's answer; the exact scores stay private. Steps and deviations:
+docs/decisions/0012-selection-methods.md, "As implemented: mst"."""
 
 import itertools
 
@@ -118,6 +84,22 @@ def private_spanning_tree(attrs: list[str], pairs: list[Clique], scores: np.ndar
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
+    """MST: 1-way marginals, then a private maximum spanning tree (`select_after`).
+
+    Args:
+        domain: attribute -> number of codes, in the encoding plan's order.
+        oracle: the exact marginals (private); read only through charged mechanisms.
+        budget: the run's selection budget (`one_way`, `score`, `measure`).
+        settings: the dataset's `selection:` block.
+        charge: records each mechanism's spend in the ledger as it is drawn.
+        log: progress lines (public: no value of the data), or None.
+
+    Returns:
+        The tree's d - 1 edges as `cliques`, `budget.measure` split evenly over them.
+
+    Raises:
+        ValueError: a negative measurement budget (the shares add up to 1 or more).
+    """
     attrs = list(domain)
     if budget.measure < 0:
         raise ValueError(f"MST needs a measurement budget >= 0, got rho {budget.measure!r}: "

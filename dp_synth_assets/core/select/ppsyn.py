@@ -1,76 +1,14 @@
 """PPSyn (partition-based private data synthesis), made differentially private.
 
-Reference: "Partition-based differentially private synthetic data generation" (Zhang, Deng, Yin),
-Algorithms 1-4 and Theorems 2-5, which is not DP as published: the paper builds each round's
-partition, its reconstruction error RE and its budget rho_w = |P|^2 / (pi (eta Contr - RE)^2)
-from the exact marginal and releases them uncharged, and its score Contr / rho_w has unbounded
-sensitivity. How we make it DP: docs/decisions/0015-ppsyn-made-dp.md. "L<n>" are line numbers of the
-paper's plain-text rendering that the implementation was written from.
+Implements "Partition-based differentially private synthetic data generation" (Zhang, Deng, Yin),
+Algorithms 1-4 and Theorems 2-5, which is not DP as published; how we make it DP, and the steps
+as implemented: docs/decisions/0015-ppsyn-made-dp.md.
 
 Guarantee: the data is read only by OpenDP mechanisms, each charged with its privacy map's answer
 right after its draw: the 1-way marginals, then per round an exponential mechanism, a Gaussian
 release of one contribution and a discrete Gaussian measurement. Together they spend
 budget.one_way + budget.score + budget.measure (the last round takes what is left). Everything
-else (partitions, rho_w, the trace) is computed from published values.
-
-1. 1-way marginals (Alg. 1 lines 1-2): `budget.one_way` split by c^(2/3) (`optimal_split`), each
-   drawn by `measure_marginal`; the initial model is `refit` on them with the noisy total
-   (`measure.noisy_total`, never |D|) (step 8).
-2. Workload (L411; size and cap are our choice, the paper gives neither): `WORKLOAD_SIZE` = 64
-   random 3-way marginals of at most `WORKLOAD_MAX_CELLS` = 1e5 cells (all when fewer qualify),
-   seed `WORKLOAD_SEED` = 0: a function of the public domain. `needed_cliques` lists them for the
-   `marginals` stage. Without a qualifying triple, or with an oracle that serves no 3-way
-   marginal (KeyError), the workload is the pairs under the same cap
-   (`details["workload_order"]` 2, `details["workload_fallback"]` says why).
-3. Rounds (Alg. 1 lines 4-11): T = 2d (ours, the paper gives none; `rounds` overrides). Each round spends
-   rho_sel = budget.score / T on selection, `EM_SHARE` (1/2) of it on the exponential mechanism
-   and the rest on the contribution. budget.score + budget.measure are one pool, spent while it
-   lasts (Alg. 1 line 5). The measurement gets rho_m = max(rho_w, rho_floor), rho_floor =
-   budget.measure / T. A round that would leave less than rho_sel + rho_floor takes the whole
-   leftover and is the last. This includes every round whose rho_w is infinite (C_hat <= 0, or
-   RE >= eta C_hat for every partition) or exceeds what is left. So each round spends at least
-   pool / T and at most T rounds run.
-4. Quality (Alg. 2 line 2): q_w = ||M_w(D) - p_hat_w||_1, p_hat_w the current model's marginal
-   (`model_marginals`). Sensitivity 1, non-monotonic. The paper's Contr / rho_w is replaced by
-   Contr: rho_w decides how much the chosen marginal gets, not which one is chosen. The choice is
-   OpenDP's `make_noisy_max` in zCDP (the exponential mechanism). It chooses among workload
-   marginals whose addition keeps the junction tree within `settings.max_model_mb` (the 1-way
-   marginals when none fits). The paper bounds no model size.
-5. rho_w from noisy values (Alg. 2 line 3; Alg. 3 lines 4, 9; Alg. 4 lines 6, 16): the chosen
-   q_w is released again by the Gaussian mechanism (sensitivity 1). C_hat = noisy q_w - sigma
-   (one-sigma lower bound), rho_w = min over the partition sequence of
-   |P|^2 / (pi (eta C_hat - RE)^2), eta = `ETA` = 0.7 (L474). The exact q_w is never published.
-6. Partitions (Alg. 3 and 4) are computed from p_hat_w, never from M_w(D), so they are public:
-   - Alg. 3 (1-D marginals, `merge_partition`): cells sorted by p_hat, adjacent intervals merged
-     by least merge error. The merges run down to one interval, and we take the global minimum
-     of rho_t, never worse than the paper's first local minimum (L346).
-   - Alg. 4 (multi-D, `split_partition`, `MULTI_DIM_PARTITION` = "split"): split the box of
-     largest RE (L305) in dimension t mod d (the next dimension wide enough) at the point of
-     largest RE reduction, and take the global minimum (the scan stops once |P|^2 / (pi (eta
-     C_hat)^2) reaches the best). "merge" is Alg. 3 on the flattened cells.
-   When rho_m != rho_w the partition is re-chosen from the same sequence by least
-   RE + |P| / sqrt(pi rho_m) (`choose`; the same partition at rho_m = rho_w). At rho_m >= rho_w it
-   satisfies RE + |P| / sqrt(pi rho_m) <= eta C_hat (Theorems 4-5 read as bounds on the
-   expected noise, RE on p_hat). When the pool caps rho_m below rho_w the bound does not hold.
-   The RE of the true marginal is private and not bounded.
-7. Measurement (Alg. 1 lines 7-8): the partition-cell sums of M_w(D) have L2 sensitivity 1 and
-   are drawn by `measure_marginal` at rho_m. They are reconstructed uniformly (Def. 9: each cell
-   gets noisy(I) / |I|) into a dense `Measurement` with sigma_m = sigma / sqrt(min_I |I|) and
-   rho = rho_m. sigma_m is the largest per-cell scale at which the dense array carries no more
-   than the sums' information: no interval is over-trusted, and larger ones are under-weighted
-   by min|I| / |I|. (Exact alternative: an mbi linear measurement summing each interval.)
-8. Refit (Alg. 1 line 9): after every round but the last, a fit warm-started from the
-   previous model (`refit`): `pgm.fit` (mbi, `ROUND_ITERATIONS` = 1000 iterations) when the
-   `jax` extra is installed, else the numpy fit (`mirror.fit`, `mirror.DEFAULT_ITERATIONS`
-   accelerated steps, warm-started the same way). The paper refits to convergence and gives no
-   number.
-9. Output: everything is measured here (`measures_in_selection`): `cliques` and `budgets` are
-   empty and `measured` holds the dense measurements. `scores` has each chosen marginal's noisy
-   contribution. `details` has the workload, the per-round trace (no wall time: a round's
-   duration is private work) and each partition.
-Why these defaults (workload order, 1000 iterations, boxes rather than merges): see
-docs/decisions/0015-ppsyn-made-dp.md.
-"""
+else (partitions, rho_w, the trace) is computed from published values."""
 
 import heapq
 import itertools
@@ -204,7 +142,7 @@ def merge_partition(reference: np.ndarray, contr: float, eta: float = ETA,
     Line 1 sorts the cells by their reference count; line 2 starts from singletons; lines 6-7 merge
     the two adjacent intervals (adjacent in that order) whose merge adds the least reconstruction
     error; lines 8-9 track RE and rho_t. We run the merges down to one interval and take the
-    global minimum (module docstring, step 8)."""
+    global minimum (0015-ppsyn-made-dp.md, step 8)."""
     values = np.asarray(reference, dtype=np.float64)
     flat = values.ravel()
     n = flat.size
@@ -309,7 +247,7 @@ def split_partition(reference: np.ndarray, contr: float, eta: float = ETA,
     """Algorithm 4 (multi-dimensional marginal partition) on `reference`: line 1 starts from the
     whole domain; each step splits the box of largest RE (L305) in dimension t mod d (line 11) at
     the point of largest RE reduction (line 12); lines 14-20 track RE and rho_t. The scan stops as
-    described in `choose` and returns the global minimum (module docstring, step 8)."""
+    described in `choose` and returns the global minimum (0015-ppsyn-made-dp.md, step 8)."""
     values = np.asarray(reference, dtype=np.float64)
     record: list = []
     size, re, t = choose(_split_steps(values, record), contr, eta, rho, increasing=True)
@@ -413,7 +351,7 @@ def _exact_workload(domain: dict[str, int], oracle: MarginalOracle
 def refit(domain: dict[str, int], measurements: list[Measurement], total: float, warm=None):
     """The model fitted to `measurements` (warm-started from `warm`, a model this function
     returned) and a function giving its marginals (times the total) on a list of cliques: mbi's
-    fit when the `jax` extra is installed, else the numpy fit (module docstring, step 8)."""
+    fit when the `jax` extra is installed, else the numpy fit (0015-ppsyn-made-dp.md, step 8)."""
     if extras.available("jax"):
         from ..generate import pgm
 
@@ -432,7 +370,7 @@ def _public(x: float) -> float | None:
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, rounds: int | None = None,
            eta: float = ETA, log: Log | None = None) -> Selection:
-    """PPSyn's Algorithm 1 as corrected in the module docstring. `rounds` is T (default 2d).
+    """PPSyn's Algorithm 1 as corrected in the 0015-ppsyn-made-dp.md. `rounds` is T (default 2d).
     `log`, if given, gets each round's `round_line` when the round is done."""
     if not (budget.one_way > 0 and budget.score > 0 and budget.measure > 0):
         raise ValueError(f"ppsyn needs rho > 0 for 1-way marginals, selection and measurement, "

@@ -1,30 +1,13 @@
-"""PrivSyn's marginal selection: noisy InDif scores and DenseMarg's greedy choice of 2-way marginals.
+"""PrivSyn's marginal selection: noisy InDif scores and DenseMarg's greedy choice of pairs.
 
-References: PrivSyn (Zhang et al., USENIX Security 2021) section 4 (Lemma 4, Theorems 5-6), with
+Implements PrivSyn (Zhang et al., USENIX Security 2021) section 4 (Lemma 4, Theorems 5-6), with
 the noise figures corrected (InDif variance 8m/rho', marginal variance 1/(2 rho)) and the greedy
-loop of its section 4.2 completed: docs/decisions/0014-privsyn.md.
+loop of its section 4.2 completed: docs/decisions/0014-privsyn.md ("As implemented": the steps).
 
 Guarantee: the data is read by the 1-way marginals (`budget.one_way`) and one Gaussian release of
 all InDif scores (`budget.score`), each charged with its OpenDP map's answer right after its
 draw; the greedy is post-processing. `budget.measure` is split over the selected pairs and spent
-by the `measurements` stage (on the 1-way marginals when nothing is selected). Steps:
-
-1. 1-way marginals with rho_1 split evenly over the d attributes (ABSyn section VI.B), charged one
-   by one. They are the selection's noisy 1-way measurements, reused by `measurements`.
-2. InDif_ab = || M_ab - M_a x M_b / n ||_1 on exact counts (sensitivity 4, Lemma 4), published for
-   all m = d(d-1)/2 pairs at once with Gaussian noise of variance 8m/rho_s (Theorem 5).
-3. Greedy (DenseMarg): total error = sum of noisy InDif over unselected pairs (dependency error)
-   + the expected l1 noise error of the selected pairs under the optimal c^(2/3) split of rho_2
-   (Eq. 10-11), starting from the sum of the noisy InDif as drawn. Each round adds the pair that
-   lowers the total error most among those that fit; stop when no pair lowers it. Our addition
-   (documented choice, docs/decisions/0014-privsyn.md): a pair whose junction tree with the selected cliques
-   and the 1-way marginals would exceed `settings.max_model_mb` (`aim_fit.model_mb`) is refused
-   and dropped for the rest of the loop (the tree only grows), which keeps the model cheap to
-   fit. Ties break by column order, so the result is deterministic given the noisy scores. The
-   selected pairs are measured with the c^(2/3) split of `budget.measure` (Eq. 11).
-Marginal combining (merging selected pairs that form a clique) is left to the generator: its
-junction tree (generate/tree.py) already models the triangulated cliques.
-"""
+by the `measurements` stage (on the 1-way marginals when nothing is selected)."""
 
 import itertools
 
@@ -40,7 +23,8 @@ INDIF_SENSITIVITY = 4.0  # PrivSyn Lemma 4
 
 
 def indif(pair_counts: np.ndarray) -> float:
-    """InDif of an exact 2-way count array: l1 distance to the product of its own 1-way marginals."""
+    """InDif of an exact 2-way count array: l1 distance to the product of its own 1-way
+    marginals."""
     n = pair_counts.sum()
     if n == 0:
         return 0.0
@@ -116,6 +100,19 @@ def greedy_dense_marg(pairs: list[Clique], dependency: np.ndarray, domain: dict[
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
+    """PrivSyn: 1-way marginals, noisy InDif scores of every pair, then DenseMarg's greedy.
+
+    Args:
+        domain: attribute -> number of codes, in the encoding plan's order.
+        oracle: the exact marginals (private); read only through charged mechanisms.
+        budget: the run's selection budget (`one_way`, `score`, `measure`).
+        settings: the dataset's `selection:` block.
+        charge: records each mechanism's spend in the ledger as it is drawn.
+        log: progress lines (public: no value of the data), or None.
+
+    Returns:
+        The selected pairs with their c^(2/3) share of `budget.measure`.
+    """
     one_way = measure_one_way(domain, oracle, budget.one_way, charge)
     pairs = list(itertools.combinations(list(domain), 2))
     noisy_scores = noisy_indif(pairs, oracle, budget.score, charge, "InDif scores")

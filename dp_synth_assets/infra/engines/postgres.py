@@ -71,7 +71,7 @@ class PostgresEngine(SchemaViews):
 
     def _run(self, statement: str, params=None, dialect: str = "duckdb"):
         """Run `statement`, written in `dialect` (sql/'s DuckDB, translated, or PostgreSQL's
-        own for the templates the module doc names)."""
+        own for the templates docs/engines.md names)."""
         import psycopg
 
         text = translate(statement, "postgres") if dialect == "duckdb" else statement

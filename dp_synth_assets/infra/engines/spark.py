@@ -101,7 +101,7 @@ class SparkEngine:
 
     def _frame(self, statement: str, dialect: str = "duckdb"):
         """The frame of `statement`, written in `dialect` (sql/'s DuckDB, translated, or Spark
-        SQL's own for the templates the module doc names)."""
+        SQL's own for the templates docs/engines.md names)."""
         text = translate(statement, "spark") if dialect == "duckdb" else statement
         try:
             return self.session.sql(text)
