@@ -126,8 +126,7 @@ def release_memory(held: int, frame_bytes: int = FRAME_BYTES) -> None:
     """Free a group's frame of `held` bytes now when it is a large part (an eighth or more) of
     what one frame may hold: GX's validation objects form reference cycles that keep the frame
     alive until Python's cycle collector runs. A smaller frame is left to the collector's own
-    pace: a full collection walks every object of the process (a second or more in a Dagster
-    run worker), far more than such a frame is worth."""
+    pace: a full collection walks every object of the process (docs/great_expectations.md)."""
     if held * 8 >= frame_bytes:
         import gc
 
