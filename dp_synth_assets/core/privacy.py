@@ -76,8 +76,8 @@ def rho_from_epsilon_delta(epsilon: float, delta: float, accounting: str = "tigh
     [low, high] with epsilon_from_rho(low) <= epsilon < epsilon_from_rho(high), narrowed by
     false position (Illinois) and then halved until low and high are adjacent floats. The
     bracket starts at the papers' rho (a looser conversion, so a lower bound) and at epsilon
-    (epsilon(rho) >= rho). Memoized: a pure function of its arguments, asked once per dataset, stage split and check,
-    often with one (epsilon, delta).
+    (epsilon(rho) >= rho). Memoized: a pure function of its arguments, asked once per dataset,
+    stage split and check, often with one (epsilon, delta).
 
         >>> rho = rho_from_epsilon_delta(1.0, 1e-9)
         >>> round(epsilon_from_rho(rho, 1e-9), 6), epsilon_from_rho(rho, 1e-9) <= 1.0
