@@ -1,6 +1,6 @@
 """Generation engines: the clique-tree sampler, pgm, parallel_pgm, the `auto` choice, the facade's
 pre-fit check and model bytes, and each engine end to end in Dagster (GUM's own tests are in
-test_gum.py, an engine registered from tests/ in test_engine_plugins.py)."""
+test_generate_gum.py, an engine registered from tests/ in test_engine_plugins.py)."""
 
 import io
 import itertools
