@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from dp_synth_assets.example import write_example  # noqa: E402
 from dp_synth_assets.definitions import build_definitions  # noqa: E402
 from dp_synth_assets.core.config import load_registry  # noqa: E402
-from dp_synth_assets.pipeline import fingerprint  # noqa: E402
+from dp_synth_assets.source_access import fingerprint  # noqa: E402
 from tests.helpers import example_entry  # noqa: E402
 
 TABLE = "public.dp_synth_example"

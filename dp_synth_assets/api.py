@@ -291,12 +291,12 @@ class PrivateRun:
         """The exact marginals the method needs, counted in one scan (`stages.marginals`), as
         the oracle the selection and measurement read (private: never return its answers to a
         user)."""
-        stages.marginals(self.con, self.spec, plan, self.view, self.table,
-                         log=logging.getLogger("dp_synth").info)
+        stages.marginals(self.con, self.spec.method, self.spec.selection, plan, self.view,
+                         self.table, log=logging.getLogger("dp_synth").info)
         return stages.oracle(self.con, plan, self.view, self.table)
 
     def select(self, plan: EncodingPlan, oracle) -> Selection:
-        return stages.select(self.spec, plan, oracle, self.budget,
+        return stages.select(self.spec.method, self.spec.selection, plan, oracle, self.budget,
                              self.accountant.stage("selection"))
 
     def measure(self, plan: EncodingPlan, chosen: Selection, oracle) -> Measurements:
@@ -532,7 +532,8 @@ class Synthesizer:
         if self.model is None:
             raise RuntimeError("call fit(source) (or fit_model) before sample()")
         seed = self.spec.seed if seed is None else seed
-        draw = stages.sample(self.spec, self.model, self.noisy_total, n, seed)
+        draw = stages.sample(self.model, self.noisy_total, self.spec.rows,
+                             self.spec.model.chunk_rows, n, seed)
         if draw.rows < 1:
             raise ValueError(f"argument 'n': sample at least one row, got {n!r}")
         plan = self.plan

@@ -7,7 +7,7 @@ host asset's materialization, its `schedule:` a cron condition, both gated by `m
 the ledger. A dataset reading an external table keeps the schedule and sensor below: `schedule:`
 (cron) yields a schedule; `on_source_change: resynthesize` yields a sensor that observes the
 source's version (an opaque id
-that changes when the source does; `pipeline.source_version`, the privacy perimeter's change
+that changes when the source does; `source_access.source_version`, the privacy perimeter's change
 signal) and requests a run when it changes. Neither the cursor nor a run key holds anything
 computed from the source's content. Both skip, with the reason shown in the UI, when the ledger
 cannot cover a whole run; the sensor also honours `min_interval` between resyntheses, and reads
@@ -26,22 +26,22 @@ import dagster as dg
 from dp_synth_assets.resources.ledger import LedgerResource
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
-from .budget import BudgetStatus, DatasetBudget
+from .budget import BudgetStatus
 from .conditions import resynthesis_condition, with_first_stage
 from .core.budget import fits
-from .core.config import DatasetSpec
+from .dataset_context import DatasetContext
 from .naming import Names
-from .pipeline import source_version
 from .private_log import log_privately, private_log_path
+from .source_access import source_version
 
 
 def job_name(dataset: str, names: Names = Names()) -> str:
     return names.op_name(dataset, "synthesis")
 
 
-def build_job(dataset: str, spec: DatasetSpec | None, names: Names, assets: list):
-    """The dataset's job over `assets` (its materializable assets: not its observable `source`
-    nor its observed `budget`). The job declares its own executor,
+def build_job(ctx: DatasetContext, assets: list):
+    """The job of the dataset of `ctx` over `assets` (its materializable assets: not its
+    observable `source` nor its observed `budget`). The job declares its own executor,
     so dp-synth sets none on the code location it joins: under `generate.multiprocess`
     (`model.executor`; by default when `generator: parallel_pgm` or `model.workers` > 1)
     Dagster's multiprocess executor, at most `generate.concurrency` steps at a time, so the
@@ -51,14 +51,15 @@ def build_job(dataset: str, spec: DatasetSpec | None, names: Names, assets: list
     (docs/deploy.md)."""
     from .core.generate import concurrency, multiprocess
 
+    spec = ctx.spec
     executor = dg.in_process_executor
-    if spec is not None and multiprocess(spec.generator, spec.model):
+    if multiprocess(spec.generator, spec.model):
         executor = dg.multiprocess_executor.configured(
             {"max_concurrent": concurrency(spec.generator, spec.model)})
     return dg.define_asset_job(
-        job_name(dataset, names),
+        job_name(ctx.dataset, ctx.names),
         selection=dg.AssetSelection.assets(*assets),
-        description=f"Materialize the whole synthesis pipeline of {dataset!r}.",
+        description=f"Materialize the whole synthesis pipeline of {ctx.dataset!r}.",
         executor_def=executor,
     )
 
@@ -66,15 +67,15 @@ def build_job(dataset: str, spec: DatasetSpec | None, names: Names, assets: list
 FIRST_STAGE = "preprocessed"
 
 
-def resynthesis_assets(dataset: str, spec: DatasetSpec, assets: list, names: Names,
+def resynthesis_assets(ctx: DatasetContext, assets: list,
                        ledger: LedgerResource) -> tuple[list, list[dg.AssetKey]]:
     """`assets` (the dataset's materializable assets) with dp-synth's default automation
     (conditions.py): the gated resynthesis condition on the first stage and "requested with the
     first stage" on every later one, and the keys that now carry a condition (for the
     automation sensor). Unchanged, with no keys, when the spec asks for neither
     `on_source_change: resynthesize` nor a `schedule`."""
-    first = names.key(dataset, FIRST_STAGE)
-    condition = resynthesis_condition(dataset, spec, first, ledger)
+    first = ctx.key(FIRST_STAGE)
+    condition = resynthesis_condition(ctx, first, ledger)
     if condition is None:
         return assets, []
     follow = with_first_stage(first)
@@ -88,10 +89,11 @@ def resynthesis_assets(dataset: str, spec: DatasetSpec, assets: list, names: Nam
     return dg.map_asset_specs(automate, assets), keys
 
 
-def budget_skip_reason(ledger: LedgerResource, dataset: str, spec: DatasetSpec) -> str | None:
-    """Why a new run cannot be covered by the ledger, or None when it can. A ledger that fails
-    its tamper checks raises LedgerError (the schedule or sensor tick fails with its message)."""
-    budget = DatasetBudget.of(spec)
+def budget_skip_reason(ledger: LedgerResource, ctx: DatasetContext) -> str | None:
+    """Why a new run of the dataset of `ctx` cannot be covered by the ledger, or None when it
+    can. A ledger that fails its tamper checks raises LedgerError (the schedule or sensor tick
+    fails with its message)."""
+    dataset, spec, budget = ctx.dataset, ctx.spec, ctx.budget
     led = ledger.ledger()
     if led.can_cover(dataset, budget.run_rho, budget.limit_rho, budget.run_delta_extra,
                      budget.limit_delta_extra):
@@ -112,14 +114,17 @@ def budget_skip_reason(ledger: LedgerResource, dataset: str, spec: DatasetSpec) 
             f"{' and of every entry of the group' if group else ''} to continue")
 
 
-def build_schedule(dataset: str, spec: DatasetSpec, job,
-                   names: Names = Names()) -> dg.ScheduleDefinition:
-    @dg.schedule(name=names.op_name(dataset, "schedule"), cron_schedule=spec.schedule, job=job,
-                 required_resource_keys=names.resource_keys("ledger"),
+def build_schedule(ctx: DatasetContext, job) -> dg.ScheduleDefinition:
+    """The dataset's `schedule:` (cron) launching `job`, skipped when the budget cannot cover a
+    run (`budget_skip_reason`)."""
+    dataset, names = ctx.dataset, ctx.names
+
+    @dg.schedule(name=names.op_name(dataset, "schedule"), cron_schedule=ctx.spec.schedule,
+                 job=job, required_resource_keys=names.resource_keys("ledger"),
                  description=f"Resynthesize {dataset!r} on its cron schedule, budget permitting.")
     @names.bind("ledger")
     def _schedule(context: dg.ScheduleEvaluationContext, ledger: LedgerResource):
-        reason = budget_skip_reason(ledger, dataset, spec)
+        reason = budget_skip_reason(ledger, ctx)
         if reason:
             return dg.SkipReason(reason)
         return dg.RunRequest(tags={"dp_synth/trigger": "schedule"})
@@ -127,13 +132,14 @@ def build_schedule(dataset: str, spec: DatasetSpec, job,
     return _schedule
 
 
-def build_source_sensor(dataset: str, spec: DatasetSpec, target,
-                        names: Names = Names()) -> dg.SensorDefinition:
-    """What the sensor launches, `target`: the dataset's job, or (when it has none) an
-    `AssetSelection` of its materializable assets, which Dagster runs in the location's implicit
-    asset job (no job of its own to resolve and snapshot when the location loads). Cursor:
+def build_source_sensor(ctx: DatasetContext, target) -> dg.SensorDefinition:
+    """The source-change sensor of the dataset of `ctx` (module docstring). What it launches,
+    `target`: the dataset's job, or (when it has none) an `AssetSelection` of its materializable
+    assets, which Dagster runs in the location's implicit asset job (no job of its own to
+    resolve and snapshot when the location loads). Cursor:
     {"version": the opaque version id of the source last synthesized, "requested_at": unix time
     of that request}. Run key: `<dataset>-<version>-<previous requested_at>`."""
+    dataset, spec, names = ctx.dataset, ctx.spec, ctx.names
     aimed = ({"asset_selection": target} if isinstance(target, dg.AssetSelection)
              else {"job": target})
 
@@ -153,7 +159,7 @@ def build_source_sensor(dataset: str, spec: DatasetSpec, target,
             if wait > 0:
                 return dg.SkipReason(f"next resynthesis allowed in {wait:.0f}s (min_interval "
                                      f"{spec.min_interval}); the source is not read before")
-            reason = budget_skip_reason(ledger, dataset, spec)
+            reason = budget_skip_reason(ledger, ctx)
             if reason:
                 return dg.SkipReason(f"the {reason}; the source is not read until a run fits")
         try:

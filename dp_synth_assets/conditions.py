@@ -14,8 +14,8 @@ import dagster as dg
 from dp_synth_assets.resources.ledger import LedgerError, LedgerResource
 
 from .core.budget import DatasetBudget
-from .core.config import DatasetSpec
 from .core.resynthesis import interval_passed
+from .dataset_context import DatasetContext
 
 BUDGET_LABEL = "privacy budget covers one more run"
 SOURCE_LABEL = "source has a new materialization"
@@ -109,11 +109,12 @@ def cron_passed(cron: str) -> dg.AutomationCondition:
             .with_label(cron_label(cron)))
 
 
-def resynthesis_condition(dataset: str, spec: DatasetSpec, first_stage: dg.AssetKey,
+def resynthesis_condition(ctx: DatasetContext, first_stage: dg.AssetKey,
                           ledger: LedgerResource) -> dg.AutomationCondition | None:
-    """The default condition of `dataset`'s first stage (module docstring): the triggers the
-    spec asks for (`on_source_change: resynthesize`, `schedule`), gated; None when it asks for
-    neither."""
+    """The default condition of the first stage of the dataset of `ctx` (module docstring): the
+    triggers its spec asks for (`on_source_change: resynthesize`, `schedule`), gated; None when
+    it asks for neither."""
+    dataset, spec = ctx.dataset, ctx.spec
     triggers = ([source_updated()] if spec.on_source_change == "resynthesize" else []) + (
         [cron_passed(spec.schedule)] if spec.schedule else [])
     if not triggers:
@@ -123,7 +124,7 @@ def resynthesis_condition(dataset: str, spec: DatasetSpec, first_stage: dg.Asset
             & ~dg.AutomationCondition.in_progress()
             & ~dg.AutomationCondition.any_deps_in_progress()
             & MinIntervalPassed(first_stage, spec.min_interval, spec.min_interval_seconds)
-            & BudgetCoversRun(dataset, DatasetBudget.of(spec), ledger)
+            & BudgetCoversRun(dataset, ctx.budget, ledger)
             ).with_label(f"dp-synth resynthesis of {dataset}")
 
 

@@ -9,16 +9,15 @@ message (paths, row counts and hashes, no private value)."""
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Sequence
 
 import dagster as dg
 
 from dp_synth_assets.resources.ledger import LedgerResource
 
-from .budget import DatasetBudget, budget_metadata
-from .core.config import DatasetSpec
+from .budget import budget_metadata
+from .dataset_context import PUBLIC, DatasetContext
 from .naming import Names
-from .pipeline import PUBLIC
 
 STAGE = "budget"
 # A budget changes only when a run spends or the location reloads with another limit: a read a
@@ -42,9 +41,9 @@ def fingerprint(figures: dict) -> str:
     return hashlib.sha256(values.encode()).hexdigest()[:16]
 
 
-def build_budget_sensor(registry: Mapping[str, DatasetSpec],
+def build_budget_sensor(contexts: Sequence[DatasetContext],
                         names: Names) -> dg.SensorDefinition:
-    """The sensor that observes the budget asset of every dataset of `registry` (module
+    """The sensor that observes the budget asset of every dataset of `contexts` (module
     docstring). On by default: a tick only reads the ledger. Cursor: {dataset: `fingerprint`
     of its last observed figures}; a tick observes the datasets whose fingerprint differs."""
 
@@ -56,11 +55,13 @@ def build_budget_sensor(registry: Mapping[str, DatasetSpec],
     @names.bind("ledger")
     def _sensor(context: dg.SensorEvaluationContext, ledger: LedgerResource):
         last = json.loads(context.cursor) if context.cursor else {}
-        summaries = ledger.ledger().summaries(registry)  # raises LedgerError: the tick fails
+        # raises LedgerError: the tick fails
+        summaries = ledger.ledger().summaries([ctx.dataset for ctx in contexts])
         observed, events = {}, []
-        for dataset, spec in registry.items():
-            figures = budget_metadata(summaries[dataset], DatasetBudget.of(spec),
-                                      spec.privacy.epsilon, spec.privacy.delta)
+        for ctx in contexts:
+            dataset, privacy = ctx.dataset, ctx.spec.privacy
+            figures = budget_metadata(summaries[dataset], ctx.budget, privacy.epsilon,
+                                      privacy.delta)
             observed[dataset] = fingerprint(figures)
             if observed[dataset] != last.get(dataset):
                 events.append(dg.AssetObservation(names.key(dataset, STAGE), metadata=figures))

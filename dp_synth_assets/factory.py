@@ -31,6 +31,7 @@ from .automation import build_job, build_schedule, build_source_sensor, resynthe
 from .budget import DatasetBudget
 from .conditions import automation_sensor
 from .current_budget import budget_asset, build_budget_sensor
+from .dataset_context import DatasetContext
 from .io_manager import ObjectStoreIOManager
 from .core.config import DatasetSpec, RegistryError, load_registry, parse_registry
 from .core.source import source_available, source_path
@@ -173,32 +174,33 @@ def dp_synth_definitions(
                  unit_aliases(registry, base, warehouse, warehouse_name).items()},
         entries={name: spec.entry for name, spec in registry.items()},
         head_path=str(Path(ledger_head).resolve()) if ledger_head else None)
-    assets, jobs, schedules, sensors, automated, observed = [], [], [], [], [], {}
+    assets, jobs, schedules, sensors, automated, observed = [], [], [], [], [], []
     for name, spec in registry.items():
         if spec.optional and not source_available(spec, base):
             log.warning(f"dataset {name!r} skipped: its source file "
                         f"{source_path(spec, base)} is absent (it is marked optional: "
                         f"{spec.entry})")
             continue
-        report = [build_utility_report(name, spec, names)] if spec.report is not None else []
-        built = build_dataset_assets(name, spec, names, extra=report)
+        ctx = DatasetContext.of(name, spec, names)  # what every definition of the dataset shares
+        report = [build_utility_report(ctx)] if spec.report is not None else []
+        built = build_dataset_assets(ctx, extra=report)
         if spec.source.asset is not None and automation_condition is None:
-            built, keys = resynthesis_assets(name, spec, built, names, ledger_resource)
+            built, keys = resynthesis_assets(ctx, built, ledger_resource)
             automated += keys
         assets += [*built, budget_asset(name, names)]
-        observed[name] = spec
+        observed.append(ctx)
         materializable = [a for a in built if isinstance(a, dg.AssetsDefinition)]
         job = None
         if dataset_jobs or needs_job(spec):
-            job = build_job(name, spec, names, materializable)
+            job = build_job(ctx, materializable)
             jobs.append(job)
         if spec.source.asset is not None:
             continue  # automated declaratively: the host asset's materialization is the signal
         if spec.schedule:
-            schedules.append(build_schedule(name, spec, job, names))
+            schedules.append(build_schedule(ctx, job))
         if spec.on_source_change == "resynthesize":
             target = job if job is not None else dg.AssetSelection.assets(*materializable)
-            sensors.append(build_source_sensor(name, spec, target, names))
+            sensors.append(build_source_sensor(ctx, target))
     checked = checked_sources(registry)
     if automated or checked:  # the sensor's target checks the source assets at load
         sensors.append(automation_sensor(names.sensor_name("automation"), automated,

@@ -33,18 +33,16 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .artifacts import artifacts, holding
 from .core import stages
-from .core.config import DatasetSpec
 from .core import generate
-from .naming import Names
+from .dataset_context import PUBLIC, DatasetContext
 
-PUBLIC = {"privacy": "public"}
 DESCRIPTION = "The fitted generator ({generator}: pgm, parallel_pgm or gum)."
 
 
-def plan_fit(context, warehouse: WarehouseResource, dataset: str, spec: DatasetSpec,
-             names: Names) -> list[dict]:
+def plan_fit(ctx: DatasetContext, context, warehouse: WarehouseResource) -> list[dict]:
     """The fit's units of work, each `{"engine", "unit", "metadata"}` (module docstring)."""
-    with holding(context, warehouse, dataset, "model:plan_fit", names):
+    dataset, spec = ctx.dataset, ctx.spec
+    with holding(context, warehouse, dataset, "model:plan_fit", ctx.names):
         store = artifacts(warehouse, dataset, context)
         plan = store.plan_for(spec)
         store.require_consistent("measurements")
@@ -71,24 +69,23 @@ def plan_fit(context, warehouse: WarehouseResource, dataset: str, spec: DatasetS
             for unit in fit_plan.units]
 
 
-def fit_unit(context, warehouse: WarehouseResource, dataset: str, spec: DatasetSpec,
-             work: dict) -> dict:
+def fit_unit(ctx: DatasetContext, context, warehouse: WarehouseResource, work: dict) -> dict:
     """One unit of `plan_fit`'s work fitted, with its fit time."""
-    store = artifacts(warehouse, dataset, context)
+    store = artifacts(warehouse, ctx.dataset, context)
     started = time.perf_counter()
-    result = stages.fit_unit(spec, store.plan_for(spec), store.measurements(), work["engine"],
-                             work["unit"], log=context.log.info)
+    result = stages.fit_unit(ctx.spec.model, store.plan_for(ctx.spec), store.measurements(),
+                             work["engine"], work["unit"], log=context.log.info)
     seconds = time.perf_counter() - started
     context.log.info(f"{work['engine']} unit {work['unit']} fitted in {seconds:.1f}s")
     return {**work, "result": result, "seconds": seconds}
 
 
-def save_model(context, warehouse: WarehouseResource, dataset: str, names: Names,
+def save_model(ctx: DatasetContext, context, warehouse: WarehouseResource,
                fitted: list[dict]) -> dict:
     """The units' results assembled and written as `model.npz`; returns the stage's metadata."""
     engine, metadata = fitted[0]["engine"], fitted[0]["metadata"]
-    with holding(context, warehouse, dataset, "model", names):
-        store = artifacts(warehouse, dataset, context)
+    with holding(context, warehouse, ctx.dataset, "model", ctx.names):
+        store = artifacts(warehouse, ctx.dataset, context)
         model = stages.assemble(store.plan(), store.measurements(), engine,
                                 [f["result"] for f in fitted])
         path = store.write_model(model)
@@ -100,19 +97,26 @@ def save_model(context, warehouse: WarehouseResource, dataset: str, names: Names
             "unit_seconds": dg.MetadataValue.json([round(x, 2) for x in seconds])}
 
 
-def fit_model(context, warehouse: WarehouseResource, dataset: str, spec: DatasetSpec,
-              names: Names) -> dg.MaterializeResult:
-    """The whole stage in this process: plan, every unit in turn, save."""
-    units = plan_fit(context, warehouse, dataset, spec, names)
-    fitted = [fit_unit(context, warehouse, dataset, spec, work) for work in units]
-    return dg.MaterializeResult(metadata=save_model(context, warehouse, dataset, names, fitted))
+def fit_model(ctx: DatasetContext, context, warehouse: WarehouseResource,
+              ledger=None) -> dg.MaterializeResult:
+    """The whole stage in this process: plan, every unit in turn, save (the stage function of
+    `model` in the dataset's stage op, pipeline.py; no ledger)."""
+    units = plan_fit(ctx, context, warehouse)
+    fitted = [fit_unit(ctx, context, warehouse, work) for work in units]
+    return dg.MaterializeResult(metadata=save_model(ctx, context, warehouse, fitted))
 
 
-def build_model_asset(dataset: str, spec: DatasetSpec, names: Names = Names()) -> dg.AssetsDefinition:
+def model_spec(ctx: DatasetContext) -> dg.AssetSpec:
+    """The `AssetSpec` of `model` in the dataset's stage op."""
+    return ctx.asset_spec("model", PUBLIC, deps=[ctx.key("measurements")], kinds={"python"},
+                          description=DESCRIPTION.format(generator=ctx.spec.generator))
+
+
+def build_model_asset(ctx: DatasetContext) -> dg.AssetsDefinition:
     """The graph asset `[dataset, "model"]` of a fit whose units run as separate steps,
     downstream of `[dataset, "measurements"]` (keys, resource keys and IO manager key from
-    `names`)."""
-    key = lambda stage: names.key(dataset, stage)  # noqa: E731
+    `ctx.names`)."""
+    dataset, names, key = ctx.dataset, ctx.names, ctx.key
     prefix = names.op_name(dataset, "model")
     # the ledger too: a PostgreSQL ledger holds the dataset's run lock (artifacts.holding)
     warehouse_key = names.resource_keys("warehouse", "ledger")
@@ -122,7 +126,7 @@ def build_model_asset(dataset: str, spec: DatasetSpec, names: Names = Names()) -
            required_resource_keys=warehouse_key)
     @names.bind("warehouse")
     def plan_fit_op(context: dg.OpExecutionContext, warehouse: WarehouseResource):
-        for k, work in enumerate(plan_fit(context, warehouse, dataset, spec, names)):
+        for k, work in enumerate(plan_fit(ctx, context, warehouse)):
             yield dg.DynamicOutput(work, mapping_key=f"unit_{k}")
 
     @dg.op(name=f"{prefix}_fit_unit", out=dg.Out(io_manager_key=names.io_manager),
@@ -130,18 +134,18 @@ def build_model_asset(dataset: str, spec: DatasetSpec, names: Names = Names()) -
     @names.bind("warehouse")
     def fit_unit_op(context: dg.OpExecutionContext, warehouse: WarehouseResource,
                     work: dict) -> dict:
-        return fit_unit(context, warehouse, dataset, spec, work)
+        return fit_unit(ctx, context, warehouse, work)
 
     @dg.op(name=f"{prefix}_save", out=dg.Out(dg.Nothing), required_resource_keys=warehouse_key)
     @names.bind("warehouse")
     def save_op(context: dg.OpExecutionContext, fitted: list[dict],
                 warehouse: WarehouseResource) -> dg.Output:
-        return dg.Output(None, metadata=save_model(context, warehouse, dataset, names, fitted))
+        return dg.Output(None, metadata=save_model(ctx, context, warehouse, fitted))
 
     @dg.graph_asset(key=key("model"), **names.asset_args(dataset, PUBLIC, graph=True), kinds={"python"},
                     ins={"measurements": dg.AssetIn(key=key("measurements"),
                                                     dagster_type=dg.Nothing)},
-                    description=DESCRIPTION.format(generator=spec.generator)
+                    description=DESCRIPTION.format(generator=ctx.spec.generator)
                     + " Its units of work run as steps of Dagster's executor.")
     def model(measurements):
         return save_op(plan_fit_op(measurements).map(fit_unit_op).collect())

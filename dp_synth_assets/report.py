@@ -16,7 +16,7 @@ from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.definitions import build_definitions, environment_paths
 from dp_synth_assets.artifacts import dataset_dir
 from dp_synth_assets.infra.store import is_remote, published_folder
-from dp_synth_assets.pipeline import synthetic_table
+from dp_synth_assets.artifacts import synthetic_table
 
 
 def main(dataset: str) -> int:

@@ -20,7 +20,6 @@ import duckdb
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .budget import PRIVATE_STAGES, DatasetBudget, stages_in_run
-from .core.config import DatasetSpec
 from .infra.store import RunStore, location, probe_write, volume_of
 from .core.sql import bookkeeping, ident, sql
 from .core.volumes import MB, PRIVATE, PUBLIC, WAREHOUSE, estimate, megabytes, shortfalls
@@ -64,11 +63,12 @@ def describe(error: BaseException) -> str:
     return type(error).__name__
 
 
-def planned_rows(spec: DatasetSpec, warehouse: WarehouseResource, dataset: str) -> int | None:
-    """The synthetic rows the run will write, from public facts: the declared `rows:`, or for
-    `rows: same` the noisy row count of the published measurements (None before any)."""
-    if spec.rows != "same":
-        return int(spec.rows)
+def planned_rows(rows: int | str, warehouse: WarehouseResource, dataset: str) -> int | None:
+    """The synthetic rows the run will write, from public facts: the declared `rows:` setting
+    `rows`, or for `rows: same` the noisy row count of the published measurements (None before
+    any)."""
+    if rows != "same":
+        return int(rows)
     try:
         published = RunStore(places(warehouse, dataset)[PUBLIC], dataset)
         return max(int(round(published.measurements().noisy_total)), 0)
@@ -79,7 +79,7 @@ def planned_rows(spec: DatasetSpec, warehouse: WarehouseResource, dataset: str) 
 def probe_warehouse(warehouse: WarehouseResource) -> None:
     """Create and drop a probe table in the warehouse on a writable connection. A warehouse that
     does not exist yet is not created here: the probe file in its folder stands for it, and
-    the stage creates it, or refuses a table source it lacks (`pipeline.source_connection`)."""
+    the stage creates it, or refuses a table source it lacks (`source_access.source_connection`)."""
     if not Path(warehouse.database).exists():
         return
     table = ident(bookkeeping(f"probe_{secrets.token_hex(8)}"))
@@ -98,9 +98,10 @@ def refused(dataset: str, zone: str, where: str, error: BaseException) -> dg.Fai
 
 
 def check_writes(context, warehouse: WarehouseResource, dataset: str, stage: str,
-                 spec: DatasetSpec, budget: DatasetBudget) -> None:
+                 budget: DatasetBudget, rows: int | str, columns: int) -> None:
     """Refuse, before the run's first spending stage takes the dataset and reserves budget, a
-    run whose volumes cannot take its writes (module docstring). Other stages pass."""
+    run whose volumes cannot take its writes (module docstring): `rows` is the dataset's
+    `rows:` setting, `columns` its number of columns. Other stages pass."""
     in_run = stages_in_run(context, dataset)
     private = [s for s in PRIVATE_STAGES if s in in_run]
     if not private or stage != private[0] or budget.reservation(private) <= 0:
@@ -120,7 +121,7 @@ def check_writes(context, warehouse: WarehouseResource, dataset: str, stage: str
             failure = refused(dataset, WAREHOUSE, where[WAREHOUSE], e)
     if failure is not None:
         raise failure  # outside the handler: the write's own text is never chained
-    outputs = estimate(planned_rows(spec, warehouse, dataset), len(spec.columns),
+    outputs = estimate(planned_rows(rows, warehouse, dataset), columns,
                        "synthetic" in in_run)
     volumes = {zone: volume_of(folder) for zone, folder in folders(warehouse, dataset).items()}
     short = shortfalls(outputs.needs, where, volumes)

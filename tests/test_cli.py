@@ -12,7 +12,7 @@ import dagster as dg
 import duckdb
 import pytest
 
-from tests.helpers import REPO, dagster_env, example_entry, make_project
+from tests.helpers import REPO, dagster_env, make_project
 
 BIN = Path(sys.executable).parent
 
@@ -109,35 +109,5 @@ def test_two_runs_started_together_cannot_exceed_the_limit(raced):
     assert summary.reserved_rho == 0
 
 
-def test_parallel_pgm_units_run_as_separate_processes_under_dagster(tmp_path):
-    """`generator: parallel_pgm` with `model.workers: 2`: the dataset's job runs on Dagster's
-    multiprocess executor, and the model's units of work are separate steps, in separate
-    processes (no process pool of ours), whose tables make one model."""
-    # the job runs every step in a process of its own: no utility report, seven columns
-    columns = example_entry()["columns"]
-    project = make_project(tmp_path / "project", rows=2000, generator="parallel_pgm",
-                           model={"iterations": 200, "workers": 2}, report=None, columns={
-                               c: columns[c] for c in ("age", "sex", "race", "education",
-                                                       "occupation", "income", "newsletter")})
-    env = cli_env(tmp_path, project)
-    home = Path(env["DAGSTER_HOME"])
-    done = run([str(BIN / "dagster"), "job", "execute", "-f", str(REPO / "definitions.py"),
-                "-j", "example_synthesis"], env, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
-    with dg.DagsterInstance.from_config(str(home)) as instance:
-        [record] = instance.get_runs()
-        assert record.status == dg.DagsterRunStatus.SUCCESS
-        starts = [e for e in instance.all_logs(record.run_id)
-                  if e.dagster_event and e.dagster_event.event_type_value == "STEP_START"]
-        units = {e.dagster_event.step_key: e.dagster_event.pid for e in starts
-                 if "model_fit_unit" in e.dagster_event.step_key}
-        assert len(units) == 2, units  # two units of maximal cliques, mapped steps
-        assert len(set(units.values())) == 2  # each in its own process
-        model = instance.get_latest_materialization_event(dg.AssetKey(["example", "model"]))
-        metadata = model.asset_materialization.metadata
-        assert metadata["generator"].value == "parallel_pgm" and metadata["units"].value == 2
-    con = duckdb.connect(str(project.warehouse), read_only=True)
-    try:
-        assert con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0] > 0
-    finally:
-        con.close()
+# `generator: parallel_pgm` on Dagster's multiprocess executor, its units in processes of their
+# own: tests/test_objectstore.py (test_a_multiprocess_run_passes_its_units_through_the_bucket)

@@ -3,7 +3,9 @@
 The project has an asset of its own (`analytics/customers`, as a dbt model would) and a
 `DpSynthComponent` instance whose `datasets` are datasets.yaml entries. The factory's run under a
 host's configuration is tested in test_factory.py; here: what the YAML builds, that its entries
-meet the registry's validator, and that `dg` lists and scaffolds the component.
+meet the registry's validator, and that `dg` scaffolds the component and checks its YAML. That `dg`
+lists the component and `dg check defs` refuses a mistyped source asset (and passes the right
+one) is tested from the installed wheel, in tests/test_wheel_component.py.
 """
 
 import json
@@ -210,18 +212,20 @@ def run_dg(project: Path, *args: str, ok: bool = True) -> str:
     return done.stdout if ok else done.stdout + done.stderr
 
 
-def test_dg_lists_the_component(tmp_path):
-    dg_project(tmp_path)
-    listed = json.loads(run_dg(tmp_path, "list", "components", "--json"))
-    items = listed["items"] if isinstance(listed, dict) else listed
-    assert TYPE in {item["key"] for item in items}
+@pytest.fixture(scope="module")
+def scaffolded(tmp_path_factory) -> tuple[DefsFolderSandbox, Path, str]:
+    """A dg project where `dg scaffold defs` made the component instance `my_synth`: the sandbox,
+    the project's folder and the defs.yaml the command wrote (read before any test edits it)."""
+    root = tmp_path_factory.mktemp("scaffolded")
+    sandbox = dg_project(root)
+    run_dg(root, "scaffold", "defs", TYPE, "my_synth")
+    return sandbox, root, (sandbox.defs_folder_path / "my_synth" / "defs.yaml").read_text()
 
 
-def test_dg_scaffolds_a_defs_yaml_that_loads_and_whose_example_entry_is_valid(tmp_path):
-    sandbox = dg_project(tmp_path)
-    run_dg(tmp_path, "scaffold", "defs", TYPE, "my_synth")
+def test_dg_scaffolds_a_defs_yaml_that_loads_and_whose_example_entry_is_valid(scaffolded):
+    sandbox, _, text = scaffolded
     folder = sandbox.defs_folder_path / "my_synth"
-    text = (folder / "defs.yaml").read_text()
+    assert (folder / "defs.yaml").read_text() == text  # as `dg scaffold defs` wrote it
     assert text.startswith(f"type: {TYPE}\n")
     with sandbox.build_component_tree() as tree:
         assert isinstance(tree.load_component(folder), DpSynthComponent)
@@ -254,22 +258,6 @@ def test_dg_check_yaml_names_the_line_of_a_wrong_kind(tmp_path):
         assert "'integr' is not one of" in out
 
 
-def test_dg_check_defs_refuses_a_mistyped_source_asset_and_passes_the_right_one(tmp_path):
-    sandbox = dg_project(tmp_path)
-    attributes = {"warehouse": "w.duckdb", "ledger": "l.sqlite", "public_dir": "public",
-                  "datasets": {"customers": customers_entry()}}
-    attributes["datasets"]["customers"]["source"]["asset"] = ["analytics", "customer"]
-    folder = write_instance(sandbox, attributes)
-    out = run_dg(tmp_path, "check", "defs", ok=False)
-    assert "SourceAssetError: dp-synth source assets not found" in out, out
-    assert (f"`attributes.datasets.customers` in {folder / 'defs.yaml'}: `source.asset` "
-            "analytics/customer is not an asset of these definitions; nearest asset keys: "
-            "analytics/customers") in out
-    attributes["datasets"]["customers"]["source"]["asset"] = ["analytics", "customers"]
-    write_instance(sandbox, attributes)
-    assert "All definitions loaded successfully" in run_dg(tmp_path, "check", "defs")
-
-
 def test_the_budget_refusal_names_the_component_entry_to_edit(tmp_path):
     """A run refused by the ledger tells a Component user what to raise where they declared it:
     the key under `attributes.datasets` and the component's defs.yaml, not a datasets.yaml."""
@@ -299,13 +287,11 @@ def test_the_budget_refusal_names_the_component_entry_to_edit(tmp_path):
     assert "datasets.yaml" not in message
 
 
-def test_the_scaffolded_gitignore_lines_keep_every_generated_path_out_of_git(tmp_path):
+def test_the_scaffolded_gitignore_lines_keep_every_generated_path_out_of_git(scaffolded):
     """The lines the scaffolded defs.yaml asks for, in the project's .gitignore, ignore what the
     default paths hold (git itself decides), and nothing of the project's code."""
     git = shutil.which("git") or pytest.skip("no git")
-    sandbox = dg_project(tmp_path)
-    run_dg(tmp_path, "scaffold", "defs", TYPE, "my_synth")
-    text = (sandbox.defs_folder_path / "my_synth" / "defs.yaml").read_text()
+    sandbox, tmp_path, text = scaffolded
     lines = re.findall(r"^  # (/\S+)$", text, flags=re.M)
     assert lines == list(GITIGNORE)
     (tmp_path / ".gitignore").write_text("\n".join(lines) + "\n")

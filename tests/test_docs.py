@@ -36,12 +36,15 @@ def _build(project: Path, site: Path) -> subprocess.CompletedProcess:
 
 
 def _copy_project(tmp_path: Path) -> Path:
-    """What the site is built from (mkdocs.yml, docs/, bench/README.md), copied to change it."""
+    """What the site is built from (mkdocs.yml, docs/, bench/README.md) and the repository
+    folders its pages link into (docs/hooks.py checks those links), copied to change it."""
     project = tmp_path / "project"
     shutil.copytree(ROOT / "docs", project / "docs")
     shutil.copy(ROOT / "mkdocs.yml", project / "mkdocs.yml")
-    (project / "bench").mkdir()
-    shutil.copy(ROOT / "bench" / "README.md", project / "bench" / "README.md")
+    for folder in ("bench", "dp_synth_assets", "tests"):
+        shutil.copytree(ROOT / folder, project / folder,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.duckdb*", "*.sqlite*",
+                                                      ".dagster_home", "data", "public"))
     return project
 
 
@@ -153,30 +156,47 @@ def test_site_builds_strict(tmp_path):
     assert "What each script measures" in (built / "benchmarks" / "index.html").read_text()
 
 
-@pytest.mark.parametrize("plant, named", [("broken link", "no-such-page.md"),
-                                          ("broken anchor", "no-such-section"),
-                                          ("page not in nav", "orphan.md"),
-                                          ("nav entry without page", "gone.md"),
-                                          ("link to a missing repository file",
-                                           "no_such_module.py")])
-def test_strict_build_fails_on(tmp_path, plant, named):
+# each defect planted in one copy of the project, and the text its strict-build warning names
+PLANTS = {"broken link": "'no-such-page.md'", "broken anchor": "'#no-such-section'",
+          "page not in nav": "orphan.md", "nav entry without page": "'gone.md'",
+          "link to a missing repository file": "'../dp_synth_assets/no_such_module.py'"}
+
+
+@pytest.fixture(scope="module")
+def planted_build(tmp_path_factory):
+    """One strict build of a copy of the project with every defect of PLANTS planted: its
+    return code and its WARNING messages (mkdocs's strict mode fails a build with any
+    warning, so a defect that alone makes a warning alone fails the build)."""
+    tmp_path = tmp_path_factory.mktemp("planted")
     project = _copy_project(tmp_path)
     page = project / "docs" / "tests.md"
-    if plant == "broken link":
-        page.write_text(page.read_text() + "\nSee [nowhere](no-such-page.md).\n")
-    elif plant == "broken anchor":
-        page.write_text(page.read_text() + "\nSee [a section](layout.md#no-such-section).\n")
-    elif plant == "link to a missing repository file":
-        page.write_text(page.read_text() + "\nSee [it](../dp_synth_assets/no_such_module.py).\n")
-    elif plant == "page not in nav":
-        (project / "docs" / "orphan.md").write_text("# Orphan\n")
-    else:
-        config = project / "mkdocs.yml"
-        config.write_text(config.read_text().replace("  - Tests: tests.md\n",
-                                                     "  - Tests: tests.md\n  - Gone: gone.md\n"))
+    page.write_text(page.read_text() + "\nSee [nowhere](no-such-page.md).\n"
+                    "\nSee [a section](layout.md#no-such-section).\n"
+                    "\nSee [it](../dp_synth_assets/no_such_module.py).\n")
+    (project / "docs" / "orphan.md").write_text("# Orphan\n")
+    config = project / "mkdocs.yml"
+    config.write_text(config.read_text().replace("  - Tests: tests.md\n",
+                                                 "  - Tests: tests.md\n  - Gone: gone.md\n"))
     result = _build(project, tmp_path / "site")
-    assert result.returncode != 0, f"the strict build accepted a {plant}"
-    assert named in result.stdout + result.stderr, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    # a message runs from its WARNING line to the next line that starts a log record
+    warnings = re.findall(r"^WARNING\b.*?(?=^[A-Z]+\b|\Z)", output, flags=re.M | re.S)
+    return result.returncode, warnings, output
+
+
+def test_the_copied_project_warns_only_about_the_planted_defects(planted_build):
+    """The copy itself builds clean: every warning of the planted build names one plant."""
+    returncode, warnings, output = planted_build
+    assert returncode != 0, output
+    assert len(warnings) == len(PLANTS), output
+    assert all(sum(named in w for named in PLANTS.values()) == 1 for w in warnings), warnings
+
+
+@pytest.mark.parametrize("plant", list(PLANTS))
+def test_strict_build_fails_on(planted_build, plant):
+    returncode, warnings, output = planted_build
+    assert returncode != 0, f"the strict build accepted a {plant}"
+    assert any(PLANTS[plant] in w for w in warnings), output
 
 
 # ---- docstrings are contracts ------------------------------------------------------------------

@@ -261,7 +261,7 @@ def test_a_spark_error_quoting_a_value_stays_in_the_private_log(spark, tmp_path,
 
     from dp_synth_assets.core import stages
     from dp_synth_assets.core.budget import DatasetBudget
-    from dp_synth_assets.pipeline import source_connection
+    from dp_synth_assets.source_access import source_connection
     from dp_synth_assets.private_log import private_errors, private_log_path
     from dp_synth_assets.resources.warehouse import WarehouseResource
 

@@ -12,7 +12,9 @@ host project runs on each (the install matrix of `make test`).
   dagster-duckdb-pandas's DuckDBPandasIOManager) is materialized by the real `dagster` CLI, host
   asset and dp-synth's chain in one run, and every check of dp-synth's passes.
 
-Each venv is about 1 GB (from pip's cache) and built once per module. DP_SYNTH_ENDS_EXTRAS (a
+Each venv is about 1 GB (from pip's cache), built once per module by the test environment's
+pip (current: `make install` upgrades it) run with the venv's interpreter (`pip --python`), and
+not byte-compiled at install (`--no-compile`: Python compiles only what the host's run imports). DP_SYNTH_ENDS_EXTRAS (a
 comma-separated list, empty by default) installs the wheel with those extras at both ends. Each
 end's resolution (seconds, versions) is written to tests/artifacts/install_ends.json.
 """
@@ -21,13 +23,13 @@ import json
 import os
 import shutil
 import time
-import venv
+from importlib.metadata import version
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from tests.wheel_env import REPO, build_wheel, floors, host_env, requirements, run
+from tests.wheel_env import REPO, floors, host_env, pip, requirements, run, shared_wheel
 
 HOST = Path(__file__).resolve().parent / "host_project_io"
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
@@ -52,29 +54,29 @@ with dg.DagsterInstance.get() as instance:
 """
 
 
-def interpreter(version: str) -> Path:
+def interpreter(minor: str) -> Path:
     """The python of that minor version: pyenv's, else one on PATH."""
-    found = sorted(PYENV.glob(f"{version}.*/bin/python{version}"))
+    found = sorted(PYENV.glob(f"{minor}.*/bin/python{minor}"))
     if found:
         return found[-1]
-    on_path = shutil.which(f"python{version}")
+    on_path = shutil.which(f"python{minor}")
     if on_path is None:
-        pytest.skip(f"no Python {version} (pyenv or PATH) for this end of the install matrix")
+        pytest.skip(f"no Python {minor} (pyenv or PATH) for this end of the install matrix")
     return Path(on_path)
 
 
-def fresh_venv(version: str, env_dir: Path) -> Path:
-    """A venv of that Python with the current pip; its python."""
-    run([interpreter(version), "-m", "venv", env_dir], env_dir.parent)
-    python = env_dir / "bin" / "python"
-    run([python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"], env_dir)
-    return python
+def fresh_venv(minor: str, env_dir: Path) -> Path:
+    """An empty venv of that Python (the current pip installs into it: `pip --python`); its
+    python."""
+    run([interpreter(minor), "-m", "venv", "--without-pip", env_dir], env_dir.parent)
+    return env_dir / "bin" / "python"
 
 
 def pip_install(python: Path, args: list, record: dict) -> str:
-    """pip install `args` in one resolution; its output. Notes the seconds it took."""
+    """pip install `args` in one resolution, nothing byte-compiled; its output. Notes the
+    seconds it took."""
     started = time.monotonic()
-    done = run([python, "-m", "pip", "install", *args], python.parents[1], timeout=1800)
+    done = run(pip(python, "install", "--no-compile", *args), python.parents[1], timeout=1800)
     record["seconds"] = round(time.monotonic() - started, 1)
     return done.stdout + done.stderr
 
@@ -96,7 +98,7 @@ def installed_versions(python: Path, names) -> dict[str, str]:
 
 def unmet(python: Path) -> str:
     """pip's own check of the venv: every installed distribution's requirements are met."""
-    done = run([python, "-m", "pip", "check"], python.parents[1])
+    done = run(pip(python, "check"), python.parents[1])
     return done.stdout.strip()
 
 
@@ -114,7 +116,7 @@ def wheel_spec(wheel: Path) -> str:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
+    return shared_wheel(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +124,8 @@ def newest(wheel, tmp_path_factory) -> tuple[Path, str, dict]:
     python = fresh_venv("3.13", tmp_path_factory.mktemp("newest") / "venv")
     # the host libraries alone, resolved first (a dry run): what pip does without the wheel
     alone: dict = {}
-    record: dict = {"python": "3.13", "extras": list(EXTRAS), "host_libraries_alone": alone}
+    record: dict = {"python": "3.13", "pip": version("pip"), "extras": list(EXTRAS),
+                    "host_libraries_alone": alone}
     alone_output = pip_install(python, ["--dry-run", *HOST_LIBRARIES], alone)
     alone["backtracked_on"] = sorted(backtracked_on(alone_output))
     output = pip_install(python, [*HOST_LIBRARIES, wheel_spec(wheel)], record)
@@ -143,7 +146,8 @@ def lowest(wheel, tmp_path_factory) -> tuple[Path, dict, dict]:
     duckdb_pandas = f"dagster-duckdb-pandas==0.{int(minor) + 16}.{patch[0]}"
     constraints = workdir / "constraints.txt"
     constraints.write_text("".join(f"{name}=={floor}\n" for name, floor in bounds.items()))
-    record: dict = {"python": "3.11", "extras": list(EXTRAS), "constraints": bounds}
+    record: dict = {"python": "3.11", "pip": version("pip"), "extras": list(EXTRAS),
+                    "constraints": bounds}
     pip_install(python, ["--constraint", constraints, wheel_spec(wheel), duckdb_pandas], record)
     record["versions"] = installed_versions(python, [*bounds, "dagster-duckdb-pandas"])
     write_record("lowest", record)

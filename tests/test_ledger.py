@@ -427,21 +427,42 @@ def test_stale_by_inactivity_releases_the_remainder_and_keeps_charges(ledger):
     assert ledger.release_stale(now=later) == []
 
 
+class HandClock:
+    """A ledger clock that moves only when the test says (`advance`), from the real time now."""
+
+    def __init__(self):
+        self.now = datetime.now(timezone.utc)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
 def test_a_charge_counts_as_activity(tmp_path):
-    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", stale_after_seconds=1.0)
+    clock = HandClock()
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", stale_after_seconds=1.0, clock=clock)
     ledger.reserve("adult", "r1", 0.5, 1.0)
-    time.sleep(0.6)
+    clock.advance(0.6)
     ledger.charge("adult", "r1", "measure", spend(0.125))
     charged_at = datetime.fromisoformat(ledger.events()[-1]["ts"])
+    assert charged_at == clock.now  # rows are stamped by the ledger's clock
     # the reservation is over 1 s old, its last charge is not
     assert ledger.release_stale(now=charged_at + timedelta(seconds=0.7)) == []
+    clock.advance(0.7)
+    assert ledger.release_stale() == []
     assert ledger.release_stale(now=charged_at + timedelta(seconds=1.5)) == ["r1"]
 
 
 def test_tiny_stale_after_lets_a_new_run_reserve(tmp_path):
-    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", stale_after_seconds=0.05)
+    clock = HandClock()
+    ledger = PrivacyLedger(tmp_path / "ledger.sqlite", stale_after_seconds=0.05, clock=clock)
     ledger.reserve("adult", "r1", 0.75, 1.0)
-    time.sleep(0.1)
+    clock.advance(0.04)
+    with pytest.raises(BudgetExceeded):  # r1 is not stale yet
+        ledger.reserve("adult", "r2", 0.75, 1.0)
+    clock.advance(0.06)
     ledger.reserve("adult", "r2", 0.75, 1.0)
     assert [(e["run_id"], e["kind"]) for e in ledger.events()] == [
         ("r1", "reserve"), ("r1", "release"), ("r2", "reserve")]

@@ -319,10 +319,11 @@ def test_a_dagster_run_of_the_example_spends_into_postgres(pg_server, pg_schema,
     instance = dg.DagsterInstance.ephemeral()
     stages = ("preprocessed", "marginals", "selection", "measurements", "model", "synthetic")
 
-    def run():
+    def run():  # the stages, without the checks of `synthetic` (they spend nothing)
         return dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
                               instance=instance, raise_on_error=False,
-                              selection=[dg.AssetKey(["example", s]) for s in stages])
+                              selection=dg.AssetSelection.assets(
+                                  *(dg.AssetKey(["example", s]) for s in stages)).without_checks())
 
     first = run()
     assert first.success

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 
 import dagster as dg
@@ -130,8 +131,9 @@ def test_a_release_locked_out_on_the_failure_path_is_logged_and_freed_by_the_nex
                                                    "limit": {"epsilon": 10.0, "delta": 1e-8}},
         "columns": {"a": {"kind": "integer", "bounds": [0, 9]}, "b": {"kind": "boolean"}}}}})["d"]
     budget = DatasetBudget.of(spec)
+    now = [datetime.now(timezone.utc)]  # the ledger's clock, moved by hand below
     ledger = fresh_ledger(tmp_path, lock_timeout_seconds=1.0, lock_report_seconds=0.5,
-                          stale_after_seconds=2.0)
+                          stale_after_seconds=2.0, clock=lambda: now[0])
     errors = []
     context = SimpleNamespace(
         run=SimpleNamespace(asset_selection=None), run_id="run-1",
@@ -146,8 +148,12 @@ def test_a_release_locked_out_on_the_failure_path_is_logged_and_freed_by_the_nex
     assert len(errors) == 1 and "run-1" in errors[0] and "stale" in errors[0], errors
     holders[0].stop()
     assert ledger.summary("d").reserved_rho == pytest.approx(budget.run_rho)  # still open
-    time.sleep(2.2)
-    ledger.reserve("d", "run-2", budget.run_rho, budget.limit_rho)  # frees run-1 as stale
+    now[0] += timedelta(seconds=1.9)
+    ledger.reserve("d", "run-2", budget.run_rho, budget.limit_rho)  # run-1 is not yet stale
+    assert ledger.summary("d").reserved_rho == pytest.approx(2 * budget.run_rho)
+    ledger.release("d", "run-2")
+    now[0] += timedelta(seconds=0.3)
+    ledger.reserve("d", "run-3", budget.run_rho, budget.limit_rho)  # frees run-1 as stale
     released = [e for e in ledger.events() if e["kind"] == "release" and e["run_id"] == "run-1"]
     assert len(released) == 1 and released[0]["parameters"]["reason"].startswith("stale")
     assert ledger.summary("d").spent_rho == 0

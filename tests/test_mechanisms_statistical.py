@@ -26,7 +26,7 @@ from helpers import ChargeRecorder
 # ------------------------------------------------------------------------- exponential mechanism
 
 EM_ALPHA = 1e-6 / 2  # per configuration below
-EM_DRAWS = 2000
+EM_DRAWS = 1200  # power >= 1 - 1e-6 against both wrong scales (asserted below) needs 1000
 # (scores, rho, sensitivity): near-ties (equal and 0.05 scale apart) and one clear winner
 EM_CASES = [
     (np.array([0.0, 0.25, 1.0, 1.0, 1.05, 2.0]), 0.5, 1.0),           # scale 1
@@ -74,11 +74,15 @@ def test_exponential_mechanism_picks_with_probability_exp_epsilon_q_over_two_del
 # ------------------------------------------------------------------------------ PrivTree
 
 PRIVTREE_RHO = 0.5
-PRIVTREE_RUNS = 1500  # OpenDP's exact Laplace sampler: ~0.2-0.4 ms a draw
 LEAF_CELLS = 64   # the tree over 2^6 cells, depth up to 6
 MASS = 400        # in the node's sibling: every ancestor splits (P[not] < 1e-25)
-# (count, depth) of the node [0, 64 / 2^depth): above, near and at the clamp theta - delta
-PRIVTREE_NODES = [(0, 0), (3, 2), (10, 3), (1, 3)]
+# (count, depth) of the node [0, 64 / 2^depth): above, near and at the clamp theta - delta, and
+# the trees built for each. OpenDP's exact Laplace sampler takes ~0.2-0.4 ms a draw and a tree
+# 2-12 draws, so each node gets the fewest trees with which the wrong models it must catch are
+# caught with power >= 1 - alpha (the band in the test; least trees: (3, 2) "scale / 2" 150,
+# "no depth term" 90; (10, 3) "scale 2x" 70, "scale / 2" 250; (1, 3) "no clamp" 520),
+# rounded up; the root (0, 0) splits with probability 1/2 under every model.
+PRIVTREE_NODES = {(0, 0): 300, (3, 2): 200, (10, 3): 300, (1, 3): 650}
 PRIVTREE_ALPHA = 1e-6 / len(PRIVTREE_NODES)
 
 
@@ -139,7 +143,7 @@ def test_privtree_node_splits_with_probability_laplace_exceeds_theta_minus_biase
         privtree_noise):
     """For each (count, depth): the node [0, 64 / 2^depth) holds `count` rows (in its first cell)
     and its sibling MASS rows, so every ancestor splits; the tree stops one level below the
-    node (max_depth = depth + 1) to keep runs short; over PRIVTREE_RUNS trees built by
+    node (max_depth = depth + 1) to keep runs short; over the node's PRIVTREE_NODES trees built by
     `privtree_split_decisions` with the Laplace measurement `privtree_edges` uses, the node's
     split frequency matches P[Laplace(lambda) > theta - b] (binomial, two-sided, Bonferroni).
     The acceptance intervals exclude, with margin, what a 2x noise scale, a biased count without
@@ -154,21 +158,21 @@ def test_privtree_node_splits_with_probability_laplace_exceeds_theta_minus_biase
     }
     z = stats.norm.isf(PRIVTREE_ALPHA / 2)
     caught = {name: False for name in wrong_models}
-    for count, depth in PRIVTREE_NODES:
+    for (count, depth), runs in PRIVTREE_NODES.items():
         width = LEAF_CELLS >> depth
         cells = np.zeros(LEAF_CELLS, dtype=np.int64)
         cells[0] = count
         if depth:
             cells[width] = MASS
         reached = split = 0
-        for _ in range(PRIVTREE_RUNS):
+        for _ in range(runs):
             leaves = pp.privtree_split_decisions(cells, scale, pp.PRIVTREE_THETA, None, depth + 1,
                                                  noise)
             first_leaf = leaves[0]
             if first_leaf.stop <= width:
                 reached += 1
                 split += first_leaf.stop < width
-        assert reached == PRIVTREE_RUNS
+        assert reached == runs
         p = split_probability(count, depth, scale)
         low, high = stats.binomtest(split, reached).proportion_ci(1 - PRIVTREE_ALPHA, "exact")
         assert low <= p <= high, (count, depth, split / reached, p)

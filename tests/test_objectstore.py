@@ -391,11 +391,15 @@ def test_racing_runs_take_the_lock_once(s3):
 
 @pytest.mark.e2e
 def test_a_multiprocess_run_passes_its_units_through_the_bucket(s3, tmp_path):
-    """The Dagster CLI runs the dataset's job on the multiprocess executor (parallel_pgm, two
-    units): every step in a process of its own, the units' pickles passed between them through
-    the public bucket, the set published there; nothing of either zone on the local disk."""
+    """The Dagster CLI runs the dataset's job (`generator: parallel_pgm`, `model.workers: 2`)
+    on Dagster's multiprocess executor: the model's units of work are separate steps, in
+    separate processes (no process pool of ours), whose tables make one model; the units'
+    pickles pass between them through the public bucket, the set is published there; nothing of
+    either zone on the local disk."""
     import subprocess
     import sys
+
+    import duckdb
 
     from tests.helpers import REPO, dagster_env, example_entry
 
@@ -414,10 +418,20 @@ def test_a_multiprocess_run_passes_its_units_through_the_bucket(s3, tmp_path):
     with dg.DagsterInstance.from_config(str(tmp_path / "dagster_home")) as instance:
         [record] = instance.get_runs()
         assert record.status == dg.DagsterRunStatus.SUCCESS
-        pids = {e.dagster_event.pid for e in instance.all_logs(record.run_id)
-                if e.dagster_event and e.dagster_event.event_type_value == "STEP_START"
-                and "model_fit_unit" in e.dagster_event.step_key}
-        assert len(pids) == 2
+        units = {e.dagster_event.step_key: e.dagster_event.pid
+                 for e in instance.all_logs(record.run_id)
+                 if e.dagster_event and e.dagster_event.event_type_value == "STEP_START"
+                 and "model_fit_unit" in e.dagster_event.step_key}
+        assert len(units) == 2, units  # two units of maximal cliques, mapped steps
+        assert len(set(units.values())) == 2  # each in its own process
+        model = instance.get_latest_materialization_event(dg.AssetKey(["example", "model"]))
+        metadata = model.asset_materialization.metadata
+        assert metadata["generator"].value == "parallel_pgm" and metadata["units"].value == 2
+    con = duckdb.connect(str(project.warehouse), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM synthetic.example").fetchone()[0] > 0
+    finally:
+        con.close()
     assert s3.cat_file("dp-public/cli/example/current").decode() == record.run_id
     pickles = [n for n in objects(s3, public) if n.startswith("dp-public/cli/.dp_synth_io/")]
     assert any("fit_unit" in n for n in pickles), pickles

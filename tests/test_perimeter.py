@@ -29,7 +29,7 @@ from dagster._serdes import serialize_value
 from dp_synth_assets.core import change
 from dp_synth_assets.infra import private_files
 from dp_synth_assets.core.config import load_registry
-from dp_synth_assets.pipeline import change_state_path, secret_path, source_version
+from dp_synth_assets.source_access import change_state_path, secret_path, source_version
 from dp_synth_assets.resources.ledger import PrivacyLedger
 from tests.helpers import make_project, without_random_ids
 
@@ -72,7 +72,7 @@ def test_the_secret_comes_from_the_environment_when_a_secret_store_sets_it(tmp_p
     """A container run has no secret file to keep: DP_SYNTH_CHANGE_SECRET (64 hex digits)
     keys the MAC, and no file is written; a malformed value is refused, naming the variable and
     never quoting it."""
-    from dp_synth_assets.pipeline import change_secret
+    from dp_synth_assets.source_access import change_secret
 
     project = make_project(tmp_path, rows=50)
     warehouse = project.defs_fn().resources["warehouse"]
@@ -96,7 +96,7 @@ def test_mac_is_hmac_sha256_keyed_by_the_installation_secret(tmp_path, monkeypat
     """The MAC is HMAC-SHA256 (RFC 4231's test case 2, a published vector), and the source's
     fingerprint depends on the installation's secret: the same table under two secrets gives
     two MACs, under one secret one MAC, and never an unkeyed digest of its summary."""
-    from dp_synth_assets.pipeline import fingerprint
+    from dp_synth_assets.source_access import fingerprint
 
     assert change.change_mac(b"Jefe", "what do ya want for nothing?") == (
         "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from dp_synth_assets.core.config import SelectionSettings
-from dp_synth_assets.core.generate import pgm
+from dp_synth_assets.core.generate import mirror, pgm
 from dp_synth_assets.core.select import METHODS, Budget, Selection, ppsyn, select
 from tests.helpers import (ChargeRecorder, counting_oracle, method_budget,
                            needs_extra, without_extra)
@@ -296,13 +296,32 @@ def test_one_way_candidates_when_no_workload_marginal_fits_the_model_size():
     assert charges.rho == pytest.approx(budget.total, rel=1e-9)
 
 
-@needs_extra("jax")
-def test_model_marginals_match_mbi_projection(run):
+def test_refits_take_the_pgm_engine_s_estimator_and_warm_start_only_from_its_own_model(run):
+    """A 6-column selection makes a junction tree of a few hundred cells: the pgm engine's
+    choice (`pgm.estimator`) is the numpy fit whether or not the `jax` extra is installed, so no
+    round compiles a JAX program; each refit's state warm-starts the next numpy one."""
     _, _, _, selection = run
     measurements = list(selection.one_way) + list(selection.measured)
-    model = pgm.fit(DOMAIN, measurements, 4000.0, 50)
+    assert pgm.estimator(DOMAIN, measurements, None) == "numpy"
+    state, marginals = ppsyn.refit(DOMAIN, measurements, 4000.0)
+    assert isinstance(state, mirror.FitState)
+    again, _ = ppsyn.refit(DOMAIN, measurements, 4000.0, warm=state)
+    assert isinstance(again, mirror.FitState) and set(again.theta) == set(state.theta)
+    ab = marginals([("a", "b")])[("a", "b")]
+    assert ab.shape == (4, 5) and ab.sum() == pytest.approx(4000.0, rel=1e-6)
+
+
+@needs_extra("jax")
+def test_model_marginals_match_mbi_projection(run):
+    """The mbi refit (`estimator="mbi"`, started cold from a numpy model it cannot use): its
+    marginals computed in numpy are mbi's own projections."""
+    _, _, _, selection = run
+    measurements = list(selection.one_way) + list(selection.measured)
+    numpy_state, _ = ppsyn.refit(DOMAIN, measurements, 4000.0)
+    model, marginals = ppsyn.refit(DOMAIN, measurements, 4000.0, warm=numpy_state,
+                                   estimator="mbi")
     cliques = [("a", "b", "c"), ("a", "f"), ("b", "d", "e"), ("e",)]
-    ours = pgm.model_marginals(model, cliques)
+    ours = marginals(cliques)
     for c in cliques:
         theirs = np.asarray(model.project(c).datavector(flatten=False), dtype=np.float64)
         assert ours[c].shape == theirs.shape

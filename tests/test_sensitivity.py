@@ -523,14 +523,11 @@ def ppsyn_first_round(table: dict, one_way, monkeypatch) -> dict:
     the partition's interval counts (Gaussian). The public inputs are held fixed: the 1-way
     measurements, the model's estimates, the exponential mechanism's pick and the noisy
     contribution (so the partition is the same on both tables)."""
-    from dp_synth_assets.core.generate import pgm
-
     captured = {}
     oracle = counting_oracle(table, DOMAIN)
     monkeypatch.setattr(ppsyn, "measure_one_way",
                         lambda domain, orc, rho, charge: (one_way, orc([(a,) for a in DOMAIN])))
-    monkeypatch.setattr(pgm, "fit", lambda *a, **k: "model")
-    monkeypatch.setattr(ppsyn, "model_marginals", lambda model, cliques: fixed_estimates(cliques))
+    monkeypatch.setattr(ppsyn, "refit", lambda *a, **k: ("model", fixed_estimates))
     real_em, real_scores, real_counts = (privacy.exponential_mechanism, privacy.gaussian_scores,
                                          privacy.gaussian_counts)
 

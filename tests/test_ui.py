@@ -1,16 +1,17 @@
 """The Dagster UI in a real browser (headless Chromium driven by Selenium).
 
-A module-scoped `dagster-webserver -f definitions.py` serves a throwaway project (the bundled
-example, 3000 rows); the example group's whole pipeline and its checks are materialized through
+One module-scoped `dagster-webserver` serves two code locations (a workspace file): a throwaway
+project (`example`: the repository's definitions.py on the bundled example, 3000 rows) and a host
+project (`host`, below). The example group's whole pipeline and its checks are materialized through
 the webserver's GraphQL API (the instance's DefaultRunCoordinator launches the run from the
 webserver, no daemon needed); then the browser checks what a person would see: the lineage graph
 of group `dp_synth` (dp-synth's default group) with its edges, the checks of `synthetic` passed, the public fidelity figures
 on `synthetic` (numbers Dagster charts over runs), and the owner-only utility report showing only
 where its files are (no figures, no plots: the event log is public).
 
-A second webserver serves a host project (a copy of tests/host_project/: the host's own asset
-`raw_customers` writing a DuckDB table, dp-synth added with the factory under `privacy/`) after
-two syntheses from the CLI, and the browser sees the lineage from the host's asset through every
+The host location is a copy of tests/host_project/ (the host's own asset `raw_customers` writing
+a DuckDB table, dp-synth added with the factory under `privacy/`), served after two syntheses from
+the CLI on the same instance, and the browser sees the lineage from the host's asset through every
 dp-synth stage, and the charts Dagster draws over those runs from the numbers dp-synth publishes:
 the budget on `synthetic` (its metadata plots), the current budget on `budget` (observed by the
 budget sensor, ticked as the daemon ticks it, before and after the limit is raised and the code
@@ -87,6 +88,7 @@ SERVER_TIMEOUT = 180
 RUN_TIMEOUT = 600
 QUEUED_TIMEOUT = 90
 UI_TIMEOUT = 90
+EXAMPLE_LOCATION, HOST_LOCATION = LOCATIONS = ("example", "host")
 
 # DefaultRunCoordinator: the webserver launches runs itself (DefaultRunLauncher, a subprocess of
 # the code server); the default QueuedRunCoordinator would leave them QUEUED without a daemon
@@ -170,7 +172,8 @@ def free_port() -> int:
 
 
 class Server:
-    """The webserver process and a minimal GraphQL client for it."""
+    """The webserver process and a minimal GraphQL client for it. `location` and `repository`
+    name the example's code location."""
 
     def __init__(self, url: str, proc: subprocess.Popen, log: Path):
         self.url, self.proc, self.log = url, proc, log
@@ -197,7 +200,8 @@ class Server:
         return body["data"]
 
     def wait_until_loaded(self, timeout: float) -> None:
-        """Until the GraphQL endpoint answers and the code location has loaded."""
+        """Until the GraphQL endpoint answers and every code location of the workspace has
+        loaded."""
         deadline, last = time.monotonic() + timeout, "no answer yet"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -209,18 +213,21 @@ class Server:
                 last = repr(e)
             else:
                 entries = workspace.get("locationEntries") or []
-                if entries and entries[0]["loadStatus"] == "LOADED":
-                    location = entries[0]["locationOrLoadError"]
-                    if location["__typename"] != "RepositoryLocation":
-                        pytest.fail("the code location failed to load:\n"
-                                    + (location or {}).get("message", json.dumps(location))
-                                    + "".join((location or {}).get("stack") or [])[-3000:])
-                    self.location = entries[0]["name"]
-                    self.repository = location["repositories"][0]["name"]
+                if {e["name"] for e in entries} == set(LOCATIONS) and all(
+                        e["loadStatus"] == "LOADED" for e in entries):
+                    for entry in entries:
+                        location = entry["locationOrLoadError"]
+                        if location["__typename"] != "RepositoryLocation":
+                            pytest.fail(f"the code location {entry['name']} failed to load:\n"
+                                        + (location or {}).get("message", json.dumps(location))
+                                        + "".join((location or {}).get("stack") or [])[-3000:])
+                        if entry["name"] == EXAMPLE_LOCATION:
+                            self.location = entry["name"]
+                            self.repository = location["repositories"][0]["name"]
                     return
                 last = json.dumps(workspace)[:500]
             time.sleep(1)
-        pytest.fail(f"dagster-webserver did not serve a loaded code location within {timeout}s "
+        pytest.fail(f"dagster-webserver did not serve loaded code locations within {timeout}s "
                     f"(last: {last}):\n{self.log_tail()}")
 
     def group_nodes(self) -> list[SimpleNamespace]:
@@ -261,12 +268,13 @@ def stop(proc: subprocess.Popen) -> None:
             pass
 
 
-def serve(definitions: Path, cwd: Path, env: dict, log: Path):
-    """A dagster-webserver on `definitions`, loaded, as a Server (a generator: stopped after)."""
+def serve(workspace: Path, cwd: Path, env: dict, log: Path):
+    """A dagster-webserver on the `workspace` file, loaded, as a Server (a generator: stopped
+    after)."""
     port = free_port()
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [str(BIN / "dagster-webserver"), "-f", str(definitions),
+            [str(BIN / "dagster-webserver"), "-w", str(workspace),
              "-h", "127.0.0.1", "-p", str(port)],
             cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)     # its own process group, killed whole at teardown
@@ -280,34 +288,48 @@ def serve(definitions: Path, cwd: Path, env: dict, log: Path):
         stop(proc)
 
 
+def workspace_file(path: Path, locations: dict[str, Path]) -> Path:
+    """A workspace file loading each name -> definitions file as a code location of that name,
+    run from the file's folder."""
+    path.write_text(yaml.safe_dump({"load_from": [
+        {"python_file": {"relative_path": str(definitions), "attribute": "defs",
+                         "working_directory": str(definitions.parent), "location_name": name}}
+        for name, definitions in locations.items()]}, sort_keys=False))
+    return path
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    """One webserver, one instance, two code locations: the example project (its DP_SYNTH_*
+    paths in the webserver's environment) and the host project (a copy) after two runs of
+    `dagster asset materialize --select raw_customers*` (the host's asset and dp-synth's
+    stages; its limit covers two runs) and two observations of its budget."""
     root = tmp_path_factory.mktemp("ui")
     project = make_project(root / "project", rows=3000)
-    env = dagster_env(project, root / "dagster_home", DAGSTER_YAML)
-    yield from serve(REPO / "definitions.py", REPO, env, root / "webserver.log")
+    home = root / "dagster_home"
+    env = dagster_env(project, home, DAGSTER_YAML)
 
-
-@pytest.fixture(scope="module")
-def host_server(tmp_path_factory):
-    """The host project (a copy) after two runs of `dagster asset materialize --select
-    raw_customers*` (the host's asset and dp-synth's stages; its limit covers two runs), served."""
-    root = tmp_path_factory.mktemp("ui_host")
     host = root / "host"
     shutil.copytree(HOST_PROJECT, host, ignore=shutil.ignore_patterns("__pycache__"))
-    home = root / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text(DAGSTER_YAML)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DP_SYNTH_")}
-    env.update(DAGSTER_HOME=str(home), JAX_ENABLE_COMPILATION_CACHE="false")
+    # the host's commands see none of the example's DP_SYNTH_* settings
+    host_env = {k: v for k, v in env.items() if not k.startswith("DP_SYNTH_")}
     for _ in range(2):
         done = subprocess.run(
             [str(BIN / "dagster"), "asset", "materialize", "-f", "definitions.py",
-             "--select", "raw_customers*"], cwd=host, env=env, capture_output=True, text=True,
-            timeout=RUN_TIMEOUT)
+             "--select", "raw_customers*"], cwd=host, env=host_env, capture_output=True,
+            text=True, timeout=RUN_TIMEOUT)
         assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
     observe_budget(host, home)
-    yield from serve(host / "definitions.py", host, env, root / "webserver.log")
+
+    workspace = workspace_file(root / "workspace.yaml", {
+        EXAMPLE_LOCATION: REPO / "definitions.py", HOST_LOCATION: host / "definitions.py"})
+    yield from serve(workspace, REPO, env, root / "webserver.log")
+
+
+@pytest.fixture(scope="module")
+def host_server(server):
+    """The same webserver: the host's pages are found by their asset keys (`privacy/...`)."""
+    return server
 
 
 def observe_budget(host: Path, home: Path) -> None:
@@ -509,7 +531,9 @@ def test_lineage_graph_and_checks_of_synthetic(server, materialized, browser):
             and n.path[-1] in shown}
     assert set(itertools.pairwise(LINEAGE)) <= deps, f"the pipeline's dependencies: {sorted(deps)}"
 
-    browser.get(f"{server.url}/asset-groups/{GROUP}")
+    # the group's page in the example's code location (the workspace has two)
+    location = f"{server.repository}@{server.location}"
+    browser.get(f"{server.url}/locations/{location}/asset-groups/{GROUP}")
     wait_for(browser, graph_drawn(shown, deps),
              f"the asset graph of group {GROUP!r}: nodes {sorted(shown)} and their edges")
     screenshot(browser, "ui.png")

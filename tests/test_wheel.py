@@ -25,49 +25,12 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from tests.wheel_env import DAGSTER, DEPS, REPO, build_wheel, host_env, install, run
+from tests.wheel_env import DAGSTER, DEPS, REPO, host_env, run, shared_install, shared_wheel
 
 HOST = Path(__file__).resolve().parent / "host_project"
 STAGES = ["preprocessed", "marginals", "selection", "measurements", "model", "synthetic"]
 SOURCE, BUDGET = "source has a new materialization", "privacy budget covers one more run"
 INTERVAL = "min_interval 1h passed since the last synthesis"
-
-# what the installed package and the merged definitions are, from the host's point of view
-PROBE_DEFINITIONS = """
-import importlib.util, json, dagster as dg, dp_synth_assets
-import dp_synth_assets.resources.ledger as ledger
-from importlib.resources import files
-from definitions import defs
-graph = defs.resolve_asset_graph()
-first = dg.AssetKey(['privacy', 'customers', 'preprocessed'])
-print(json.dumps({
-    "package": dp_synth_assets.__file__, "ledger": ledger.__file__,
-    "templates": len(list((files('dp_synth_assets') / 'sql').glob('*.sql'))),
-    "top_level_resources": importlib.util.find_spec('resources') is not None,
-    "dagster": dg.__version__,
-    "parents": sorted(k.to_user_string() for k in graph.get(first).parent_keys),
-    "source_asset": dg.AssetKey(['privacy', 'customers', 'source']) in graph.get_all_asset_keys(),
-    "executor": defs.executor.name,
-    "resources": {k: type(v).__name__ for k, v in defs.resources.items()},
-}))
-"""
-
-# the synthetic table's latest materialization and its run's check evaluations, on the instance
-PROBE_METADATA = """
-import json, dagster as dg
-from dagster._core.events import DagsterEventType
-key = dg.AssetKey(['privacy', 'customers', 'synthetic'])
-with dg.DagsterInstance.get() as instance:
-    event = instance.get_latest_materialization_event(key)
-    checks = instance.all_logs(event.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
-    print(json.dumps({
-        "metadata": {k: str(v.value) for k, v in event.asset_materialization.metadata.items()},
-        "checks": {c.dagster_event.event_specific_data.check_name:
-                   [k for k, v in c.dagster_event.event_specific_data.metadata.items()
-                    if isinstance(v.value, (int, float))] for c in checks},
-    }))
-"""
-
 
 DAGSTER_RANGE = """
 from importlib.metadata import requires
@@ -83,12 +46,12 @@ def dagster_range(python: Path) -> str:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    return build_wheel(tmp_path_factory.mktemp("wheel"))
+    return shared_wheel(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
-def installed(wheel, tmp_path_factory) -> Path:
-    return install(wheel, tmp_path_factory.mktemp("venv"))
+def installed(tmp_path_factory) -> Path:
+    return shared_install(tmp_path_factory)
 
 
 def test_the_source_tree_links_resources_and_sql_into_the_package():
@@ -133,10 +96,33 @@ def test_a_host_project_synthesizes_and_automation_resynthesizes_from_the_instal
     env = host_env(tmp_path / "dagster_home")
     venv_dir = installed.parents[1]
 
+    # one command: the host's asset and every dp-synth stage downstream of it
+    dagster = [installed, "-m", "dagster", "asset", "materialize", "-f", "definitions.py"]
+    done = run([*dagster, "--select", "raw_customers*"], host, env)
+    assert "RUN_SUCCESS" in done.stdout + done.stderr
+
+    # the synthetic table that run wrote: the declared columns and kinds, some rows
+    declared = yaml.safe_load((HOST / "datasets.yaml").read_text())["datasets"]["customers"]
+    con = duckdb.connect(str(host / "warehouse.duckdb"), read_only=True)
+    try:
+        described = con.execute("DESCRIBE synthetic.customers").fetchall()
+        rows = con.execute("SELECT count(*) FROM synthetic.customers").fetchone()[0]
+    finally:
+        con.close()
+    assert [(name, kind) for name, kind, *_ in described] == [
+        ("age", "BIGINT"), ("plan", "VARCHAR"), ("active", "BOOLEAN")]
+    assert [name for name, *_ in described] == list(declared["columns"])
+    assert rows > 0
+
+    run([installed, "-m", "dp_synth_assets.resources.ledger", "--help"], host, env)
+    # one process of the venv's python reads the definitions, the first synthesis on the
+    # instance, then drives the automation's ticks (tests/host_project/probe.py)
+    probed = json.loads(run([installed, "probe.py"], host, env).stdout)
+
     # the package comes from the venv, with its templates and resources, and nothing else; the
     # host's asset feeds dp-synth's first stage (no `source` asset of dp-synth's), and the host's
     # executor and resources are the ones it set, beside dp-synth's namespaced ones
-    seen = json.loads(run([installed, "-c", PROBE_DEFINITIONS], host, env).stdout)
+    seen = probed["definitions"]
     assert Path(seen["package"]).is_relative_to(venv_dir)
     assert Path(seen["ledger"]).is_relative_to(venv_dir)
     assert seen["templates"] == len(list((REPO / "sql").glob("*.sql")))
@@ -151,27 +137,9 @@ def test_a_host_project_synthesizes_and_automation_resynthesizes_from_the_instal
                                  "dp_synth_warehouse": "WarehouseResource",
                                  "dp_synth_ledger": "LedgerResource",
                                  "dp_synth_io_manager": "FilesystemIOManager"}
-    run([installed, "-m", "dp_synth_assets.resources.ledger", "--help"], host, env)
-
-    # one command: the host's asset and every dp-synth stage downstream of it
-    dagster = [installed, "-m", "dagster", "asset", "materialize", "-f", "definitions.py"]
-    done = run([*dagster, "--select", "raw_customers*"], host, env)
-    assert "RUN_SUCCESS" in done.stdout + done.stderr
-
-    declared = yaml.safe_load((HOST / "datasets.yaml").read_text())["datasets"]["customers"]
-    con = duckdb.connect(str(host / "warehouse.duckdb"), read_only=True)
-    try:
-        described = con.execute("DESCRIBE synthetic.customers").fetchall()
-        rows = con.execute("SELECT count(*) FROM synthetic.customers").fetchone()[0]
-    finally:
-        con.close()
-    assert [(name, kind) for name, kind, *_ in described] == [
-        ("age", "BIGINT"), ("plan", "VARCHAR"), ("active", "BOOLEAN")]
-    assert [name for name, *_ in described] == list(declared["columns"])
-    assert rows > 0
 
     # the synthetic table's standard metadata and budget figures, and numbers on each check
-    recorded = json.loads(run([installed, "-c", PROBE_METADATA], host, env).stdout)
+    recorded = probed["first_synthesis"]
     metadata = recorded["metadata"]
     assert int(metadata["dagster/row_count"]) == rows
     assert metadata["dagster/table_name"].endswith("synthetic.customers")
@@ -189,7 +157,7 @@ def test_a_host_project_synthesizes_and_automation_resynthesizes_from_the_instal
 
     # automation on the host's instance: the host's change requests the chain, which runs; a
     # second change inside min_interval is held for the interval; after it, for the budget
-    ticks = json.loads(run([installed, "probe_automation.py"], host, env).stdout)
+    ticks = probed["ticks"]
     chain = sorted(f"privacy/customers/{stage}" for stage in STAGES)
     assert ticks["baseline"]["requested"] == []
     assert ticks["changed"]["requested"] == chain and ticks["changed"]["run_success"]

@@ -5,7 +5,8 @@ the definitions the YAML builds (dp-synth's stages downstream of the host's asse
 `dagster asset materialize` of the host's asset and everything downstream runs them under the
 host's default executor (a process per step), reading the Parquet file.
 
-How the wheel is built and installed: tests/wheel_env.py.
+How the wheel is built and installed (once per session, the venv shared with
+tests/test_wheel.py): tests/wheel_env.py.
 """
 
 import json
@@ -16,7 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.wheel_env import build_wheel, host_env, install, run
+from tests.wheel_env import host_env, run, shared_install
 
 HOST = Path(__file__).resolve().parent / "host_project_dg"
 TYPE = "dp_synth_assets.DpSynthComponent"
@@ -26,7 +27,7 @@ STAGES = ["preprocessed", "marginals", "selection", "measurements", "model", "sy
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     pytest.importorskip("dagster_dg_cli", reason="dagster-dg-cli is in the test extra")
-    return install(build_wheel(tmp_path_factory.mktemp("wheel")), tmp_path_factory.mktemp("venv"))
+    return shared_install(tmp_path_factory)
 
 
 def host_copy(installed: Path, tmp_path: Path) -> tuple[Path, dict]:
@@ -100,6 +101,7 @@ def test_the_installed_component_refuses_a_mistyped_source_asset_in_dg_check_def
                           capture_output=True, text=True, timeout=600)
     out = done.stdout + done.stderr
     assert done.returncode != 0, out
+    assert "SourceAssetError: dp-synth source assets not found" in out, out
     assert (f"`attributes.datasets.orders` in {defs_yaml.resolve()}: `source.asset` "
             "analytics/order is not an asset of these definitions; nearest asset keys: "
             "analytics/orders") in out

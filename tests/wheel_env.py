@@ -1,6 +1,9 @@
 """The built wheel in a fresh virtual environment, as a host platform installs it: shared by
 tests/test_wheel.py (a host project with its own DuckDB asset, automation) and
-tests/test_wheel_component.py (a `dg` project with a Parquet asset and the Component).
+tests/test_wheel_component.py (a `dg` project with a Parquet asset and the Component), and the
+wheel also by tests/test_install_ends.py. The wheel and that venv are made once per test session
+(`shared_wheel`, `shared_install`), whichever module asks first, on whichever xdist worker: a
+file lock in the session's temporary folder lets the other workers wait for them and reuse them.
 
 The wheel is built with `pip wheel --no-deps` from a copy of the sources (the checkout gets no
 build/ folder) and installed into a fresh virtual environment. Its dependencies come one of two
@@ -17,12 +20,14 @@ DP_SYNTH_WHEEL_DAGSTER=<version> then installs that Dagster (and its webserver) 
 run the host projects at either end of the supported range.
 """
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
 import venv
 import zipfile
+from collections.abc import Callable
 from email.parser import Parser
 from pathlib import Path
 
@@ -101,9 +106,16 @@ def floors(wheel: Path, extras: tuple[str, ...] = ()) -> dict[str, str]:
     return found
 
 
+def pip(python: Path, *args) -> list:
+    """A pip command line for the venv of `python`: the test environment's pip, run by that
+    interpreter (`pip --python`), so a venv needs no pip of its own."""
+    return [sys.executable, "-m", "pip", "--python", python, *args]
+
+
 def install(wheel: Path, env_dir: Path) -> Path:
-    """A fresh venv at `env_dir` with the wheel installed; its python."""
-    venv.create(env_dir, with_pip=True)
+    """A fresh venv at `env_dir` with the wheel installed; its python. Nothing is byte-compiled
+    at install (`--no-compile`): Python compiles, once, only the modules a command imports."""
+    venv.create(env_dir, with_pip=False)
     python = env_dir / "bin" / "python"
     if DEPS == "layered":
         purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
@@ -114,23 +126,60 @@ def install(wheel: Path, env_dir: Path) -> Path:
         outer = [p for p in sys.path if Path(p).name in ("site-packages", "dist-packages")
                  and Path(p).is_dir()]
         (Path(purelib) / "zz_test_environment.pth").write_text("\n".join(outer) + "\n")
-        run([python, "-m", "pip", "install", "--quiet", "--no-deps", "--ignore-installed", wheel],
-            env_dir)
+        run(pip(python, "install", "--quiet", "--no-deps", "--ignore-installed", wheel), env_dir)
     elif DEPS == "floors":
         extras = tuple(e for e in os.environ.get("DP_SYNTH_WHEEL_EXTRAS", "").split(",") if e)
         constraints = env_dir / "floors.txt"
         constraints.write_text("".join(f"{n}=={v}\n" for n, v in floors(wheel, extras).items()))
         spec = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
-        run([python, "-m", "pip", "install", "--quiet", "--constraint", constraints, spec],
+        run(pip(python, "install", "--quiet", "--no-compile", "--constraint", constraints, spec),
             env_dir, timeout=1800)
     else:
-        run([python, "-m", "pip", "install", "--quiet", wheel], env_dir, timeout=1800)
+        run(pip(python, "install", "--quiet", "--no-compile", wheel), env_dir, timeout=1800)
     if DAGSTER:
-        run([python, "-m", "pip", "install", "--quiet", f"dagster=={DAGSTER}",
-             f"dagster-webserver=={DAGSTER}"], env_dir)
+        run(pip(python, "install", "--quiet", "--no-compile", f"dagster=={DAGSTER}",
+                f"dagster-webserver=={DAGSTER}"), env_dir)
     unmet = run([python, "-c", UNMET], env_dir).stdout.strip()
     assert not unmet, unmet
     return python
+
+
+def session_folder(tmp_path_factory) -> Path:
+    """The temporary folder of the whole test session: under xdist, the one above each worker's
+    own (`popen-gw0`, `popen-gw1`), which every worker of the run shares."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def once(tmp_path_factory, name: str, make: Callable[[Path], Path]) -> Path:
+    """`make(folder)` run once per session for `name`, in an empty folder of the session's
+    temporary folder, under a file lock: the first caller makes it, the others (another module,
+    another worker) wait and get the same path. A failed `make` leaves nothing recorded, so the
+    next caller tries again (and fails with its own message)."""
+    root = session_folder(tmp_path_factory) / "dp_synth_shared"
+    root.mkdir(exist_ok=True)
+    made = root / f"{name}.path"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if made.exists():
+            return Path(made.read_text())
+        folder = root / name
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        result = make(folder)
+        made.write_text(str(result))
+        return result
+
+
+def shared_wheel(tmp_path_factory) -> Path:
+    """The wheel built from this checkout, once per session."""
+    return once(tmp_path_factory, "wheel", build_wheel)
+
+
+def shared_install(tmp_path_factory) -> Path:
+    """The python of a venv with the session's wheel installed (`install`), once per session."""
+    wheel = shared_wheel(tmp_path_factory)
+    return once(tmp_path_factory, f"venv-{DEPS}", lambda folder: install(wheel, folder / "venv"))
 
 
 def host_env(home: Path, **extra: str) -> dict:

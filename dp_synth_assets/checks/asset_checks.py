@@ -18,9 +18,10 @@ import dagster as dg
 
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
-from ..core.config import DatasetSpec
+from ..core.config import ColumnSpec
 from ..core.domain import EncodingPlan
 from ..core.measure import Measurement
+from ..dataset_context import DatasetContext
 from ..infra.store import PARQUET, is_remote, local_copy, staged_folder
 from ..naming import Names
 from .frames import FRAME_BYTES, CheckInputs
@@ -65,16 +66,16 @@ def _metadata_value(value):
     return value
 
 
-def run_checks(warehouse: WarehouseResource, dataset: str, spec: DatasetSpec, plan: EncodingPlan,
-               measurements: list[Measurement], noisy_total: float, rows: int, table: str,
-               parquet: str, model=None, frame_bytes: int = FRAME_BYTES, log=None,
+def run_checks(warehouse: WarehouseResource, dataset: str, columns: dict[str, ColumnSpec],
+               plan: EncodingPlan, measurements: list[Measurement], noisy_total: float, rows: int,
+               table: str, parquet: str, model=None, frame_bytes: int = FRAME_BYTES, log=None,
                checks_dir: Path | None = None, docs_dir=None):
     """Yield one AssetCheckResult per check of `CHECKS`, in order, as each finishes: the schema,
-    types and domains those `spec` declares, the rest against `plan` and the measurements (`log`
-    gets `run_all`'s start and end lines; results stored in `checks_dir` and rendered in
-    `docs_dir`, a local folder, see `asset_check_result`)."""
+    types and domains the declared `columns` give, the rest against `plan` and the
+    measurements (`log` gets `run_all`'s start and end lines; results stored in `checks_dir`
+    and rendered in `docs_dir`, a local folder, see `asset_check_result`)."""
     docs = docs_dir if docs_dir is not None else data_docs_dir(warehouse, dataset)
-    inputs = CheckInputs(dataset, dict(spec.columns), plan, measurements, noisy_total, rows,
+    inputs = CheckInputs(dataset, dict(columns), plan, measurements, noisy_total, rows,
                          table, parquet, docs, model, frame_bytes)
     for result in run_all(lambda: warehouse.connect(read_only=True), inputs, log):
         yield asset_check_result(result, warehouse, dataset, checks_dir, docs)
@@ -93,26 +94,26 @@ def synthetic_check_specs(dataset: str, names: Names = Names()) -> list[dg.Asset
             for name, entry in CHECKS.items()]
 
 
-def check_synthetic(context, warehouse: WarehouseResource, dataset: str, spec: DatasetSpec,
-                    names: Names = Names()):
-    """Yield the result of each check of `CHECKS` on the dataset's synthetic table, in order
-    (see the module docstring): the run's own set when it wrote one, else the published set.
-    The plan is read as it is: after `synthetic` in one run it is the one that stage verified
-    (`store.ArtifactStore.plan_for`); in a run of the checks alone, a published table made from
-    an older spec is judged against the loaded `spec`, and fails where it contradicts it."""
+def check_synthetic(ctx: DatasetContext, context, warehouse: WarehouseResource):
+    """Yield the result of each check of `CHECKS` on the synthetic table of the dataset of `ctx`
+    (a `dataset_context.DatasetContext`), in order (see the module docstring): the run's own set
+    when it wrote one, else the published set. The plan is read as it is: after `synthetic` in
+    one run it is the one that stage verified (`store.ArtifactStore.plan_for`); in a run of the
+    checks alone, a published table made from an older spec is judged against the loaded spec,
+    and fails where it contradicts it."""
     from ..artifacts import artifacts
     from ..core.synthesize import requested_rows
-    from ..artifacts import synthetic_table
 
-    asset_key = names.key(dataset, "synthetic")
+    dataset, spec = ctx.dataset, ctx.spec
+    asset_key = ctx.key("synthetic")
     store = artifacts(warehouse, dataset, context)
     plan, found = store.plan(), store.measurements()
-    rows = requested_rows(spec, found.noisy_total)
+    rows = requested_rows(spec.rows, found.noisy_total)
     model = store.model() if store.has("model") else None
     with local_copy(store.path(PARQUET)) as parquet, \
             staged_folder(data_docs_dir(warehouse, dataset)) as docs:
-        for result in run_checks(warehouse, dataset, spec, plan, list(found.measurements),
-                                 found.noisy_total, rows, synthetic_table(dataset),
+        for result in run_checks(warehouse, dataset, spec.columns, plan, list(found.measurements),
+                                 found.noisy_total, rows, ctx.synthetic,
                                  str(parquet), model, log=context.log.info,
                                  checks_dir=store.folder / "checks", docs_dir=docs):
             yield result._replace(asset_key=asset_key)

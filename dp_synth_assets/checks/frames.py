@@ -122,12 +122,15 @@ def read_frame(con, source: str, columns: list[str], limit: int | None = None) -
     return table.to_pandas(coerce_temporal_nanoseconds=True)
 
 
-def release_memory() -> None:
-    """Free a group's frame now: GX's validation objects form reference cycles that keep the
-    frame alive until Python's cycle collector runs."""
-    import gc
+def release_memory(held: int, frame_bytes: int = FRAME_BYTES) -> None:
+    """Free a group's frame of `held` bytes now when it is a large part (an eighth or more) of
+    what one frame may hold: GX's validation objects form reference cycles that keep the frame
+    alive until Python's cycle collector runs. A smaller frame is left to the collector's own
+    pace: a full collection walks every object of the process (docs/great_expectations.md)."""
+    if held * 8 >= frame_bytes:
+        import gc
 
-    gc.collect()
+        gc.collect()
 
 
 def column_types(con, relation: str, columns: list[str]) -> list[str]:

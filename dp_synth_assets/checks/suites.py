@@ -77,8 +77,9 @@ def grouped_result(name: str, table: SyntheticTable, by_column: dict, metadata: 
         suite = f"{dataset}_{name}" if len(parts) == 1 else f"{dataset}_{name}_part{k}"
         outcomes.append(run_suite(frame, suite, [x for c in group for x in flat(c)],
                                   result_format=result_format, docs_dir=docs))
+        held = int(frame.memory_usage(index=True, deep=True).sum())
         del frame
-        release_memory()
+        release_memory(held, table.inputs.frame_bytes)
     if len(outcomes) == 1:
         merged = outcomes[0]
     else:

@@ -71,9 +71,13 @@ def rho_from_epsilon_delta(epsilon: float, delta: float, accounting: str = "tigh
     """The largest rho whose zCDP guarantee implies (epsilon, delta)-DP.
 
     "paper": solve rho + 2 sqrt(rho log(1/delta)) = epsilon in closed form (ABSyn Thm 4).
-    "tight": bisection on OpenDP's profile (monotone in rho); the result is rounded down so that
-    epsilon_from_rho(result) <= epsilon always holds. Memoized: a pure function of its
-    arguments, asked once per dataset, stage split and check, often with one (epsilon, delta).
+    "tight": the largest float rho with epsilon_from_rho(rho) <= epsilon on OpenDP's profile
+    (monotone in rho), so epsilon_from_rho(result) <= epsilon always holds: a bracket
+    [low, high] with epsilon_from_rho(low) <= epsilon < epsilon_from_rho(high), narrowed by
+    false position (Illinois) and then halved until low and high are adjacent floats. The
+    bracket starts at the papers' rho (a looser conversion, so a lower bound) and at epsilon
+    (epsilon(rho) >= rho). Memoized: a pure function of its arguments, asked once per dataset,
+    stage split and check, often with one (epsilon, delta).
 
         >>> rho = rho_from_epsilon_delta(1.0, 1e-9)
         >>> round(epsilon_from_rho(rho, 1e-9), 6), epsilon_from_rho(rho, 1e-9) <= 1.0
@@ -88,12 +92,40 @@ def rho_from_epsilon_delta(epsilon: float, delta: float, accounting: str = "tigh
         return root * root
     if accounting != "tight":
         raise ValueError(f"accounting must be one of {ACCOUNTING}, got {accounting!r}")
-    low, high = 0.0, epsilon  # epsilon(rho) >= rho, so rho <= epsilon
-    for _ in range(200):
+
+    def excess(rho: float) -> float:
+        return epsilon_from_rho(rho, delta) - epsilon
+
+    low, high = 0.0, float(epsilon)
+    low_excess, high_excess = -float(epsilon), excess(high)
+    if high_excess <= 0:  # not expected (epsilon(rho) > rho): nothing above epsilon to search
+        return high
+    paper = rho_from_epsilon_delta(epsilon, delta, accounting="paper")
+    if 0 < paper < high and (paper_excess := excess(paper)) <= 0:
+        low, low_excess = paper, paper_excess
+    side = 0
+    for _ in range(40):  # false position while it narrows the bracket fast
+        if high - low <= 1e-12 * high:
+            break
+        guess = high - high_excess * (high - low) / (high_excess - low_excess)
+        if not low < guess < high:
+            break
+        value = excess(guess)
+        if value <= 0:
+            low, low_excess = guess, value
+            if side == -1:  # Illinois: halve the stale end's weight
+                high_excess /= 2
+            side = -1
+        else:
+            high, high_excess = guess, value
+            if side == 1:
+                low_excess /= 2
+            side = 1
+    for _ in range(200):  # then halves, to adjacent floats
         mid = (low + high) / 2
         if mid <= low or mid >= high:
             break
-        if epsilon_from_rho(mid, delta) <= epsilon:
+        if excess(mid) <= 0:
             low = mid
         else:
             high = mid

@@ -32,7 +32,7 @@ import numpy as np
 from . import generate
 from . import marginals as margs
 from .budget import DatasetBudget, measurement_plan
-from .config import DatasetSpec, plan_digest
+from .config import DatasetSpec, ModelSettings, SelectionSettings, plan_digest
 from .domain import Clique, EncodingPlan
 from .measure import (Measurements, clique_size, coarsened_size, make_consistent, merge_repeats,
                       noisy_total, with_prior)
@@ -71,11 +71,12 @@ class Marginals:
     cells: int
 
 
-def marginals(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, plan: EncodingPlan, view: str,
-              table: str, log=None) -> Marginals:
-    """Count, in one scan of `view`, every marginal the method needs (`required_cliques`) into
-    `table`; `log` gets the progress lines (`marginals.compute_marginals`)."""
-    cliques = required_cliques(spec.method, plan.domain, spec.selection)
+def marginals(con: duckdb.DuckDBPyConnection, method: str, selection: SelectionSettings,
+              plan: EncodingPlan, view: str, table: str, log=None) -> Marginals:
+    """Count, in one scan of `view`, every marginal the selection method `method` (with its
+    `selection` settings) needs (`required_cliques`) into `table`; `log` gets the progress
+    lines (`marginals.compute_marginals`)."""
+    cliques = required_cliques(method, plan.domain, selection)
     written = margs.compute_marginals(con, view, table, plan.columns, cliques, plan.domain,
                                       log=log)
     return Marginals(written.table, tuple(cliques),
@@ -88,12 +89,13 @@ def oracle(con: duckdb.DuckDBPyConnection, plan: EncodingPlan, view: str,
     return margs.MarginalStore(con, view, table, plan.columns, plan.domain)
 
 
-def select(spec: DatasetSpec, plan: EncodingPlan, oracle: Oracle, budget: DatasetBudget,
-           charge, log=None) -> Selection:
-    """The method's selection (`spec.method`) with the selection budget `budget.split`; `log`
-    gets each round's public line (`select.round_line`) as it ends, for methods with rounds."""
-    return run_method(spec.method, plan.domain, oracle, budget.with_rows(plan.noisy_rows).split,
-                      spec.selection, charge, log)
+def select(method: str, selection: SelectionSettings, plan: EncodingPlan, oracle: Oracle,
+           budget: DatasetBudget, charge, log=None) -> Selection:
+    """The selection of the method `method` (with its `selection` settings) with the selection
+    budget `budget.split`; `log` gets each round's public line (`select.round_line`) as it
+    ends, for methods with rounds."""
+    return run_method(method, plan.domain, oracle, budget.with_rows(plan.noisy_rows).split,
+                      selection, charge, log)
 
 
 def measure(plan: EncodingPlan, chosen: Selection, oracle: Oracle, budget: DatasetBudget,
@@ -162,18 +164,18 @@ def plan_fit(spec: DatasetSpec, plan: EncodingPlan, found: Measurements,
     (`generate.check`, which raises `generate.ModelTooLarge`, e.g. a PGM clique above
     `model.max_clique_cells`) and split the fit into units (`generate.fit_units`)."""
     measurements = list(found.measurements)
-    rows = requested_rows(spec, found.noisy_total)
+    rows = requested_rows(spec.rows, found.noisy_total)
     choice = generate.choose(spec.generator, plan.domain, measurements, rows, spec.model)
     size = generate.check(choice.engine, plan.domain, measurements, spec.model, dataset)
     units = generate.fit_units(choice.engine, plan.domain, measurements, spec.model)
     return FitPlan(choice, tuple(units), size)
 
 
-def fit_unit(spec: DatasetSpec, plan: EncodingPlan, found: Measurements, engine: str, unit,
-             log=None):
-    """One unit's result (`generate.fit_unit`)."""
+def fit_unit(settings: ModelSettings, plan: EncodingPlan, found: Measurements, engine: str,
+             unit, log=None):
+    """One unit's result (`generate.fit_unit`) under the `model:` settings `settings`."""
     return generate.fit_unit(engine, unit, plan.domain, list(found.measurements),
-                             found.noisy_total, spec.model, log=log)
+                             found.noisy_total, settings, log=log)
 
 
 def assemble(plan: EncodingPlan, found: Measurements, engine: str, results: list):
@@ -185,7 +187,8 @@ def fit(spec: DatasetSpec, plan: EncodingPlan, found: Measurements, dataset: str
         log=None) -> tuple[FitPlan, object]:
     """`plan_fit`, every unit, `assemble`, in this process: the fit plan and the fitted model."""
     fit_plan = plan_fit(spec, plan, found, dataset)
-    results = [fit_unit(spec, plan, found, fit_plan.engine, unit, log) for unit in fit_plan.units]
+    results = [fit_unit(spec.model, plan, found, fit_plan.engine, unit, log)
+               for unit in fit_plan.units]
     return fit_plan, assemble(plan, found, fit_plan.engine, results)
 
 
@@ -201,11 +204,12 @@ class Draw:
     decode_rng: np.random.Generator
 
 
-def sample(spec: DatasetSpec, model, total: float, n: int | None = None,
+def sample(model, total: float, rows: int | str, chunk_rows: int, n: int | None = None,
            seed: int | None = None, log=None) -> Draw:
-    """`n` rows (default: `spec.rows`, `same` being the noisy row count `total`) from `model`
-    with `seed` (None: unseeded)."""
-    rows = requested_rows(spec, total) if n is None else int(n)
-    return Draw(rows, generate.sample_chunks(model, rows, seed, spec.model.chunk_rows, log=log),
+    """`n` rows (default: the `rows:` setting `rows`, `same` being the noisy row count
+    `total`) from `model`, in chunks of at most `chunk_rows` (`model.chunk_rows`), with `seed`
+    (None: unseeded)."""
+    rows = requested_rows(rows, total) if n is None else int(n)
+    return Draw(rows, generate.sample_chunks(model, rows, seed, chunk_rows, log=log),
                 np.random.default_rng(None if seed is None else [seed, 1]))
 

@@ -15,7 +15,6 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from .config import DatasetSpec
 from .domain import EncodingPlan, decode
 from .sql import ident, literal, qualified, sql
 
@@ -106,10 +105,10 @@ def staging_table(table: str) -> str:
     return qualified(schema) + "." + ident(f"{name}:writing")
 
 
-def requested_rows(spec: DatasetSpec, total: float) -> int:
-    """The rows to synthesize: `rows: same` means the noisy row count estimate `total`, never
-    the exact one."""
-    return max(int(round(total)), 1) if spec.rows == "same" else int(spec.rows)
+def requested_rows(rows: int | str, total: float) -> int:
+    """The rows to synthesize under the `rows:` setting `rows`: `same` means the noisy row
+    count estimate `total`, never the exact one."""
+    return max(int(round(total)), 1) if rows == "same" else int(rows)
 
 
 def synthetic_casts(plan: EncodingPlan) -> str:

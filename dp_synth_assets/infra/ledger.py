@@ -12,7 +12,7 @@ too long, or a ledger that cannot be opened. Details: docs/decisions/0004-privac
 import json
 import math
 import socket
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -39,9 +39,14 @@ def _check_amount(name: str, value: float) -> float:
     return float(value)
 
 
-def _utc(now: datetime | None) -> datetime:
+def utc_now() -> datetime:
+    """The ledger's default clock: the time now, in UTC."""
+    return datetime.now(timezone.utc)
+
+
+def _utc(now: datetime | None, clock: Callable[[], datetime]) -> datetime:
     if now is None:
-        return datetime.now(timezone.utc)
+        return clock()
     return now if now.tzinfo else now.replace(tzinfo=timezone.utc)
 
 
@@ -86,7 +91,8 @@ class PrivacyLedger:
     `infra.ledger_store`), or when the run has written nothing for `stale_after_seconds`.
     `owner_pid` names the process whose death makes this ledger's reservations stale (default:
     the calling process); a Dagster step running in a child process of the run worker may pass
-    the run worker's pid (its death is then seen from its host only).
+    the run worker's pid (its death is then seen from its host only). `clock` gives the time now
+    (UTC) for rows' timestamps and staleness (default `utc_now`; a test moves one by hand).
     """
 
     def __init__(self, path: str | Path, stale_after_seconds: float = DEFAULT_STALE_AFTER_SECONDS,
@@ -95,7 +101,8 @@ class PrivacyLedger:
                  lock_timeout_seconds: float = BUSY_TIMEOUT_MS / 1000,
                  lock_report_seconds: float = LOCK_REPORT_SECONDS, log=None,
                  entries: dict[str, str] | None = None, schema: str = DEFAULT_SCHEMA,
-                 aliases: dict[str, tuple[str, ...]] | None = None):
+                 aliases: dict[str, tuple[str, ...]] | None = None,
+                 clock: Callable[[], datetime] = utc_now):
         self._store = open_store(path, self, head_path, schema)
         self.path = self._store.path  # the file, or the URL without its password
         self.head_path = self._store.head_path  # None in PostgreSQL
@@ -109,6 +116,7 @@ class PrivacyLedger:
         self.lock_timeout_seconds = float(lock_timeout_seconds)
         self.lock_report_seconds = float(lock_report_seconds)
         self.log = log  # a callable taking one line (a wait still going on), or None
+        self.clock = clock  # the time now (UTC): rows' timestamps and staleness
 
     # -- units
 
@@ -163,7 +171,7 @@ class PrivacyLedger:
                 delta_extra: float = 0.0, stage=None, mechanism=None, parameters=None,
                 ts: str | None = None, owner: str | None = None) -> dict:
         row = {"id": len(tx.rows) + 1,
-               "ts": ts or datetime.now(timezone.utc).isoformat(timespec="microseconds"),
+               "ts": ts or self.clock().isoformat(timespec="microseconds"),
                "unit": scope[0], "source": scope[1], "dataset": dataset, "run_id": run_id, "stage": stage,
                "mechanism": mechanism, "kind": kind, "rho": float(rho),
                "delta_extra": float(delta_extra), "parameters": _json(parameters or {}),
@@ -208,7 +216,7 @@ class PrivacyLedger:
     def release_stale(self, now: datetime | None = None) -> list[str]:
         """Release every stale open reservation (any dataset); returns the released run ids."""
         with self._transaction() as tx:
-            return self._release_stale(tx, _utc(now))
+            return self._release_stale(tx, _utc(now, self.clock))
 
     # -- the run's life: reserve, charge, release
 
@@ -231,7 +239,7 @@ class PrivacyLedger:
             raise ValueError(f"delta must lie in (0, 1), got {delta!r}")
         refusal = None
         with self._transaction() as tx:
-            self._release_stale(tx, _utc(None))
+            self._release_stale(tx, self.clock())
             scope, book = self._scope(dataset, tx.rows)
             unit = scope[0]
             if (dataset, run_id) in book.open:
@@ -395,7 +403,7 @@ class PrivacyLedger:
                   limit_delta_extra: float = 0.0, now: datetime | None = None) -> bool:
         """Whether `reserve` would succeed now (stale reservations count as released); writes
         nothing. Raises LedgerError like `reserve` when the ledger fails its tamper checks."""
-        now = _utc(now)
+        now = _utc(now, self.clock)
         rows = self._read()
         book = self._scope(dataset, rows)[1]
         if book.limit is not None and not (_fits(limit_rho, book.limit["rho"]) and

@@ -20,9 +20,7 @@ from ..opendp_api import dp
 
 from ..config import SelectionSettings
 from ..measure import Measurement, clique_size, measure_marginal, optimal_split, noisy_total
-from .. import extras
-from ..generate import mirror
-from ..generate.pgm import model_marginals
+from ..generate import mirror, pgm
 from ..privacy import exponential_mechanism, gaussian_scores
 from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, aim_fit, round_line
 
@@ -348,17 +346,20 @@ def _exact_workload(domain: dict[str, int], oracle: MarginalOracle
     return cliques, (oracle(cliques) if cliques else {}), 2, fallback
 
 
-def refit(domain: dict[str, int], measurements: list[Measurement], total: float, warm=None):
-    """The model fitted to `measurements` (warm-started from `warm`, a model this function
-    returned) and a function giving its marginals (times the total) on a list of cliques: mbi's
-    fit when the `jax` extra is installed, else the numpy fit (0015-ppsyn-made-dp.md, step 8)."""
-    if extras.available("jax"):
-        from ..generate import pgm
-
-        model = pgm.fit(domain, measurements, total, ROUND_ITERATIONS, warm_start=warm)
-        return model, lambda cliques: model_marginals(model, cliques)
+def refit(domain: dict[str, int], measurements: list[Measurement], total: float, warm=None,
+          estimator: str | None = None):
+    """The model fitted to `measurements` and a function giving its marginals (times the total)
+    on a list of cliques. `estimator` ("numpy" or "mbi"; default: `pgm.estimator`'s choice, the
+    pgm engine's, 0015-ppsyn-made-dp.md, step 8) fits it; it is warm-started from `warm` (a model
+    this function returned) when `warm` came from the same estimator, else cold."""
+    which = estimator or pgm.estimator(domain, measurements, None)
+    numpy_warm = isinstance(warm, mirror.FitState)
+    if which == "mbi":
+        model = pgm.fit(domain, measurements, total, ROUND_ITERATIONS,
+                        warm_start=None if numpy_warm else warm)
+        return model, lambda cliques: pgm.model_marginals(model, cliques)
     state, calibrated = mirror.fit(domain, measurements, total, mirror.DEFAULT_ITERATIONS,
-                                   warm=warm)
+                                   warm=warm if numpy_warm else None)
     return state, lambda cliques: {tuple(c): calibrated.project(c) for c in cliques}
 
 
