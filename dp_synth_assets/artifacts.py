@@ -1,25 +1,12 @@
 """The pipeline's artifact store and its runs: one run per dataset at a time, each run's public
 artifacts in a folder of its own, published by switching one pointer.
 
-`<public_dir>/<dataset>/` holds `runs/<run_id>/` (plan.json, selection.json, measurements.json,
-model.npz, synthetic.parquet, checks/, manifest.json: one run's set), `current` (the pointer to
-the published set), stable links `plan.json`, ..., `checks` through it, and `run.lock`.
-`artifacts(warehouse, dataset, context)` is a `infra.store.RunStore` over that folder for the
-step's run: it reads the run's own set once the run has written one, else its parent run's
-(a re-execution) or the published set, and writes into the run's own folder.
-
-`holding(...)` wraps every step that writes or spends for a dataset: the first one takes the
-dataset (`infra.runs.dataset_lock`: the file `run.lock`, or the dataset's row in the ledger's
-PostgreSQL schema when the ledger is there; a run that finds it taken waits, logging whom for, up to
-`WarehouseResource.run_wait_seconds`), repairs what a killed run left (temporary files; a
-synthetic table committed but not published, `synthesize.reconcile_synthetic`); the run's last
-writing stage publishes its set and frees the dataset; a failing step frees it at once. The
-checks and the utility report read the set of their own run (or the published set in a run
-that does not write one), so they judge the very table, Parquet and measurements that run made.
-
-A missing artifact, a set whose stamps disagree, or a plan made from another spec than the loaded
-one (`store.ArtifactStore.plan_for`) fails the step with a `dagster.Failure` naming the stages to
-materialize; messages hold paths, run ids and stage names only: public.
+`artifacts(warehouse, dataset, context)` is the step's `infra.store.RunStore` over
+`<public_dir>/<dataset>/`; `holding(...)` wraps every step that writes or spends for a dataset
+(it takes the dataset, repairs what a killed run left, and frees it when the run's last writing
+stage publishes or a step fails). A missing or inconsistent artifact fails the step with a
+`dagster.Failure` naming the stages to materialize; messages hold paths, run ids and stage names
+only: public. The folder layout, the lock and the repair: docs/decisions/0007-asset-graph.md.
 """
 
 from contextlib import contextmanager
@@ -76,6 +63,7 @@ class PublicArtifacts(RunStore):
 
 
 def synthetic_table(dataset: str) -> str:
+    """The warehouse table of `dataset`'s synthetic rows: `synthetic.<dataset>`."""
     return f"synthetic.{dataset}"
 
 
@@ -85,8 +73,9 @@ def dataset_dir(warehouse: WarehouseResource, dataset: str):
 
 
 def artifacts(warehouse: WarehouseResource, dataset: str, context=None) -> PublicArtifacts:
-    """The artifact store of `dataset`: the set of the run of `context` (see the module
-    docstring), or the published set without one."""
+    """The artifact store of `dataset`: the set of the run of `context` (see "As implemented:
+    the artifact store and its runs" in docs/decisions/0007-asset-graph.md), or the published set
+    without one."""
     if context is None:
         return PublicArtifacts(dataset_dir(warehouse, dataset), dataset)
     run = context.run
@@ -166,6 +155,7 @@ def repair(warehouse: WarehouseResource, dataset: str, log=None) -> None:
 
 
 def free_dataset(context, warehouse: WarehouseResource, dataset: str, names=None) -> None:
+    """Release `dataset`'s run lock (`run_lock`) if the run of `context` holds it."""
     run_lock(context, warehouse, dataset, names).release(context.run_id)
 
 

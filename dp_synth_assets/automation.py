@@ -1,21 +1,12 @@
 """Schedules and resynthesis on source change, both budget-aware
 (docs/decisions/0006-budget-aware-automation.md).
 
-Each dataset gets a job that materializes its pipeline. A dataset whose source is a host's
-asset is automated declaratively (conditions.py, `resynthesis_assets`): its change signal is the
-host asset's materialization, its `schedule:` a cron condition, both gated by `min_interval` and
-the ledger. A dataset reading an external table keeps the schedule and sensor below: `schedule:`
-(cron) yields a schedule; `on_source_change: resynthesize` yields a sensor that observes the
-source's version (an opaque id
-that changes when the source does; `source_access.source_version`, the privacy perimeter's change
-signal) and requests a run when it changes. Neither the cursor nor a run key holds anything
-computed from the source's content. Both skip, with the reason shown in the UI, when the ledger
-cannot cover a whole run; the sensor also honours `min_interval` between resyntheses, and reads
-the source only when a run could follow (never inside `min_interval` or while the budget cannot
-cover a run), so a dataset resynthesized at most hourly has its source read at most on the ticks
-after each hour, not every 30 seconds. The run itself
-still reserves its budget in the ledger, so a race between a skip decision and a run can never
-overspend.
+Each dataset gets a job that materializes its pipeline (`build_job`). A dataset whose source is
+a host's asset is automated declaratively (conditions.py); a dataset reading an external table
+gets a schedule (`schedule:`, cron) and, with `on_source_change: resynthesize`, a sensor on the
+source's version. Both skip, with the reason shown in the UI, when the ledger cannot cover a
+whole run or inside `min_interval`; neither a cursor nor a run key holds anything computed from
+the source's content, and the run itself still reserves its budget, so a race cannot overspend.
 """
 
 import json
@@ -36,6 +27,7 @@ from .source_access import source_version
 
 
 def job_name(dataset: str, names: Names = Names()) -> str:
+    """The name of `dataset`'s synthesis job, `names.op_name(dataset, "synthesis")`."""
     return names.op_name(dataset, "synthesis")
 
 

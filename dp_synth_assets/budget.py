@@ -4,16 +4,10 @@
 A run reserves, before its first read of private data, the rho of every spending stage it will
 execute; each mechanism charges its spend as it draws noise; the last private stage of the run (or
 the first one to fail) releases the unspent remainder. A run that executes only public-zone assets
-(model, synthetic, checks) never touches the ledger.
-
-Two public mirrors of the ledger's head let a run recognize a ledger that lost spending (deleted
-with its head file, or swapped for an empty, older or other ledger), and refuse it before
-anything is spent: the `privacy/ledger_rows` and `privacy/ledger_head` metadata of the dataset's
-spending materializations, and a record that Dagster's instance keeps per privacy unit
-(`unit_head_key`, in its cursor storage: in the instance's database, PostgreSQL in production),
-written when a run's private stages end (its last one, or the one that fails), whatever entry
-name or key prefix ran it. A renamed entry or a changed key prefix has no materializations of
-its own yet, but its unit's record is there.
+(model, synthetic, checks) never touches the ledger. Two public mirrors of the ledger's head (the
+spending materializations' metadata and a record per privacy unit in Dagster's instance,
+`unit_head_key`) let a run refuse, before anything is spent, a ledger that lost spending; how
+they are written and why: "As implemented: budget.py" in docs/decisions/0004-privacy-ledger.md.
 """
 
 import hashlib

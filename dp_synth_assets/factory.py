@@ -5,17 +5,10 @@ and sensors of every dataset, and the resources they use, under keys the host ch
 
     defs = dg.Definitions.merge(host_defs, dp_synth_definitions(datasets="datasets.yaml", ...))
 
-It claims nothing else of the host's code location: no executor (each dp-synth job declares its
-own, automation.build_job), no generic resource key (`dp_synth_warehouse`, `dp_synth_ledger`,
-`dp_synth_io_manager` by default, each configurable), and no use of the host's `io_manager`
-(the model graph's units pass through dp-synth's IO manager; every other asset returns a
-`MaterializeResult` and stores its outputs through the artifact store). A dataset whose
-`source:` names an `asset:` of the host is downstream of that asset: its first stage depends on
-it, and it has no `source` asset of its own. The registry is validated first: a malformed
-datasets.yaml, two entries on one source without a shared `privacy.budget_group`, or a budget
-group whose entries disagree on the limit fail here, when the definitions load; a `source.asset`
-that no asset of the merged definitions defines fails when Dagster builds the code location
-(source_check.py).
+It claims nothing else of the host's code location: no executor, no generic resource key, no use
+of the host's `io_manager`. The registry is validated first: a malformed datasets.yaml fails
+when the definitions load. What it leaves alone, a source that is a host's asset, and what is
+validated when: "As implemented: the factory" in docs/decisions/0007-asset-graph.md.
 """
 
 import logging

@@ -1,28 +1,13 @@
-"""The `model` stage of a dataset: the generator fitted on the public measurements, in three steps.
+"""The `model` stage of a dataset: the generator fitted on the public measurements, in three steps:
+`plan_fit` (the engine and its units of work), `fit_unit` (one unit) and `save_model` (the
+units assembled into `model.npz`, stamped with the hashes of the plan and the measurements).
 
-- `plan_fit` reads the plan and the measurements through the dataset's artifact store, chooses
-  the engine (`stages.plan_fit`: `generate.choose`, the engine's pre-fit check,
-  `generate.fit_units`) and returns its units of work (parallel_pgm's groups of maximal cliques;
-  one unit for pgm and gum);
-- `fit_unit` fits one unit (`stages.fit_unit`);
-- `save_model` assembles the units' results (`stages.assemble`) and writes `model.npz` through
-  the store, stamped with the hashes of the plan and the measurements it was fitted on.
-
-Where the fit runs in one process (`generate.multiprocess` false: pgm, gum, parallel_pgm with
-one worker), `fit_model` calls the three in a row inside the dataset's stage op
-(pipeline.py): one Dagster node per dataset, which keeps a code location of hundreds of datasets
-quick to load. Where its units run in parallel processes, `build_model_asset` makes them a graph
-asset of three ops, so that Dagster's executor runs each unit as a step: separate processes under
-the multiprocess executor, pods under Kubernetes or Celery.
-
-`plan_fit` and `save_model` hold the dataset for their run (`artifacts.holding`); `plan_fit`
-refuses a plan made from another spec than the loaded one (`store.ArtifactStore.plan_for`) and
-measurements made for another plan than the one beside them, naming the stages to
-re-materialize. In the graph, units pass between steps through dp-synth's own IO manager
-(`Names.io_manager`, a filesystem pickle IO manager under dp-synth's folder by default; a shared
-one such as S3 when steps run on several machines), never through the host's default
-`io_manager`; the graph's own output is `Nothing` (the model is the file the store writes), so no
-IO manager stores it. Everything here is post-processing of public records: no ledger.
+`fit_model` calls the three in a row inside the dataset's stage op when the fit runs in one
+process; `build_model_asset` makes them a graph asset of three ops when its units run in
+parallel processes, passing units through dp-synth's own IO manager, never the host's.
+`plan_fit` refuses a plan made from another spec than the loaded one and measurements made for
+another plan. Everything here is post-processing of public records: no ledger. The steps, when
+the graph is used and why: "As implemented: the model stage" in docs/decisions/0007-asset-graph.md.
 """
 
 import time

@@ -1,25 +1,13 @@
 """The asset factory: one select-measure-generate pipeline per dataset
 (docs/decisions/0007-asset-graph.md).
 
-The factory is a table: `RUN` holds one module-level stage function per stage of `STAGES`,
-`(ctx, context, warehouse, ledger) -> MaterializeResult`, where `ctx` is the dataset's
-`dataset_context.DatasetContext` (built once by the factory), and `SPEC` the `AssetSpec` of each
-from `ctx`; `build_dataset_assets` binds them to `ctx` and wraps them in the dataset's stage op
-(`stage_asset`). The `model` stage and graph asset are in model.py; the source connection and
-change detection in source_access.py.
-
-Each stage function is wiring: read its inputs through the dataset's artifact store
-(`artifacts.artifacts`, a `infra.store.FolderStore` over `<public_dir>/<dataset>/`), call one
-stage function of `core/stages.py` (the same the notebook API calls), charge the ledger through
-`private_stage`, write its output through the store and return public metadata. Asset keys are
-`[*key_prefix, <dataset>, <stage>]`, grouped per dataset unless the host names a group, tagged
-`privacy=private|public`, with the resource keys of `naming.Names`; a dataset whose source is a
-host's asset starts at `preprocessed`, downstream of that asset. Private-zone assets publish
-shapes only (column names, domain sizes, numbers of marginals), never counts. Every stage that
-reads private data runs under `private_step` (private_log.py): its failures are generic in
-public and detailed in the owner-only private log. Every stage after `preprocessed` reads the
-plan through `plan_for` (infra/store.py), which refuses a plan made from another spec than the
-loaded one (`config.plan_digest`), before the stage reserves budget or writes anything.
+`RUN` holds one module-level stage function per stage of `STAGES`,
+`(ctx, context, warehouse, ledger) -> MaterializeResult`, and `SPEC` the `AssetSpec` of each;
+`build_dataset_assets` binds them to the dataset's `DatasetContext` and wraps them in its stage
+op (`stage_asset`). Each stage function is wiring around one function of `core/stages.py`.
+Private-zone assets publish shapes only, never counts; stages that read private data run under
+`private_step` and refuse a plan made from another spec before reserving budget or writing.
+Keys, tags and each stage's wiring: "As implemented: the asset factory" in that record.
 """
 
 import functools

@@ -1,16 +1,13 @@
 """The owner-only `utility_report` asset (private zone): the synthetic table against the source.
 
 A thin Dagster wrapper over `dp_synth_assets.evaluation.report`: it reads at most
-`report.max_rows` encoded rows of the training rows, of the held-out rows and of the synthetic
-table, computes the report, and writes `report.json`, `report.html` (summary, ML table and both
-figures in one page) and the two PNGs under the private folder (`WarehouseResource.private_path`),
-readable by the owner only (files 0600, folders 0700). Nothing in the report is DP, so nothing
-computed here reaches the Dagster event log, which is public: the asset's metadata holds the paths
-of those files and its log lines say only where they are and which classifier's turn it is (its
-name, `evaluation.ml.classifier_line`). When the rows do not allow a report (an empty source,
-one class of the target), the files say why and the asset succeeds with the same lines and
-metadata: whether a run succeeds does not depend on the rows. The asset exists only when the
-dataset has a `report:` block.
+`report.max_rows` encoded rows of the training rows, the held-out rows and the synthetic table
+and writes the report's files under the private folder, readable by the owner only. Nothing in
+the report is DP, so nothing computed here reaches the public event log: the metadata holds the
+files' paths, the log lines where they are and which classifier runs. Whether a run succeeds
+does not depend on the rows. The asset exists only when the dataset has a `report:` block.
+The files and the failure cases: "As implemented: the asset" in
+docs/decisions/0022-evaluation-metrics.md.
 """
 
 import json

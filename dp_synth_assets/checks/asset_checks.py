@@ -2,14 +2,11 @@
 module.
 
 Every check of `suites.CHECKS` runs against `[<dataset>, synthetic]`, with that check's severity,
-blocking flag and description, inside the dataset's stage op (pipeline.py); each result
-is stored beside the set it checked, `<public_dir>/<dataset>/runs/<run_id>/checks/<name>.json`
-(the check's own run's set when that run wrote one, else the published set; `checks/` at the
-dataset's top follows the published set), rendered into the Data Docs site
-`<public_dir>/<dataset>/data_docs/` and reported as an `AssetCheckResult` whose metadata links
-both. With the public zone on an object store, the checks read a local copy of the Parquet and
-GX renders into a local copy of the site, uploaded when the checks end (`store.local_copy`,
-`store.staged_folder`; both removed).
+blocking flag and description, inside the dataset's stage op (pipeline.py), and is reported as an
+`AssetCheckResult` whose metadata links its stored result
+(`<public_dir>/<dataset>/runs/<run_id>/checks/<name>.json`) and the Data Docs site
+(`<public_dir>/<dataset>/data_docs/`). Which set is checked and how an object store is handled:
+"As implemented: asset_checks.py" in docs/great_expectations.md.
 """
 
 from pathlib import Path
@@ -96,7 +93,7 @@ def synthetic_check_specs(dataset: str, names: Names = Names()) -> list[dg.Asset
 
 def check_synthetic(ctx: DatasetContext, context, warehouse: WarehouseResource):
     """Yield the result of each check of `CHECKS` on the synthetic table of the dataset of `ctx`
-    (a `dataset_context.DatasetContext`), in order (see the module docstring): the run's own set
+    (a `dataset_context.DatasetContext`), in order (docs/great_expectations.md): the run's own set
     when it wrote one, else the published set. The plan is read as it is: after `synthetic` in
     one run it is the one that stage verified (`store.ArtifactStore.plan_for`); in a run of the
     checks alone, a published table made from an older spec is judged against the loaded spec,

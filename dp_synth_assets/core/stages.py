@@ -1,25 +1,13 @@
 """The stages of select-measure-generate, once: the notebook API (`api.PrivateRun`,
 `Synthesizer`) and the Dagster assets (`pipeline.py`, `model.py`) both do each stage's work by
-calling these, so the two produce the same records from the same inputs. What surrounds the
-stages is theirs: the pipeline also opens the source through the scan engines, detects changes
-and writes the synthetic table to the warehouse; the notebook API decodes rows in memory
-(`synthesize.decode_typed`). docs/decisions/0007-asset-graph.md.
+calling these, so the two produce the same records from the same inputs.
 
 Private stages (they read the source; every mechanism reports its spend through `charge`):
-- `preprocess`: the public encoding plan, with the encoded view created (DP where a column
-  needs it).
-- `marginals`: the exact marginals the method needs, counted in one scan (private).
-- `select`: the method's selection (`Selection`), its noisy one-way and adaptive measurements.
-- `measure`: the selected marginals measured with the measurement budget and made consistent
-  with the selection's (`Measurements`: the privacy boundary).
-
+`preprocess`, `marginals`, `select`, `measure` (its `Measurements` are the privacy boundary).
 Public stages (post-processing of the plan and the measurements; they spend nothing):
-- `plan_fit`, `fit_unit`, `assemble`: the engine `generate.choose` picks and the fit in units
-  of work (the pipeline runs each unit as a step); `fit` runs all three in one process.
-- `sample`: rows drawn in chunks of codes, with the decoder's own random stream.
-
-`oracle` arguments are callables from a list of cliques to their exact counts
-(`marginals.MarginalStore`), private: their answers must only feed a charged mechanism.
+`plan_fit`, `fit_unit`, `assemble` (or `fit`, all three in one process) and `sample`.
+`oracle` arguments map a list of cliques to their exact counts: private, their answers must only
+feed a charged mechanism. Each stage, and what surrounds them: docs/decisions/0007-asset-graph.md.
 """
 
 from collections.abc import Callable, Iterator
