@@ -5,7 +5,7 @@ Each dataset gets a job that materializes its pipeline (`build_job`). A dataset 
 a host's asset is automated declaratively (conditions.py); a dataset reading an external table
 gets a schedule (`schedule:`, cron) and, with `on_source_change: resynthesize`, a sensor on the
 source's version. Both skip, with the reason shown in the UI, when the ledger cannot cover a
-whole run or inside `min_interval`; neither a cursor nor a run key holds anything computed from
+whole run (the sensor also inside `min_interval`); no cursor or run key holds anything made from
 the source's content, and the run itself still reserves its budget, so a race cannot overspend.
 """
 

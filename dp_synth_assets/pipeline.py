@@ -6,7 +6,7 @@
 `build_dataset_assets` binds them to the dataset's `DatasetContext` and wraps them in its stage
 op (`stage_asset`). Each stage function is wiring around one function of `core/stages.py`.
 Private-zone assets publish shapes only, never counts; stages that read private data run under
-`private_step` and refuse a plan made from another spec before reserving budget or writing.
+`private_step`; every stage after `preprocessed` refuses a plan made from another spec first.
 Keys, tags and each stage's wiring: "As implemented: the asset factory" in that record.
 """
 
