@@ -5,7 +5,6 @@ example synthesizes end to end with `engine: postgres` (notebook API and Dagster
 change detection included) while no query returns more rows than an aggregate's cells, and an
 error of PostgreSQL that quotes a value stays out of everything public."""
 
-import uuid
 from pathlib import Path
 
 import duckdb
@@ -18,7 +17,8 @@ from dp_synth_assets.core.config import DatasetSpec
 from dp_synth_assets.core.preprocess import Task, exact_aggregates, prepare_encoded_view
 from dp_synth_assets.core.marginals import MarginalStore, compute_marginals
 from dp_synth_assets.example import generate_example
-from tests.helpers import counted_cells, example_entry, ledger_rows, record_fetches, registry_project
+from tests.helpers import (counted_cells, example_entry, ledger_rows, postgres_server,
+                           record_fetches, registry_project)
 
 psycopg = pytest.importorskip("psycopg", reason="psycopg is not installed (pyproject: psycopg)")
 
@@ -30,15 +30,13 @@ _TYPES = {"int64": "BIGINT", "int32": "INTEGER", "double": "DOUBLE PRECISION", "
 
 
 @pytest.fixture(scope="module")
-def postgres(pg_server):
-    """A database of its own on the session's PostgreSQL server (conftest `pg_server`, started
-    by `helpers.postgres_server`) holding the example's rows: the DSN."""
-    name = f"engine_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server.dsn, autocommit=True) as con:
-        con.execute(f"CREATE DATABASE {name}")
-    dsn = pg_server.dsn.replace("dbname=postgres", f"dbname={name}")
-    _load_example(dsn)
-    yield dsn
+def postgres():
+    """A PostgreSQL server of its own (`helpers.postgres_server`) holding the example's rows: the
+    DSN. Not a database on the session's server: there, in one full run, the first aggregate
+    scan of the freshly loaded table ran for over 17 minutes (cause not yet established)."""
+    with postgres_server() as server:
+        _load_example(server.dsn)
+        yield server.dsn
 
 
 def _load_example(dsn: str, name: str = TABLE, rows: int = ROWS) -> None:
