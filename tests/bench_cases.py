@@ -153,3 +153,15 @@ CASES = [
          "reliability.json", ("rows", "ledgers")),
     Case("ops", "objectstore.py", ("--rows", "300", "--repeats", "1"), "objectstore.json"),
 ]
+
+
+def smoke_test(group: str):
+    """The test of one group's cases, for a test file to bind as `test_script_runs`: each case
+    runs in the module's `bench_base` folder (tests/conftest.py)."""
+    import pytest
+
+    @pytest.mark.parametrize("case", [c for c in CASES if c.group == group], ids=lambda c: c.id)
+    def test_script_runs(case, bench_base):
+        check(case, bench_base)
+
+    return test_script_runs

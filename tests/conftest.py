@@ -56,6 +56,12 @@ from tests.helpers import postgres_server
 STORES = ("sqlite", "postgres")
 
 
+@pytest.fixture(scope="module")
+def bench_base(tmp_path_factory):
+    """The folder a test file's benchmark smoke runs share (tests/bench_cases.py)."""
+    return tmp_path_factory.mktemp("bench")
+
+
 @pytest.fixture(scope="session")
 def pg_server():
     """One PostgreSQL server for the session (skips, saying why, without the binaries or

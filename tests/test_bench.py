@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.bench_cases import BENCH, CASES, LIBRARIES, NOT_RUN, OWN_TEST, check
+from tests.bench_cases import BENCH, CASES, LIBRARIES, NOT_RUN, OWN_TEST, smoke_test
 
 pytestmark = pytest.mark.e2e
 
@@ -21,7 +21,7 @@ def test_every_script_has_a_smoke_run():
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
+def bench_base(tmp_path_factory) -> Path:
     base = tmp_path_factory.mktemp("bench")
     # footprint.py --markdown-only renders the committed record
     (base / "results").mkdir()
@@ -30,6 +30,4 @@ def base(tmp_path_factory) -> Path:
     return base
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.group == "light"], ids=lambda c: c.id)
-def test_script_runs(case, base):
-    check(case, base)
+test_script_runs = smoke_test("light")

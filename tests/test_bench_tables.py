@@ -6,19 +6,12 @@ import json
 import duckdb
 import pytest
 
-from tests.bench_cases import CASES, check, folders, run_script
+from tests.bench_cases import folders, run_script, smoke_test
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    return tmp_path_factory.mktemp("bench")
-
-
-@pytest.mark.parametrize("case", [c for c in CASES if c.group == "tables"], ids=lambda c: c.id)
-def test_script_runs(case, base):
-    check(case, base)
+test_script_runs = smoke_test("tables")
 
 
 def test_attach_postgres(tmp_path, pg_server):

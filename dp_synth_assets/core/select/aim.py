@@ -294,13 +294,7 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     """AIM (`run`) with the dataset's `max_model_mb`, `max_rounds` and `workload`.
 
-    Args:
-        domain: attribute -> number of codes, in the encoding plan's order.
-        oracle: the exact marginals (private); read only through charged mechanisms.
-        budget: the run's selection budget (`one_way`, `score`, `measure`).
-        settings: the dataset's `selection:` block.
-        charge: records each mechanism's spend in the ledger as it is drawn.
-        log: progress lines (public: no value of the data), or None.
+    Args: those of `select.select` (core/select/__init__.py), but `method`.
 
     Returns:
         Every measurement in `measured` (AIM spends the whole budget inside selection); `cliques`

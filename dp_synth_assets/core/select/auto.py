@@ -53,13 +53,7 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     """The `auto` rule: 1-way marginals, then absyn or MST, picked from public facts.
 
-    Args:
-        domain: attribute -> number of codes, in the encoding plan's order.
-        oracle: the exact marginals (private); read only through charged mechanisms.
-        budget: the run's selection budget (`one_way`, `score`, `measure`).
-        settings: the dataset's `selection:` block.
-        charge: records each mechanism's spend in the ledger as it is drawn.
-        log: progress lines (public: no value of the data), or None.
+    Args: those of `select.select` (core/select/__init__.py), but `method`.
 
     Returns:
         The picked method's selection; `details["picked"]` names it and the rule's figures.
