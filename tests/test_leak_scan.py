@@ -28,8 +28,9 @@ temporary folders, timestamps, durations, a traceback's line numbers and Dagster
 Two kinds of public output are statistics of noisy or synthetic data, full of integers that can
 equal a small exact count by chance: the noisy marginals (the `noisy` arrays of
 measurements.json and selection.json) and the checks' results on the synthetic table (checks/
-and the Data Docs). There only distinctive numbers are searched (not an integer, or at
-least 1000 in magnitude); every other channel is searched for every secret that is not public.
+and the Data Docs). There only distinctive numbers are searched (not an integer, or an integer
+of at least 1000 and above the synthetic table's rows, which any of its counts may equal by
+chance: a run of 1953 training rows once drew a synthetic count of 1953); every other channel is searched for every secret that is not public.
 The noisy total is searched nowhere within 2 of its value (it may round to the exact count).
 `test_the_scan_catches_a_small_count_leaked_to_the_event_log_or_to_stdout` shows that the scan
 finds the held-out count when a run logs it or prints it.
@@ -328,9 +329,11 @@ def leaks(channels: dict[str, list[str]], secrets: dict[float, str], strings: se
         raw = "\n".join(texts)
         found_leaks += [f"{channel}: {s!r}" for s in strings if s in raw]
         found = numbers_published(texts, folders)
+        # a count of the synthetic table may be any integer up to its rows (the noisy total)
+        chance = max(1000, math.ceil(noisy_total) + 3 if noisy_total is not None else 0)
         for n, what in sorted(targets.items()):
-            if channel == NOISY_STATISTICS and n == int(n) and abs(n) < 1000:
-                continue  # small integers of noisy or synthetic statistics: chance, not a leak
+            if channel == NOISY_STATISTICS and n == int(n) and abs(n) < chance:
+                continue  # integers of noisy or synthetic statistics: chance, not a leak
             i = np.searchsorted(found, n)
             near = found[max(i - 1, 0):i + 1]
             if np.any(np.abs(near - n) <= 1e-9 * abs(n)):
