@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from dp_synth_assets.api import Synthesizer
-from dp_synth_assets.checks.frames import CheckInputs, SyntheticTable
+from dp_synth_assets.checks.frames import CheckInputs, SyntheticTable, column_aggregates
 from dp_synth_assets.checks.suites import CHECKS
 from dp_synth_assets.core.domain import encode_expression
 from dp_synth_assets.core.measure import Measurement
@@ -23,7 +23,6 @@ from dp_synth_assets.core.sql import ident
 from dp_synth_assets.example import EXAMPLE_COLUMNS, generate_example
 
 SOURCE_ROWS = 3137
-ROW_CHECKS = [name for name, check in CHECKS.items() if check.rows]  # they read frames
 
 
 @pytest.fixture(scope="module")
@@ -37,28 +36,29 @@ def fitted():
 
 @pytest.fixture
 def verdicts(fitted, tmp_path):
-    """`verdicts(frame, names, measurements=None, frame_bytes=None)`: check name -> passed,
-    for the checks `names` of `frame` (written to Parquet) against the fit (`measurements`:
-    instead of the fit's)."""
+    """`verdicts(frame, names, measurements=None, metadata=False)`: check name -> passed (with
+    `metadata`: -> (passed, the check's metadata)), for the checks `names` of `frame` (written
+    to Parquet) against the fit (`measurements`: instead of the fit's)."""
     synth, good = fitted
 
-    def check(frame: pd.DataFrame, names, measurements=None, frame_bytes=None) -> dict[str, bool]:
+    def check(frame: pd.DataFrame, names, measurements=None, metadata=False) -> dict:
         path = tmp_path / "synthetic.parquet"
         with duckdb.connect() as con:
             con.register("f", frame)
             con.execute(f"COPY (SELECT * FROM f) TO '{path}' (FORMAT parquet)")
         found = synth.measurements
-        options = {} if frame_bytes is None else {"frame_bytes": frame_bytes}
         inputs = CheckInputs("example", dict(synth.spec.columns), synth.plan,
                              list(found.measurements) if measurements is None else measurements,
                              found.noisy_total, len(good), "synthetic.example", str(path),
-                             tmp_path / "data_docs", synth.model, **options)
+                             tmp_path / "data_docs", synth.model)
 
         with duckdb.connect() as con:  # the warehouse: the table the Parquet file copies
             con.execute("CREATE SCHEMA synthetic")
             con.execute(f"CREATE TABLE synthetic.example AS SELECT * FROM read_parquet('{path}')")
             table = SyntheticTable.read(con, inputs)
-            return {name: CHECKS[name].run(table).passed for name in names}
+            results = {name: CHECKS[name].run(table) for name in names}
+        return {name: (r.passed, r.metadata) if metadata else r.passed
+                for name, r in results.items()}
 
     return check
 
@@ -109,18 +109,40 @@ def test_the_unchanged_synthetic_table_passes_every_check(fitted, verdicts):
     assert verdicts(fitted[1], CHECKS) == dict.fromkeys(CHECKS, True)
 
 
-def test_read_in_several_frames_the_unchanged_table_passes_and_a_bad_column_fails(fitted,
-                                                                                 verdicts):
-    """As for a table too large for one frame: a frame of five columns (`frames.column_groups`
-    counts 8 bytes a cell), three frames for the example's twelve columns, each its own GX
-    suite, with the verdicts of one frame."""
-    good = fitted[1]
-    five_columns = 5 * 8 * len(good)
-    assert len(EXAMPLE_COLUMNS) > 10
-    assert verdicts(good, ROW_CHECKS, frame_bytes=five_columns) == dict.fromkeys(ROW_CHECKS, True)
-    one_column = good.copy()
-    one_column.loc[:10, "hours_per_week"] = 500
-    assert verdicts(one_column, ["domain"], frame_bytes=five_columns) == {"domain": False}
+def test_domain_names_the_columns_outside_their_domain_and_the_unexpected_nulls(fitted,
+                                                                              verdicts):
+    """The domain check's figures are DuckDB's counts over the whole table: 11 values outside in
+    each of two columns, and NULLs in a column that is not nullable."""
+    frame = out_of_domain(fitted[1])
+    passed, metadata = verdicts(frame, ["domain"], metadata=True)["domain"]
+    assert not passed
+    assert metadata == {"outside": {"education": 11, "hours_per_week": 11}, "unexpected_nulls": {}}
+    frame = fitted[1].copy()
+    frame.loc[:4, "age"] = None
+    passed, metadata = verdicts(frame, ["domain"], metadata=True)["domain"]
+    assert not passed and metadata == {"outside": {}, "unexpected_nulls": {"age": 5}}
+
+
+def test_the_aggregates_count_nulls_and_values_outside_each_kind_of_domain():
+    """One scan counts, per column, NULLs (NaN too in a float column, as pandas counts them)
+    and present values outside the domain: a set, numeric bounds, date bounds (compared as
+    timestamps), and a value that does not read as the declared type."""
+    import datetime as dt
+
+    with duckdb.connect() as con:
+        con.execute("""CREATE TABLE t AS SELECT * FROM (VALUES
+            (1.5::DOUBLE, 'a', DATE '2020-01-01', '7', true),
+            ('nan'::DOUBLE, 'z', DATE '2019-12-31', 'x', NULL),
+            (2.5::DOUBLE, 'b', DATE '2020-12-31', '11', false),
+            (NULL, NULL, NULL, NULL, NULL)) v(f, s, d, i, b)""")
+        allowed = {"f": (("between", 0.0, 2.0), "DOUBLE"), "s": (("set", ["a", "b"]), "VARCHAR"),
+                   "d": (("between", dt.date(2020, 1, 1), dt.date(2020, 12, 31)), "DATE"),
+                   "i": (("between", 0, 10), "BIGINT"), "b": (("set", [False, True]), "BOOLEAN")}
+        types = {"f": "DOUBLE", "s": "VARCHAR", "d": "DATE", "i": "VARCHAR", "b": "BOOLEAN"}
+        rows, nulls, outside = column_aggregates(con, "t", types, allowed)
+    assert rows == 4
+    assert nulls == {"f": 2, "s": 1, "d": 1, "i": 1, "b": 2}
+    assert outside == {"f": 1, "s": 1, "d": 1, "i": 2, "b": 0}
 
 
 @pytest.mark.parametrize("name", list(CORRUPTIONS))

@@ -21,7 +21,7 @@ from ..core.measure import Measurement
 from ..dataset_context import DatasetContext
 from ..infra.store import PARQUET, is_remote, local_copy, staged_folder
 from ..naming import Names
-from .frames import FRAME_BYTES, CheckInputs
+from .frames import CheckInputs
 from .outcomes import json_safe
 from .suites import CHECKS, CheckResult, publish, run_all
 
@@ -65,7 +65,7 @@ def _metadata_value(value):
 
 def run_checks(warehouse: WarehouseResource, dataset: str, columns: dict[str, ColumnSpec],
                plan: EncodingPlan, measurements: list[Measurement], noisy_total: float, rows: int,
-               table: str, parquet: str, model=None, frame_bytes: int = FRAME_BYTES, log=None,
+               table: str, parquet: str, model=None, log=None,
                checks_dir: Path | None = None, docs_dir=None):
     """Yield one AssetCheckResult per check of `CHECKS`, in order, as each finishes: the schema,
     types and domains the declared `columns` give, the rest against `plan` and the
@@ -73,7 +73,7 @@ def run_checks(warehouse: WarehouseResource, dataset: str, columns: dict[str, Co
     and rendered in `docs_dir`, a local folder, see `asset_check_result`)."""
     docs = docs_dir if docs_dir is not None else data_docs_dir(warehouse, dataset)
     inputs = CheckInputs(dataset, dict(columns), plan, measurements, noisy_total, rows,
-                         table, parquet, docs, model, frame_bytes)
+                         table, parquet, docs, model)
     for result in run_all(lambda: warehouse.connect(read_only=True), inputs, log):
         yield asset_check_result(result, warehouse, dataset, checks_dir, docs)
 

@@ -1,27 +1,27 @@
-"""Reading the synthetic table for the checks, within a bounded amount of memory.
+"""Reading the synthetic table for the checks: aggregates, in memory that does not grow with rows.
 
 The checks read only the public synthetic table: its Parquet copy and the warehouse table's
-schema. At most `frame_bytes` of the table is held in pandas at a time: the per-column suites run
-on groups of columns (`column_groups`), strings as pandas categoricals (`read_frame`), and the
-distribution checks read counts that DuckDB aggregates in one scan (`SyntheticTable.read`).
-Measurements behind these choices: docs/great_expectations.md.
+schema. DuckDB computes every figure they judge as aggregates of the whole table
+(`SyntheticTable.read`): one scan for the row count and each column's NULL and out-of-domain
+counts (`column_aggregates`), GROUPING SETS for the measured marginals' counts and a GROUP BY for
+the repeated rows; GX then validates small frames of those figures (`suites`). Only the schema
+check reads rows into pandas, the first 1,000 (`read_frame`). docs/great_expectations.md.
 """
 
 from dataclasses import dataclass, field
+from datetime import date, datetime
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..core import marginals as margs
 from ..core.config import ColumnSpec
-from ..core.domain import Clique, EncodingPlan, encoded_columns
+from ..core.domain import Clique, EncodingPlan, declared_domain, encoded_columns
 from ..core.measure import Measurement
 from ..core.sql import ident, literal, sql
 
 if TYPE_CHECKING:  # pandas loads with the checks' run, not with the definitions
     import pandas as pd
-
-FRAME_BYTES = 64 * 2 ** 20  # the most of the synthetic table one GX frame holds
 
 
 @dataclass(frozen=True)
@@ -42,35 +42,39 @@ class CheckInputs:
     parquet: str
     docs_dir: object  # a path: the Data Docs site of the dataset
     model: object = None
-    frame_bytes: int = FRAME_BYTES
 
 
 @dataclass(frozen=True)
 class SyntheticTable:
-    """The synthetic table as the checks see it: the declared and the plan's columns present in the
-    Parquet copy, its row count, the column groups that fit in one frame, the counts of every
-    measured marginal (1-way included) and the number of rows repeating an earlier one. `con` is the
-    read-only connection the row-level checks read frames through while it is open."""
+    """The synthetic table as the checks see it, all aggregates DuckDB computes over its Parquet
+    copy: its columns (`present`), its row count, each present declared
+    column's NULL count (`nulls`: NULL, or NaN in a float column) and count of present values
+    outside its declared domain (`outside`, for the columns whose domain is known:
+    `domain.declared_domain`), the counts of every measured marginal (1-way included) and the
+    number of rows repeating an earlier one. `con` is the read-only connection a check reads
+    rows through (`frame`) while it is open."""
 
     inputs: CheckInputs
     con: object
     source: str
     present: list[str]
     total: int
-    groups: list[list[str]]
+    nulls: dict[str, int]
+    outside: dict[str, int]
     counts: dict[Clique, np.ndarray] = field(repr=False)
     repeated: int
 
     @classmethod
     def read(cls, con, inputs: CheckInputs) -> "SyntheticTable":
-        """Describe the Parquet copy and count its measured marginals and repeated rows (DuckDB
-        aggregates, one scan each, on the encoded codes)."""
+        """Describe the Parquet copy, count its rows, NULLs and out-of-domain values (one scan,
+        `column_aggregates`), its measured marginals and its repeated rows (DuckDB aggregates on
+        the encoded codes). Memory: the aggregates' results, whatever the row count."""
         plan = inputs.plan
         source = f"read_parquet({literal(inputs.parquet)})"
-        present = [r[0] for r in con.execute(sql("describe_source", source=source)).fetchall()]
-        total = con.execute(sql("count_rows", source=source)).fetchone()[0]
-        wanted = dict.fromkeys([*inputs.declared, *plan.columns])
-        groups = column_groups([c for c in wanted if c in present], total, inputs.frame_bytes)
+        types = {r[0]: r[1] for r in con.execute(sql("describe_source", source=source)).fetchall()}
+        present = list(types)
+        checked = {c: types[c] for c in inputs.declared if c in types}
+        total, nulls, outside = column_aggregates(con, source, checked, domains(inputs))
         one_way = dict.fromkeys(m.clique[0] for m in inputs.measurements if len(m.clique) == 1)
         encoded = sql("encoded_relation", expressions=encoded_columns(plan), source=source)
         cliques = [(c,) for c in one_way if c in present] + [
@@ -80,10 +84,11 @@ class SyntheticTable:
             counts = margs.count_marginals(con, codes, plan.columns, cliques, plan.domain) \
                 if cliques else {}
             repeated = margs.repeated_rows(con, codes, plan.domain) if present else 0
-        return cls(inputs, con, source, present, total, groups, counts, repeated)
+        return cls(inputs, con, source, present, total, nulls, outside, counts, repeated)
 
     def frame(self, columns: list[str], limit: int | None = None) -> "pd.DataFrame":
-        """Columns of the Parquet copy as pandas (`read_frame`)."""
+        """Columns of the Parquet copy as pandas (`read_frame`): at most `limit` rows (the
+        checks read only the first rows this way)."""
         return read_frame(self.con, self.source, columns, limit)
 
     def column_types(self, relation: str) -> list[str]:
@@ -91,12 +96,75 @@ class SyntheticTable:
         return column_types(self.con, relation, list(self.inputs.declared))
 
 
-def column_groups(columns: list[str], rows: int, frame_bytes: int = FRAME_BYTES) -> list[list[str]]:
-    """The columns in consecutive groups whose frame of `rows` rows stays under `frame_bytes`,
-    counting 8 bytes a cell (numbers and dates; category codes take less): one group for small
-    tables, a column or a few at a time for large ones."""
-    per_group = max(1, frame_bytes // max(8 * rows, 1))
-    return [columns[i:i + per_group] for i in range(0, len(columns), per_group)] or [[]]
+def domains(inputs: CheckInputs) -> dict[str, tuple]:
+    """Each declared column's domain where it is known (`domain.declared_domain`), with its
+    declared SQL type."""
+    learned = {e.column: e for e in inputs.plan.encodings}
+    found = {name: (declared_domain(name, column, learned.get(name)), column.sql_type)
+             for name, column in inputs.declared.items()}
+    return {name: found[name] for name in found if found[name][0] is not None}
+
+
+def column_aggregates(con, source: str, types: dict[str, str], allowed: dict[str, tuple]
+                      ) -> tuple[int, dict[str, int], dict[str, int]]:
+    """(rows, NULL count per column of `types`, count of present values outside its domain per
+    column of `allowed` among them), in one scan of `source` (check_aggregates.sql).
+
+    `types`: each column's SQL type in `source` (NaN counts as NULL in a float column);
+    `allowed`: `domains`' (declared_domain's ("set", values) or ("between", low, high), the
+    declared SQL type), compared in the declared type (dates and times as TIMESTAMP); a value
+    that does not read as that type is outside."""
+    counts = {}  # alias -> SQL condition
+    for i, (column, sql_type) in enumerate(types.items()):
+        counts[f"n{i}"] = _is_null(column, sql_type)
+        if column in allowed:
+            counts[f"o{i}"] = sql("check_outside", is_null=counts[f"n{i}"],
+                                  inside=_inside(column, allowed[column]))
+    aggregates = "".join(f", {sql('check_count_where', condition=c, alias=a)}"
+                         for a, c in counts.items())
+    row = con.execute(sql("check_aggregates", source=source, aggregates=aggregates)).fetchone()
+    found = dict(zip(["rows", *counts], (int(v) for v in row)))
+    return (found["rows"], {c: found[f"n{i}"] for i, c in enumerate(types)},
+            {c: found[f"o{i}"] for i, c in enumerate(types) if c in allowed})
+
+
+FLOAT_SQL_TYPES = ("FLOAT", "DOUBLE", "REAL")
+
+
+def _is_null(column: str, sql_type: str) -> str:
+    """SQL: a value the checks count as NULL, as pandas does (NaN too in a float column)."""
+    nan = f" OR isnan({ident(column)})" if sql_type.upper() in FLOAT_SQL_TYPES else ""
+    return sql("check_is_null", column=ident(column), nan=nan)
+
+
+def _inside(column: str, allowed: tuple) -> str:
+    """SQL: a value (not NULL) within `allowed`: the column's `declared_domain` and its declared
+    SQL type."""
+    (kind, *domain), sql_type = allowed
+    if kind == "set":
+        value = sql("check_read_as", column=ident(column), type=sql_type)
+        values = ", ".join(_sql_value(v) for v in domain[0] if v is not None) or "NULL"
+        return sql("check_in_set", value=value, values=values)
+    low, high = domain
+    if any(isinstance(b, (date, datetime)) for b in (low, high)):
+        sql_type = "TIMESTAMP"
+    value = sql("check_read_as", column=ident(column), type=sql_type)
+    return sql("check_between", value=value,
+               low=value if low is None else _sql_value(low),
+               high=value if high is None else _sql_value(high))
+
+
+def _sql_value(value) -> str:
+    """A domain value or bound as a SQL literal of its own type."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"CAST({literal(repr(value))} AS DOUBLE)"
+    if isinstance(value, (date, datetime)):
+        return f"CAST({literal(value.isoformat())} AS TIMESTAMP)"
+    return literal(value)
 
 
 def read_frame(con, source: str, columns: list[str], limit: int | None = None) -> "pd.DataFrame":
@@ -120,17 +188,6 @@ def read_frame(con, source: str, columns: list[str], limit: int | None = None) -
             column = column.cast(pa.timestamp("ns"))
         table = table.set_column(i, f.name, column)
     return table.to_pandas(coerce_temporal_nanoseconds=True)
-
-
-def release_memory(held: int, frame_bytes: int = FRAME_BYTES) -> None:
-    """Free a group's frame of `held` bytes now when it is a large part (an eighth or more) of
-    what one frame may hold: GX's validation objects form reference cycles that keep the frame
-    alive until Python's cycle collector runs. A smaller frame is left to the collector's own
-    pace: a full collection walks every object of the process (docs/great_expectations.md)."""
-    if held * 8 >= frame_bytes:
-        import gc
-
-        gc.collect()
 
 
 def column_types(con, relation: str, columns: list[str]) -> list[str]:

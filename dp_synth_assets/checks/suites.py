@@ -4,7 +4,7 @@ Each check takes the `SyntheticTable` and returns a `CheckResult`: GX's verdict 
 and the metadata to publish. The suites are built from the declared spec, the dataset's plan and
 its noisy measurements only: they read the synthetic table, never the source, so every verdict
 and figure is public. `CHECKS`, the checks' registry, lists them with their module, severity,
-whether a failure blocks the downstream assets and whether they read frames of the table; a
+whether a failure blocks the downstream assets and whether they read rows of the table; a
 check's description is the first line of its function's docstring. `publish` stores a result
 where the public can read it."""
 
@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.domain import declared_domain
 from ..core.plugins import NO_SETTINGS, plugin_module
 from ..core.sql import qualified
 from ..evaluation import fidelity
 from .data_docs import write_data_docs
-from .frames import CheckInputs, SyntheticTable, release_memory
+from .frames import CheckInputs, SyntheticTable
 from .gx import Expectation, SuiteOutcome, run_suite, write_outcome
 from .tolerances import duplicate_bound, marginal_tolerance, tolerances
 
@@ -53,41 +52,6 @@ def expectations_result(name: str, frame: "pd.DataFrame", expectations: list, da
         outcome = SuiteOutcome(f"{dataset}_{name}", True, [],
                                {"success": True, "note": "nothing to check"})
     return CheckResult(name, outcome, metadata)
-
-
-def grouped_result(name: str, table: SyntheticTable, by_column: dict, metadata: dict,
-                   result_format: str = "SUMMARY") -> CheckResult:
-    """One check whose expectations are per column, run group by group (`column_groups`): one GX
-    suite per group, `<dataset>_<name>` when one group holds them all, else `_part<k>`; each suite
-    has its Data Docs page, and the check passes when every suite does."""
-    import pandas as pd
-
-    dataset, docs = table.inputs.dataset, table.inputs.docs_dir
-
-    def flat(column):
-        found = by_column.get(column, [])
-        return found if isinstance(found, list) else [found]
-
-    parts = [g for g in table.groups if any(flat(c) for c in g)]
-    if not parts:
-        return expectations_result(name, pd.DataFrame(), [], dataset, metadata)
-    outcomes = []
-    for k, group in enumerate(parts, start=1):
-        frame = table.frame([c for c in group if flat(c)])
-        suite = f"{dataset}_{name}" if len(parts) == 1 else f"{dataset}_{name}_part{k}"
-        outcomes.append(run_suite(frame, suite, [x for c in group for x in flat(c)],
-                                  result_format=result_format, docs_dir=docs))
-        held = int(frame.memory_usage(index=True, deep=True).sum())
-        del frame
-        release_memory(held, table.inputs.frame_bytes)
-    if len(outcomes) == 1:
-        merged = outcomes[0]
-    else:
-        success = all(o.success for o in outcomes)
-        merged = SuiteOutcome(f"{dataset}_{name}", success,
-                              [r for o in outcomes for r in o.results],
-                              {"success": success, "parts": [o.raw for o in outcomes]})
-    return CheckResult(name, merged, {**metadata, "suites": len(outcomes)}, rendered=True)
 
 
 # ---- the checks ----------------------------------------------------------------------------------
@@ -126,46 +90,53 @@ def domain(table: SyntheticTable) -> CheckResult:
     """Values in the declared domain: its categories or `other`, its bounds, NULL only if nullable.
 
     Where the spec leaves a domain to preprocessing (discovered categories, learned bounds), the
-    plan's (`domain.declared_domain`)."""
-    plan = table.inputs.plan
-    learned = {e.column: e for e in plan.encodings}
-    by_column = {}
-    for name, column in table.inputs.declared.items():
-        expected = []
-        allowed = declared_domain(name, column, learned.get(name))
-        if allowed is not None and allowed[0] == "set":
-            expected.append(Expectation("ExpectColumnValuesToBeInSet", {
-                "column": name, "value_set": allowed[1]}))
-        elif allowed is not None:
-            expected.append(Expectation("ExpectColumnValuesToBeBetween", {
-                "column": name, "min_value": _bound(allowed[1]),
-                "max_value": _bound(allowed[2])}))
-        if not column.is_nullable:
-            expected.append(Expectation("ExpectColumnValuesToNotBeNull", {"column": name}))
-        if expected and name in table.present:
-            by_column[name] = expected
-    return grouped_result("domain", table, by_column, {})
+    plan's (`domain.declared_domain`). GX validates a frame of one row per column, the counts
+    DuckDB aggregated over the whole table (`frames.column_aggregates`): `outside` (present
+    values outside the domain, or not readable as the declared type) must be 0 and `nulls` at
+    most `allowed_nulls` (0 for a column that is not nullable, the row count for one that is)."""
+    import pandas as pd
+
+    declared = table.inputs.declared
+    records = [{"column": name, "outside": table.outside.get(name, 0),
+                "nulls": table.nulls[name],
+                "allowed_nulls": table.total if declared[name].is_nullable else 0}
+               for name in declared if name in table.nulls
+               and (name in table.outside or not declared[name].is_nullable)]
+    frame = pd.DataFrame(records, columns=["column", "outside", "nulls", "allowed_nulls"])
+    outside = {r["column"]: r["outside"] for r in records if r["outside"]}
+    nulls = {r["column"]: r["nulls"] for r in records if r["nulls"] > r["allowed_nulls"]}
+    return expectations_result("domain", frame, [
+        Expectation("ExpectColumnValuesToBeBetween",
+                    {"column": "outside", "min_value": 0, "max_value": 0}),
+        Expectation(NO_BOUND, {"column_A": "allowed_nulls", "column_B": "nulls",
+                               "or_equal": True})] if records else [],
+        table.inputs.dataset, {"outside": outside, "unexpected_nulls": nulls})
 
 
 def row_count(table: SyntheticTable) -> CheckResult:
-    """The requested number of rows (counted by GX on a frame of one column)."""
+    """The requested number of rows (counted by DuckDB, compared by GX)."""
+    import pandas as pd
+
     rows = table.inputs.rows
-    narrow = table.frame(table.present[:1])
-    return expectations_result("row_count", narrow,
-                               [Expectation("ExpectTableRowCountToEqual", {"value": rows})],
-                               table.inputs.dataset, {"rows": int(table.total),
-                                                      "requested_rows": int(rows)})
+    frame = pd.DataFrame({"rows": [int(table.total)], "requested_rows": [int(rows)]})
+    return expectations_result("row_count", frame, [
+        Expectation("ExpectColumnPairValuesToBeEqual",
+                    {"column_A": "rows", "column_B": "requested_rows"})],
+        table.inputs.dataset, {"rows": int(table.total), "requested_rows": int(rows)})
 
 
 def null_fraction(table: SyntheticTable) -> CheckResult:
     """Each nullable column's NULL share near the noisy estimate of its measured 1-way marginal.
 
     The allowed interval is the measured NULL share plus or minus that cell's tolerance
-    (`tolerances`); GX checks it as ExpectColumnValuesToBeNull(mostly=low) together with
-    ExpectColumnValuesToNotBeNull(mostly=1-high), which both hold iff low <= share <= high."""
+    (`tolerances`). GX validates a frame of one row per column: the column's NULL share (its
+    NULL count, NaN included, over its rows, aggregated by DuckDB) at least `low` and at most
+    `high`. An empty table has no share to judge and passes."""
+    import pandas as pd
+
     inputs = table.inputs
     one_way = {m.clique[0]: m for m in inputs.measurements if len(m.clique) == 1}
-    by_column, shown, gaps = {}, {}, []
+    records, shown, gaps = [], {}, []
     for e in inputs.plan.encodings:
         if not e.nullable or e.column not in one_way:
             continue
@@ -180,14 +151,14 @@ def null_fraction(table: SyntheticTable) -> CheckResult:
             share = float(counts[e.null_code] / counts.sum())
             gaps.append({"gap": round(abs(share - p), 5),
                          "tolerance": round(float(per_cell[e.null_code]), 5)})
-        by_column[e.column] = [
-            Expectation("ExpectColumnValuesToBeNull", {"column": e.column, "mostly": low}),
-            Expectation("ExpectColumnValuesToNotBeNull",
-                        {"column": e.column, "mostly": round(1.0 - high, 12)})]
-    # BASIC: the NULL share without GX's value counts of the "unexpected" (non-NULL) values
-    return grouped_result("null_fraction", table, by_column,
-                          {"bounds": shown, **worst(gaps, "gap", "max_null_gap")},
-                          result_format="BASIC")
+        if e.column in table.nulls and table.total:
+            records.append({"column": e.column, "null_share": table.nulls[e.column] / table.total,
+                            "low": low, "high": high})
+    frame = pd.DataFrame(records, columns=["column", "null_share", "low", "high"])
+    return expectations_result("null_fraction", frame, [
+        Expectation(NO_BOUND, {"column_A": "null_share", "column_B": "low", "or_equal": True}),
+        Expectation(NO_BOUND, {"column_A": "high", "column_B": "null_share", "or_equal": True})]
+        if records else [], inputs.dataset, {"bounds": shown, **worst(gaps, "gap", "max_null_gap")})
 
 
 def one_way_tvd(table: SyntheticTable) -> CheckResult:
@@ -262,13 +233,6 @@ def worst(records: list[dict], value: str, name: str) -> dict:
             **({f"{name}_ratio": round(float(max(ratios)), 5)} if ratios else {})}
 
 
-def _bound(value):
-    """Bounds as GX compares them with the frame's values: dates as pandas Timestamps."""
-    import pandas as pd
-
-    return pd.Timestamp(value) if hasattr(value, "isoformat") else value
-
-
 # ---- the registry --------------------------------------------------------------------------------
 
 
@@ -277,8 +241,9 @@ class Check:
     """A check: `module` holds its function, named as the check, which takes the
     `SyntheticTable` and returns a `CheckResult` (a module of this package, or a dotted path for
     a check that lives elsewhere); `severity` ("ERROR" or "WARN"); whether a failure blocks the
-    assets downstream of `synthetic`; `rows`: it reads frames of the table, so it runs while
-    the table's connection is open (`run_all`); `settings`: its settings model (none yet takes
+    assets downstream of `synthetic`; `rows`: it reads rows of the table
+    (`SyntheticTable.frame`), so it runs while the table's connection is open (`run_all`); the
+    others judge `SyntheticTable`'s aggregates only; `settings`: its settings model (none yet takes
     any: `plugins.NO_SETTINGS`). Adding a check is its module plus one line in `CHECKS`."""
 
     name: str
@@ -301,9 +266,9 @@ class Check:
 
 CHECKS = {c.name: c for c in (
     Check("schema", "suites", "ERROR", True, rows=True),
-    Check("domain", "suites", "ERROR", True, rows=True),
-    Check("row_count", "suites", "ERROR", False, rows=True),
-    Check("null_fraction", "suites", "WARN", False, rows=True),
+    Check("domain", "suites", "ERROR", True),
+    Check("row_count", "suites", "ERROR", False),
+    Check("null_fraction", "suites", "WARN", False),
     Check("one_way_tvd", "suites", "WARN", False),
     Check("marginal_tvd", "suites", "WARN", False),
     Check("duplicates", "suites", "WARN", False),
@@ -312,8 +277,9 @@ CHECKS = {c.name: c for c in (
 
 def run_all(connect, inputs: CheckInputs, log=None) -> Iterator[CheckResult]:
     """Every check of `CHECKS`, in order, as each finishes. `connect()` opens a read-only DuckDB
-    connection (a context manager); the checks that read frames (`Check.rows`) run while it is
-    open, the others on the counts afterwards. `log`, if given, gets a line when each check
+    connection (a context manager) on which the table's aggregates are computed
+    (`SyntheticTable.read`); the checks that read rows (`Check.rows`) run while it is open, the
+    others on the aggregates afterwards. `log`, if given, gets a line when each check
     starts and one with its verdict and duration when it ends (public: a check reads only the
     synthetic table and the public plan and measurements)."""
     import time
