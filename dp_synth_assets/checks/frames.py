@@ -108,23 +108,39 @@ def domains(inputs: CheckInputs) -> dict[str, tuple]:
 def column_aggregates(con, source: str, types: dict[str, str], allowed: dict[str, tuple]
                       ) -> tuple[int, dict[str, int], dict[str, int]]:
     """(rows, NULL count per column of `types`, count of present values outside its domain per
-    column of `allowed` among them), in one scan of `source` (check_aggregates.sql).
+    column of `allowed` among them).
 
-    `types`: each column's SQL type in `source` (NaN counts as NULL in a float column);
-    `allowed`: `domains`' (declared_domain's ("set", values) or ("between", low, high), the
-    declared SQL type), compared in the declared type (dates and times as TIMESTAMP); a value
-    that does not read as that type is outside."""
-    counts = {}  # alias -> SQL condition
+    One scan of `source` (check_aggregates.sql) counts the rows, each column's present values
+    (NaN counts as NULL in a float column: `types` are the columns' SQL types in `source`) and
+    the values outside each bounded domain; each column with a set domain is judged on its
+    distinct values (a GROUP BY, check_outside_set.sql), which DuckDB reads from the Parquet
+    dictionary. `allowed`: `domains`' (declared_domain's ("set", values) or ("between", low,
+    high), the declared SQL type), compared in the declared type (dates and times as TIMESTAMP);
+    a value that does not read as that type is outside."""
+    scan, sets = {}, {}  # alias -> aggregate SQL
     for i, (column, sql_type) in enumerate(types.items()):
-        counts[f"n{i}"] = _is_null(column, sql_type)
-        if column in allowed:
-            counts[f"o{i}"] = sql("check_outside", is_null=counts[f"n{i}"],
-                                  inside=_inside(column, allowed[column]))
-    aggregates = "".join(f", {sql('check_count_where', condition=c, alias=a)}"
-                         for a, c in counts.items())
-    row = con.execute(sql("check_aggregates", source=source, aggregates=aggregates)).fetchone()
-    found = dict(zip(["rows", *counts], (int(v) for v in row)))
-    return (found["rows"], {c: found[f"n{i}"] for i, c in enumerate(types)},
+        scan[f"p{i}"] = sql("check_count_present", column=ident(column), alias=f"p{i}")
+        if sql_type.upper() in FLOAT_SQL_TYPES:
+            scan[f"nan{i}"] = sql("check_count_if", condition=f"isnan({ident(column)})",
+                                  alias=f"nan{i}")
+        if column not in allowed:
+            continue
+        outside = sql("check_outside", is_null=_is_null(column, sql_type),
+                      inside=_inside(column, allowed[column]))
+        if allowed[column][0][0] == "set":
+            sets[f"o{i}"] = sql("check_outside_set", outside=outside, column=ident(column),
+                                source=source, alias=f"o{i}")
+        else:
+            scan[f"o{i}"] = sql("check_count_if", condition=outside, alias=f"o{i}")
+    row = con.execute(sql("check_aggregates", source=source,
+                          aggregates="".join(f", {a}" for a in scan.values()))).fetchone()
+    found = dict(zip(["rows", *scan], (int(v) for v in row)))
+    if sets:
+        row = con.execute(sql("check_outside_sets", counts=", ".join(sets.values()))).fetchone()
+        found.update(zip(sets, (int(v) for v in row)))
+    rows = found["rows"]
+    return (rows, {c: rows - found[f"p{i}"] + found.get(f"nan{i}", 0)
+                   for i, c in enumerate(types)},
             {c: found[f"o{i}"] for i, c in enumerate(types) if c in allowed})
 
 
