@@ -21,7 +21,8 @@ def quiet_environment() -> None:
 
 def context() -> Any:
     """The process's ephemeral GX context, created on first use with analytics and progress
-    bars off. Re-created after a fork (a child never shares its parent's context object)."""
+    bars off, and without its config's YAML copy on each change (it is never read). Re-created
+    after a fork (a child never shares its parent's context object)."""
     global _CONTEXT, _CONTEXT_PID
     if _CONTEXT is not None and _CONTEXT_PID == os.getpid():
         return _CONTEXT
@@ -32,5 +33,12 @@ def context() -> Any:
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False, metric_calculations=False)
     ctx.enable_analytics(False)
+    # on every add or delete of a data source or store (four per suite run, four per Data Docs
+    # page) GX serializes the context's whole config to YAML into the ephemeral context's
+    # in-memory variables store, which nothing reads (the context keeps its config object);
+    # ~0.1 s per check on a busy machine. Nothing is persisted in this mode, so skip it (GX
+    # 1.24 internals: without the method nothing is skipped; docs/great_expectations.md, Cost)
+    if hasattr(ctx, "_save_project_config"):
+        ctx._save_project_config = lambda: None
     _CONTEXT, _CONTEXT_PID = ctx, os.getpid()
     return ctx
