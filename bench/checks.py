@@ -148,8 +148,9 @@ def main() -> None:
         print(f"{args.label} {rows:,} rows: " + ", ".join(
             f"{n} {c['seconds']} s{'' if c['passed'] else ' (failed)'}"
             for n, c in record["checks"].items())
-            + f"; total {record['total_seconds']} s (rounds {record['round_seconds']}; GX set-up before it "
-              f"{record['gx_setup_seconds']} s, the table's aggregates {record['read_seconds']} s), peak {record['peak_rss_mb']} MB, "
+            + f"; total {record['total_seconds']} s (rounds {record['round_seconds']}; "
+              f"GX set-up before it {record['gx_setup_seconds']} s, the table's aggregates "
+              f"{record['read_seconds']} s), peak {record['peak_rss_mb']} MB, "
               f"load {record['load_before']}-{record['load_after']}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(records, indent=1) + "\n")
