@@ -153,7 +153,7 @@ def main() -> None:
               f"{record['read_seconds']} s), peak {record['peak_rss_mb']} MB, "
               f"load {record['load_before']}-{record['load_after']}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(records, indent=1) + "\n")
+    RESULTS.write_text("[\n" + ",\n".join(json.dumps(r) for r in records) + "\n]\n")  # a line each
 
 
 if __name__ == "__main__":
