@@ -193,7 +193,8 @@ class ColumnSpec(_Strict):
     max(theta * noisy_total, 3 sigma); the default when categories are discovered), `filter_combine`
     (PrivSyn's rule) or `none` (the default for declared categories).
     integer / float / datetime: `bounds` [low, high] (dates as ISO strings); without them, DP
-    bounds from noisy histograms over public buckets. `binning: uniform` cuts the bounds into
+    bounds from noisy histograms over public buckets (datetimes: years, then months, days and
+    hours as the noisy counts allow; a DATE stops at whole days). `binning: uniform` cuts the bounds into
     `bins` equal bins (no budget); `binning: quantile` cuts the DP bounds into `bins` bins of
     about equal mass, at the cumulative noisy counts of the bounds' histogram (no extra budget);
     `binning: privtree` finds adaptive bins with PrivTree (DP). Without `binning`: quantile when
