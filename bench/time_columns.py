@@ -153,7 +153,9 @@ def markdown(records: list[dict]) -> str:
             "only kinds declared; mean over seeds. `outside`: share of synthetic values outside "
             "the source column's [min, max] (mean over the table's timestamp columns); `tvd1`: "
             "1-way TVD at the table's granularity (D day, h hour, M month); `load`: the 1-minute "
-            "load average when the run ended (the seconds are inflated under load).\n\n"
+            "load average when the run ended (the seconds are inflated under load). `before`: "
+            "calendar-year buckets with 32 parts (main at 2ea81c0, the same script), `after`: the "
+            "calendar descent (years -> months -> days -> hours).\n\n"
             + "\n".join(lines) + "\n")
 
 
