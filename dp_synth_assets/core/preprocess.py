@@ -3,14 +3,12 @@
 Implements the benchmark paper of Chen et al. (section 5, appendix B; Algorithm 1 `merge`,
 Algorithm 2 PrivTree after Zhang, Xiao, Xie 2016) and PrivSyn's filter-and-combine, as
 corrected in docs/decisions/0009-dp-preprocessing.md and 0010-category-discovery.md. Mechanisms
-per column: `discover`, `rare`, `bounds` (numbers), `calendar` (datetimes), `density`, `privtree`;
-quantile bins are
-post-processing of the bounds' release. They are pure functions (numpy + OpenDP) of exact
-aggregates computed in one scan of the source (`exact_aggregates`; a second for PrivTree over DP
-bounds), each bounded by the domains, not the rows. Every invocation calls `charge` with its
-privacy map's spend right after its draw; the rho is split by `Mechanism.weight`. Each
-mechanism, the scans and the budget split: 0009-dp-preprocessing.md, "As implemented:
-preprocessing"."""
+per column: `discover`, `rare`, `bounds` (numbers), `calendar` (datetimes), `density`,
+`privtree`; quantile bins are post-processing of the bounds' release. They are pure functions
+(numpy + OpenDP) of exact aggregates computed in one scan of the source (`exact_aggregates`; a
+second for PrivTree over DP bounds), each bounded by the domains, not the rows. Every invocation
+calls `charge` with its privacy map's spend right after its draw; the rho is split by
+`Mechanism.weight`. Each mechanism, the scans and the budget split: 0009-dp-preprocessing.md."""
 
 import math
 from collections.abc import Callable
@@ -773,9 +771,8 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
 
 
 def _calendar_span(noisy: np.ndarray, sigma: float, fixed: tuple[bool, bool]) -> tuple[int, int]:
-    """`occupied_span` of a level; a neighbour joins above CALENDAR_NEIGHBOUR_Z sigma (an empty
-    one does so with probability 0.0013 per end and level, where NEIGHBOUR_Z's 0.023 over three
-    or four levels widened one column in seven by a whole unit); a fixed end stays."""
+    """`occupied_span` of a level, a neighbour joining above CALENDAR_NEIGHBOUR_Z sigma (why not
+    NEIGHBOUR_Z: docs/decisions/0009-dp-preprocessing.md); a fixed end stays."""
     first, last = occupied_span(noisy, bounds_threshold(sigma, noisy.size),
                                 CALENDAR_NEIGHBOUR_Z * sigma)
     return (0 if fixed[0] else first), (noisy.size - 1 if fixed[1] else last)
