@@ -716,10 +716,12 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
     the years 1900-2101 and the two outer buckets; its span is the outermost buckets that clear
     `bounds_threshold` (`occupied_span`). Each next level is a Gaussian histogram over the next
     unit's buckets inside the span (rows outside it count in its first or last bucket), run
-    while an end of the span is informative: its bucket's noisy count, spread over its
-    children, clears the next level's threshold, and the level has at most
-    CALENDAR_MAX_BUCKETS buckets. An end that is not informative stays where it is (the rows
-    near it are too few to place it finer). Each level is charged its own OpenDP map answer;
+    while an end of the span is informative (its bucket's noisy count, spread over its
+    children, clears the next level's threshold) or its buckets hold CALENDAR_DENSITY_Z sigma on
+    average, and the level has at most CALENDAR_MAX_BUCKETS buckets. An end that is not
+    informative stays where it is (the rows near it are too few to place it finer) unless its
+    noisy count is at most CLAMP_SHARE of the span's (a neighbour of noise, or a few rows the
+    bound may clamp). Each level is charged its own OpenDP map answer;
     each gets rho / levels (4 levels, 3 for a DATE), and when the descent stops early the rest
     measures the last level again, averaged with its first draw by inverse variance, so the
     task spends exactly `rho`. The bounds are the span's outer edges; the density is the last
@@ -751,9 +753,13 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
                 kids = int(np.count_nonzero((children >= a) & (children < b)))
                 informative.append(inside[0] <= a and b <= inside[1]
                                    and noisy[end] / max(kids, 1) >= threshold)
-            span = max(float(noisy[first:last + 1].sum()), 0.0) / (children.size - 1)
-            if any(informative) or span >= CALENDAR_DENSITY_Z * sigma:
-                edges, fixed = children, (not informative[0], not informative[1])
+            total = max(float(noisy[first:last + 1].sum()), 0.0)
+            if any(informative) or total / (children.size - 1) >= CALENDAR_DENSITY_Z * sigma:
+                # an end too thin to place finer stays, unless it holds at most CLAMP_SHARE of
+                # the rows (a neighbour of noise): the next level may then drop it
+                edges, fixed = children, tuple(
+                    not ok and noisy[end] > CLAMP_SHARE * total
+                    for ok, end in zip(informative, (first, last)))
                 continue
         rest = rho - spent
         if rest > rho * 1e-9:  # the descent stops early: the rest measures this level again
