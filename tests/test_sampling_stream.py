@@ -105,3 +105,19 @@ def test_bit_reversed_ranks_are_the_ranks_of_the_reversed_positions():
         reversed_ = [int(format(p, f"0{bits}b")[::-1], 2) for p in range(m)]
         expected = np.argsort(np.argsort(reversed_))
         assert np.array_equal(ranks[start:start + m], expected), g
+
+
+def test_a_seed_fixes_the_chunks_whatever_the_threads_that_draw_them():
+    t = small_tree()
+
+    def drawn(seed, threads):
+        return [np.stack([c[a] for a in t.domain]) for c in
+                tree.sample_chunks(t, 4500, seed, 1000, threads=threads)]
+
+    one = drawn(11, 1)
+    assert [c.shape[1] for c in one] == [1000, 1000, 1000, 1000, 500]
+    for threads in (2, 3):
+        assert all(np.array_equal(a, b) for a, b in zip(one, drawn(11, threads)))
+    assert not all(np.array_equal(a, b) for a, b in zip(one, drawn(12, 2)))
+    # chunks are drawn from streams of their own: no two chunks are the same rows
+    assert not np.array_equal(one[0], one[1])

@@ -278,20 +278,46 @@ def sample(tree: CliqueTree, rows: int, rng: np.random.Generator) -> dict[str, n
     return {a: codes[a] for a in tree.domain}
 
 
-def sample_chunks(tree: CliqueTree, rows: int, seed: int | None, chunk_rows: int, log=None):
-    """`rows` rows in chunks of at most `chunk_rows` (at least one chunk), one chunk in memory
-    at a time: each chunk is drawn from the same seeded generator in turn, so a seed fixes the
-    rows (systematic counts per chunk)."""
-    rng = np.random.default_rng(seed)
+SAMPLER_THREADS = 2  # chunks drawn at once (numpy's sorts and searches release the GIL)
+
+
+def sample_chunks(tree: CliqueTree, rows: int, seed: int | None, chunk_rows: int, log=None,
+                  threads: int | None = None):
+    """`rows` rows in chunks of at most `chunk_rows` (at least one chunk), in order. Chunk k is
+    drawn with a generator of its own, the k-th child of `SeedSequence(seed)`, so a seed fixes
+    the rows whatever draws them: up to `threads` chunks (default `SAMPLER_THREADS`, at most the
+    cores) are drawn at once in threads, and memory holds those and the one handed out
+    (systematic counts per chunk)."""
+    import os
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    parent = np.random.SeedSequence(seed)
+    sizes = [min(chunk_rows, rows - start) for start in range(0, rows, chunk_rows)] or [0]
+    threads = max(1, min(threads or SAMPLER_THREADS, os.cpu_count() or 1, len(sizes)))
     done = 0
-    while True:
-        n = min(chunk_rows, rows - done)
-        yield sample(tree, n, rng)
-        done += n
-        if log and rows > chunk_rows:
-            log(f"sampled {done:,} of {rows:,} rows")
-        if done >= rows:
-            return
+    with ThreadPoolExecutor(threads, thread_name_prefix="dp-synth-sample") as pool:
+        pending: deque = deque()
+        try:
+            for n in sizes:
+                rng = np.random.default_rng(parent.spawn(1)[0])
+                pending.append((n, pool.submit(sample, tree, n, rng)))
+                if len(pending) < threads:
+                    continue
+                n_done, future = pending.popleft()
+                yield future.result()
+                done += n_done
+                if log and rows > chunk_rows:
+                    log(f"sampled {done:,} of {rows:,} rows")
+            while pending:
+                n_done, future = pending.popleft()
+                yield future.result()
+                done += n_done
+                if log and rows > chunk_rows:
+                    log(f"sampled {done:,} of {rows:,} rows")
+        finally:
+            for _, future in pending:  # the consumer stopped early: drop what is not started
+                future.cancel()
 
 
 def dumps(tree: CliqueTree) -> bytes:
