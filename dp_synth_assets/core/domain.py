@@ -577,10 +577,14 @@ def _draw_density(density: tuple, lows: np.ndarray, highs: np.ndarray, bins: np.
     # one increasing array: bin k's cdf shifted by k, so one searchsorted serves every bin
     shifted = (cdf + np.arange(len(lows), dtype=np.float64)[:, None]).ravel()
     u = rng.random(bins.shape)
-    chosen = np.searchsorted(shifted, bins + u, side="right") - bins * count
-    chosen = np.clip(chosen, 0, count - 1)
-    # a zero-mass piece is never chosen: its cdf step is empty
-    out = lo[bins, chosen] + rng.random(bins.shape) * overlap[bins, chosen]
+    u += bins
+    # the flat index of the row's (bin, piece); a zero-mass piece is never found (empty step)
+    cell = np.searchsorted(shifted, u, side="right")
+    last = (bins + 1) * count - 1
+    np.minimum(cell, last, out=cell)  # u rounded up to the next bin: its own last piece
+    out = rng.random(bins.shape)
+    out *= overlap.ravel()[cell]
+    out += lo.ravel()[cell]
     out[~has[bins]] = np.nan
     return out
 
