@@ -27,18 +27,22 @@ def test_prefetched_keeps_the_order_and_raises_the_producers_error():
 
 
 def test_prefetched_stops_the_producer_when_the_consumer_stops():
-    pulled = []
+    pulled, closed = [], []
 
     def chunks():
-        for i in range(1000):
-            pulled.append(i)
-            yield i
+        try:
+            for i in range(1000):
+                pulled.append(i)
+                yield i
+        finally:
+            closed.append(True)
 
     stream = prefetched(chunks(), depth=1)
     assert [next(stream), next(stream)] == [0, 1]
     stream.close()  # joins the producer
     # the two consumed, one queued, one being handed over: never the whole input
     assert len(pulled) <= 4
+    assert closed == [True]  # the producer closed the generator (its sampler threads end)
 
 
 def small_tree() -> CliqueTree:

@@ -105,6 +105,10 @@ def prefetched(chunks: Iterable, depth: int = 1) -> Iterator:
             put((end, None))
         except BaseException as e:  # handed to the consumer, raised there
             put((end, e))
+        finally:  # a generator stops here, in the thread that ran it (its threads are freed)
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
 
     producer = threading.Thread(target=produce, name="dp-synth-sampler", daemon=True)
     producer.start()
