@@ -9,9 +9,10 @@ bench/work/synthetic_speed/ (plan, measurements and model; rewritten with `--ref
 row count, the `synthetic` stage's path is timed the way the stage calls it: `stages.sample`,
 the fidelity counter over the chunks and `synthesize.write_synthetic` into a DuckDB file with
 its Parquet copy (`total_seconds`, and `seconds_per_million`; `total_cpu_seconds` is the CPU
-time of this process's threads, less sensitive to the machine's load than the wall time). With `--parts`, the parts are
-also timed apart on the same chunks: drawing the codes alone (`sample_seconds`), counting
-(`count_seconds`) and decoding (`decode_seconds`, Arrow only, nothing written).
+time of this process's threads, less sensitive to the machine's load than the wall time). With
+`--parts`, the parts are also timed apart on the same chunks: drawing the codes alone
+(`sample_seconds`), counting (`count_seconds`) and decoding (`decode_seconds`, Arrow only,
+nothing written).
 
 Each record carries the load average before and after (`load1`) and the peak resident memory
 of this process (`peak_mb`); they are merged into bench/results/synthetic_speed.json.

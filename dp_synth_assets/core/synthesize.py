@@ -2,17 +2,17 @@
 
 Rows arrive in chunks of codes (`generate.sample_chunks`): each chunk is decoded and cast in SQL
 to the declared SQL types, so the table has the declared names, order and types and memory holds
-one chunk at a time. The chunks go into a staging table, each committed on its own; the Parquet
-copy is exported from it into the run's own folder, and only then one transaction replaces the
-table and stamps it with the run: a failure before that commit leaves the previous table as it
-was, and readers see the old table or the new one. How and why:
+a few chunks whatever the row count (the next ones are drawn in threads meanwhile). The chunks
+go into a staging table, each committed on its own; the Parquet copy is exported from it into
+the run's own folder, and only then one transaction replaces the table and stamps it with the
+run: a failure before that commit leaves the previous table as it was, and readers see the old
+table or the new one. How and why:
 docs/decisions/0007-asset-graph.md, "As implemented: writing the synthetic table"."""
-
-from collections.abc import Iterable, Iterator
-from contextlib import nullcontext
 
 import queue
 import threading
+from collections.abc import Iterable, Iterator
+from contextlib import nullcontext
 
 import duckdb
 import numpy as np

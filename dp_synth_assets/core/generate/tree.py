@@ -285,34 +285,35 @@ def sample_chunks(tree: CliqueTree, rows: int, seed: int | None, chunk_rows: int
                   threads: int | None = None):
     """`rows` rows in chunks of at most `chunk_rows` (at least one chunk), in order. Chunk k is
     drawn with a generator of its own, the k-th child of `SeedSequence(seed)`, so a seed fixes
-    the rows whatever draws them: up to `threads` chunks (default `SAMPLER_THREADS`, at most the
-    cores) are drawn at once in threads, and memory holds those and the one handed out
-    (systematic counts per chunk)."""
+    the rows whatever draws them: `threads` chunks (default `SAMPLER_THREADS`, at most the
+    cores) are drawn at once in threads while the last one drawn is handed out, so memory holds
+    `threads` + 1 chunks whatever `rows` is (systematic counts per chunk)."""
     import os
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
     parent = np.random.SeedSequence(seed)
-    sizes = [min(chunk_rows, rows - start) for start in range(0, rows, chunk_rows)] or [0]
-    threads = max(1, min(threads or SAMPLER_THREADS, os.cpu_count() or 1, len(sizes)))
+    sizes = iter([min(chunk_rows, rows - start) for start in range(0, rows, chunk_rows)] or [0])
+    threads = max(1, min(threads or SAMPLER_THREADS, os.cpu_count() or 1))
+    pending: deque = deque()  # (rows, future) of the chunks being drawn, in order
     done = 0
     with ThreadPoolExecutor(threads, thread_name_prefix="dp-synth-sample") as pool:
-        pending: deque = deque()
-        try:
-            for n in sizes:
+
+        def submit() -> None:
+            n = next(sizes, None)
+            if n is not None:  # chunk k's generator: the k-th child, whatever thread draws it
                 rng = np.random.default_rng(parent.spawn(1)[0])
                 pending.append((n, pool.submit(sample, tree, n, rng)))
-                if len(pending) < threads:
-                    continue
-                n_done, future = pending.popleft()
-                yield future.result()
-                done += n_done
-                if log and rows > chunk_rows:
-                    log(f"sampled {done:,} of {rows:,} rows")
+
+        try:
+            for _ in range(threads):
+                submit()
             while pending:
-                n_done, future = pending.popleft()
-                yield future.result()
-                done += n_done
+                n, future = pending.popleft()
+                chunk = future.result()
+                submit()  # `threads` chunks are drawn while this one is handed out
+                yield chunk
+                done += n
                 if log and rows > chunk_rows:
                     log(f"sampled {done:,} of {rows:,} rows")
         finally:
