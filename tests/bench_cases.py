@@ -119,6 +119,9 @@ CASES = [
     Case("light", "select_auto.py", ("--tables", "small", "--epsilons", "1", "--methods", "auto",
                                      "--iterations", "20"),
          "auto_rule.json", ("dataset", "method", "tvd2")),
+    Case("light", "time_columns.py", ("--rows", "400", "--seeds", "0", "--tables", "month",
+                                      "days"),
+         "time_columns.json", ("table", "outside", "tvd1", "granularity", "seconds")),
     Case("light", "raw_tables.py", ("--datasets", "titanic_raw", "--seeds", "1"),
          "raw_tables.json", ("dataset", "tvd1", "tvd2")),
     # ---- Dagster runs of the bundled example (tests/test_bench_runs.py)

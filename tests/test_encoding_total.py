@@ -17,7 +17,8 @@ import pytest
 from dp_synth_assets.core.config import ColumnSpec
 from dp_synth_assets.core.domain import Derived, build_plan, encode_view_sql
 from dp_synth_assets.core.source import count_fallbacks
-from dp_synth_assets.core.preprocess import (PRIVTREE_CELLS, Task, bucket_edges, exact_aggregates,
+from dp_synth_assets.core.preprocess import (CALENDAR_CELLS, CALENDAR_FIRST_HOUR, PRIVTREE_CELLS,
+                                             Task, bucket_edges, exact_aggregates,
                                              privtree_cell_width)
 from tests.helpers import make_project, without_random_ids
 
@@ -181,7 +182,7 @@ def test_preprocessing_keys_clamp_outliers_like_the_reference(con):
     con.execute("CREATE TABLE p (x DOUBLE, n DOUBLE, d VARCHAR)")
     insert(con, "p", {"x": x, "n": n, "d": d}, {"x": "DOUBLE", "n": "DOUBLE", "d": "VARCHAR"})
     spans = {"x": (0.0, 50.0), "n": (0.0, 63.0)}
-    tasks = [Task("x", "bounds"), Task("n", "bounds"), Task("d", "bounds"), Task("x", "privtree"),
+    tasks = [Task("x", "bounds"), Task("n", "bounds"), Task("d", "calendar"), Task("x", "privtree"),
              Task("n", "privtree")]
     exact = exact_aggregates(con, "p", columns, tasks, spans)
 
@@ -191,13 +192,18 @@ def test_preprocessing_keys_clamp_outliers_like_the_reference(con):
     day = lambda s: float((dt.date.fromisoformat(s) - dt.date(1970, 1, 1)).days)  # noqa: E731
     far = {"infinity": INF, "-infinity": -INF, "5877641-06-25": 2e9}  # beyond Python's dates
     days = [far[v] if v in far else day(v) for v in d if v not in (None, "-999999999999")]
-    for column, values in [("x", present(x)), ("n", [float(np.rint(v)) for v in present(n)]),
-                           ("d", days)]:
+    for column, values in [("x", present(x)), ("n", [float(np.rint(v)) for v in present(n)])]:
         edges = bucket_edges(columns[column])  # bucket b: edges[b-1] <= v < edges[b]
         expected = np.bincount(np.searchsorted(edges, values, side="right"),
                                minlength=edges.size + 1)
         buckets = exact[Task(column, "bounds")].reshape(edges.size + 1, -1).sum(axis=1)  # parts
         assert np.array_equal(buckets, expected), column
+    # the date's hour cells (calendar descent): 1900-2101, before and after in the outer cells
+    cells = [min(max(int(math.floor(v * 24)) - CALENDAR_FIRST_HOUR + 1, 0), CALENDAR_CELLS - 1)
+             if math.isfinite(v) else (0 if v < 0 else CALENDAR_CELLS - 1) for v in days]
+    assert np.array_equal(exact[Task("d", "calendar")],
+                          np.bincount(cells, minlength=CALENDAR_CELLS))
+    assert exact[Task("d", "calendar")][[0, -1]].tolist() == [3, 3]  # -inf, 0001, 1899 | ...
     for column, values, integer in [("x", present(x), False),
                                     ("n", [float(np.rint(v)) for v in present(n)], True)]:
         low, high = spans[column]

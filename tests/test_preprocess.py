@@ -11,7 +11,8 @@ import pytest
 from dp_synth_assets.core.config import ColumnSpec
 from dp_synth_assets.core.domain import build_plan, decode, encode_view_sql
 from dp_synth_assets.core.source import count_fallbacks
-from dp_synth_assets.core.preprocess import (BOUNDS_PARTS, PRIVTREE_CELLS, PRIVTREE_THETA, Task, all_tasks,
+from dp_synth_assets.core.preprocess import (BOUNDS_PARTS, CALENDAR_CELLS, CALENDAR_FIRST_HOUR,
+                                             CALENDAR_UNITS, PRIVTREE_CELLS, PRIVTREE_THETA, Task, all_tasks,
                                              bounds_threshold, bucket_edges, discovery_threshold,
                                              exact_aggregates, occupied_span, preprocess,
                                              privtree_cell_width, privtree_epsilon,
@@ -262,7 +263,7 @@ def test_numbers_stored_as_text_with_bad_values_take_the_fallback_or_read_as_mis
     assert list(codes[[2, 4]]) == [plan["n"].null_code] * 2
 
 
-def test_dates_without_bounds_get_year_bounds_and_decode_back_to_dates(con):
+def test_dates_without_bounds_get_day_bounds_and_decode_back_to_dates(con):
     import datetime as dt
 
     days = pd.to_datetime("2016-03-01") + pd.to_timedelta(np.arange(3000) % 900, unit="D")
@@ -272,9 +273,8 @@ def test_dates_without_bounds_get_year_bounds_and_decode_back_to_dates(con):
                   rho=50.0)
     e = plan["d"]
     low, high = dt.date(1970, 1, 1) + dt.timedelta(days=e.low), dt.date(1970, 1, 1) + dt.timedelta(days=e.high)
-    # the data spans 2016-03-01 .. 2018-08-17: inside the year buckets, parts of ~11 days
-    assert dt.date(2016, 2, 15) <= low <= dt.date(2016, 3, 1)
-    assert dt.date(2018, 8, 17) <= high <= dt.date(2018, 9, 1)
+    # the data spans 2016-03-01 .. 2018-08-17: the calendar descent reaches whole days
+    assert (low, high) == (dt.date(2016, 3, 1), dt.date(2018, 8, 17))
     con.execute(encode_view_sql(plan, "enc3", relation))
     codes = con.execute("SELECT * FROM enc3").fetchnumpy()
     back = decode(plan, codes, np.random.default_rng(0)).column("d").to_pylist()
@@ -319,8 +319,8 @@ EVERY_KIND = {
     "income": ColumnSpec(kind="float", bounds=[0, 50000], binning="privtree",
                          nullable=True),                                            # privtree
     "score": ColumnSpec(kind="integer", binning="privtree"),       # bounds, then privtree
-    "day": ColumnSpec(kind="datetime", type="DATE"),                                # bounds
-    "stamp": ColumnSpec(kind="datetime", binning="privtree"),      # bounds, then privtree
+    "day": ColumnSpec(kind="datetime", type="DATE"),                                # calendar
+    "stamp": ColumnSpec(kind="datetime", binning="privtree"),      # calendar, then privtree
     "amount": ColumnSpec(kind="float", missing=["n/a"]),                            # bounds
 }
 
@@ -352,7 +352,13 @@ def test_preprocessing_scans_the_source_once_or_twice_when_a_grid_needs_dp_bound
     counting, charge = CountingConnection(con, every_kind), Recorder()
     derived = preprocess(counting, every_kind, columns, 1.0, 1e-6, charge)
     assert counting.scans == scans
-    assert len(charge.spends) == len(all_tasks(columns)) == (14 if grid_on_dp_bounds else 6)
+    assert len(all_tasks(columns)) == (14 if grid_on_dp_bounds else 6)
+    # one spend per task; a calendar descent (a datetime's DP bounds) one per level it ran
+    calendar = [p["column"] for _, p in charge.spends if "calendar" in p["purpose"]]
+    assert len(charge.spends) - len(calendar) == \
+        sum(t.mechanism != "calendar" for t in all_tasks(columns))
+    assert set(calendar) == ({"day", "stamp"} if grid_on_dp_bounds else set())
+    assert all(1 <= calendar.count(c) <= len(CALENDAR_UNITS) for c in calendar)
     assert math.isclose(sum(s.rho for s, _ in charge.spends), 1.0, rel_tol=1e-9)
     assert set(derived) == {t.column for t in all_tasks(columns)}
     assert ("score" in derived and derived["score"].edges is not None) == grid_on_dp_bounds
@@ -387,7 +393,11 @@ def test_batched_exact_aggregates_equal_one_query_per_column(con, every_kind):
             continue
         x = con.execute(f"SELECT {numeric[task.column]} AS x FROM {every_kind} WHERE {present}")
         x = np.ma.compressed(x.fetchnumpy()["x"])  # present values that do not cast do not count
-        if task.mechanism == "bounds":
+        if task.mechanism == "calendar":  # hour cells from 1900, the outer ones clamped
+            hours = np.floor(x * 24 + 1e-7) - CALENDAR_FIRST_HOUR + 1
+            cells = np.clip(hours, 0, CALENDAR_CELLS - 1).astype(np.int64)
+            expected = np.bincount(cells, minlength=CALENDAR_CELLS)
+        elif task.mechanism == "bounds":
             edges = bucket_edges(spec)  # bucket b: edges[b-1] <= x < edges[b]
             b = np.searchsorted(edges, x, side="right")  # and BOUNDS_PARTS parts of each bucket
             inner = (b > 0) & (b < edges.size)

@@ -193,13 +193,14 @@ class ColumnSpec(_Strict):
     max(theta * noisy_total, 3 sigma); the default when categories are discovered), `filter_combine`
     (PrivSyn's rule) or `none` (the default for declared categories).
     integer / float / datetime: `bounds` [low, high] (dates as ISO strings); without them, DP
-    bounds from noisy histograms over public buckets. `binning: uniform` cuts the bounds into
-    `bins` equal bins (no budget); `binning: quantile` cuts the DP bounds into `bins` bins of
-    about equal mass, at the cumulative noisy counts of the bounds' histogram (no extra budget);
-    `binning: privtree` finds adaptive bins with PrivTree (DP). Without `binning`: quantile when
-    the bounds are learned, uniform when declared. `bins` defaults to QUANTILE_BINS for quantile
-    bins, DEFAULT_BINS for uniform ones. Values outside the bounds are clamped into the first or
-    last bin.
+    bounds from noisy histograms over public buckets (datetimes: years, then months, days and
+    hours as the noisy counts allow; a DATE stops at whole days). `binning: uniform` cuts the
+    bounds into `bins` equal bins (no budget); `binning: quantile` cuts the DP bounds into
+    `bins` bins of about equal mass, at the cumulative noisy counts of the bounds' histogram (no
+    extra budget); `binning: privtree` finds adaptive bins with PrivTree (DP). Without
+    `binning`: quantile when the bounds are learned, uniform when declared. `bins` defaults to
+    QUANTILE_BINS for quantile bins, DEFAULT_BINS for uniform ones. Values outside the bounds
+    are clamped into the first or last bin.
     boolean: two codes. `nullable` adds a code for NULL; unset, it is true exactly when the domain
     is discovered (no `categories` / no `bounds`) or `missing` markers are given. `missing` lists
     source values read as NULL (e.g. "?", "").

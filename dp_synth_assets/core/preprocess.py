@@ -3,13 +3,12 @@
 Implements the benchmark paper of Chen et al. (section 5, appendix B; Algorithm 1 `merge`,
 Algorithm 2 PrivTree after Zhang, Xiao, Xie 2016) and PrivSyn's filter-and-combine, as
 corrected in docs/decisions/0009-dp-preprocessing.md and 0010-category-discovery.md. Mechanisms
-per column: `discover`, `rare`, `bounds`, `density`, `privtree`; quantile bins are
-post-processing of the bounds' release. They are pure functions (numpy + OpenDP) of exact
-aggregates computed in one scan of the source (`exact_aggregates`; a second for PrivTree over DP
-bounds), each bounded by the domains, not the rows. Every invocation calls `charge` with its
-privacy map's spend right after its draw; the rho is split by `Mechanism.weight`. Each
-mechanism, the scans and the budget split: 0009-dp-preprocessing.md, "As implemented:
-preprocessing"."""
+per column: `discover`, `rare`, `bounds` (numbers), `calendar` (datetimes), `density`,
+`privtree`; quantile bins are post-processing of the bounds' release. They are pure functions
+(numpy + OpenDP) of exact aggregates computed in one scan of the source (`exact_aggregates`; a
+second for PrivTree over DP bounds), each bounded by the domains, not the rows. Every invocation
+calls `charge` with its privacy map's spend right after its draw; the rho is split by
+`Mechanism.weight`. Each mechanism, the scans and the budget split: 0009-dp-preprocessing.md."""
 
 import math
 from collections.abc import Callable
@@ -51,7 +50,7 @@ class Task:
     """One invocation to run: a mechanism of `MECHANISMS` on one column."""
 
     column: str
-    mechanism: str  # a key of MECHANISMS: discover | rare | bounds | privtree | density
+    mechanism: str  # a key of MECHANISMS: discover | rare | bounds | calendar | privtree | density
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ class Mechanism:
 
     module: str
     function: str
-    aggregate: str  # values | buckets | grid | cells
+    aggregate: str  # values | buckets | hours | grid | cells
     weight: float = 1.0
     settings: str = NO_SETTINGS
 
@@ -106,6 +105,10 @@ def _bounds(call: MechanismCall):
     return bounds_and_density(call.exact, call.column, call.spec, call.rho, call.charge)
 
 
+def _calendar(call: MechanismCall):
+    return calendar_bounds(call.exact, call.column, call.spec, call.rho, call.charge)
+
+
 def _density(call: MechanismCall):
     return grid_density(call.exact, call.column, call.spec, *call.span, call.rho, call.charge,
                         call.edges)
@@ -121,6 +124,7 @@ MECHANISMS = {
     "discover": Mechanism("preprocess", "_discover", "values", weight=2.0),
     "rare": Mechanism("preprocess", "_rare", "values"),
     "bounds": Mechanism("preprocess", "_bounds", "buckets"),
+    "calendar": Mechanism("preprocess", "_calendar", "hours"),
     "privtree": Mechanism("preprocess", "_privtree", "cells"),
     "density": Mechanism("preprocess", "_density", "grid", weight=0.25),
 }
@@ -136,12 +140,18 @@ def mechanisms(name: str, spec: ColumnSpec) -> list[Task]:
             tasks.append(Task(name, "rare"))
     elif spec.kind in ("integer", "float", "datetime"):
         if spec.bounds is None:
-            tasks.append(Task(name, "bounds"))
+            tasks.append(bounds_task(name, spec))
         if spec.binning_rule == "privtree":
             tasks.append(Task(name, "privtree"))
         elif needs_density(spec):
             tasks.append(Task(name, "density"))
     return tasks
+
+
+def bounds_task(name: str, spec: ColumnSpec) -> Task:
+    """The task that learns a column's bounds (and a first density): `calendar` for a datetime
+    (a descent through calendar units), `bounds` for a number (power-of-two buckets)."""
+    return Task(name, "calendar" if spec.kind == "datetime" else "bounds")
 
 
 def needs_density(spec: ColumnSpec) -> bool:
@@ -219,12 +229,12 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
     run(first, {t.column: columns[t.column].numeric_bounds() for t in first
                 if t.mechanism in spanned}, f"1/{scans}")
     for name, spec in columns.items():  # post-processing of the first scan's releases
-        edges = quantile_edges(spec, *out[Task(name, "bounds")]) \
+        edges = quantile_edges(spec, *out[bounds_task(name, spec)]) \
             if spec.binning_rule == "quantile" else None
         if edges is not None:
             edges_of[name] = np.asarray(edges)
     if second:
-        run(second, {t.column: out[Task(t.column, "bounds")][0] for t in second},
+        run(second, {t.column: out[bounds_task(t.column, columns[t.column])][0] for t in second},
             f"{scans}/{scans}")
     derived: dict[str, Derived] = {}
     for name, spec in columns.items():
@@ -238,7 +248,7 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
             if spec.categories is None:
                 derived[name] = complete_boolean(derived[name])
         else:
-            bounds, density = out.get(Task(name, "bounds")) or (None, None)
+            bounds, density = out.get(bounds_task(name, spec)) or (None, None)
             quantile = edges_of.get(name)
             if Task(name, "density") in out:
                 edges = quantile if quantile is not None else \
@@ -268,7 +278,8 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: 
     """The exact aggregate each task's mechanism needs, all from ONE scan of the source (one
     grouping set per task, sql/preprocess_counts.sql). Private: they feed the mechanisms only.
     `discover` / `rare`: the value counts {CAST(value AS VARCHAR): n}; `bounds`: the histogram over
-    bucket_edges(spec) (len + 1 buckets); `privtree`: the histogram of PRIVTREE_CELLS cells over
+    bucket_edges(spec) (len + 1 buckets); `calendar`: the histogram of the CALENDAR_CELLS hour
+    cells (sql/preprocess_hour.sql); `privtree`: the histogram of PRIVTREE_CELLS cells over
     spans[column]; `density`: the histogram over `density_grid(*spans[column])`. Rows that read as
     NULL (a `missing` marker, NaN, a value that does not cast) do not count; +-inf and values beyond
     the buckets or the span count in the outer ones. The keys are total like the encodings
@@ -291,6 +302,10 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: 
                           outer=edges.size,
                           edges="[" + ", ".join(repr(float(e)) for e in edges) + "]")
                 size = (edges.size + 1) * BOUNDS_PARTS
+            elif aggregate == "hours":
+                key = sql("preprocess_hour", v=v, first=CALENDAR_FIRST_HOUR,
+                          last=CALENDAR_CELLS - 1)
+                size = CALENDAR_CELLS
             else:
                 low, high = spans[t.column]
                 if aggregate == "grid":
@@ -494,13 +509,9 @@ def _original(labels: list[str], spec: ColumnSpec) -> tuple:
 # ------------------------------------------------------------------------------ numeric bounds
 
 def bucket_edges(spec: ColumnSpec) -> np.ndarray:
-    """Public bucket edges for DP bounds (numeric space; days for datetimes): 0 and +-2^k
-    (k = 0..40 for integers, -10..40 otherwise), or calendar years 1900-2101 for datetimes."""
-    if spec.kind == "datetime":
-        import datetime as dt
-
-        return np.array([(dt.date(y, 1, 1) - dt.date(1970, 1, 1)).days for y in range(1900, 2102)],
-                        dtype=np.float64)
+    """Public bucket edges for the DP bounds of a number: 0 and +-2^k (k = 0..40 for integers,
+    -10..40 otherwise). A datetime's bounds descend through calendar units instead
+    (`calendar_bounds`)."""
     powers = [2.0 ** k for k in range(0 if spec.kind == "integer" else -10, 41)]
     return np.array([-p for p in reversed(powers)] + [0.0] + powers, dtype=np.float64)
 
@@ -613,6 +624,13 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
             a, z = max(padded[b], low), min(padded[b + 1], high)
             if z > a:
                 pieces += ((float(a), float(z), float(max(noisy[b], 0.0))),)
+    return finished_bounds(spec, low, high), pieces
+
+
+def finished_bounds(spec: ColumnSpec, low: float, high: float) -> tuple[float, float]:
+    """The released [low, high) as the encoding's bounds (post-processing): integer bounds are
+    integer, `high` the last integer inside; cut to the values of the declared SQL type; never
+    empty."""
     if integer_valued(spec):
         low = float(math.floor(low))
         high = float(math.ceil(high))
@@ -624,7 +642,7 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
             low, high = (span[1] - 1.0, float(span[1])) if low >= span[1] else (low, low + 1.0)
     if high <= low:
         high = low + 1.0
-    return (float(low), float(high)), pieces
+    return float(low), float(high)
 
 
 Z_TIGHTEN = 2.0
@@ -647,6 +665,140 @@ def _tighten(noisy_parts: np.ndarray, sigma: float, total: float) -> int:
     j = np.arange(1, noisy_parts.size + 1)
     fits_ = np.cumsum(noisy_parts) + Z_TIGHTEN * sigma * np.sqrt(j) <= CLAMP_SHARE * total
     return int(np.argmin(fits_)) if not fits_.all() else int(noisy_parts.size)
+
+
+# ------------------------------------------------------------------------------ calendar bounds
+
+CALENDAR_START = np.datetime64("1900-01-01T00", "h")  # the calendar of the descent: 1900-2101
+CALENDAR_STOP = np.datetime64("2102-01-01T00", "h")
+CALENDAR_FIRST_HOUR = int(CALENDAR_START.astype(np.int64))  # hours since 1970 (negative)
+CALENDAR_CELLS = int((CALENDAR_STOP - CALENDAR_START).astype(np.int64)) + 2  # + before, after
+CALENDAR_UNITS = ("Y", "M", "D", "h")  # the descent's levels (numpy units); a DATE stops at D
+CALENDAR_NAMES = {"Y": "years", "M": "months", "D": "days", "h": "hours"}
+CALENDAR_MAX_BUCKETS = 2 ** 16  # a level of more buckets is not run (the descent stops)
+CALENDAR_NEIGHBOUR_Z = 3.0  # a bucket next to a level's occupied span joins it above this
+CALENDAR_DENSITY_Z = 2.0  # a level whose buckets hold this many sigma on average is run
+
+
+def calendar_edges(unit: str, first: int, stop: int) -> np.ndarray:
+    """The hour cells where each `unit` (a key of CALENDAR_NAMES) starts, from cell `first` to
+    cell `stop` (both such starts, inside 1 .. CALENDAR_CELLS - 1: the calendar): the edges of a
+    level's buckets (public)."""
+    start = (CALENDAR_START + np.timedelta64(first - 1, "h")).astype(f"datetime64[{unit}]")
+    end = (CALENDAR_START + np.timedelta64(stop - 1, "h")).astype(f"datetime64[{unit}]")
+    points = np.arange(start, end + np.timedelta64(1, unit)).astype("datetime64[h]")
+    return (points - CALENDAR_START).astype(np.int64) + 1
+
+
+def calendar_days(cell) -> np.ndarray:
+    """The start of an hour cell in days since 1970 (the numeric space of datetimes)."""
+    return (np.asarray(cell, dtype=np.float64) - 1 + CALENDAR_FIRST_HOUR) / 24.0
+
+
+def level_counts(cumulative: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """The counts of a level's buckets [edges[i], edges[i + 1]) from the cumulative exact hour
+    histogram (`cumulative[c]`: the rows in cells before c); rows before edges[0] count in the
+    first bucket, rows from edges[-1] on in the last: each row in exactly one bucket, so the
+    vector moves by one in one bucket when a row is added or removed (L2 sensitivity 1)."""
+    counts = np.diff(cumulative[edges])
+    counts[0] += cumulative[edges[0]]
+    counts[-1] += cumulative[-1] - cumulative[edges[-1]]
+    return counts
+
+
+def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, charge
+                    ) -> tuple[tuple[float, float], tuple[tuple[float, float, float], ...]]:
+    """DP bounds of a datetime at the resolution its rows allow: a descent through years,
+    months, days and hours (a DATE stops at days: it bins whole days).
+
+    `hist` is the exact histogram of the CALENDAR_CELLS hour cells (`exact_aggregates`: cell 0
+    before 1900, the last from 2102 on). Level 1 is a Gaussian histogram (sensitivity 1) over
+    the years 1900-2101 and the two outer buckets; its span is the outermost buckets that clear
+    `bounds_threshold` (`occupied_span`). Each next level is a Gaussian histogram over the next
+    unit's buckets inside the span (rows outside it count in its first or last bucket), run
+    while an end of the span is informative (its bucket's noisy count, spread over its
+    children, clears the next level's threshold) or its buckets hold CALENDAR_DENSITY_Z sigma on
+    average, and the level has at most CALENDAR_MAX_BUCKETS buckets. An end that is not
+    informative stays where it is (the rows near it are too few to place it finer) unless its
+    noisy count is at most CLAMP_SHARE of the span's (a neighbour of noise, or a few rows the
+    bound may clamp). Each level is charged its own OpenDP map answer;
+    each gets rho / levels (4 levels, 3 for a DATE), and when the descent stops early the rest
+    measures the last level again, averaged with its first draw by inverse variance, so the
+    task spends exactly `rho`. The bounds are the span's outer edges; the density is the last
+    level's clipped noisy counts inside them, as (low, high, count) pieces in days, at most
+    DENSITY_CELLS of them (neighbouring buckets summed). All but the draws is post-processing."""
+    units = CALENDAR_UNITS[:3] if integer_valued(spec) else CALENDAR_UNITS
+    each = rho / len(units)
+    cumulative = np.concatenate([[0], np.cumsum(np.asarray(hist, dtype=np.int64))])
+    inside = (1, CALENDAR_CELLS - 1)  # the calendar's cells: the outer ones are not descended
+    edges = np.concatenate([[0], calendar_edges("Y", *inside), [CALENDAR_CELLS]])
+    fixed = (False, False)  # ends the descent may not move
+    spent = 0.0
+    for depth, unit in enumerate(units):
+        counts = level_counts(cumulative, edges)
+        noisy, spend = gaussian_counts(counts, each)
+        spent += spend.rho
+        charge(spend, column=name, purpose=f"DP bounds (calendar {CALENDAR_NAMES[unit]})",
+               buckets=int(counts.size))
+        sigma = spend.scale
+        first, last = _calendar_span(noisy, sigma, fixed)
+        low, high = max(edges[first], inside[0]), min(edges[last + 1], inside[1])
+        finer = units[depth + 1] if depth + 1 < len(units) else None
+        children = calendar_edges(finer, low, high) if finer and high > low else None
+        if children is not None and children.size - 1 <= CALENDAR_MAX_BUCKETS:
+            threshold = bounds_threshold(sigma, children.size - 1)
+            informative = []
+            for end in (first, last):
+                a, b = edges[end], edges[end + 1]
+                kids = int(np.count_nonzero((children >= a) & (children < b)))
+                informative.append(inside[0] <= a and b <= inside[1]
+                                   and noisy[end] / max(kids, 1) >= threshold)
+            total = max(float(noisy[first:last + 1].sum()), 0.0)
+            if any(informative) or total / (children.size - 1) >= CALENDAR_DENSITY_Z * sigma:
+                # an end too thin to place finer stays, unless it holds at most CLAMP_SHARE of
+                # the rows (a neighbour of noise): the next level may then drop it
+                edges, fixed = children, tuple(
+                    not ok and noisy[end] > CLAMP_SHARE * total
+                    for ok, end in zip(informative, (first, last)))
+                continue
+        rest = rho - spent
+        if rest > rho * 1e-9:  # the descent stops early: the rest measures this level again
+            again, second = gaussian_counts(counts, rest)
+            charge(second, column=name,
+                   purpose=f"DP bounds (calendar {CALENDAR_NAMES[unit]}, again)",
+                   buckets=int(counts.size))
+            w1, w2 = 1 / sigma ** 2, 1 / second.scale ** 2
+            noisy = (w1 * noisy + w2 * again) / (w1 + w2)
+            first, last = _calendar_span(noisy, 1 / math.sqrt(w1 + w2), fixed)
+            low, high = max(edges[first], inside[0]), min(edges[last + 1], inside[1])
+        break
+    pieces = _calendar_pieces(noisy, edges, first, last, low, high)
+    return finished_bounds(spec, float(calendar_days(low)), float(calendar_days(high))), pieces
+
+
+def _calendar_span(noisy: np.ndarray, sigma: float, fixed: tuple[bool, bool]) -> tuple[int, int]:
+    """`occupied_span` of a level, a neighbour joining above CALENDAR_NEIGHBOUR_Z sigma (why not
+    NEIGHBOUR_Z: docs/decisions/0009-dp-preprocessing.md); a fixed end stays."""
+    first, last = occupied_span(noisy, bounds_threshold(sigma, noisy.size),
+                                CALENDAR_NEIGHBOUR_Z * sigma)
+    return (0 if fixed[0] else first), (noisy.size - 1 if fixed[1] else last)
+
+
+def _calendar_pieces(noisy: np.ndarray, edges: np.ndarray, first: int, last: int, low: int,
+                     high: int) -> tuple:
+    """The buckets first..last cut to [low, high) as (low, high, clipped noisy count) pieces in
+    days, neighbours summed into at most DENSITY_CELLS pieces (post-processing)."""
+    a = np.clip(edges[first:last + 1], low, high)
+    b = np.clip(edges[first + 1:last + 2], low, high)
+    c = np.clip(noisy[first:last + 1], 0.0, None)
+    keep = b > a
+    a, b, c = a[keep], b[keep], c[keep]
+    group = max(1, math.ceil(a.size / DENSITY_CELLS))
+    starts = np.arange(0, a.size, group)
+    a, b = a[starts], b[np.minimum(starts + group, a.size) - 1]
+    c = np.add.reduceat(c, starts) if c.size else c
+    return tuple((float(x), float(y), float(n))
+                 for x, y, n in zip(calendar_days(a), calendar_days(b), c))
 
 
 # ------------------------------------------------------------------------------ density
