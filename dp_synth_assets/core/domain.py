@@ -527,21 +527,24 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
             cut[-1] = e.high + 1
     else:
         cut = uniform_edges(e.low, e.high, e.bins, e.integer_bins)
-    starts, stops = cut[bins], cut[bins + 1]
+    lows, highs = cut[:-1], cut[1:]  # each bin's interval
     if e.integer_bins:
-        starts, stops = starts.astype(np.int64), np.maximum(stops.astype(np.int64), starts + 1)
+        lows = lows.astype(np.int64)
+        highs = np.maximum(highs.astype(np.int64), lows + 1)
+        starts, stops = lows[bins], highs[bins]
         values = starts + (rng.random(bins.shape) * (stops - starts)).astype(np.int64)
         if e.density:
-            inside = _draw_density(e.density, starts.astype(float), stops.astype(float), rng)
+            inside = _draw_density(e.density, lows.astype(float), highs.astype(float), bins, rng)
             values = np.where(np.isnan(inside), values,
                               np.clip(np.floor(np.nan_to_num(inside)), starts, stops - 1)
                               ).astype(np.int64)
         if e.kind == "datetime":
             return pa.array(values.astype("datetime64[D]"), mask=is_null, type=pa.date32())
         return pa.array(values, mask=is_null, type=pa.int64())
+    starts, stops = lows[bins], highs[bins]
     values = starts + rng.random(bins.shape) * (stops - starts)
     if e.density:
-        inside = _draw_density(e.density, starts, stops, rng)
+        inside = _draw_density(e.density, lows, highs, bins, rng)
         values = np.where(np.isnan(inside), values, inside)
     values = np.minimum(values, e.high)
     if e.kind == "datetime":
@@ -550,28 +553,39 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
     return pa.array(values, mask=is_null, type=pa.float64())
 
 
-def _draw_density(density: tuple, starts: np.ndarray, stops: np.ndarray,
+def _draw_density(density: tuple, lows: np.ndarray, highs: np.ndarray, bins: np.ndarray,
                   rng: np.random.Generator) -> np.ndarray:
-    """One value per row inside [starts, stops), drawn from the piecewise-uniform density
-    ((low, high, weight), ...; a piece with low == high is a point mass at low) restricted to
-    that interval (NaN where it puts no weight there)."""
+    """One value per row inside its bin's interval [lows[bin], highs[bin]), drawn from the
+    piecewise-uniform density ((low, high, weight), ...; a piece with low == high is a point
+    mass at low) restricted to that interval (NaN where it puts no weight there). Vectorized
+    over the rows: a bins x pieces table of each piece's mass inside each bin, one inverse-CDF
+    search for every row's piece, one uniform for its place inside the piece."""
     pieces = np.asarray(density, dtype=np.float64).reshape(-1, 3)
-    out = np.full(starts.shape, np.nan)
-    intervals = np.stack([starts, stops], axis=1)
-    unique, inverse = np.unique(intervals, axis=0, return_inverse=True)
-    inverse = np.asarray(inverse).ravel()
+    a, b = lows[:, None], highs[:, None]
+    lo, hi = np.maximum(pieces[None, :, 0], a), np.minimum(pieces[None, :, 1], b)
+    overlap = np.clip(hi - lo, 0, None)  # bins x pieces
     length = pieces[:, 1] - pieces[:, 0]
-    for i, (a, b) in enumerate(unique):
-        lo, hi = np.maximum(pieces[:, 0], a), np.minimum(pieces[:, 1], b)
-        overlap = np.clip(hi - lo, 0, None)
-        point = (length == 0) & (pieces[:, 0] >= a) & (pieces[:, 0] < b)
-        mass = np.where(length > 0, pieces[:, 2] * overlap / np.where(length > 0, length, 1),
-                        np.where(point, pieces[:, 2], 0))
-        if not mass.sum() > 0:
-            continue
-        rows = np.flatnonzero(inverse == i)
-        chosen = rng.choice(mass.size, size=rows.size, p=mass / mass.sum())
-        out[rows] = lo[chosen] + rng.random(rows.size) * overlap[chosen]
+    point = (length == 0) & (pieces[None, :, 0] >= a) & (pieces[None, :, 0] < b)
+    mass = np.where(length > 0, pieces[:, 2] * overlap / np.where(length > 0, length, 1),
+                    np.where(point, pieces[:, 2], 0.0))
+    mass = np.clip(mass, 0.0, None)
+    total = mass.sum(axis=1)
+    has = total > 0
+    count = mass.shape[1]
+    cdf = np.cumsum(mass, axis=1) / np.where(has, total, 1.0)[:, None]
+    cdf[:, -1] = 1.0
+    # one increasing array: bin k's cdf shifted by k, so one searchsorted serves every bin
+    shifted = (cdf + np.arange(len(lows), dtype=np.float64)[:, None]).ravel()
+    u = rng.random(bins.shape)
+    u += bins
+    # the flat index of the row's (bin, piece); a zero-mass piece is never found (empty step)
+    cell = np.searchsorted(shifted, u, side="right")
+    last = (bins + 1) * count - 1
+    np.minimum(cell, last, out=cell)  # u rounded up to the next bin: its own last piece
+    out = rng.random(bins.shape)
+    out *= overlap.ravel()[cell]
+    out += lo.ravel()[cell]
+    out[~has[bins]] = np.nan
     return out
 
 

@@ -183,7 +183,7 @@ def fit(spec: DatasetSpec, plan: EncodingPlan, found: Measurements, dataset: str
 @dataclass(frozen=True)
 class Draw:
     """Rows drawn from a fitted model: how many, their codes in chunks of at most
-    `model.chunk_rows` (drawn lazily, one chunk in memory at a time), and the random stream the
+    `model.chunk_rows` (drawn lazily, a few chunks in memory at a time), and the random stream the
     decoder uses (values inside bins, rare members). The decoder's stream is seeded apart from
     the sampler's (`[seed, 1]`), which would otherwise replay the sampler's uniforms."""
 

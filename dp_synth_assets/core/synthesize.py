@@ -2,13 +2,16 @@
 
 Rows arrive in chunks of codes (`generate.sample_chunks`): each chunk is decoded and cast in SQL
 to the declared SQL types, so the table has the declared names, order and types and memory holds
-one chunk at a time. The chunks go into a staging table, each committed on its own; the Parquet
-copy is exported from it into the run's own folder, and only then one transaction replaces the
-table and stamps it with the run: a failure before that commit leaves the previous table as it
-was, and readers see the old table or the new one. How and why:
+a few chunks whatever the row count (the next ones are drawn in threads meanwhile). The chunks
+go into a staging table, each committed on its own; the Parquet copy is exported from it into
+the run's own folder, and only then one transaction replaces the table and stamps it with the
+run: a failure before that commit leaves the previous table as it was, and readers see the old
+table or the new one. How and why:
 docs/decisions/0007-asset-graph.md, "As implemented: writing the synthetic table"."""
 
-from collections.abc import Iterable
+import queue
+import threading
+from collections.abc import Iterable, Iterator
 from contextlib import nullcontext
 
 import duckdb
@@ -25,7 +28,10 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
     """Write the synthetic table and its Parquet copy; a failure leaves the previous table.
 
     Every chunk of codes goes into the staging table, which is exported to `parquet_path` and
-    then replaces `table`, stamped, in one transaction.
+    then replaces `table`, stamped, in one transaction. The chunks are drawn one ahead in a
+    thread of their own (`prefetched`), so drawing the next chunk overlaps decoding and writing
+    this one (numpy and DuckDB release the GIL); they come in their order, so the rows are
+    those of a sequential draw.
 
     Args:
         con: the warehouse connection.
@@ -45,7 +51,7 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
     staging = staging_table(table)
     rows = 0
     try:
-        for i, codes in enumerate(chunks):
+        for i, codes in enumerate(prefetched(chunks)):
             batch = decode(plan, codes, rng)
             con.register("synthetic_rows", batch)
             try:
@@ -72,6 +78,51 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
         con.execute(sql("drop_table", table=staging))
         raise
     return rows
+
+
+def prefetched(chunks: Iterable, depth: int = 1) -> Iterator:
+    """The items of `chunks`, in order, produced in a thread of their own at most `depth` items
+    ahead of the consumer (memory: `depth` + 2 items). An exception of the producer is raised
+    to the consumer; when the consumer stops early, the producer stops after its current item."""
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in chunks:
+                if not put((item, None)):
+                    return
+            put((end, None))
+        except BaseException as e:  # handed to the consumer, raised there
+            put((end, e))
+        finally:  # a generator stops here, in the thread that ran it (its threads are freed)
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    producer = threading.Thread(target=produce, name="dp-synth-sampler", daemon=True)
+    producer.start()
+    try:
+        while True:
+            item, error = ready.get()
+            if error is not None:
+                raise error
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+        producer.join()
 
 
 def export_parquet(con: duckdb.DuckDBPyConnection, relation: str, path: str) -> None:

@@ -173,20 +173,27 @@ def junction_tree(domain: dict[str, int], cliques: list[Clique]
     return order, separators, parents
 
 
-def bit_reversed_ranks(position: np.ndarray, group: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """For rows sorted by group (`position`: each row's index within its group, `starts`: each
-    group's first index), each row's rank within its group by the bit-reversed (van der Corput)
+def bit_reversed_ranks(position: np.ndarray, size: np.ndarray) -> np.ndarray:
+    """For rows sorted by group (`position`: each row's index within its group, `size`: the
+    size m of its group), each row's rank within its group by the bit-reversed (van der Corput)
     value of its position: a permutation of 0..m-1 per group under which every run of
-    consecutive positions gets points spread evenly over the group's range."""
+    consecutive positions gets points spread evenly over the group's range.
+
+    No sort: position q comes before p exactly when, at the lowest bit where they differ, q has
+    0 and p has 1; for each bit j set in p, the q < m sharing p's bits below j and having 0 at
+    j number ((m - 1 - (p mod 2^j)) >> (j + 1)) + 1, and the rank is their sum over j."""
     bits = max(int(position.max()).bit_length(), 1) if position.size else 1
-    reversed_bits = np.zeros(position.size, dtype=np.int64)
-    rest = position.astype(np.int64)
-    for _ in range(bits):
-        reversed_bits = (reversed_bits << 1) | (rest & 1)
-        rest >>= 1
-    by_value = np.argsort((group.astype(np.int64) << bits) | reversed_bits)
-    ranks = np.empty(position.size, dtype=np.int64)
-    ranks[by_value] = np.arange(position.size) - starts[group[by_value]]
+    dtype = np.int32 if int(size.max(initial=0)) < 2 ** 31 else np.int64
+    p, last = position.astype(dtype), size.astype(dtype) - 1
+    ranks = np.zeros(p.size, dtype=dtype)
+    term = np.empty_like(p)
+    for j in range(bits):
+        np.bitwise_and(p, (1 << j) - 1, out=term)  # p mod 2^j
+        np.subtract(last, term, out=term)
+        np.right_shift(term, j + 1, out=term)
+        term += 1
+        term *= (p >> j) & 1  # only the bits set in p count
+        ranks += term
     return ranks
 
 
@@ -220,17 +227,23 @@ def conditional_draw(table: np.ndarray, group: np.ndarray, rng: np.random.Genera
         # ties at random: TIE_BITS random low bits (one int64 argsort, 5x faster than lexsort)
         order = np.argsort((key << TIE_BITS) | rng.integers(0, 1 << TIE_BITS, n))
         g_sorted = group[order]
-        point = bit_reversed_ranks(np.arange(n) - starts[g_sorted], g_sorted, starts)
+        size_sorted = sizes[g_sorted]
+        point = bit_reversed_ranks(np.arange(n) - starts[g_sorted], size_sorted)
         # a random cyclic shift per group: every row's point is uniform over its group's points
-        point = (point + rng.integers(0, np.maximum(sizes, 1))[g_sorted]) % sizes[g_sorted]
+        point += rng.integers(0, np.maximum(sizes, 1))[g_sorted]
+        point -= size_sorted * (point >= size_sorted)  # mod the size (the sum is below twice it)
     else:
         # by group, random within a group: one float sort key (group + U[0,1)) sorts 6x faster
         # than np.lexsort on two keys; groups stay below 2^31, so U keeps 21 bits of resolution
         order = np.argsort(group + rng.random(n))
         g_sorted = group[order]
+        size_sorted = sizes[g_sorted]
         point = np.arange(n) - starts[g_sorted]
-    u = (point + rng.random(groups)[g_sorted]) / sizes[g_sorted]
-    pick = np.searchsorted(shifted, g_sorted + u, side="right") - g_sorted * choices
+    u = point + rng.random(groups)[g_sorted]
+    u /= size_sorted
+    u += g_sorted
+    pick = np.searchsorted(shifted, u, side="right")
+    pick -= g_sorted * choices
     out = np.empty(n, dtype=np.int64)
     out[order] = np.clip(pick, 0, choices - 1)
     return out
@@ -265,20 +278,47 @@ def sample(tree: CliqueTree, rows: int, rng: np.random.Generator) -> dict[str, n
     return {a: codes[a] for a in tree.domain}
 
 
-def sample_chunks(tree: CliqueTree, rows: int, seed: int | None, chunk_rows: int, log=None):
-    """`rows` rows in chunks of at most `chunk_rows` (at least one chunk), one chunk in memory
-    at a time: each chunk is drawn from the same seeded generator in turn, so a seed fixes the
-    rows (systematic counts per chunk)."""
-    rng = np.random.default_rng(seed)
+SAMPLER_THREADS = 2  # chunks drawn at once (numpy's sorts and searches release the GIL)
+
+
+def sample_chunks(tree: CliqueTree, rows: int, seed: int | None, chunk_rows: int, log=None,
+                  threads: int | None = None):
+    """`rows` rows in chunks of at most `chunk_rows` (at least one chunk), in order. Chunk k is
+    drawn with a generator of its own, the k-th child of `SeedSequence(seed)`, so a seed fixes
+    the rows whatever draws them: `threads` chunks (default `SAMPLER_THREADS`, at most the
+    cores) are drawn at once in threads while the last one drawn is handed out, so memory holds
+    `threads` + 1 chunks whatever `rows` is (systematic counts per chunk)."""
+    import os
+    from collections import deque
+    from concurrent.futures import ThreadPoolExecutor
+
+    parent = np.random.SeedSequence(seed)
+    sizes = iter([min(chunk_rows, rows - start) for start in range(0, rows, chunk_rows)] or [0])
+    threads = max(1, min(threads or SAMPLER_THREADS, os.cpu_count() or 1))
+    pending: deque = deque()  # (rows, future) of the chunks being drawn, in order
     done = 0
-    while True:
-        n = min(chunk_rows, rows - done)
-        yield sample(tree, n, rng)
-        done += n
-        if log and rows > chunk_rows:
-            log(f"sampled {done:,} of {rows:,} rows")
-        if done >= rows:
-            return
+    with ThreadPoolExecutor(threads, thread_name_prefix="dp-synth-sample") as pool:
+
+        def submit() -> None:
+            n = next(sizes, None)
+            if n is not None:  # chunk k's generator: the k-th child, whatever thread draws it
+                rng = np.random.default_rng(parent.spawn(1)[0])
+                pending.append((n, pool.submit(sample, tree, n, rng)))
+
+        try:
+            for _ in range(threads):
+                submit()
+            while pending:
+                n, future = pending.popleft()
+                chunk = future.result()
+                submit()  # `threads` chunks are drawn while this one is handed out
+                yield chunk
+                done += n
+                if log and rows > chunk_rows:
+                    log(f"sampled {done:,} of {rows:,} rows")
+        finally:
+            for _, future in pending:  # the consumer stopped early: drop what is not started
+                future.cancel()
 
 
 def dumps(tree: CliqueTree) -> bytes:
