@@ -115,6 +115,9 @@ CASES = [
     Case("light", "select_auto.py", ("--tables", "small", "--epsilons", "1", "--methods", "auto",
                                      "--iterations", "20"),
          "auto_rule.json", ("dataset", "method", "tvd2")),
+    Case("light", "public_categories.py", ("--zones", "30", "--rows", "600", "--seeds", "0",
+                                           "--shapes", "flat"),
+         "public_categories.json", ("load", "records")),
     Case("light", "raw_tables.py", ("--datasets", "titanic_raw", "--seeds", "1"),
          "raw_tables.json", ("dataset", "tvd1", "tvd2")),
     # ---- Dagster runs of the bundled example (tests/test_bench_runs.py)

@@ -235,3 +235,20 @@ def test_a_missing_dimension_table_fails_the_run_naming_it_and_spends_nothing(tm
     assert "the table main.countries is not in the warehouse" in failures
     assert "nothing was charged" in failures
     assert PrivacyLedger(tmp_path / "ledger.sqlite").summary("trips").spent_rho == 0.0
+
+
+def test_the_notebook_api_refuses_a_from_that_names_its_source_table_before_any_charge(
+        tmp_path):
+    from dp_synth_assets.api import Synthesizer
+
+    con = duckdb.connect()
+    write_tables(con, rows=200)
+    s = spec({"categories": {"from": "main.zones.zone"}})
+    ledger = tmp_path / "ledger.sqlite"
+    with pytest.raises(PublicListError, match="reads the source"):
+        # the API names its source late (`api.open_source`)
+        Synthesizer.from_spec(s, ledger=ledger).fit("main.zones", connection=con)
+    assert PrivacyLedger(ledger).summary("notebook").spent_rho == 0.0
+    exhaustive = spec({"categories": {"from": "main.zones.zone"}, "other": False})
+    fitted = Synthesizer.from_spec(exhaustive).fit("main.trips", connection=con)
+    assert set(fitted.sample(300).column("zone").to_pylist()) <= set(ZONES)

@@ -218,8 +218,11 @@ class PublicColumn(_Strict):
     (a list of strings or `a/b`), when a host asset does: the dataset's `preprocessed` stage
     then depends on it, as on a `source.asset`."""
 
+    # the public table, schema.table
     table: str
+    # its column holding the list, one row per value
     column: str = Field(min_length=1)
+    # the host asset that writes the table (lineage: `preprocessed` depends on it)
     asset: tuple[str, ...] | str | None = None
 
     @field_validator("table")
@@ -246,11 +249,14 @@ class CategoriesFrom(_Strict):
     used exactly as a declared `categories:` list (no budget; the plan records where it came
     from). `from` is `schema.table.column`, or a mapping {table, column, asset} (`PublicColumn`)
     when the column's name is not a plain identifier or a host asset writes the table. The
-    table must be public: never the dataset's source, nor any table of private data. Refused
-    when the stage reads it (naming the problem and the fix, spending nothing): a missing table
-    or column, no values, NULLs, duplicates, more than MAX_PUBLIC_CATEGORIES values."""
+    table must be public, never a table of private data: one naming this dataset's or another
+    dataset's source table, or in the `private` or `synthetic` schema, is refused when the
+    registry loads. Refused when the stage reads it (naming the problem and the fix, spending
+    nothing): a missing table or column, no values, NULLs, duplicates, more than
+    MAX_PUBLIC_CATEGORIES (10,000) values."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # `schema.table.column`, or {table, column, asset} (PublicColumn)
     from_: PublicColumn | str = Field(alias="from")
 
     @field_validator("from_")
@@ -1040,6 +1046,9 @@ def with_public_categories(spec: DatasetSpec, lists: Mapping[str, list]) -> Data
             continue
         where = (f"{spec.entry}, column {name!r}: the categories read from "
                  f"{public.name}")
+        if isinstance(spec.source, TableSource) and same_table(public.table, spec.source.table):
+            # the notebook API names its source late (`api.open_source`): checked again here
+            raise PublicListError(f"{spec.entry}: " + private_list(name, public, "the source"))
         values = lists.get(name)
         if values is None:
             raise PublicListError(f"{where} were not read")
