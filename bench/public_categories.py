@@ -1,5 +1,5 @@
 """A high-cardinality categorical with its list read from a public dimension table
-(`categories: {from: ...}`) against the same column discovered with DP (issue 34).
+(`categories: {from: ...}`) against the same column discovered with DP.
 
 Generated data: a public dimension table of --zones zones and a --rows-row fact table (each
 trip's zone, Zipf-like or flat, a payment type, an hour and a fare that depend on the zone),
