@@ -325,6 +325,10 @@ class ColumnSpec(_Strict):
 
     kind: Literal["categorical", "integer", "float", "datetime", "boolean"]
     categories: list[str | int | bool] | CategoriesFrom | None = None
+    # discovered categories: about how many distinct values the column holds (public: a
+    # catalogue's size, the dimension's row count); the column's discovery then gets a larger
+    # share of the preprocessing budget (`preprocess.discovery_weight`)
+    expected_categories: int | None = Field(default=None, ge=1, le=1_000_000)
     rare: Literal["none", "merge", "filter_combine"] | None = None
     theta: float = Field(default=0.002, ge=0, lt=1)
     other_label: str = "other"
@@ -354,6 +358,9 @@ class ColumnSpec(_Strict):
                 raise ValueError("`categories` has duplicates")
             if self.bounds is not None or self.bins is not None or self.binning is not None:
                 raise ValueError("`bounds`/`bins`/`binning` do not apply to a categorical column")
+            if self.expected_categories is not None and self.categories is not None:
+                raise ValueError("`expected_categories` sizes the budget of a discovery: it "
+                                 "applies to a column without `categories`")
             if not self.other and self.categories is None:
                 raise ValueError("`other: false` needs a declared `categories` list (the "
                                  "exhaustive domain); discovered categories need the other code")
@@ -367,12 +374,14 @@ class ColumnSpec(_Strict):
             raise ValueError("`other` applies to categorical columns only")
         if self.kind == "boolean":
             if any(v is not None for v in (self.categories, self.bounds, self.bins, self.binning,
-                                           self.rare)):
+                                           self.rare, self.expected_categories)):
                 raise ValueError("a boolean column takes no `categories`, `rare`, `bounds`, "
-                                 "`bins` or `binning`")
+                                 "`bins`, `binning` or `expected_categories`")
         elif self.kind != "categorical":
             if self.categories is not None or self.rare is not None:
                 raise ValueError(f"`categories`/`rare` do not apply to a {self.kind} column")
+            if self.expected_categories is not None:
+                raise ValueError(f"`expected_categories` does not apply to a {self.kind} column")
             if self.binning == "privtree" and self.bins is not None:
                 raise ValueError("`bins` does not apply to `binning: privtree` (it finds its own)")
             if self.binning == "quantile" and self.bounds is not None:
