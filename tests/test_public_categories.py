@@ -141,13 +141,14 @@ def test_the_list_is_read_from_the_table_and_missing_tables_or_columns_are_named
     write_tables(con, rows=50)
     s = spec({"categories": {"from": "main.zones.zone"}})
     assert read_public_lists(con, s) == {"zone": ZONES}
+    assert read_public_lists(con, spec({"categories": {"from": "ZONES.Zone"}})) == {"zone": ZONES}
     with pytest.raises(PublicListError) as e:
         read_public_lists(con, spec({"categories": {"from": "main.countries.zone"}}))
     assert "the table main.countries is not in the warehouse" in str(e.value)
     assert "Load the public dimension table there first" in str(e.value)
     with pytest.raises(PublicListError) as e:
         read_public_lists(con, spec({"categories": {"from": "main.zones.name"}}))
-    assert "has no column 'name' (it has 'zone')" in str(e.value)
+    assert "has no column 'name'. Fix `from`" in str(e.value)
 
 
 def test_preprocessing_charges_nothing_for_the_column_and_the_plan_names_its_origin(tmp_path):
@@ -252,3 +253,24 @@ def test_the_notebook_api_refuses_a_from_that_names_its_source_table_before_any_
     exhaustive = spec({"categories": {"from": "main.zones.zone"}, "other": False})
     fitted = Synthesizer.from_spec(exhaustive).fit("main.trips", connection=con)
     assert set(fitted.sample(300).column("zone").to_pylist()) <= set(ZONES)
+
+
+@pytest.mark.e2e
+def test_a_components_defs_yaml_takes_the_host_asset_form(tmp_path):
+    from tests.test_component import HOST_KEY, customers_entry, dg_project, write_instance
+
+    sandbox = dg_project(tmp_path)
+    (sandbox.defs_folder_path / "zones.py").write_text(
+        "import dagster as dg\n\n\n@dg.asset(key=['analytics', 'zones'])\n"
+        "def zones() -> None:\n    \"\"\"The host's public dimension table.\"\"\"\n")
+    entry = customers_entry()
+    entry["columns"]["country"] = {"kind": "categorical", "categories": {"from": {
+        "table": "main.zones", "column": "zone", "asset": "analytics/zones"}}}
+    write_instance(sandbox, {"warehouse": "warehouse.duckdb", "ledger": "ledger.sqlite",
+                             "public_dir": "public", "datasets": {"customers": entry}})
+    with sandbox.build_component_tree() as tree:
+        defs = tree.build_defs()
+    graph = defs.resolve_asset_graph()
+    assert graph.get(dg.AssetKey(["customers", "preprocessed"])).parent_keys == {
+        HOST_KEY, ZONES_KEY}
+    assert graph.get(ZONES_KEY).is_materializable  # the host's, not a placeholder

@@ -35,10 +35,10 @@ def read_public_lists(con: duckdb.DuckDBPyConnection, spec: DatasetSpec) -> dict
                 f"{where}: the table {public.table} is not in the warehouse. Load the public "
                 f"dimension table there first (with `asset:` beside `table:` when a Dagster "
                 f"asset writes it), or fix `from`; nothing was charged") from None
-        if public.column not in columns:
+        if public.column.lower() not in {c.lower() for c in columns}:  # as DuckDB matches
             raise PublicListError(
-                f"{where}: the table {public.table} has no column {public.column!r} (it has "
-                f"{', '.join(map(repr, columns))}). Fix `from`; nothing was charged")
+                f"{where}: the table {public.table} has no column {public.column!r}. Fix "
+                f"`from`; nothing was charged")
         rows = con.execute(sql("public_categories", column=ident(public.column),
                                table=qualified(public.table),
                                limit=MAX_PUBLIC_CATEGORIES + 1)).fetchall()
