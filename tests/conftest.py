@@ -4,9 +4,9 @@ location in each store; and the test tiers.
 
 Two tiers: the unit tier (`make test-fast`, `pytest -m "not e2e"`) and the end-to-end tier,
 marked `e2e`: Dagster runs, the CLI, the built wheel, the UI and the browser. `make test` runs
-both. A module whose every test is end to end is named in `E2E_MODULES` (or sets
-`pytestmark = pytest.mark.e2e`); a single end-to-end test in a unit module carries
-`@pytest.mark.e2e` itself.
+both. A module whose every test is end to end is named in `E2E_MODULES`; a single end-to-end
+test in a unit module carries `@pytest.mark.e2e` itself. Under `-m "not e2e"` the modules of
+`E2E_MODULES` are not even imported (their imports are most of the collection's time).
 """
 
 import uuid
@@ -17,6 +17,10 @@ import pytest
 E2E_MODULES = frozenset({
     "test_automation",
     "test_bad_input",
+    "test_bench",
+    "test_bench_ops",
+    "test_bench_runs",
+    "test_bench_tables",
     "test_budget_moves",
     "test_budget_unit",
     "test_checks",
@@ -46,12 +50,18 @@ E2E_MODULES = frozenset({
 })
 
 
+def pytest_ignore_collect(collection_path, config):
+    """The unit tier (`-m "not e2e"`, `make test-fast`) does not import the end-to-end modules."""
+    if config.getoption("markexpr", "").strip() == "not e2e" and (
+            collection_path.suffix == ".py" and collection_path.stem in E2E_MODULES):
+        return True
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.stem in E2E_MODULES:
             item.add_marker(pytest.mark.e2e)
-
-from tests.helpers import postgres_server
 
 STORES = ("sqlite", "postgres")
 
@@ -67,6 +77,7 @@ def pg_server():
     """One PostgreSQL server for the session (skips, saying why, without the binaries or
     psycopg)."""
     pytest.importorskip("psycopg", reason="psycopg is not installed (the `postgres` extra)")
+    from tests.helpers import postgres_server
     with postgres_server() as server:
         yield server
 

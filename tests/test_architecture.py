@@ -35,6 +35,7 @@ repository and on a small module tree with a planted violation (so each test can
 """
 
 import ast
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,7 +103,13 @@ def package_modules(root: Path, packages=PACKAGES) -> dict[str, Path]:
 
 
 def _parse(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), filename=str(path))
+    """The module's syntax tree, parsed once per file and version (the rules only read it)."""
+    return _parsed(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed(path: str, mtime_ns: int) -> ast.Module:
+    return ast.parse(Path(path).read_text(), filename=path)
 
 
 def imports(root: Path, packages=PACKAGES) -> list[Import]:
@@ -110,6 +117,14 @@ def imports(root: Path, packages=PACKAGES) -> list[Import]:
     specific module it names (`from .core import marginals` -> `dp_synth_assets.core.marginals`;
     `from . import Budget` -> the package itself)."""
     modules = package_modules(root, packages)
+    versions = tuple((name, path.stat().st_mtime_ns) for name, path in modules.items())
+    return list(_imports(tuple(modules.items()), versions))
+
+
+@functools.lru_cache(maxsize=None)
+def _imports(modules: tuple, versions: tuple) -> tuple[Import, ...]:
+    """`imports` of these (module name, path) pairs at these file versions (cached)."""
+    modules = dict(modules)
     found = []
     for name, path in modules.items():
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -137,7 +152,7 @@ def imports(root: Path, packages=PACKAGES) -> list[Import]:
                   and (getattr(node.func, "attr", None) or getattr(node.func, "id", None))
                   in ("import_module", "__import__")):
                 found.append(Import(name, node.args[0].value, path, node.lineno))
-    return found
+    return tuple(found)
 
 
 def _parents(name: str) -> list[str]:
@@ -611,18 +626,28 @@ def _calls(root: Path, core: str, exempt):
     core's modules outside `exempt`."""
     for path in sorted((root / core).rglob("*.py")):
         relative = str(path.relative_to(root))
-        if relative in exempt:
-            continue
-        tree = _parse(path)
-        scopes = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-        buffers_at = {}
-        for scope in [tree, *scopes]:  # the innermost function's buffers win
-            buffers = _memory_buffers(scope)
-            for node in ast.walk(scope):
-                buffers_at[id(node)] = buffers
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                yield relative, node, buffers_at.get(id(node), set())
+        if relative not in exempt:
+            for node, buffers in _file_calls(str(path), path.stat().st_mtime_ns):
+                yield relative, node, buffers
+
+
+@functools.lru_cache(maxsize=None)
+def _file_calls(path: str, mtime_ns: int) -> tuple:
+    """(call node, the memory buffers of its innermost function, or the module's) for every call
+    of one module, in one walk (cached per file and version, as `_parsed`)."""
+    found = []
+
+    def visit(node: ast.AST, buffers: set[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = (_memory_buffers(child)
+                     if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else buffers)
+            if isinstance(child, ast.Call):
+                found.append((child, inner))
+            visit(child, inner)
+
+    tree = _parsed(path, mtime_ns)
+    visit(tree, _memory_buffers(tree))
+    return tuple(found)
 
 
 def _core_calls(classify, advice: str, root: Path, core: str, exempt) -> list[str]:

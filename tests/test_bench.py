@@ -9,7 +9,6 @@ import pytest
 
 from tests.bench_cases import BENCH, CASES, LIBRARIES, NOT_RUN, OWN_TEST, smoke_test
 
-pytestmark = pytest.mark.e2e
 
 
 def test_every_script_has_a_smoke_run():

@@ -1,11 +1,9 @@
 """The benchmark scripts of the bundled example under concurrent runs and kills, and on object
 storage, each on a tiny input (tests/bench_cases.py)."""
 
-import pytest
 
 from tests.bench_cases import smoke_test
 
-pytestmark = pytest.mark.e2e
 
 
 test_script_runs = smoke_test("ops")

@@ -8,7 +8,6 @@ import pytest
 
 from tests.bench_cases import folders, run_script, smoke_test
 
-pytestmark = pytest.mark.e2e
 
 
 test_script_runs = smoke_test("tables")
