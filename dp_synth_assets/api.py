@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from .core import generate
 from .core import marginals as margs
 from .infra.engines import open_engine
+from .infra.public_lists import read_public_lists
 from .core import stages
 from .core.budget import PRIVATE_STAGES, DatasetBudget
 from .core.config import (CsvSource, DatasetSpec, ParquetSource, RegistryError, TableSource,
@@ -282,10 +283,15 @@ class PrivateRun:
 
     def preprocess(self) -> EncodingPlan:
         """Check the source against the columns, learn what they leave undeclared with DP and
-        create the encoded view (`stages.preprocess`)."""
+        create the encoded view (`stages.preprocess`). A `categories: {from: ...}` list is read
+        on the run's connection (`connection=` of `reading`/`fit`) before anything is
+        charged."""
+        lists = (read_public_lists(self.con, self.spec)
+                 if any(c.categories_from is not None for c in self.spec.columns.values())
+                 else None)
         return stages.preprocess(self.con, self.spec, self.dataset, self.base_dir, self.view,
                                  self.budget, self.accountant.stage("preprocessed"),
-                                 log=logging.getLogger("dp_synth").info)
+                                 log=logging.getLogger("dp_synth").info, public_lists=lists)
 
     def marginals(self, plan: EncodingPlan) -> margs.MarginalStore:
         """The exact marginals the method needs, counted in one scan (`stages.marginals`), as

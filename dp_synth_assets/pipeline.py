@@ -27,8 +27,10 @@ from .checks.asset_checks import check_synthetic, synthetic_check_specs
 from .core import generate
 from .core import stages
 from .core.generate import multiprocess
+from .core.config import PublicListError, with_public_categories
 from .core.sql import sql
 from .core.synthesize import write_synthetic
+from .infra.public_lists import read_public_lists
 from .dataset_context import PRIVATE, PUBLIC, DatasetContext, Stage, StageFunction, bind
 from .model import build_model_asset, fit_model, model_spec
 from .private_log import append_private_note, private_log_path, private_step
@@ -55,6 +57,7 @@ def preprocessed(ctx: DatasetContext, context: dg.AssetExecutionContext,
     led = ledger.ledger()
     check_writes(context, warehouse, dataset, "preprocessed", budget, ctx.spec.rows,
                  len(ctx.spec.columns))
+    lists = read_lists(warehouse, ctx.spec)  # before anything is charged
     with holding(context, warehouse, dataset, "preprocessed", ctx.names), \
             private_stage(context, led, dataset, "preprocessed", budget) as stage:
         def note(fallbacks):  # what the values did: the owner's log, on every run
@@ -63,15 +66,43 @@ def preprocessed(ctx: DatasetContext, context: dg.AssetExecutionContext,
 
         with source_connection(warehouse, ctx.spec, dataset) as con:
             plan = stages.preprocess(con, ctx.spec, dataset, Path(warehouse.base_dir), ctx.view,
-                                     budget, stage.charge, note, log=context.log.info)
+                                     budget, stage.charge, note, log=context.log.info,
+                                     public_lists=lists)
         path = artifacts(warehouse, dataset, context).write_plan(plan)
     context.log.info(f"encoded {len(plan.columns)} columns; domain {plan.domain}")
     return dg.MaterializeResult(metadata={
         "encoding_plan": dg.MetadataValue.json(json.loads(plan.to_json())),
         "domain": dg.MetadataValue.json(plan.domain), "view": ctx.view,
         "plan_path": dg.MetadataValue.path(path),
+        **({"categories_from": dg.MetadataValue.json(
+            {e.column: e.categories_from for e in plan.encodings if e.categories_from})}
+           if lists else {}),
         **(ledger_metadata(led, dataset, budget, context.run_id) if budget.preprocess else {}),
     })
+
+
+def read_lists(warehouse: WarehouseResource, spec) -> dict[str, list]:
+    """The public lists of the `categories: {from: ...}` columns of `spec`, read from the
+    warehouse and validated (`infra.public_lists`, `config.with_public_categories`); a bad one
+    fails the stage with the public message naming the problem and the fix, before anything
+    is charged. Empty when no column reads one."""
+    if not any(c.categories_from is not None for c in spec.columns.values()):
+        return {}
+    try:
+        with warehouse.connect(read_only=True) as con:
+            lists = read_public_lists(con, spec)
+        with_public_categories(spec, lists)
+    except PublicListError as e:
+        raise dg.Failure(description=str(e)) from None
+    return lists
+
+
+def public_list_assets(spec) -> list[dg.AssetKey]:
+    """The host assets that write the public tables of the `categories: {from: ...}` columns
+    (`asset:` of `from`): `preprocessed` depends on them."""
+    keys = {c.categories_from.asset for c in spec.columns.values()
+            if c.categories_from is not None and c.categories_from.asset is not None}
+    return [dg.AssetKey(list(k)) for k in sorted(keys)]
 
 
 def marginals(ctx: DatasetContext, context: dg.AssetExecutionContext,
@@ -239,7 +270,8 @@ RUN: dict[str, StageFunction] = {
 # the AssetSpec of each stage, from the dataset's context
 SPEC: dict[str, Callable[[DatasetContext], dg.AssetSpec]] = {
     "preprocessed": lambda ctx: ctx.asset_spec(
-        "preprocessed", PRIVATE, deps=[ctx.upstream], kinds={ctx.spec.engine.type},
+        "preprocessed", PRIVATE, deps=[ctx.upstream, *public_list_assets(ctx.spec)],
+        kinds={ctx.spec.engine.type},
         description="Public encoding plan and the encoded view (private)."),
     "marginals": lambda ctx: ctx.asset_spec(
         "marginals", PRIVATE, deps=[ctx.key("preprocessed")], kinds={ctx.spec.engine.type},

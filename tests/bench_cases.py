@@ -125,6 +125,9 @@ CASES = [
     Case("light", "time_columns.py", ("--rows", "400", "--seeds", "0", "--tables", "month",
                                       "days"),
          "time_columns.json", ("table", "outside", "tvd1", "granularity", "seconds")),
+    Case("light", "public_categories.py", ("--zones", "30", "--rows", "600", "--seeds", "0",
+                                           "--shapes", "flat"),
+         "public_categories.json", ("load", "records")),
     Case("light", "raw_tables.py", ("--datasets", "titanic_raw", "--seeds", "1"),
          "raw_tables.json", ("dataset", "tvd1", "tvd2")),
     # ---- Dagster runs of the bundled example (tests/test_bench_runs.py)

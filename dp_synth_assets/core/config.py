@@ -181,11 +181,115 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# the most values a `categories: {from: ...}` list may hold: each is a code of the column, and
+# the 2-way marginals a method measures grow with it (a domain this large is better binned or
+# left out)
+MAX_PUBLIC_CATEGORIES = 10_000
+# `from: schema.table.column` (a catalog before the schema too): a table and a column
+QUALIFIED_COLUMN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*\.){1,3}[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def asset_key(v):
+    """A Dagster asset key as written in a registry (a list of strings, or one string with `/`
+    between the parts), as a tuple; None stays None."""
+    if v is None:
+        return v
+    parts = tuple(v.split("/")) if isinstance(v, str) else tuple(v)
+    if not parts or any(not p.strip() for p in parts):
+        raise ValueError(f"asset {v!r} is not an asset key: a list of non-empty strings "
+                         "like [analytics, customers], or analytics/customers")
+    return parts
+
+
+def same_table(a: str, b: str) -> bool:
+    """Whether two qualified table names of the warehouse name one table: compared without
+    case, a name without a schema being in DuckDB's default schema `main` (a catalog part is
+    dropped: the warehouse is one database)."""
+    def parts(name: str) -> tuple[str, str]:
+        names = [p.lower() for p in name.split(".")]
+        return ("main" if len(names) == 1 else names[-2], names[-1])
+    return parts(a) == parts(b)
+
+
+class PublicColumn(_Strict):
+    """A column of a PUBLIC table of the warehouse (a dimension table: zones, products,
+    countries) whose values are a categorical column's complete list: `table` (schema.table),
+    `column` (any name), and `asset`, the key of the host's Dagster asset that writes the table
+    (a list of strings or `a/b`), when a host asset does: the dataset's `preprocessed` stage
+    then depends on it, as on a `source.asset`."""
+
+    # the public table, schema.table
+    table: str
+    # its column holding the list, one row per value
+    column: str = Field(min_length=1)
+    # the host asset that writes the table (lineage: `preprocessed` depends on it)
+    asset: tuple[str, ...] | str | None = None
+
+    @field_validator("table")
+    @classmethod
+    def _qualified(cls, v: str) -> str:
+        if not QUALIFIED_TABLE.match(v):
+            raise ValueError(f"{v!r} is not a table name like schema.table")
+        return v
+
+    @field_validator("asset")
+    @classmethod
+    def _asset_key(cls, v):
+        return asset_key(v)
+
+    @property
+    def name(self) -> str:
+        """`table.column`, as a message or the plan names it."""
+        return f"{self.table}.{self.column}"
+
+
+class CategoriesFrom(_Strict):
+    """`categories: {from: ...}`: the complete list of a categorical column, read from a public
+    table of the warehouse when the `preprocessed` stage runs, before anything is charged, and
+    used exactly as a declared `categories:` list (no budget; the plan records where it came
+    from). `from` is `schema.table.column`, or a mapping {table, column, asset} (`PublicColumn`)
+    when the column's name is not a plain identifier or a host asset writes the table. The
+    table must be public, never a table of private data: one naming this dataset's or another
+    dataset's source table, or in the `private` or `synthetic` schema, is refused when the
+    registry loads. Refused when the stage reads it (naming the problem and the fix, spending
+    nothing): a missing table or column, no values, NULLs, duplicates, more than
+    MAX_PUBLIC_CATEGORIES (10,000) values."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # `schema.table.column`, or {table, column, asset} (PublicColumn)
+    from_: PublicColumn | str = Field(alias="from")
+
+    @field_validator("from_")
+    @classmethod
+    def _column(cls, v):
+        if isinstance(v, str):
+            if not QUALIFIED_COLUMN.match(v):
+                raise ValueError(f"`from: {v}` is not a column like schema.table.column (write "
+                                 "{table: schema.table, column: <name>} for a name that is not "
+                                 "a plain identifier)")
+            table, column = v.rsplit(".", 1)
+            v = PublicColumn(table=table, column=column)
+        parts = v.table.split(".")
+        if len(parts) > 1 and parts[-2].lower() in DP_SYNTH_SCHEMAS:
+            raise ValueError(f"`from` table {v.table!r} is in schema {parts[-2]!r}, which holds "
+                             "dp-synth's private working tables and synthetic tables: name a "
+                             "public dimension table")
+        return v
+
+    @property
+    def public(self) -> PublicColumn:
+        """The public column the list is read from."""
+        assert isinstance(self.from_, PublicColumn)
+        return self.from_
+
+
 class ColumnSpec(_Strict):
     """A column's declared kind and public domain, and how `preprocessed` encodes it.
 
     categorical: `categories` lists the kept values; anything else in the source maps to the
-    `other` code, decoded as `other_label`; `other: false` declares the list exhaustive (no other
+    `other` code, decoded as `other_label`; `categories: {from: schema.table.column}` reads the
+    list from a public table of the warehouse instead (`CategoriesFrom`: no budget, the same
+    afterwards as a written list); `other: false` declares the list exhaustive (no other
     code; a value outside it takes the column's fallback code, below). Without `categories`, the
     kept values are discovered
     with a thresholded Gaussian histogram (DP, approximate zCDP). `rare` merges categories whose
@@ -221,7 +325,11 @@ class ColumnSpec(_Strict):
     """
 
     kind: Literal["categorical", "integer", "float", "datetime", "boolean"]
-    categories: list[str | int | bool] | None = None
+    categories: list[str | int | bool] | CategoriesFrom | None = None
+    # discovered categories: about how many distinct values the column holds (public: a
+    # catalogue's size, the dimension's row count); the column's discovery then gets a larger
+    # share of the preprocessing budget (`preprocess.discovery_weight`)
+    expected_categories: int | None = Field(default=None, ge=1, le=1_000_000)
     rare: Literal["none", "merge", "filter_combine"] | None = None
     theta: float = Field(default=0.002, ge=0, lt=1)
     other_label: str = "other"
@@ -243,17 +351,21 @@ class ColumnSpec(_Strict):
     @model_validator(mode="after")
     def _domain_matches_kind(self) -> "ColumnSpec":
         if self.kind == "categorical":
-            if self.categories is not None and not self.categories:
+            listed = self.category_list
+            if listed is not None and not listed:
                 raise ValueError("`categories` is empty: list the values, or leave it out to "
                                  "discover them with DP")
-            if self.categories and len(set(map(str, self.categories))) != len(self.categories):
+            if listed and len(set(map(str, listed))) != len(listed):
                 raise ValueError("`categories` has duplicates")
             if self.bounds is not None or self.bins is not None or self.binning is not None:
                 raise ValueError("`bounds`/`bins`/`binning` do not apply to a categorical column")
+            if self.expected_categories is not None and self.categories is not None:
+                raise ValueError("`expected_categories` sizes the budget of a discovery: it "
+                                 "applies to a column without `categories`")
             if not self.other and self.categories is None:
                 raise ValueError("`other: false` needs a declared `categories` list (the "
                                  "exhaustive domain); discovered categories need the other code")
-            if self.other and self.categories and self.other_label in map(str, self.categories):
+            if self.other and listed and self.other_label in map(str, listed):
                 raise ValueError(
                     f"category {self.other_label!r} is also the label of the other code (the "
                     f"values outside `categories`), so the two would be one value in the "
@@ -263,12 +375,14 @@ class ColumnSpec(_Strict):
             raise ValueError("`other` applies to categorical columns only")
         if self.kind == "boolean":
             if any(v is not None for v in (self.categories, self.bounds, self.bins, self.binning,
-                                           self.rare)):
+                                           self.rare, self.expected_categories)):
                 raise ValueError("a boolean column takes no `categories`, `rare`, `bounds`, "
-                                 "`bins` or `binning`")
+                                 "`bins`, `binning` or `expected_categories`")
         elif self.kind != "categorical":
             if self.categories is not None or self.rare is not None:
                 raise ValueError(f"`categories`/`rare` do not apply to a {self.kind} column")
+            if self.expected_categories is not None:
+                raise ValueError(f"`expected_categories` does not apply to a {self.kind} column")
             if self.binning == "privtree" and self.bins is not None:
                 raise ValueError("`bins` does not apply to `binning: privtree` (it finds its own)")
             if self.binning == "quantile" and self.bounds is not None:
@@ -300,10 +414,11 @@ class ColumnSpec(_Strict):
                              "`nullable: false`")
         value = self.fallback
         if self.kind == "categorical":
-            labels = [sql_text(c) for c in self.categories or ()]
+            labels = [sql_text(c) for c in self.category_list or ()]
             if self.other:
                 labels.append(self.other_label)
-            if sql_text(value) not in labels:
+            # a list read `from` a public table is checked when it is read
+            if sql_text(value) not in labels and self.categories_from is None:
                 raise ValueError(f"`fallback` {value!r} is not one of `categories`"
                                  + (" or the `other_label`" if self.other else "")
                                  + ": name the value a row outside the list should read as")
@@ -334,7 +449,7 @@ class ColumnSpec(_Strict):
                     return None
                 return int(value)
             if any(as_int(c) is None or not span[0] <= as_int(c) <= span[1]
-                   for c in self.categories or ()):
+                   for c in self.category_list or ()):
                 raise ValueError(f"`categories` of a {self.sql_type} column must be integers "
                                  f"in [{span[0]}, {span[1]}]")
             if self.other and not self.is_nullable and as_int(self.other_label) is None:
@@ -351,6 +466,16 @@ class ColumnSpec(_Strict):
     def sql_type(self) -> str:
         """The column's SQL type: `type`, or its kind's default (never the source's)."""
         return self.type or DEFAULT_SQL_TYPE[self.kind]
+
+    @property
+    def category_list(self) -> list | None:
+        """The categories written in the spec (None: discovered, or read `from` a table)."""
+        return self.categories if isinstance(self.categories, list) else None
+
+    @property
+    def categories_from(self) -> PublicColumn | None:
+        """The public column a `categories: {from: ...}` list is read from, else None."""
+        return self.categories.public if isinstance(self.categories, CategoriesFrom) else None
 
     @property
     def discovered(self) -> bool:
@@ -788,6 +913,18 @@ class DatasetSpec(_Strict):
         return self
 
     @model_validator(mode="after")
+    def _public_lists(self) -> "DatasetSpec":
+        """A `categories: {from: ...}` never reads the dataset's own source table: its values
+        are private, and the list would publish them (every value, even one a single row
+        holds) in the plan."""
+        if isinstance(self.source, TableSource):
+            for name, column in self.columns.items():
+                public = column.categories_from
+                if public is not None and same_table(public.table, self.source.table):
+                    raise ValueError(private_list(name, public, "this dataset's source"))
+        return self
+
+    @model_validator(mode="after")
     def _extras_installed(self) -> "DatasetSpec":
         """Refuse a feature whose extra is not installed (`extras`), when the definitions load."""
         for feature in self.features():
@@ -878,7 +1015,83 @@ class Registry(_Strict):
         for name in v:
             if not DATASET_NAME.match(name):
                 raise ValueError(f"dataset name {name!r} must match {DATASET_NAME.pattern}")
+        sources = {n: s.source.table for n, s in v.items() if isinstance(s.source, TableSource)}
+        for dataset, spec in v.items():
+            for column, c in spec.columns.items():
+                public = c.categories_from
+                for other, table in sources.items():
+                    if public is not None and other != dataset and same_table(public.table, table):
+                        raise ValueError(f"dataset {dataset!r}: "
+                                         + private_list(column, public,
+                                                        f"the source of dataset {other!r}"))
         return v
+
+
+def private_list(column: str, public: PublicColumn, whose: str) -> str:
+    """The refusal of a `from` that names a private source table."""
+    return (f"column {column!r}: `categories: {{from: {public.name}}}` reads {whose} "
+            f"({public.table}), whose values are private: the list would publish them in the "
+            f"plan. Name a public dimension table (e.g. main.zones.zone), or write the list, or "
+            f"leave `categories` out to discover them with DP")
+
+
+class PublicListError(ValueError):
+    """A list read by `categories: {from: ...}` cannot be used; the message names the dataset's
+    entry, the column, the public table, the problem and the fix. Nothing is charged."""
+
+
+def with_public_categories(spec: DatasetSpec, lists: Mapping[str, list]) -> DatasetSpec:
+    """`spec` with each `categories: {from: ...}` replaced by the list read from its public
+    table (`lists`: column -> the table column's values, in the table's order, read by the
+    Dagster layer), validated as a written list would be; afterwards the column is exactly a
+    column of declared categories. Pure. Refused (`PublicListError`): a column whose list is
+    missing from `lists`, empty, with NULLs or duplicates, longer than MAX_PUBLIC_CATEGORIES,
+    or that breaks a rule of `ColumnSpec` (the other label is a value, a value that does not
+    fit the declared type, a `fallback` that is not a value). The messages count values and
+    never quote one."""
+    columns = dict(spec.columns)
+    for name, column in spec.columns.items():
+        public = column.categories_from
+        if public is None:
+            continue
+        where = (f"{spec.entry}, column {name!r}: the categories read from "
+                 f"{public.name}")
+        if isinstance(spec.source, TableSource) and same_table(public.table, spec.source.table):
+            # the notebook API names its source late (`api.open_source`): checked again here
+            raise PublicListError(f"{spec.entry}: " + private_list(name, public, "the source"))
+        values = lists.get(name)
+        if values is None:
+            raise PublicListError(f"{where} were not read")
+        problem = list_problem(values)
+        if problem is None:
+            try:
+                columns[name] = ColumnSpec.model_validate(
+                    {**column.model_dump(exclude_unset=True), "categories": list(values)})
+                continue
+            except ValidationError as e:
+                problem = "; ".join(err["msg"].removeprefix("Value error, ")
+                                    for err in e.errors())
+        raise PublicListError(f"{where}: {problem}. Fix the table, or point `from` at the "
+                              f"column that holds the complete list (one row per value); "
+                              f"nothing was charged")
+    return spec.model_copy(update={"columns": columns})
+
+
+def list_problem(values: list) -> str | None:
+    """Why a public table's column is no category list (None: it is one)."""
+    if not values:
+        return "the column has no values (is the table loaded?)"
+    if len(values) > MAX_PUBLIC_CATEGORIES:
+        return (f"there are more than {MAX_PUBLIC_CATEGORIES:,} values, the most a list may "
+                f"hold (bin the column, or group its values in a coarser column)")
+    nulls = sum(v is None for v in values)
+    if nulls:
+        return f"{nulls} value(s) are NULL (filter them out, e.g. in a view)"
+    repeated = len(values) - len(set(map(str, values)))
+    if repeated:
+        return (f"{repeated} value(s) are repeated: a list names each value once (use the "
+                f"table's key column, or a view of its DISTINCT values)")
+    return None
 
 
 def parse_registry(data: object, origin: str = "datasets.yaml") -> dict[str, DatasetSpec]:

@@ -68,6 +68,9 @@ class Encoding:
     density: tuple | None = None      # ((low, high, weight), ...) drawn inside a bin
     prior: tuple | None = None        # ((code, noisy count, sd), ...) preprocessing released
     fallback: int | None = None       # the code of the declared `fallback` value, if any
+    # categorical: the public table's column its declared list was read from
+    # (`categories: {from: ...}`, no budget), as `schema.table.column`
+    categories_from: str | None = None
 
     @property
     def null_code(self) -> int | None:
@@ -625,9 +628,10 @@ def declared_domain(name: str, column: ColumnSpec, learned: Encoding | None
     known = learned if learned is not None and learned.kind == column.kind else None
     try:
         if column.kind == "categorical":
-            if column.categories is None and known is None:
+            listed = column.category_list  # None: discovered, or read `from` a public table
+            if listed is None and known is None:
                 return None
-            categories, rare = ((tuple(column.categories), None) if column.categories is not None
+            categories, rare = ((tuple(listed), None) if listed is not None
                                 else (known.categories, known.rare))
             other = (_typed_label(name, column.other_label, column.sql_type, column.is_nullable)
                      if column.other else None)

@@ -8,7 +8,7 @@ per column: `discover`, `rare`, `bounds` (numbers), `calendar` (datetimes), `den
 (numpy + OpenDP) of exact aggregates computed in one scan of the source (`exact_aggregates`; a
 second for PrivTree over DP bounds), each bounded by the domains, not the rows. Every invocation
 calls `charge` with its privacy map's spend right after its draw; the rho is split by
-`Mechanism.weight`. Each mechanism, the scans and the budget split: 0009-dp-preprocessing.md."""
+`task_weight`. Each mechanism, the scans and the budget split: 0009-dp-preprocessing.md."""
 
 import math
 from collections.abc import Callable
@@ -171,6 +171,30 @@ def needs_density(spec: ColumnSpec) -> bool:
     return math.floor(high) - math.ceil(low) + 1 > (spec.bins or DEFAULT_BINS)
 
 
+# A discovery's weight grows with the categories it is expected to reveal, linearly above
+# REFERENCE_CATEGORIES, up to MAX_DISCOVERY_SCALE times its base weight
+# (docs/decisions/0010-category-discovery.md, "A discovery's share")
+REFERENCE_CATEGORIES = 16
+MAX_DISCOVERY_SCALE = 16.0
+
+
+def discovery_weight(spec: ColumnSpec) -> float:
+    """The weight of a column's `discover` task in the preprocessing split: the mechanism's
+    base weight, times expected_categories / REFERENCE_CATEGORIES when the column declares more
+    than REFERENCE_CATEGORIES (the same rho per expected category), at most
+    MAX_DISCOVERY_SCALE times. A function of the spec alone: public."""
+    scale = (spec.expected_categories or 0) / REFERENCE_CATEGORIES
+    return MECHANISMS["discover"].weight * min(max(scale, 1.0), MAX_DISCOVERY_SCALE)
+
+
+def task_weight(task: Task, spec: ColumnSpec) -> float:
+    """A task's weight in the preprocessing split: its mechanism's (`Mechanism.weight`), a
+    discovery's sized by `discovery_weight`."""
+    if task.mechanism == "discover":
+        return discovery_weight(spec)
+    return MECHANISMS[task.mechanism].weight
+
+
 def all_tasks(columns: dict[str, ColumnSpec]) -> list[Task]:
     """Every column's tasks (`mechanisms`), in declaration order."""
     return [t for name, spec in columns.items() for t in mechanisms(name, spec)]
@@ -187,7 +211,7 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
         con: the connection the source is read on (the scan engine's store).
         relation: the source relation.
         columns: the declared columns.
-        rho: the preprocessing budget, split over the invocations by `Mechanism.weight`.
+        rho: the preprocessing budget, split over the invocations by `task_weight`.
         delta_extra: the run's extra delta, shared evenly by the `discover` invocations.
         charge: records each invocation's spend, right after its draw.
         log: a line as each scan starts and about ten as the mechanisms run (`progress.due`):
@@ -201,7 +225,7 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
         return {}
     if rho <= 0:
         raise ValueError("preprocessing needs a positive rho")
-    weights = [MECHANISMS[t.mechanism].weight for t in tasks]
+    weights = [task_weight(t, columns[t.column]) for t in tasks]
     rho_of = {t: rho * w / sum(weights) for t, w in zip(tasks, weights)}
     discovers = sum(t.mechanism == "discover" for t in tasks)
     delta_each = delta_extra / discovers if discovers else 0.0

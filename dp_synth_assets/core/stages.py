@@ -10,7 +10,7 @@ Public stages (post-processing of the plan and the measurements; they spend noth
 feed a charged mechanism. Each stage, and what surrounds them: docs/decisions/0007-asset-graph.md.
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -20,7 +20,8 @@ import numpy as np
 from . import generate
 from . import marginals as margs
 from .budget import DatasetBudget, measurement_plan
-from .config import DatasetSpec, ModelSettings, SelectionSettings, plan_digest
+from .config import (DatasetSpec, ModelSettings, SelectionSettings, plan_digest,
+                     with_public_categories)
 from .domain import Clique, EncodingPlan
 from .measure import (Measurements, clique_size, coarsened_size, make_consistent, merge_repeats,
                       noisy_total, with_prior)
@@ -38,15 +39,23 @@ Oracle = Callable[[list[Clique]], dict[Clique, np.ndarray]]
 
 
 def preprocess(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, dataset: str, base_dir: Path,
-               view: str, budget: DatasetBudget, charge, note=None, log=None) -> EncodingPlan:
+               view: str, budget: DatasetBudget, charge, note=None, log=None,
+               public_lists: Mapping[str, list] | None = None) -> EncodingPlan:
     """Check the source's schema against the columns, learn what they leave undeclared (DP,
     with the preprocessing budget) and create the encoded view `view` (`prepare_encoded_view`;
     `note` gets the private counts of values that read as NULL or took a fallback code, `log`
     the progress lines of `preprocess.preprocess`); the plan records the digest of the spec it
-    was made from (`config.plan_digest`)."""
-    plan = prepare_encoded_view(con, spec, dataset, base_dir, view, budget.domains_rho,
+    was made from (`config.plan_digest`). `public_lists`: the values read for each
+    `categories: {from: ...}` column (`infra.public_lists.read_public_lists`), validated and
+    used as declared lists (`config.with_public_categories`, refused before anything is
+    charged); the plan names each one's public column (`Encoding.categories_from`)."""
+    declared = with_public_categories(spec, public_lists or {})
+    plan = prepare_encoded_view(con, declared, dataset, base_dir, view, budget.domains_rho,
                                 budget.run_delta_extra, charge, budget.count, note, log=log)
-    return replace(plan, spec_digest=plan_digest(spec))
+    origins = {name: c.categories_from.name for name, c in spec.columns.items()
+               if c.categories_from is not None}
+    encodings = tuple(replace(e, categories_from=origins.get(e.column)) for e in plan.encodings)
+    return replace(plan, encodings=encodings, spec_digest=plan_digest(spec))
 
 
 @dataclass(frozen=True)
