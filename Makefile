@@ -36,15 +36,17 @@ run: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster asset materialize -f definitions.py --select '*$(DATASET)/synthetic+'
 	$(BIN)/python -m dp_synth_assets.report $(DATASET)
 
-# the test files run on TEST_WORKERS processes (pytest-xdist), each file whole in one of them
-# (its module fixtures are shared by its tests); TEST_WORKERS=0 runs them in this process
+# the test files run on TEST_WORKERS processes (pytest-xdist): in `make test` each file whole in
+# one of them (its module fixtures, a server or a built wheel, are shared by its tests); the unit
+# tier's files, with cheap fixtures, are split where a worker runs idle (worksteal).
+# TEST_WORKERS=0 runs them in this process
 TEST_WORKERS ?= 2
 
 test: install
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=60
 
 test-fast: install
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 -m "not e2e"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25 -m "not e2e"
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -f definitions.py

@@ -1,5 +1,6 @@
 """The smoke runs of the benchmark scripts (tests/test_bench*.py): each script of bench/ on a
-tiny input, as a subprocess of this interpreter, with its results, working files and tables in a
+tiny input, as its own process (forked from a server that has the common imports done, which a
+fresh interpreter spends seconds on), with its results, working files and tables in a
 temporary folder (`BENCH_RESULTS`, `BENCH_WORK`, `BENCH_DATASETS`: bench/paths.py), so a
 refactor that breaks a benchmark fails the tests and nothing is written into bench/results/.
 
@@ -11,8 +12,8 @@ to one worker, so the groups spread the runs over files).
 
 import json
 import os
-import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,12 +53,65 @@ def folders(base: Path) -> tuple[dict, Path, Path]:
     return env, results, work
 
 
+# what every script imports first, imported once by the fork server each smoke run is forked
+# from (a script started as `python bench/x.py` spends seconds importing them)
+PRELOAD = ["numpy", "pandas", "duckdb", "pyarrow", "dagster", "great_expectations",
+           "dp_synth_assets.definitions", "dp_synth_assets.api", "dp_synth_assets.pipeline"]
+
+
 def run_script(env: dict, script: str, *args: str, timeout: float = 300) -> str:
-    proc = subprocess.run([sys.executable, str(BENCH / script), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, (f"bench/{script} {' '.join(args)} exited {proc.returncode}:\n"
-                                  f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
-    return proc.stdout
+    """Run bench/`script` with `args` as `python bench/script args` would, in `env` and the
+    repository's folder, in a child forked from a server that has PRELOAD imported; fails the
+    test, with the script's output, unless it exits 0. Returns what it printed."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    with tempfile.TemporaryDirectory() as folder:
+        out, err = Path(folder) / "stdout", Path(folder) / "stderr"
+        child = context.Process(target=_script_main,
+                                args=(str(BENCH / script), list(args), env, str(out), str(err)))
+        child.start()
+        child.join(timeout)
+        if child.exitcode is None:
+            child.kill()
+            child.join()
+        stdout, stderr = out.read_text(), err.read_text()
+    assert child.exitcode == 0, (f"bench/{script} {' '.join(args)} exited {child.exitcode}:\n"
+                                 f"{stdout[-3000:]}\n{stderr[-5000:]}")
+    return stdout
+
+
+def _script_main(path: str, args: list[str], env: dict, out: str, err: str) -> None:
+    """The forked child: the script as `__main__`, with its argv, environment, working folder,
+    import path (its own folder first) and standard streams."""
+    import runpy
+
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(ROOT)
+    sys.argv = [path, *args]
+    sys.path[:0] = [str(Path(path).parent), *env.get("PYTHONPATH", "").split(os.pathsep)]
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        os.dup2(stdout.fileno(), 1)
+        os.dup2(stderr.fileno(), 2)
+        sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+        sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except SystemExit as stop:
+            code = stop.code
+            if code not in (None, 0):
+                print(code, file=sys.stderr)
+                sys.stderr.flush()
+                os._exit(code if isinstance(code, int) else 1)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(1)
+        sys.stdout.flush()
+        sys.stderr.flush()
 
 
 def check(case: Case, base: Path) -> None:

@@ -226,9 +226,11 @@ def test_preprocessing_aggregates_move_within_what_each_mechanism_is_charged_for
 
     base = aggregates(0)
     charged = _charged_preprocessing_sensitivities(base)
+    seen = set()  # removing either of two equal rows leaves the same table: scanned once
     for k, label in enumerate(labels, start=1):
-        if not one_column_at_a_time(label):
+        if label in seen or not one_column_at_a_time(label):
             continue
+        seen.add(label)
         other = aggregates(k)
         for task in tasks:
             a, b = base[task], other[task]
