@@ -545,7 +545,8 @@ class Synthesizer:
         plan = self.plan
         con = duckdb.connect(":memory:")
         try:
-            chunks = [decode_typed(con, plan, codes, draw.decode_rng) for codes in draw.chunks]
+            chunks = [decode_typed(con, plan, codes, draw.decode_rng,
+                                   self.spec.declared_constraints) for codes in draw.chunks]
         finally:
             con.close()
         return pa.concat_tables(chunks)

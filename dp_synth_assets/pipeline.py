@@ -215,7 +215,8 @@ def synthetic(ctx: DatasetContext, context: dg.AssetExecutionContext,
             written = write_synthetic(con, plan, counter.counting(draw.chunks),
                                       draw.decode_rng, ctx.synthetic,
                                       store.writing("synthetic.parquet"),
-                                      stamp=context.run_id)
+                                      stamp=context.run_id,
+                                      constraints=spec.declared_constraints)
             catalog = con.execute(sql("current_database")).fetchone()[0]
         store.publish()
     seconds = time.perf_counter() - started

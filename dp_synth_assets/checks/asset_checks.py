@@ -66,14 +66,14 @@ def _metadata_value(value):
 def run_checks(warehouse: WarehouseResource, dataset: str, columns: dict[str, ColumnSpec],
                plan: EncodingPlan, measurements: list[Measurement], noisy_total: float, rows: int,
                table: str, parquet: str, model=None, log=None,
-               checks_dir: Path | None = None, docs_dir=None):
+               checks_dir: Path | None = None, docs_dir=None, constraints: tuple = ()):
     """Yield one AssetCheckResult per check of `CHECKS`, in order, as each finishes: the schema,
     types and domains the declared `columns` give, the rest against `plan` and the
     measurements (`log` gets `run_all`'s start and end lines; results stored in `checks_dir`
     and rendered in `docs_dir`, a local folder, see `asset_check_result`)."""
     docs = docs_dir if docs_dir is not None else data_docs_dir(warehouse, dataset)
     inputs = CheckInputs(dataset, dict(columns), plan, measurements, noisy_total, rows,
-                         table, parquet, docs, model)
+                         table, parquet, docs, model, tuple(constraints))
     for result in run_all(lambda: warehouse.connect(read_only=True), inputs, log):
         yield asset_check_result(result, warehouse, dataset, checks_dir, docs)
 
@@ -112,5 +112,6 @@ def check_synthetic(ctx: DatasetContext, context, warehouse: WarehouseResource):
         for result in run_checks(warehouse, dataset, spec.columns, plan, list(found.measurements),
                                  found.noisy_total, rows, ctx.synthetic,
                                  str(parquet), model, log=context.log.info,
-                                 checks_dir=store.folder / "checks", docs_dir=docs):
+                                 checks_dir=store.folder / "checks", docs_dir=docs,
+                                 constraints=spec.declared_constraints):
             yield result._replace(asset_key=asset_key)

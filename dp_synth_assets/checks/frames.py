@@ -42,6 +42,7 @@ class CheckInputs:
     parquet: str
     docs_dir: object  # a path: the Data Docs site of the dataset
     model: object = None
+    constraints: tuple = ()  # the declared constraints (`constraints.Constraint`)
 
 
 @dataclass(frozen=True)

@@ -272,6 +272,7 @@ CHECKS = {c.name: c for c in (
     Check("one_way_tvd", "suites", "WARN", False),
     Check("marginal_tvd", "suites", "WARN", False),
     Check("duplicates", "suites", "WARN", False),
+    Check("constraints", "constraints", "ERROR", False, rows=True),
 )}
 
 

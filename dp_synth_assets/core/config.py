@@ -24,6 +24,7 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
                       ValidationError, field_validator, model_validator)
 
+from .constraints import validate as validate_constraints
 from .engines import ENGINES
 from .extras import refusal
 from .methods import METHODS, PACKAGE as SELECT_PACKAGE
@@ -813,6 +814,9 @@ class DatasetSpec(_Strict):
         default="duckdb", validate_default=True)
     rows: Literal["same"] | Annotated[int, Field(ge=1, le=1_000_000_000)] = "same"
     seed: Annotated[int, BeforeValidator(_integer), Field(ge=0, lt=2 ** 63)] | None = None
+    # declared, public: what every synthetic row satisfies (core/constraints.py), e.g.
+    # ["dropoff >= pickup"]; honoured when rows are decoded, counted by the constraints check
+    constraints: list[str] = []
     schedule: str | None = None
     on_source_change: Literal["resynthesize", "ignore"] = "ignore"
     min_interval: DurationText = "1h"
@@ -911,6 +915,17 @@ class DatasetSpec(_Strict):
                     f"{sd:.3g} rows (above {MAX_TOTAL_SD:.0f}); raise privacy.epsilon or declare "
                     "the number of rows (`rows: 10000`)")
         return self
+
+    @model_validator(mode="after")
+    def _declared_constraints(self) -> "DatasetSpec":
+        """Every `constraints` entry parses and fits the declared columns (`constraints.validate`)."""
+        validate_constraints(self.constraints, self.columns)
+        return self
+
+    @property
+    def declared_constraints(self) -> tuple:
+        """The `constraints`, parsed (`constraints.Constraint`, in order)."""
+        return validate_constraints(self.constraints, self.columns)
 
     @model_validator(mode="after")
     def _public_lists(self) -> "DatasetSpec":

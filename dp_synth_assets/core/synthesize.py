@@ -18,13 +18,14 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from .domain import EncodingPlan, decode
+from .constraints import honour
+from .domain import EncodingPlan, decode, decode_column
 from .sql import ident, literal, qualified, sql
 
 
 def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
                     chunks: Iterable[dict[str, np.ndarray]], rng: np.random.Generator, table: str,
-                    parquet_path, stamp: str | None = None) -> int:
+                    parquet_path, stamp: str | None = None, constraints: tuple = ()) -> int:
     """Write the synthetic table and its Parquet copy; a failure leaves the previous table.
 
     Every chunk of codes goes into the staging table, which is exported to `parquet_path` and
@@ -41,6 +42,7 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
         table: the synthetic table, `schema.name`.
         parquet_path: a path, or a context manager yielding one (`RunStore.writing`).
         stamp: the run id the table is stamped with (`COMMENT ON TABLE`), or None.
+        constraints: the declared constraints every row satisfies (`constraints.honour`).
 
     Returns:
         The number of rows written.
@@ -52,7 +54,7 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
     rows = 0
     try:
         for i, codes in enumerate(prefetched(chunks)):
-            batch = decode(plan, codes, rng)
+            batch = decode_constrained(plan, codes, rng, constraints)
             con.register("synthetic_rows", batch)
             try:
                 con.execute(sql("write_synthetic" if i == 0 else "append_synthetic",
@@ -169,13 +171,21 @@ def synthetic_casts(plan: EncodingPlan) -> str:
 
 
 def decode_typed(con: duckdb.DuckDBPyConnection, plan: EncodingPlan, codes: dict[str, np.ndarray],
-                 rng: np.random.Generator) -> pa.Table:
+                 rng: np.random.Generator, constraints: tuple = ()) -> pa.Table:
     """One chunk of codes decoded and cast in DuckDB to the declared types: the rows
     `write_synthetic` writes, as an Arrow table (nothing is stored)."""
-    batch = decode(plan, codes, rng)
+    batch = decode_constrained(plan, codes, rng, constraints)
     con.register("synthetic_rows", batch)
     try:
         return con.sql(sql("cast_synthetic", casts=synthetic_casts(plan),
                          relation="synthetic_rows")).to_arrow_table()
     finally:
         con.unregister("synthetic_rows")
+
+
+def decode_constrained(plan: EncodingPlan, codes: dict[str, np.ndarray], rng: np.random.Generator,
+                       constraints: tuple = ()) -> pa.Table:
+    """`domain.decode`, then every row made to satisfy the declared `constraints`
+    (`constraints.honour`: redrawn inside its bins, else projected; same rows, same stream)."""
+    batch = decode(plan, codes, rng)
+    return honour(plan, constraints, codes, batch, rng, decode_column) if constraints else batch

@@ -1,0 +1,295 @@
+"""Declared constraints between columns (`constraints: ["dropoff >= pickup", ...]`), honoured
+when rows are decoded.
+
+A constraint is public (the user declares it; nothing is measured, nothing is spent). Its
+grammar is parsed, never evaluated: `<column> <op> <column>` or `<column> <op> <literal>`, with
+`op` one of `<`, `<=`, `>`, `>=`, `==`, `!=`, over integer, float and datetime columns (a
+datetime literal is a quoted ISO date or timestamp, `'2024-01-01'`). A NULL operand satisfies
+a constraint, as in a SQL CHECK.
+
+How a decoded chunk is made to satisfy them (`honour`), vectorized over the chunk:
+1. conditional decoding: the rows violating a constraint get their constrained columns' values
+   redrawn inside the same bins (the codes the model drew do not change), up to `TRIES` times,
+   each row keeping its first draw that satisfies it: rejection sampling from the within-bin
+   distribution conditioned on the constraint;
+2. projection: a row still violating it (its bins contradict the constraint, or leave it a
+   sliver) gets its left column set to the nearest value the constraint allows (for
+   `dropoff >= pickup`: dropoff = pickup), or, when that value lies outside the left column's
+   bounds, its right column moved to the left's value.
+The row count never changes and every draw comes from the decoder's seeded stream, so the same
+seed gives the same rows. docs/decisions/0023-declared-constraints.md."""
+
+import re
+from dataclasses import dataclass
+from datetime import date, datetime
+
+import numpy as np
+import pyarrow as pa
+
+OPS = ("<=", ">=", "==", "!=", "<", ">")
+KINDS = ("integer", "float", "datetime")
+TRIES = 16  # rounds of within-bin redraws before a row is projected
+MICROS_PER_DAY = 86_400_000_000
+
+_NAME = r'[A-Za-z_][A-Za-z0-9_]*|"[^"]+"'
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_TEXT = r"'[^']*'"
+_GRAMMAR = re.compile(rf"^\s*(?P<left>{_NAME})\s*(?P<op><=|>=|==|!=|<|>)\s*"
+                      rf"(?P<right>{_NAME}|{_NUMBER}|{_TEXT})\s*$")
+_MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+_SQL_OP = {"==": "=", "!=": "<>"}
+
+
+class ConstraintError(ValueError):
+    """A declared constraint that does not parse or does not fit the declared columns."""
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One declared constraint: `left op right` (`right` a column) or `left op value` (`value`
+    a number: days since 1970-01-01 for a datetime literal, `literal` its text as written)."""
+
+    text: str
+    left: str
+    op: str
+    right: str | None = None
+    value: float | None = None
+    literal: str | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return (self.left,) if self.right is None else (self.left, self.right)
+
+
+def _name(token: str) -> str:
+    return token[1:-1] if token.startswith('"') else token
+
+
+def _refuse(text: str, problem: str, fix: str) -> ConstraintError:
+    return ConstraintError(f"constraint {text!r}: {problem}; {fix}")
+
+
+def parse(text: str) -> Constraint:
+    """One constraint's text as a `Constraint` (names not yet checked against the columns).
+
+    Raises:
+        ConstraintError: the text is not `<column> <op> <column or literal>`.
+    """
+    m = _GRAMMAR.match(text) if isinstance(text, str) else None
+    if m is None:
+        raise _refuse(str(text), "does not read as `<column> <op> <column or literal>`",
+                      "write it as e.g. \"dropoff >= pickup\" or \"fare >= 0\", with op one of "
+                      + ", ".join(sorted(OPS)) + " (a date literal in single quotes)")
+    left, op, right = _name(m["left"]), m["op"], m["right"]
+    if right.startswith("'"):
+        return Constraint(text, left, op, literal=right[1:-1])
+    if re.fullmatch(_NUMBER, right):
+        return Constraint(text, left, op, value=float(right), literal=right)
+    return Constraint(text, left, op, right=_name(right))
+
+
+def _days(text: str) -> float:
+    value = datetime.fromisoformat(text)
+    return (value - datetime(1970, 1, 1)).total_seconds() / 86400.0
+
+
+def validate(texts, columns: dict) -> tuple[Constraint, ...]:
+    """The declared constraints `texts`, parsed and checked against the declared `columns`
+    (name -> `ColumnSpec`): each names declared columns of kind integer, float or datetime,
+    compares a column with one of a comparable kind (numbers with numbers, datetimes with
+    datetimes) or with a literal of its kind, and not with itself.
+
+    Raises:
+        ConstraintError: the first constraint that does not, naming it and the fix.
+    """
+    found = []
+    for text in texts:
+        c = parse(text)
+        for name in c.columns:
+            if name not in columns:
+                raise _refuse(text, f"{name!r} is not a declared column",
+                              f"declare it under `columns:` or use one of {sorted(columns)}")
+            if columns[name].kind not in KINDS:
+                raise _refuse(text, f"column {name!r} is {columns[name].kind}",
+                              "constraints compare integer, float or datetime columns; "
+                              "remove the constraint")
+        kind = "datetime" if columns[c.left].kind == "datetime" else "number"
+        if c.right is not None:
+            if c.right == c.left:
+                raise _refuse(text, "compares a column with itself", "remove the constraint")
+            other = "datetime" if columns[c.right].kind == "datetime" else "number"
+            if other != kind:
+                raise _refuse(text, f"compares a {kind} column with a {other} column",
+                              "compare columns of comparable kinds (numbers with numbers, "
+                              "datetimes with datetimes)")
+        elif kind == "datetime":
+            try:
+                c = Constraint(text, c.left, c.op, value=_days(c.literal or ""),
+                               literal=c.literal)
+            except ValueError:
+                raise _refuse(text, f"the datetime column {c.left!r} needs a quoted ISO date",
+                              f"write e.g. \"{c.left} >= '2024-01-01'\"") from None
+        elif c.value is None:
+            raise _refuse(text, f"the {kind} column {c.left!r} needs a number, not a quoted text",
+                          f"write e.g. \"{c.left} >= 0\"")
+        found.append(c)
+    return tuple(found)
+
+
+# ---- SQL (the check) --------------------------------------------------------------------------
+
+
+def condition_sql(c: Constraint, kinds: dict[str, str]) -> str:
+    """SQL that holds where `c` holds (NULL where an operand is NULL), comparing datetimes as
+    TIMESTAMP and numbers as DOUBLE; `kinds` maps the columns to their declared kinds."""
+    from .sql import ident, literal
+
+    def operand(name: str) -> str:
+        kind = "TIMESTAMP" if kinds[name] == "datetime" else "DOUBLE"
+        return f"TRY_CAST({ident(name)} AS {kind})"
+
+    if c.right is not None:
+        right = operand(c.right)
+    elif kinds[c.left] == "datetime":
+        right = f"CAST({literal(c.literal)} AS TIMESTAMP)"
+    else:
+        right = f"CAST({literal(repr(c.value))} AS DOUBLE)"
+    return f"({operand(c.left)} {_SQL_OP.get(c.op, c.op)} {right})"
+
+
+# ---- decoding ---------------------------------------------------------------------------------
+
+
+def _holds(op: str, a: np.ndarray, b) -> np.ndarray:
+    return {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal,
+            "==": np.equal, "!=": np.not_equal}[op](a, b)
+
+
+@dataclass
+class _Column:
+    """A decoded column as numbers: `values` (int64 micros for a datetime, int64 for an
+    integer, float64 for a float), `nulls`, and its Arrow type to go back to."""
+
+    values: np.ndarray
+    nulls: np.ndarray
+    type: pa.DataType
+
+    @classmethod
+    def of(cls, array) -> "_Column":
+        array = array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+        nulls = np.asarray(array.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        if pa.types.is_date32(array.type):
+            values = array.cast(pa.int32()).fill_null(0).to_numpy().astype(np.int64) * MICROS_PER_DAY
+        elif pa.types.is_timestamp(array.type):
+            values = array.cast(pa.int64()).fill_null(0).to_numpy().astype(np.int64)
+        elif pa.types.is_integer(array.type):
+            values = array.fill_null(0).to_numpy().astype(np.int64)
+        else:
+            values = array.fill_null(0.0).to_numpy().astype(np.float64)
+        return cls(values.copy(), nulls, array.type)
+
+    @property
+    def step(self):
+        """The smallest move of a value: a day, a microsecond, 1, or None (a float: nextafter)."""
+        if pa.types.is_date32(self.type):
+            return MICROS_PER_DAY
+        if pa.types.is_timestamp(self.type) or pa.types.is_integer(self.type):
+            return 1
+        return None
+
+    def fit(self, target: np.ndarray, op: str) -> np.ndarray:
+        """The value of this column's type nearest `target` that makes `value op target` hold."""
+        step = self.step
+        if step is None:
+            target = target.astype(np.float64)
+            if op == ">":
+                return np.nextafter(target, np.inf)
+            if op == "<":
+                return np.nextafter(target, -np.inf)
+            return target
+        target = target.astype(np.float64) / step
+        fitted = {">=": np.ceil(target), ">": np.floor(target) + 1, "<=": np.floor(target),
+                  "<": np.ceil(target) - 1, "==": np.round(target),
+                  "!=": np.round(target) + 1}[op]
+        return fitted.astype(np.int64) * step
+
+    def array(self) -> pa.Array:
+        if pa.types.is_date32(self.type):
+            return pa.array((self.values // MICROS_PER_DAY).astype(np.int32),
+                            mask=self.nulls).cast(pa.date32())
+        if pa.types.is_timestamp(self.type):
+            return pa.array(self.values, mask=self.nulls).cast(self.type)
+        return pa.array(self.values, mask=self.nulls, type=self.type)
+
+
+def _bounds(e) -> tuple[float, float]:
+    """An encoding's value bounds in `_Column` units (micros for a datetime)."""
+    scale = MICROS_PER_DAY if e.kind == "datetime" else 1
+    return e.low * scale, e.high * scale
+
+
+def violated(c: Constraint, columns: dict[str, "_Column"], scale: float) -> np.ndarray:
+    """Rows where `c` fails (an operand NULL: it holds)."""
+    left = columns[c.left]
+    if c.right is None:
+        return ~left.nulls & ~_holds(c.op, left.values, c.value * scale)
+    right = columns[c.right]
+    return ~left.nulls & ~right.nulls & ~_holds(c.op, left.values, right.values)
+
+
+def honour(plan, constraints: tuple[Constraint, ...], codes: dict[str, np.ndarray],
+           batch: pa.Table, rng: np.random.Generator, decode_column, passes: int = 3) -> pa.Table:
+    """`batch` (the decoded rows of `codes`) with every row satisfying `constraints`: redrawn
+    inside its bins where a draw satisfies it within `TRIES` rounds, else projected (module
+    docstring). Chained constraints (a <= b <= c) are honoured in up to `passes` passes over
+    them. `decode_column` is `domain.decode_column` (it redraws inside bins). Draws only from
+    `rng`: the same stream gives the same rows."""
+    if not constraints or batch.num_rows == 0:
+        return batch
+    names = sorted({n for c in constraints for n in c.columns})
+    columns = {n: _Column.of(batch.column(n)) for n in names}
+    kinds = {n: plan[n].kind for n in names}
+    for _ in range(passes):
+        dirty = False
+        for c in constraints:
+            scale = MICROS_PER_DAY if kinds[c.left] == "datetime" else 1
+            bad = violated(c, columns, scale)
+            if not bad.any():
+                continue
+            dirty = True
+            for _ in range(TRIES):  # 1. redraw inside the same bins
+                at = np.flatnonzero(bad)
+                if at.size == 0:
+                    break
+                drawn = {n: _Column.of(decode_column(plan[n], np.asarray(codes[n])[at], rng))
+                         for n in c.columns}
+                ok = ~violated(c, drawn, scale)
+                for n in c.columns:
+                    columns[n].values[at[ok]] = drawn[n].values[ok]
+                bad[at[ok]] = False
+            at = np.flatnonzero(bad)
+            if at.size:  # 2. project what no draw could fix
+                _project(c, columns, at, plan, scale)
+        if not dirty:
+            break
+    for n in names:
+        batch = batch.set_column(batch.schema.get_field_index(n), n, columns[n].array())
+    return batch
+
+
+def _project(c: Constraint, columns: dict[str, _Column], at: np.ndarray, plan,
+             scale: float) -> None:
+    """Rows `at` of `columns` moved to satisfy `c`: the left column to the nearest allowed
+    value, or, where that leaves the left column's bounds, the right column to the left's."""
+    left = columns[c.left]
+    target = (np.full(at.size, c.value * scale) if c.right is None
+              else columns[c.right].values[at])
+    moved = left.fit(target, c.op)
+    low, high = _bounds(plan[c.left])
+    inside = (moved >= low) & (moved <= high)
+    if c.right is None:
+        inside[:] = True  # a literal: nothing else can move
+    left.values[at[inside]] = moved[inside]
+    if (~inside).any():
+        right, rows = columns[c.right], at[~inside]
+        right.values[rows] = right.fit(left.values[rows], _MIRROR[c.op])
