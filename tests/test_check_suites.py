@@ -102,7 +102,7 @@ CORRUPTIONS = {
 
 
 def test_every_check_has_a_case_here():
-    assert set(CHECKS) == {*CORRUPTIONS, "marginal_tvd"}
+    assert set(CHECKS) == {*CORRUPTIONS, "marginal_tvd", "constraints"}  # constraints: tests/test_constraints.py
 
 
 def test_the_unchanged_synthetic_table_passes_every_check(fitted, verdicts):

@@ -25,7 +25,7 @@ def constraints(table: SyntheticTable) -> CheckResult:
         ", " + sql("check_count_if", condition=f"NOT {condition_sql(c, kinds)}", alias=f"v{i}")
         for i, c in enumerate(judged))
     row = table.con.execute(sql("check_constraints", source=table.source,
-                                counts=counts)).fetchone()
+                                counts=counts)).fetchall()[0]
     rows, found = int(row[0]), dict(zip((c.text for c in judged), (int(v) for v in row[1:])))
     records = [{"constraint": c.text,
                 "violating_rows": found.get(c.text, rows),
