@@ -52,7 +52,7 @@ def write_synthetic(con: duckdb.DuckDBPyConnection, plan: EncodingPlan,
     rows = 0
     try:
         for i, codes in enumerate(prefetched(chunks)):
-            batch = decode(plan, codes, rng)
+            batch = decode(plan, codes, rng, dictionary=True)
             con.register("synthetic_rows", batch)
             try:
                 con.execute(sql("write_synthetic" if i == 0 else "append_synthetic",
@@ -172,7 +172,7 @@ def decode_typed(con: duckdb.DuckDBPyConnection, plan: EncodingPlan, codes: dict
                  rng: np.random.Generator) -> pa.Table:
     """One chunk of codes decoded and cast in DuckDB to the declared types: the rows
     `write_synthetic` writes, as an Arrow table (nothing is stored)."""
-    batch = decode(plan, codes, rng)
+    batch = decode(plan, codes, rng, dictionary=True)
     con.register("synthetic_rows", batch)
     try:
         return con.sql(sql("cast_synthetic", casts=synthetic_casts(plan),
