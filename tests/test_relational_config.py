@@ -80,3 +80,17 @@ def test_grandchildren_and_cycles_are_refused(tmp_path):
     assert "one level" in msg
     msg = refused(tmp_path, {"a": entry("a", CUSTOMERS, {**RELATION, "dataset": "a"})})
     assert "its own parent" in msg
+
+
+def test_the_pipeline_refuses_a_child_dataset_until_it_charges_families(tmp_path):
+    """A child run through the single-table stages would count each child row as its own unit
+    (d_in = 1): the definitions refuse it, naming the entry, and build nothing."""
+    from dp_synth_assets.definitions import build_definitions
+    path, _ = load(tmp_path, {"customers": entry("customers", CUSTOMERS),
+                              "orders": entry("orders", ORDERS, RELATION)})
+    with pytest.raises(RegistryError) as e:
+        build_definitions(path, tmp_path / "w.duckdb", tmp_path / "ledger.sqlite",
+                          tmp_path / "public")
+    assert "dataset 'orders' in" in str(e.value) and "datasets.yaml" in str(e.value)
+    assert "remove `parent:`" in str(e.value)
+    assert not (tmp_path / "ledger.sqlite").exists()

@@ -802,9 +802,13 @@ class ParentSpec(_Strict):
     bound `max_children` on the children kept per parent. The key columns are named only here,
     never under `columns:` (`core.relational.relation_problems` checks the rules across entries)."""
 
+    # the parent dataset: an entry of the same file
     dataset: str
+    # the child's column that holds its parent's key (never under `columns:`)
     foreign_key: str
+    # the parent's key column, unique (never under `columns:`)
     key: str
+    # the public bound on the children kept per parent; child-side noise grows with it
     max_children: Annotated[int, Field(strict=True, ge=1, le=10_000)]
 
 

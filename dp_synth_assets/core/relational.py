@@ -1,16 +1,11 @@
 """Relational datasets: a parent dataset and its children, with the parent row together with all
 its children as the unit of privacy (docs/relational.md).
 
-Pure: the rules across registry entries (`relation_problems`), and the sensitivity of the counts
-a relation answers, computed by OpenDP's own maps (`family_sensitivity`, `family_counts`). The
-contribution bounding itself runs in SQL (sql/relational_children.sql, sql/relational_parents.sql,
-built by `bounded_children_sql` and `parents_sql`): raw rows never leave the database.
-
-Neighbouring databases add or remove one parent row with all its children. After bounding, a
-family holds at most `max_children` child rows, so any count array over child rows (a
-preprocessing histogram, a marginal of the child joined with its parent's columns) changes by at
-most `max_children` rows (symmetric distance d_in = max_children); a count array over parent rows
-(the parent's own columns and its `children` attribute) changes by one row (d_in = 1).
+Pure: the rules across registry entries (`relation_problems`), the sensitivity and charge of
+the counts a relation answers by OpenDP's own maps (`family_sensitivity`, `family_counts`), and
+the SQL of the contribution bounding (`bounded_children_sql`, `parents_sql`): raw rows never
+leave the database. After bounding, a family changes at most `max_children` child rows
+(d_in = max_children on the child side) and one parent row (d_in = 1 on the parent side).
 """
 
 from __future__ import annotations
