@@ -31,8 +31,14 @@ With `--adult-baseline REV`, the adult pipeline (`../shared/datasets/adult`, dis
 alternately on this tree and on a git worktree of REV under bench/work/, `--repeats` times each,
 so "not slower than before" is measured in one session.
 
-Results are merged into bench/results/scale.json (flat records keyed by kind, rows, columns and
-revision) and the table is printed and written to bench/results/scale.md.
+With `--engine postgres`, the same table is copied into a PostgreSQL server of its own (started
+from the Debian binaries as the tests start one, `tests/helpers.postgres_server`; `.ci/install-postgres`
+installs them; needs psycopg, the `postgres` extra) and the dataset reads it with `engine: {type:
+postgres}`: the private scans run in PostgreSQL, the synthetic side is unchanged (the warehouse is
+the DuckDB file). `load_seconds` records the copy; the floor stays DuckDB's.
+
+Results are merged into bench/results/scale.json (flat records keyed by kind, rows, columns,
+engine and revision) and the table is printed and written to bench/results/scale.md.
 """
 
 import argparse
@@ -42,6 +48,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,6 +150,9 @@ def run_job(workdir: Path, database: Path, dataset: str, tree: Path = ROOT,
     job = f"{dataset}_synthesis" if executor == "multiprocess" else "__ASSET_JOB"
     cmd = [str(Path(sys.executable).parent / "dagster"), "job", "execute", "-f",
            str(tree / "definitions.py"), "-j", job]
+    import resource
+
+    cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=tree, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -150,6 +160,7 @@ def run_job(workdir: Path, database: Path, dataset: str, tree: Path = ROOT,
     sampler.start()
     output = proc.communicate()[0]
     process_seconds = time.perf_counter() - started
+    cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     samples = sampler.stop()
     (workdir / "run.log").write_text(output)
     if proc.returncode != 0:
@@ -164,6 +175,9 @@ def run_job(workdir: Path, database: Path, dataset: str, tree: Path = ROOT,
         inside = [mb for t, mb in samples if start <= t <= end]
         stage["peak_mb"] = round(max(inside or [0.0]), 1)
     return {"seconds": run_seconds, "process_seconds": process_seconds,
+            # user + system CPU of the CLI and every step process it waited for
+            "cpu_seconds": round(cpu_after.ru_utime + cpu_after.ru_stime
+                                 - cpu_before.ru_utime - cpu_before.ru_stime, 1),
             "peak_mb": max(mb for _, mb in samples), "sample_interval_s": sampler.interval,
             # from the stage's public progress: the stage publishes no timing of its private work
             "marginal_seconds": stages["marginals"]["seconds"], "stages": stages}
@@ -240,7 +254,7 @@ def revision() -> str:
 def save(records: list[dict]) -> None:
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
     key = lambda r: (r["kind"], r.get("rows"), r.get("columns"), r.get("executor"),  # noqa: E731
-                     r.get("revision"), r.get("tree"), r.get("repeat"))
+                     r.get("engine", "duckdb"), r.get("revision"), r.get("tree"), r.get("repeat"))
     merged = {key(r): r for r in old}
     merged.update({key(r): r for r in records})
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -248,16 +262,21 @@ def save(records: list[dict]) -> None:
     write_table(list(merged.values()))
 
 
+def fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def write_table(records: list[dict]) -> None:
-    lines = ["| rows | columns | seconds | peak MB | marginals s | floor s | ratio | "
-             "slowest stages | load |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| rows | columns | engine | seconds | peak MB | marginals s | floor s | ratio | "
+             "slowest stages | load |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted((r for r in records if r["kind"] == "scale"),
-                    key=lambda r: (r["columns"], r["rows"])):
+                    key=lambda r: (r["columns"], r["rows"], r.get("engine", "duckdb"))):
         slow = sorted(r["stages"].items(), key=lambda kv: -kv[1]["seconds"])[:3]
         stages = ", ".join(f"{k} {v['seconds']:.0f} s" for k, v in slow)
-        lines.append(f"| {r['rows']:,} | {r['columns']} | {r['seconds']:.0f} | "
+        lines.append(f"| {r['rows']:,} | {r['columns']} | {r.get('engine', 'duckdb')} | "
+                     f"{r['seconds']:.0f} | "
                      f"{r['peak_mb']:.0f} | {r['marginal_seconds']:.2f} | "
-                     f"{r['floor_seconds']:.2f} | {r['marginal_ratio']:.2f} | {stages} | "
+                     f"{fmt(r['floor_seconds'])} | {fmt(r['marginal_ratio'])} | {stages} | "
                      f"{r['max_load1']:.1f} |")
     adult = [r for r in records if r["kind"] == "adult"]
     if adult:
@@ -274,8 +293,54 @@ def write_table(records: list[dict]) -> None:
     print("\n".join(lines))
 
 
+def postgres_copy(database: Path, dsn: str, table: str = "public.scale") -> float:
+    """The DuckDB file's `main.scale` copied into PostgreSQL as `table` (matching column types,
+    streamed through CSV: memory bounded by the copy buffer); returns the seconds it took."""
+    import tempfile
+
+    import duckdb
+    import psycopg
+
+    types = {"BIGINT": "BIGINT", "INTEGER": "INTEGER", "DOUBLE": "DOUBLE PRECISION",
+             "VARCHAR": "TEXT", "BOOLEAN": "BOOLEAN", "DATE": "DATE", "TIMESTAMP": "TIMESTAMP"}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(dir=WORK) as tmp:
+        csv = Path(tmp) / "scale.csv"
+        con = duckdb.connect(str(database), read_only=True)
+        described = con.execute("DESCRIBE main.scale").fetchall()
+        con.execute(f"COPY main.scale TO '{csv}' (FORMAT csv, HEADER false)")
+        con.close()
+        columns = ", ".join(f'"{name}" {types[kind]}' for name, kind, *_ in described)
+        with psycopg.connect(dsn, autocommit=True) as pg:
+            pg.execute(f"DROP TABLE IF EXISTS {table}")
+            pg.execute(f"CREATE TABLE {table} ({columns})")
+            with pg.cursor().copy(f"COPY {table} FROM STDIN (FORMAT csv)") as copy, \
+                    open(csv, "rb") as f:
+                while block := f.read(1 << 20):
+                    copy.write(block)
+            pg.execute(f"ANALYZE {table}")
+    return time.perf_counter() - started
+
+
+@contextmanager
+def postgres_server():
+    """A throwaway PostgreSQL server (`tests/helpers.postgres_server`), or a clear stop."""
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers import NoPostgres, postgres_server as server
+
+    try:
+        started = server(skip=False)
+        instance = started.__enter__()
+    except NoPostgres as e:
+        sys.exit(f"--engine postgres: {e}")
+    try:
+        yield instance
+    finally:
+        started.__exit__(None, None, None)
+
+
 def scale_runs(rows_list: list[int], columns: int, method: str | None, executor: str,
-               iterations: int | None = None) -> None:
+               iterations: int | None = None, engine: str = "duckdb") -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     from scale_data import spec_columns
 
@@ -284,23 +349,35 @@ def scale_runs(rows_list: list[int], columns: int, method: str | None, executor:
     for rows in rows_list:
         database = ensure_data(rows, columns)
         load = load1()
-        workdir = WORK / f"run_{rows}_{columns}"
+        workdir = WORK / (f"run_{rows}_{columns}" + ("" if engine == "duckdb" else f"_{engine}"))
         workdir.mkdir(parents=True, exist_ok=True)
         model = {"executor": executor, **({"iterations": iterations} if iterations else {})}
         extra = {"model": model, **({"method": method} if method else {})}
-        write_registry(workdir, "scale", {"table": "main.scale"}, spec_columns(columns), 1.0, extra)
-        out = run_job(workdir, database, "scale", executor=executor)
+        with (postgres_server() if engine == "postgres" else nullcontext()) as server:
+            source, loaded = {"table": "main.scale"}, {}
+            if server is not None:
+                loaded = {"load_seconds": postgres_copy(database, server.dsn)}
+                source = {"table": "public.scale"}
+                extra["engine"] = {"type": "postgres", "dsn": server.dsn}
+            write_registry(workdir, "scale", source, spec_columns(columns), 1.0, extra)
+            out = run_job(workdir, database, "scale", executor=executor)
         cliques = marginal_cliques(workdir)
-        floor = child("floor", "--database", str(database), "--cliques", json.dumps(cliques))
+        # the floor reads the encoded table the run left in the DuckDB file (under postgres it
+        # was a view in PostgreSQL, dropped with the run): DuckDB's floor only
+        floor = (child("floor", "--database", str(database), "--cliques", json.dumps(cliques))
+                 if engine == "duckdb" else {"floor_seconds": None, "floor_runs": []})
         record = {"kind": "scale", "rows": rows, "columns": columns, "method": method or "default",
-                  "executor": executor, "iterations": iterations, "epsilon": 1.0,
-                  "revision": revision(), **out, **floor,
-                  "marginal_ratio": out["marginal_seconds"] / floor["floor_seconds"],
+                  "executor": executor, "engine": engine, "iterations": iterations,
+                  "epsilon": 1.0, "revision": revision(), **out, **floor, **loaded,
+                  "marginal_ratio": (out["marginal_seconds"] / floor["floor_seconds"]
+                                     if floor["floor_seconds"] else None),
                   "grouping_sets": len(cliques), "max_load1": max(load, load1())}
         records.append(record)
-        print(f"{rows:>11,} x {columns}: {out['seconds']:.1f} s (process {out['process_seconds']:.1f} s), "
-              f"peak {out['peak_mb']:.0f} MB, marginals {out['marginal_seconds']:.2f} s vs floor "
-              f"{floor['floor_seconds']:.2f} s ({record['marginal_ratio']:.2f}x)", flush=True)
+        print(f"{rows:>11,} x {columns} ({engine}): {out['seconds']:.1f} s "
+              f"(process {out['process_seconds']:.1f} s), "
+              f"peak {out['peak_mb']:.0f} MB, marginals {out['marginal_seconds']:.2f} s"
+              + (f" vs floor {floor['floor_seconds']:.2f} s ({record['marginal_ratio']:.2f}x)"
+                 if floor["floor_seconds"] else ""), flush=True)
         save(records)
     flat = [r for r in records if r["columns"] == columns]
     if len(flat) > 1:
@@ -374,6 +451,9 @@ def main() -> None:
                              "returned when it ends)")
     parser.add_argument("--iterations", type=int, default=None,
                         help="model.iterations (default: the product's)")
+    parser.add_argument("--engine", default="duckdb", choices=["duckdb", "postgres"],
+                        help="where the source table is scanned (postgres: a throwaway server "
+                             "holding a copy of it; the synthetic side is the same)")
     parser.add_argument("--adult-baseline", default=None, metavar="REV")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -385,7 +465,8 @@ def main() -> None:
     elif args.adult_baseline:
         adult_runs(args.adult_baseline, args.repeats)
     else:
-        scale_runs(args.rows, args.columns, args.method, args.executor, args.iterations)
+        scale_runs(args.rows, args.columns, args.method, args.executor, args.iterations,
+                   args.engine)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,18 @@ def _check_shared_limits(registry: dict, units: dict[str, str]) -> None:
                 f"separate budget groups (only if they read different sources).")
 
 
+def _check_relations(registry: dict[str, DatasetSpec]) -> None:
+    """Refuse a child dataset (`parent:`) in the Dagster pipeline: its stages would count each
+    child row as its own privacy unit (d_in = 1) instead of the family (d_in = max_children);
+    synthesis that keeps the join is not built yet (docs/relational.md, "Supported so far")."""
+    children = [spec.entry for spec in registry.values() if spec.parent is not None]
+    if children:
+        raise RegistryError(
+            "relational datasets (`parent:`) do not run in the Dagster pipeline yet: "
+            + "; ".join(children) + ". Only the declaration is supported so far; remove "
+            "`parent:` from the entry to synthesize the table alone (docs/relational.md)")
+
+
 def _check_schedules(registry: dict[str, DatasetSpec]) -> None:
     """Refuse, naming the entry, the key and the value, a `schedule` Dagster cannot run: five
     fields with one out of range (`61 * * * *`), or a day no month has (`0 0 30 2 *`). The
@@ -155,6 +167,7 @@ def dp_synth_definitions(
         registry = load_registry(origin)
         base = Path(datasets).resolve().parent
     _check_schedules(registry)
+    _check_relations(registry)
     warehouse_name = checked_warehouse_name(warehouse_name)
     units = privacy_units(registry, base, warehouse, warehouse_name)
     _check_shared_limits(registry, units)

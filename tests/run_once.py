@@ -55,8 +55,11 @@ if (folder / "measurements.json").exists():
            "parquet_rows": pq.read_metadata(parquet).num_rows,
            "stored_checks": [json.loads(p.read_text()).get("success")
                              for p in (folder / "checks").glob("*.json")]}
+# a failed step's message (what a test reports when a run it expected to succeed did not)
+failures = [e.step_failure_data.error.to_string()[-2000:] for e in result.all_events
+            if e.is_step_failure and e.step_failure_data.error is not None]
 print(json.dumps({
-    "run_id": result.run_id, "success": result.success,
+    "run_id": result.run_id, "success": result.success, "failures": failures,
     "noisy_total": metadata.get("measurements", {}).get("noisy_total"),
     "rows": metadata.get("synthetic", {}).get("dagster/row_count"),
     "parquet": parquet, "own": own,

@@ -95,7 +95,7 @@ def test_concurrent_runs_of_one_dataset_each_keep_their_own_table_parquet_measur
         c: columns[c] for c in ("age", "sex", "signup_date", "newsletter")})
     runs = [report(p) for p in [start_run(project, tmp_path) for _ in range(4)]]
 
-    assert all(r["success"] for r in runs), runs
+    assert all(r["success"] for r in runs), [r["failures"] for r in runs]
     assert len({r["run_id"] for r in runs}) == 4
     for r in runs:
         # the run's set: measurements, Parquet and check results side by side

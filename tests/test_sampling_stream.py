@@ -125,3 +125,39 @@ def test_a_seed_fixes_the_chunks_whatever_the_threads_that_draw_them():
     assert not all(np.array_equal(a, b) for a, b in zip(one, drawn(12, 2)))
     # chunks are drawn from streams of their own: no two chunks are the same rows
     assert not np.array_equal(one[0], one[1])
+
+
+def test_dictionary_decoding_writes_the_same_values_as_spelled_out_decoding():
+    """`write_synthetic` hands categorical columns to DuckDB as Arrow dictionaries (no per-row
+    strings built in Python): cast to the declared types they are the values of spelled-out
+    decoding, with the same random draws (rare members), the other label and NULLs included."""
+    import pyarrow as pa
+
+    from dp_synth_assets.core.domain import Encoding, EncodingPlan, decode
+    from dp_synth_assets.core.synthesize import synthetic_casts
+
+    plan = EncodingPlan((
+        Encoding(column="c", kind="categorical", sql_type="VARCHAR", size=5,
+                 categories=("a", "b"), rare=(("r1", 2.0), ("r2", 1.0)), other_label="zz",
+                 nullable=True),
+        Encoding(column="n", kind="categorical", sql_type="BIGINT", size=3,
+                 categories=("1", "20"), nullable=False),
+        Encoding(column="f", kind="boolean", sql_type="BOOLEAN", size=2)))
+    rng = np.random.default_rng(5)
+    codes = {"c": rng.integers(0, 5, 4000), "n": rng.integers(0, 3, 4000),
+             "f": rng.integers(0, 2, 4000)}
+    con = duckdb.connect()
+
+    def cast(dictionary: bool) -> pa.Table:
+        batch = decode(plan, codes, np.random.default_rng(9), dictionary=dictionary)
+        assert pa.types.is_dictionary(batch.column("c").type) == dictionary
+        con.register("rows", batch)
+        try:
+            return con.sql(f"SELECT {synthetic_casts(plan)} FROM rows").to_arrow_table()
+        finally:
+            con.unregister("rows")
+
+    spelled, coded = cast(False), cast(True)
+    assert coded.equals(spelled)
+    values = set(spelled.column("c").to_pylist())
+    assert {"r1", "r2", "zz", None} <= values  # every kind of code was exercised

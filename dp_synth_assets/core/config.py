@@ -797,6 +797,22 @@ class ReportSettings(_Strict):
 DurationText = Annotated[str, Field(pattern=r"^\d+(\.\d+)?\s*(s|m|h|d)$")]
 
 
+class ParentSpec(_Strict):
+    """A child dataset's relation to its parent dataset (docs/relational.md): the parent's
+    dataset name, the child's `foreign_key` column, the parent's `key` column, and the public
+    bound `max_children` on the children kept per parent. The key columns are named only here,
+    never under `columns:` (`core.relational.relation_problems` checks the rules across entries)."""
+
+    # the parent dataset: an entry of the same file
+    dataset: str
+    # the child's column that holds its parent's key (never under `columns:`)
+    foreign_key: str
+    # the parent's key column, unique (never under `columns:`)
+    key: str
+    # the public bound on the children kept per parent; child-side noise grows with it
+    max_children: Annotated[int, Field(strict=True, ge=1, le=10_000)]
+
+
 class DatasetSpec(_Strict):
     """One registered source table: its source, its columns, its privacy budget, and how it is
     selected, generated, scheduled and checked."""
@@ -824,6 +840,8 @@ class DatasetSpec(_Strict):
     selection: SelectionSettings = Field(default_factory=SelectionSettings, validate_default=True)
     model: ModelSettings = ModelSettings()
     report: ReportSettings | None = None
+    # a child dataset's relation to its parent (docs/relational.md)
+    parent: ParentSpec | None = None
     description: str | None = None
     # optional: a file source that may be absent (e.g. shared benchmark data); the dataset is
     # skipped, with a message, when its file is missing
@@ -1132,6 +1150,10 @@ def parse_registry(data: object, origin: str = "datasets.yaml") -> dict[str, Dat
         spec = spec.model_copy()  # a caller's DatasetSpec instance is kept as it was
         spec._entry = entry_location(origin, name)
         specs[name] = spec
+    from .relational import relation_problems
+    problems = relation_problems(specs)
+    if problems:
+        raise RegistryError(f"{origin} is invalid:\n  " + "\n  ".join(problems))
     return specs
 
 

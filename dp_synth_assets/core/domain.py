@@ -455,10 +455,14 @@ def cast_type(spec: ColumnSpec) -> str | None:
 
 # ----------------------------------------------------------------------------------- decode (numpy)
 
-def decode(plan: EncodingPlan, codes: dict[str, np.ndarray], rng: np.random.Generator) -> pa.Table:
+def decode(plan: EncodingPlan, codes: dict[str, np.ndarray], rng: np.random.Generator,
+           dictionary: bool = False) -> pa.Table:
     """Codes back to values: an Arrow table in the plan's column order (cast later in SQL to the
-    declared types, see sql/write_synthetic.sql)."""
-    arrays = {e.column: decode_column(e, np.asarray(codes[e.column]), rng) for e in plan.encodings}
+    declared types, see sql/write_synthetic.sql). `dictionary`: categorical columns stay Arrow
+    dictionary arrays (the same values, not spelled out row by row: for a reader that casts
+    them, such as DuckDB)."""
+    arrays = {e.column: decode_column(e, np.asarray(codes[e.column]), rng, dictionary)
+              for e in plan.encodings}
     return pa.table(arrays)
 
 
@@ -483,13 +487,16 @@ def _typed(value, arrow_type: pa.DataType):
     return value if isinstance(value, bool) else str(value).lower() == "true"
 
 
-def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> pa.Array:
+def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator,
+                  dictionary: bool = False) -> pa.Array:
     """Codes of one column back to values, as an Arrow array of the declared SQL type.
 
     Args:
         e: the column's encoding.
         codes: one code per row, each in 0..e.size-1.
         rng: draws a value inside a bin (from the column's DP density) and a rare code's member.
+        dictionary: a categorical column as an Arrow dictionary array of its values (the same
+            values and random draws; decoding them is left to the reader).
 
     Returns:
         The decoded values, NULL where a code is the null code.
@@ -497,6 +504,7 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
     Raises:
         ValueError: a code outside 0..e.size-1.
     """
+    as_dictionary = dictionary
     codes = codes.astype(np.int64)
     if codes.size and (codes.min() < 0 or codes.max() >= e.size):
         raise ValueError(f"column {e.column!r}: codes outside 0..{e.size - 1}")
@@ -517,9 +525,9 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator) -> p
             p = weights / weights.sum() if weights.sum() > 0 else np.full(len(members), 1 / len(members))
             indices[at] = len(dictionary) + rng.choice(len(members), size=at.size, p=p)
             dictionary += members
-        return pa.DictionaryArray.from_arrays(pa.array(indices, mask=is_null),
-                                              pa.array(dictionary, type=arrow_type)
-                                              ).dictionary_decode()
+        coded = pa.DictionaryArray.from_arrays(pa.array(indices, mask=is_null),
+                                               pa.array(dictionary, type=arrow_type))
+        return coded if as_dictionary else coded.dictionary_decode()
     if e.kind == "boolean":
         return pa.array(codes == 1, mask=is_null, type=pa.bool_())
     bins = np.where(is_null, 0, codes)

@@ -187,5 +187,5 @@ def decode_constrained(plan: EncodingPlan, codes: dict[str, np.ndarray], rng: np
                        constraints: tuple = ()) -> pa.Table:
     """`domain.decode`, then every row made to satisfy the declared `constraints`
     (`constraints.honour`: redrawn inside its bins, else projected; same rows, same stream)."""
-    batch = decode(plan, codes, rng)
+    batch = decode(plan, codes, rng, dictionary=True)
     return honour(plan, constraints, codes, batch, rng, decode_column) if constraints else batch

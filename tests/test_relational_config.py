@@ -1,0 +1,96 @@
+"""The `parent:` declaration of a child dataset: the rules across entries refuse with the file,
+the entry and the fix (docs/relational.md)."""
+
+import pytest
+import yaml
+
+from dp_synth_assets.core.config import RegistryError, load_registry
+
+
+def entry(table: str, columns: dict, parent: dict | None = None) -> dict:
+    spec = {"source": {"table": f"main.{table}"}, "columns": columns,
+            "privacy": {"epsilon": 1.0, "delta": 1e-6, "limit": {"epsilon": 4.0, "delta": 1e-5}}}
+    if parent is not None:
+        spec["parent"] = parent
+    return spec
+
+
+CUSTOMERS = {"segment": {"kind": "categorical", "categories": ["a", "b"]},
+             "region": {"kind": "categorical", "categories": ["n", "s"]}}
+ORDERS = {"amount": {"kind": "integer", "bounds": [0, 100], "bins": 10},
+          "paid": {"kind": "boolean"}}
+RELATION = {"dataset": "customers", "foreign_key": "customer_id", "key": "id", "max_children": 20}
+
+
+def load(tmp_path, datasets: dict):
+    path = tmp_path / "datasets.yaml"
+    path.write_text(yaml.safe_dump({"datasets": datasets}))
+    return path, load_registry(path)
+
+
+def refused(tmp_path, datasets: dict) -> str:
+    with pytest.raises(RegistryError) as e:
+        load(tmp_path, datasets)
+    return str(e.value)
+
+
+def test_a_child_names_its_parent(tmp_path):
+    _, specs = load(tmp_path, {"customers": entry("customers", CUSTOMERS),
+                               "orders": entry("orders", ORDERS, RELATION)})
+    rel = specs["orders"].parent
+    assert (rel.dataset, rel.foreign_key, rel.key, rel.max_children) == (
+        "customers", "customer_id", "id", 20)
+    assert specs["customers"].parent is None
+
+
+def test_the_parent_must_be_declared_in_the_same_file(tmp_path):
+    msg = refused(tmp_path, {"orders": entry("orders", ORDERS, {**RELATION, "dataset": "clients"})})
+    assert "datasets.yaml" in msg and "'clients'" in msg and "same file" in msg
+
+
+def test_key_columns_are_never_under_columns(tmp_path):
+    msg = refused(tmp_path, {
+        "customers": entry("customers", {**CUSTOMERS, "id": {"kind": "integer", "bounds": [0, 9],
+                                                              "bins": 2}}),
+        "orders": entry("orders", {**ORDERS, "customer_id": {"kind": "integer", "bounds": [0, 9],
+                                                             "bins": 2}}, RELATION)})
+    assert "datasets.yaml" in msg
+    assert "remove 'customer_id' from `columns:`" in msg
+    assert "remove 'id' from `columns:`" in msg
+
+
+@pytest.mark.parametrize("bound", [0, -3, 2.5, "20"])
+def test_max_children_is_a_positive_integer(tmp_path, bound):
+    msg = refused(tmp_path, {"customers": entry("customers", CUSTOMERS),
+                             "orders": entry("orders", ORDERS, {**RELATION, "max_children": bound})})
+    assert "datasets.yaml" in msg and "max_children" in msg
+
+
+def test_grandchildren_and_cycles_are_refused(tmp_path):
+    items = {"visits": {"kind": "integer", "bounds": [0, 9], "bins": 3}, "paid": {"kind": "boolean"}}
+    msg = refused(tmp_path, {
+        "customers": entry("customers", CUSTOMERS),
+        "orders": entry("orders", ORDERS, RELATION),
+        "lines": entry("lines", items, {**RELATION, "dataset": "orders", "key": "order_id",
+                                        "foreign_key": "order_ref"})})
+    assert "one level" in msg and "supported yet" in msg and "'lines'" in msg
+    msg = refused(tmp_path, {
+        "a": entry("a", CUSTOMERS, {**RELATION, "dataset": "b"}),
+        "b": entry("b", ORDERS, {**RELATION, "dataset": "a"})})
+    assert "one level" in msg
+    msg = refused(tmp_path, {"a": entry("a", CUSTOMERS, {**RELATION, "dataset": "a"})})
+    assert "its own parent" in msg
+
+
+def test_the_pipeline_refuses_a_child_dataset_until_it_charges_families(tmp_path):
+    """A child run through the single-table stages would count each child row as its own unit
+    (d_in = 1): the definitions refuse it, naming the entry, and build nothing."""
+    from dp_synth_assets.definitions import build_definitions
+    path, _ = load(tmp_path, {"customers": entry("customers", CUSTOMERS),
+                              "orders": entry("orders", ORDERS, RELATION)})
+    with pytest.raises(RegistryError) as e:
+        build_definitions(path, tmp_path / "w.duckdb", tmp_path / "ledger.sqlite",
+                          tmp_path / "public")
+    assert "dataset 'orders' in" in str(e.value) and "datasets.yaml" in str(e.value)
+    assert "remove `parent:`" in str(e.value)
+    assert not (tmp_path / "ledger.sqlite").exists()

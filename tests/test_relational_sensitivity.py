@@ -1,0 +1,130 @@
+"""The privacy unit of a relation is a parent with all its children: brute force on neighbouring
+databases that remove or add one whole family checks that the counts the relation answers move
+by no more than the sensitivity the mechanisms are charged at (`core.relational`), adversarial
+families included (more than max_children children, all in one cell), and that which children
+are kept never depends on their values."""
+
+import duckdb
+import numpy as np
+import pytest
+
+from dp_synth_assets.core import relational
+from dp_synth_assets.core.privacy import gaussian_scale
+
+MAX_CHILDREN = 4
+SEED = 11
+
+
+def database(parents: list[tuple], children: list[tuple]):
+    """A real DuckDB with `parents(id, segment)` and `children(customer_id, amount, tag)` and the
+    relation's two views over them."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE parents (id BIGINT, segment VARCHAR)")
+    con.execute("CREATE TABLE children (customer_id BIGINT, amount BIGINT, tag BIGINT)")
+    if parents:
+        con.executemany("INSERT INTO parents VALUES (?, ?)", parents)
+    if children:
+        con.executemany("INSERT INTO children VALUES (?, ?, ?)", children)
+    con.execute(relational.bounded_children_sql(
+        "children", "parents", "customer_id", "id", MAX_CHILDREN, SEED, "bounded", ["segment"]))
+    con.execute(relational.parents_sql("parents", "customer_id", "id", "family", "bounded"))
+    return con
+
+
+def answers(parents, children) -> tuple[dict, dict]:
+    """The two count arrays a relation measures, as cell -> count: child rows by (amount, parent
+    segment), parent rows by (segment, children)."""
+    con = database(parents, children)
+    child = dict(((a, s), n) for a, s, n in con.execute(
+        "SELECT amount, parent_segment, count(*) FROM bounded GROUP BY ALL").fetchall())
+    parent = dict(((s, c), n) for s, c, n in con.execute(
+        "SELECT segment, children, count(*) FROM family GROUP BY ALL").fetchall())
+    con.close()
+    return child, parent
+
+
+def distance(a: dict, b: dict) -> tuple[int, float]:
+    """L1 and L2 distance of two count arrays given as cell -> count."""
+    diff = np.array([a.get(k, 0) - b.get(k, 0) for k in set(a) | set(b)], dtype=float)
+    return int(np.abs(diff).sum()), float(np.sqrt((diff ** 2).sum()))
+
+
+def families(seed: int = 0):
+    """30 parents with 0..max_children+5 children each (some all in one cell), and orphans."""
+    rng = np.random.default_rng(seed)
+    parents = [(i, "ab"[i % 2]) for i in range(30)]
+    children, tag = [], 0
+    for i in range(30):
+        for _ in range(int(rng.integers(0, MAX_CHILDREN + 6))):
+            amount = 3 if i % 3 == 0 else int(rng.integers(0, 5))
+            children.append((i, amount, tag))
+            tag += 1
+    children += [(999, 1, tag), (998, 2, tag + 1)]  # orphans: no parent has these keys
+    rng.shuffle(children)
+    return parents, [tuple(int(x) for x in c) for c in children]
+
+
+def test_the_sensitivity_is_opendps_map_at_max_children():
+    assert relational.family_sensitivity(1) == 1  # the parent side: one row per family
+    assert relational.family_sensitivity(MAX_CHILDREN) == MAX_CHILDREN
+    assert relational.family_sensitivity(20) == 20
+    with pytest.raises(ValueError):
+        relational.family_sensitivity(0)
+
+
+def test_the_charge_is_the_measurements_map():
+    rho = 0.05
+    noisy, spend = relational.family_counts(np.array([[3, 0], [7, 1]]), rho, MAX_CHILDREN)
+    assert noisy.shape == (2, 2)
+    assert spend.sensitivity == MAX_CHILDREN
+    assert spend.scale == pytest.approx(gaussian_scale(rho, MAX_CHILDREN))
+    assert spend.scale == pytest.approx(MAX_CHILDREN * gaussian_scale(rho))
+    assert spend.rho >= rho * (1 - 1e-9)
+    assert spend.rho == pytest.approx(rho, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_removing_a_family_moves_counts_within_the_bound(seed):
+    parents, children = families(seed)
+    child, parent = answers(parents, children)
+    bound = relational.family_sensitivity(MAX_CHILDREN)
+    worst = 0.0
+    for pid, _ in parents:
+        c2, p2 = answers([p for p in parents if p[0] != pid],
+                         [c for c in children if c[0] != pid])
+        l1, l2 = distance(child, c2)
+        assert l1 <= MAX_CHILDREN and l2 <= bound
+        assert distance(parent, p2) == (1, 1.0)  # one parent row, whatever its children
+        worst = max(worst, l2)
+    assert worst == bound  # a family over the bound, all in one cell, reaches it
+
+
+def test_adding_an_adversarial_family_moves_counts_within_the_bound():
+    parents, children = families(3)
+    child, parent = answers(parents, children)
+    crowd = [(500, 3, 10_000 + j) for j in range(MAX_CHILDREN + 5)]  # all in one cell
+    c2, p2 = answers(parents + [(500, "a")], children + crowd)
+    assert distance(child, c2) == (MAX_CHILDREN, float(MAX_CHILDREN))
+    assert distance(parent, p2) == (1, 1.0)
+    assert p2[("a", MAX_CHILDREN)] == parent.get(("a", MAX_CHILDREN), 0) + 1
+
+
+def test_orphans_are_dropped():
+    parents, children = families(4)
+    child, parent = answers(parents, children)
+    c2, p2 = answers(parents, children + [(777, 0, 50_000), (778, 4, 50_001)])
+    assert (c2, p2) == (child, parent)
+
+
+def test_which_children_are_kept_never_depends_on_their_values():
+    parents, children = families(5)
+    kept = database(parents, children).execute("SELECT tag FROM bounded").fetchall()
+    changed = [(c[0], (c[1] + 2) % 5, c[2]) for c in children]
+    kept2 = database(parents, changed).execute("SELECT tag FROM bounded").fetchall()
+    assert sorted(kept) == sorted(kept2)
+    con = database(parents, children)
+    per_family = dict(con.execute("SELECT customer_id, count(*) FROM bounded GROUP BY 1").fetchall())
+    sizes = dict(con.execute("SELECT customer_id, count(*) FROM children GROUP BY 1").fetchall())
+    assert per_family == {k: min(n, MAX_CHILDREN) for k, n in sizes.items() if k < 30}
+    counts = dict(con.execute("SELECT id, children FROM family").fetchall())
+    assert counts == {i: min(sizes.get(i, 0), MAX_CHILDREN) for i in range(30)}
