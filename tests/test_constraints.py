@@ -72,3 +72,24 @@ def test_decoding_honours_constraints_keeps_rows_and_seed():
     assert violations(kept, texts) == {t: 0.0 for t in texts}
     again = decode_constrained(plan(), codes, np.random.default_rng(1), declared)
     assert kept.equals(again)
+
+
+def test_the_check_sql_counts_planted_violations_in_duckdb():
+    """The constraints check's scan (check_constraints.sql over `condition_sql`) on a real DuckDB
+    table: 2 of 4 rows violate `dropoff >= pickup`, 1 violates `a >= 10`, a NULL is no violation."""
+    import duckdb
+
+    from dp_synth_assets.core.constraints import condition_sql
+    from dp_synth_assets.core.sql import sql
+
+    con = duckdb.connect(":memory:")
+    con.execute("CREATE TABLE t AS SELECT * FROM (VALUES "
+                "(TIMESTAMP '2024-01-02', TIMESTAMP '2024-01-01', 5), "
+                "(TIMESTAMP '2024-01-01', TIMESTAMP '2024-01-03', 20), "
+                "(TIMESTAMP '2024-01-05', TIMESTAMP '2024-01-04', 30), "
+                "(NULL, TIMESTAMP '2024-01-04', NULL)) AS v(pickup, dropoff, a)")
+    declared = validate(["dropoff >= pickup", "a >= 10"], COLUMNS)
+    kinds = {n: c.kind for n, c in COLUMNS.items()}
+    counts = "".join(", " + sql("check_count_if", condition=f"NOT {condition_sql(c, kinds)}",
+                                alias=f"v{i}") for i, c in enumerate(declared))
+    assert con.execute(sql("check_constraints", source="t", counts=counts)).fetchall() == [(4, 2, 1)]
