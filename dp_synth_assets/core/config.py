@@ -936,7 +936,8 @@ class DatasetSpec(_Strict):
 
     @model_validator(mode="after")
     def _declared_constraints(self) -> "DatasetSpec":
-        """Every `constraints` entry parses and fits the declared columns (`constraints.validate`)."""
+        """Every `constraints` entry parses and fits the declared columns
+        (`constraints.validate`)."""
         validate_constraints(self.constraints, self.columns)
         return self
 

@@ -1,23 +1,12 @@
 """Declared constraints between columns (`constraints: ["dropoff >= pickup", ...]`), honoured
 when rows are decoded.
 
-A constraint is public (the user declares it; nothing is measured, nothing is spent). Its
-grammar is parsed, never evaluated: `<column> <op> <column>` or `<column> <op> <literal>`, with
-`op` one of `<`, `<=`, `>`, `>=`, `==`, `!=`, over integer, float and datetime columns (a
-datetime literal is a quoted ISO date or timestamp, `'2024-01-01'`). A NULL operand satisfies
-a constraint, as in a SQL CHECK.
-
-How a decoded chunk is made to satisfy them (`honour`), vectorized over the chunk:
-1. conditional decoding: the rows violating a constraint get their constrained columns' values
-   redrawn inside the same bins (the codes the model drew do not change), up to `TRIES` times,
-   each row keeping its first draw that satisfies it: rejection sampling from the within-bin
-   distribution conditioned on the constraint;
-2. projection: a row still violating it (its bins contradict the constraint, or leave it a
-   sliver) gets its left column set to the nearest value the constraint allows (for
-   `dropoff >= pickup`: dropoff = pickup), or, when that value lies outside the left column's
-   bounds, its right column moved to the left's value.
-The row count never changes and every draw comes from the decoder's seeded stream, so the same
-seed gives the same rows. docs/decisions/0023-declared-constraints.md."""
+A constraint is public (declared; nothing is measured or spent). Its grammar is parsed, never
+evaluated: `<column> <op> <column>` or `<column> <op> <literal>`, `op` one of `<`, `<=`, `>`,
+`>=`, `==`, `!=`, over integer, float and datetime columns; a NULL operand satisfies it.
+`honour` redraws a violating row's values inside its bins (up to `TRIES` times), then projects
+what no draw fixed; the row count and the seed's rows are kept. docs/generators.md,
+"Declared constraints"."""
 
 import re
 from dataclasses import dataclass
