@@ -265,8 +265,8 @@ def test_asset_graph_of_a_dataset(tmp_path, instance):
 
     synthetic = dg.AssetKey([DATASET, "synthetic"])
     checks = {k.name: graph.get_check_spec(k) for k in graph.asset_check_keys}
-    assert set(checks) == {"schema", "domain", "row_count", "null_fraction", "one_way_tvd",
-                           "marginal_tvd", "duplicates"}
+    assert set(checks) == {"schema", "constraints", "domain", "row_count", "null_fraction",
+                           "one_way_tvd", "marginal_tvd", "duplicates"}
     assert all(spec.asset_key == synthetic for spec in checks.values())
     assert {n for n, spec in checks.items() if spec.blocking} == {"schema", "domain"}
 

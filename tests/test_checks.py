@@ -16,7 +16,7 @@ def test_each_check_is_described_by_the_first_line_of_its_own_function():
         assert specs[name].blocking == (name in ("schema", "domain"))
     assert len({s.description for s in specs.values()}) == len(specs)
     assert {n for n, c in CHECKS.items() if c.severity == "ERROR"} == {
-        "schema", "domain", "row_count"}
+        "schema", "constraints", "domain", "row_count"}
 
 
 def test_importing_the_checks_and_evaluation_loads_neither_dagster_nor_gx():

@@ -74,8 +74,9 @@ def test_end_to_end_writes_a_synthetic_twin_with_the_source_schema(run):
     parquet = pd.read_parquet(project.public / "example" / "synthetic.parquet")
     assert len(parquet) == rows and list(parquet.columns) == [r[0] for r in source]
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert checks == {"schema": True, "domain": True, "row_count": True, "null_fraction": True,
-                      "one_way_tvd": True, "marginal_tvd": True, "duplicates": True}
+    assert checks == {"schema": True, "constraints": True, "domain": True, "row_count": True,
+                      "null_fraction": True, "one_way_tvd": True, "marginal_tvd": True,
+                      "duplicates": True}
     for name, passed in checks.items():  # the stored GX results say the same
         stored = json.loads((project.public / "example" / "checks" / f"{name}.json").read_text())
         assert stored["success"] is passed

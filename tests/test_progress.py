@@ -209,7 +209,7 @@ def test_each_check_is_logged_as_it_starts_and_as_it_ends(monkeypatch):
     for result in results:  # a result is handed on after its end line, before the next check
         events.append(("yielded", result.name))
     rows = [n for n, c in checks.items() if c.rows]  # the checks that read rows come first
-    assert rows == ["schema"]
+    assert rows == ["schema", "constraints"]
     order = rows + [n for n in checks if n not in rows]
     assert [e for e in events if e[0] == "run"] == [("run", n) for n in order]
     for name in order:
