@@ -75,7 +75,7 @@ def test_decoding_honours_constraints_keeps_rows_and_seed():
 
 
 def test_the_check_sql_counts_planted_violations_in_duckdb():
-    """The constraints check's scan (check_constraints.sql over `condition_sql`) on a real DuckDB
+    """The constraints check's scan (check_aggregates.sql over `condition_sql`) on a real DuckDB
     table: 2 of 4 rows violate `dropoff >= pickup`, 1 violates `a >= 10`, a NULL is no violation."""
     import duckdb
 
@@ -92,4 +92,4 @@ def test_the_check_sql_counts_planted_violations_in_duckdb():
     kinds = {n: c.kind for n, c in COLUMNS.items()}
     counts = "".join(", " + sql("check_count_if", condition=f"NOT {condition_sql(c, kinds)}",
                                 alias=f"v{i}") for i, c in enumerate(declared))
-    assert con.execute(sql("check_constraints", source="t", counts=counts)).fetchall() == [(4, 2, 1)]
+    assert con.execute(sql("check_aggregates", source="t", aggregates=counts)).fetchall() == [(4, 2, 1)]

@@ -74,7 +74,10 @@ def test_the_sensitivity_is_opendps_map_at_max_children():
 
 def test_the_charge_is_the_measurements_map():
     rho = 0.05
-    noisy, spend = relational.family_counts(np.array([[3, 0], [7, 1]]), rho, MAX_CHILDREN)
+    from dp_synth_assets.core.privacy import gaussian_counts
+
+    noisy, spend = gaussian_counts(np.array([[3, 0], [7, 1]]), rho,
+                                   relational.family_sensitivity(MAX_CHILDREN))
     assert noisy.shape == (2, 2)
     assert spend.sensitivity == MAX_CHILDREN
     assert spend.scale == pytest.approx(gaussian_scale(rho, MAX_CHILDREN))

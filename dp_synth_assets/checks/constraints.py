@@ -1,7 +1,7 @@
 """The declared constraints' check: the share of synthetic rows violating each, goal 0.
 
 DuckDB counts, in one scan of the synthetic table's Parquet copy, the rows where each declared
-constraint (`core.constraints`) fails (check_constraints.sql); GX validates a frame of one row
+constraint (`core.constraints`) fails (check_aggregates.sql); GX validates a frame of one row
 per constraint (its violating share must be 0). Public: the table and the constraints are."""
 
 from ..core.constraints import condition_sql
@@ -24,8 +24,8 @@ def constraints(table: SyntheticTable) -> CheckResult:
     counts = "".join(
         ", " + sql("check_count_if", condition=f"NOT {condition_sql(c, kinds)}", alias=f"v{i}")
         for i, c in enumerate(judged))
-    row = table.con.execute(sql("check_constraints", source=table.source,
-                                counts=counts)).fetchall()[0]
+    row = table.con.execute(sql("check_aggregates", source=table.source,
+                                aggregates=counts)).fetchall()[0]
     rows, found = int(row[0]), dict(zip((c.text for c in judged), (int(v) for v in row[1:])))
     records = [{"constraint": c.text,
                 "violating_rows": found.get(c.text, rows),

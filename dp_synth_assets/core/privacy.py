@@ -139,23 +139,26 @@ def gaussian_scale(rho: float, sensitivity: float = 1.0) -> float:
     return sensitivity / math.sqrt(2.0 * rho)
 
 
-def gaussian_counts(counts: np.ndarray, rho: float) -> tuple[np.ndarray, Spend]:
-    """Noisy counts of one marginal: discrete Gaussian noise with L2 sensitivity 1.
+def gaussian_counts(counts: np.ndarray, rho: float,
+                    sensitivity: int = 1) -> tuple[np.ndarray, Spend]:
+    """Noisy counts of one marginal: discrete Gaussian noise with L2 sensitivity `sensitivity`.
 
     Under add/remove-one-row neighbours a marginal changes by 1 in one cell
-    (docs/decisions/0001-privacy-unit.md).
+    (docs/decisions/0001-privacy-unit.md); a relation's child side passes its family bound
+    (`relational.family_sensitivity`).
     Returns the noisy counts (float64, same shape) and the spend from OpenDP's privacy map.
     A marginal is drawn through `measure.measure_marginal`, which charges this spend; only the
     preprocessing stage calls this directly.
     """
     counts = np.asarray(counts)
-    scale = gaussian_scale(rho)
+    scale = gaussian_scale(rho, sensitivity)
     meas = dp.m.make_gaussian(
         dp.vector_domain(dp.atom_domain(T="i64")), dp.l2_distance(T="i64"), scale=scale
     )
     flat = counts.astype(np.int64).ravel().tolist()
     noisy = np.asarray(meas(flat), dtype=np.float64).reshape(counts.shape)
-    return noisy, Spend("gaussian_counts", float(meas.map(1)), sensitivity=1.0, scale=scale)
+    return noisy, Spend("gaussian_counts", float(meas.map(sensitivity)),
+                        sensitivity=float(sensitivity), scale=scale)
 
 
 def gaussian_scores(scores: np.ndarray, rho: float, sensitivity: float) -> tuple[np.ndarray, Spend]:

@@ -2,7 +2,8 @@
 its children as the unit of privacy (docs/relational.md).
 
 Pure: the rules across registry entries (`relation_problems`), the sensitivity and charge of
-the counts a relation answers by OpenDP's own maps (`family_sensitivity`, `family_counts`), and
+the counts a relation answers by OpenDP's own map (`family_sensitivity`, which
+`privacy.gaussian_counts` takes as its sensitivity), and
 the SQL of the contribution bounding (`bounded_children_sql`, `parents_sql`): raw rows never
 leave the database. After bounding, a family changes at most `max_children` child rows
 (d_in = max_children on the child side) and one parent row (d_in = 1 on the parent side).
@@ -16,7 +17,6 @@ from opendp.metrics import symmetric_distance
 from opendp.transformations import make_count_by_categories
 
 from .opendp_api import dp
-from .privacy import Spend, gaussian_scale
 from .sql import ident, literal, sql
 
 # the parent attribute that holds its bounded children count, on the public domain
@@ -82,22 +82,6 @@ def family_sensitivity(max_children: int) -> int:
         dp.vector_domain(dp.atom_domain(T="i64")), symmetric_distance(),
         categories=[0], null_category=True, MO="L2Distance<i64>", TOA="i64")
     return int(count.map(int(max_children)))
-
-
-def family_counts(counts: np.ndarray, rho: float, max_children: int) -> tuple[np.ndarray, Spend]:
-    """Noisy counts over bounded child rows: the discrete Gaussian mechanism with its scale set
-    for `rho` at L2 sensitivity `family_sensitivity(max_children)`; the spend is OpenDP's privacy
-    map of the measurement at that sensitivity (so the charge is what the map answers, never
-    less than `rho` up to rounding). Same shape as `counts`, float64."""
-    counts = np.asarray(counts)
-    sensitivity = family_sensitivity(max_children)
-    scale = gaussian_scale(rho, sensitivity)
-    meas = dp.m.make_gaussian(
-        dp.vector_domain(dp.atom_domain(T="i64")), dp.l2_distance(T="i64"), scale=scale)
-    flat = counts.astype(np.int64).ravel().tolist()
-    noisy = np.asarray(meas(flat), dtype=np.float64).reshape(counts.shape)
-    return noisy, Spend("family_counts", float(meas.map(sensitivity)),
-                        sensitivity=float(sensitivity), scale=scale)
 
 
 def bounded_children_sql(children: str, parents: str, foreign_key: str, key: str,
