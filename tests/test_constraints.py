@@ -2,6 +2,7 @@
 honours them (redraw inside bins, else projection) with the row count and the seed's rows kept."""
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from dp_synth_assets.core.config import ColumnSpec
@@ -13,7 +14,11 @@ COLUMNS = {"pickup": ColumnSpec(kind="datetime", bounds=["2024-01-01", "2024-02-
            "dropoff": ColumnSpec(kind="datetime", bounds=["2024-01-01", "2024-02-01"]),
            "a": ColumnSpec(kind="integer", bounds=[0, 100]),
            "b": ColumnSpec(kind="integer", bounds=[0, 100]),
-           "zone": ColumnSpec(kind="categorical", categories=["x", "y"])}
+           "zone": ColumnSpec(kind="categorical", categories=["x", "y", "z"], nullable=True),
+           "to_zone": ColumnSpec(kind="categorical", categories=["z", "y", "x"], nullable=True),
+           "mode": ColumnSpec(kind="categorical", categories=["x", "y"]),
+           "found": ColumnSpec(kind="categorical"),
+           "flag": ColumnSpec(kind="boolean")}
 
 
 def test_parse_and_validate():
@@ -32,6 +37,14 @@ def test_parse_and_validate():
     ("a >= a", "itself"),
     ("pickup >= 3", "quoted ISO date"),
     ("a >= 'x'", "needs a number"),
+    ("zone < to_zone", "orders the categorical column 'zone'"),
+    ("zone >= 'x'", "a categorical column takes only == or !="),
+    ("zone == mode", "declared categories differ"),
+    ("zone != found", "declared categories differ"),
+    ("zone == 'w'", "'w' is not a declared category of 'zone'"),
+    ("zone == 3", "not a declared category"),
+    ("zone != a", "compares a categorical column with a number column"),
+    ("flag == a", "column 'flag' is boolean"),
 ])
 def test_refusals(text, says):
     with pytest.raises(ConstraintError, match=says):
@@ -93,3 +106,86 @@ def test_the_check_sql_counts_planted_violations_in_duckdb():
     counts = "".join(", " + sql("check_count_if", condition=f"NOT {condition_sql(c, kinds)}",
                                 alias=f"v{i}") for i, c in enumerate(declared))
     assert con.execute(sql("check_aggregates", source="t", aggregates=counts)).fetchall() == [(4, 2, 1)]
+
+
+# ---- categorical constraints, against brute force ---------------------------------------------
+
+ZONES = ("x", "y", "z")
+
+
+def categorical_plan() -> EncodingPlan:
+    def zone(name, categories):  # codes: the categories, then other, then NULL
+        return Encoding(name, "categorical", "VARCHAR", len(categories) + 2,
+                        categories=categories, other_label="other", nullable=True)
+    return EncodingPlan((zone("zone", ZONES), zone("to_zone", ("z", "y", "x")),
+                         Encoding("a", "integer", "BIGINT", 10, low=0, high=99, bins=10,
+                                  integer_bins=True)))
+
+
+def holds(op: str, left, right) -> bool:
+    """One row, as a SQL CHECK reads it: a NULL operand satisfies the constraint."""
+    if left is None or right is None:
+        return True
+    return {"==": left == right, "!=": left != right, ">=": left >= right,
+            "<": left < right}[op]
+
+
+def brute_violations(table, c) -> int:
+    return sum(not holds(c.op, r[c.left], operand(c, r)) for r in table.to_pylist())
+
+
+def operand(c, row):
+    """The right operand of `c` in `row`: a column's value, a category or a number."""
+    return row[c.right] if c.right else (c.literal if c.value is None else c.value)
+
+
+CATEGORICAL = [["zone == 'x'"], ["zone != 'x'"], ["zone != to_zone"], ["zone == to_zone"],
+               ["to_zone != 'other'"], ["zone != 'y'", "to_zone != zone"],
+               ["zone != to_zone", "zone != 'x'", "a >= 40"],
+               ["to_zone == 'z'", "zone != to_zone"]]
+
+
+@pytest.mark.parametrize("texts", CATEGORICAL, ids=lambda t: " & ".join(t))
+def test_categorical_constraints_hold_after_decoding_and_the_check_counts_as_brute_force(texts):
+    import duckdb
+
+    from dp_synth_assets.core.constraints import condition_sql
+    from dp_synth_assets.core.sql import sql
+
+    rng = np.random.default_rng(len(texts) + len(texts[0]))
+    n = 3000
+    codes = {"zone": rng.integers(0, 5, n), "to_zone": rng.integers(0, 5, n),
+             "a": rng.integers(0, 10, n)}
+    declared = validate(texts, COLUMNS)
+    free = decode_constrained(categorical_plan(), codes, np.random.default_rng(2))
+    plain = free.select(["zone", "to_zone", "a"]).cast(
+        pa.schema([("zone", "string"), ("to_zone", "string"), ("a", "int64")]))
+    before = {c.text: brute_violations(plain, c) for c in declared}
+    assert all(v > 0 for v in before.values())  # the test can fail
+    con = duckdb.connect(":memory:")
+    con.register("t", plain)
+    kinds = {n: c.kind for n, c in COLUMNS.items()}
+    counts = "".join(", " + sql("check_count_if", condition=f"NOT {condition_sql(c, kinds)}",
+                                alias=f"v{i}") for i, c in enumerate(declared))
+    assert con.execute(sql("check_aggregates", source="t", aggregates=counts)).fetchall() == [
+        (n, *before.values())]
+
+    kept = decode_constrained(categorical_plan(), codes, np.random.default_rng(2), declared)
+    assert kept.num_rows == n and kept.equals(
+        decode_constrained(categorical_plan(), codes, np.random.default_rng(2), declared))
+    typed = kept.select(["zone", "to_zone", "a"]).cast(plain.schema)
+    assert {c.text: brute_violations(typed, c) for c in declared} == {c.text: 0 for c in declared}
+    # NULLs stay NULL, and values stay among the column's own
+    for name in ("zone", "to_zone"):
+        was, now = plain.column(name).to_pylist(), typed.column(name).to_pylist()
+        assert [v is None for v in was] == [v is None for v in now]
+        assert set(now) <= set(ZONES) | {"other", None}
+    if len(declared) == 1:  # a row that satisfied the one constraint is untouched
+        c = declared[0]
+        rows, after = plain.to_pylist(), typed.to_pylist()
+        ok = [r == s for r, s in zip(rows, after)
+              if holds(c.op, r[c.left], operand(c, r))]
+        assert all(ok)
+    if "zone != 'x'" in texts and len(declared) == 1:  # drawn from the rows that satisfy it
+        share = lambda t, v: t.column("zone").to_pylist().count(v)  # noqa: E731
+        assert abs(share(typed, "y") / max(share(typed, "z"), 1) - 1) < 0.2

@@ -24,6 +24,7 @@ import yaml
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr,
                       ValidationError, field_validator, model_validator)
 
+from .constraints import ConstraintError
 from .constraints import validate as validate_constraints
 from .engines import ENGINES
 from .extras import refusal
@@ -1141,9 +1142,12 @@ def parse_registry(data: object, origin: str = "datasets.yaml") -> dict[str, Dat
         problems: dict[str, list[str]] = {}
         for err in e.errors():
             where = _describe_location([str(p) for p in err["loc"]])
+            msg = err["msg"]
+            if isinstance(err.get("ctx", {}).get("error"), ConstraintError):
+                where, msg = f"{where}, key 'constraints'", str(err["ctx"]["error"])
             problems.setdefault(where, [])
-            if err["msg"] not in problems[where]:
-                problems[where].append(err["msg"])
+            if msg not in problems[where]:
+                problems[where].append(msg)
         lines = [f"{where}: {' or '.join(msgs)}" for where, msgs in problems.items()]
         raise RegistryError(f"{origin} is invalid:\n  " + "\n  ".join(lines)) from None
     specs = {}

@@ -3,10 +3,12 @@ when rows are decoded.
 
 A constraint is public (declared; nothing is measured or spent). Its grammar is parsed, never
 evaluated: `<column> <op> <column>` or `<column> <op> <literal>`, `op` one of `<`, `<=`, `>`,
-`>=`, `==`, `!=`, over integer, float and datetime columns; a NULL operand satisfies it.
-`honour` redraws a violating row's values inside its bins (up to `TRIES` times), then projects
-what no draw fixed; the row count and the seed's rows are kept. docs/generators.md,
-"Declared constraints"."""
+`>=`, `==`, `!=`, over integer, float and datetime columns, and `==` / `!=` over categorical
+columns (with a category, or with a column of the same categories); a NULL operand satisfies it.
+`honour` redraws a violating row's values inside its bins (a categorical value: from the chunk's
+rows that satisfy it) up to `TRIES` times, then projects what no draw fixed; the row count and
+the seed's rows are kept. docs/generators.md, "Declared constraints"; why:
+docs/decisions/0023-declared-constraints.md."""
 
 import re
 from dataclasses import dataclass
@@ -16,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 
 OPS = ("<=", ">=", "==", "!=", "<", ">")
-KINDS = ("integer", "float", "datetime")
+KINDS = ("integer", "float", "datetime")  # the kinds every op compares
+CATEGORICAL_OPS = ("==", "!=")  # what a categorical column is compared with
 TRIES = 16  # rounds of within-bin redraws before a row is projected
 MICROS_PER_DAY = 86_400_000_000
 
@@ -77,6 +80,50 @@ def parse(text: str) -> Constraint:
     return Constraint(text, left, op, right=_name(right))
 
 
+def _family(kind: str) -> str:
+    return {"datetime": "datetime", "categorical": "categorical"}.get(kind, "number")
+
+
+def _labels(column) -> tuple[str, ...] | None:
+    """A categorical column's declared values as DuckDB writes them (its `other_label` too),
+    or None when they are not written in the spec (discovered, or read `from` a table)."""
+    from .sql import sql_text
+
+    if column.category_list is None:
+        return None
+    return tuple(sql_text(v) for v in column.category_list) + (
+        (column.other_label,) if column.other else ())
+
+
+def _same_categories(a, b) -> bool:
+    """Two categorical columns declare the same categories (a list, or one public column)."""
+    if a.category_list is not None and b.category_list is not None:
+        return set(_labels(a)) == set(_labels(b))
+    return a.categories_from is not None and a.categories_from == b.categories_from
+
+
+def _categorical(text: str, c: "Constraint", columns: dict) -> "Constraint":
+    """`c`, whose left column is categorical, checked: `==` / `!=` with a listed category or
+    with a categorical column of the same declared categories."""
+    if c.op not in CATEGORICAL_OPS:
+        raise _refuse(text, f"orders the categorical column {c.left!r}",
+                      "a categorical column takes only == or != (e.g. \"" + c.left
+                      + " != 'unknown'\", or == / != with a column of the same categories)")
+    if c.right is not None:
+        left, right = columns[c.left], columns[c.right]
+        if not _same_categories(left, right):
+            raise _refuse(text, f"compares categorical columns {c.left!r} and {c.right!r} whose "
+                          "declared categories differ (or are discovered)",
+                          "declare the same `categories:` for both, or remove the constraint")
+        return c
+    labels = _labels(columns[c.left])
+    if labels is not None and c.literal not in labels:
+        raise _refuse(text, f"{c.literal!r} is not a declared category of {c.left!r}",
+                      f"use one of its `categories:` (or its `other_label`), quoted: "
+                      f"\"{c.left} != '{labels[0]}'\"")
+    return Constraint(text, c.left, c.op, literal=c.literal)
+
+
 def _days(text: str) -> float:
     value = datetime.fromisoformat(text)
     return (value - datetime(1970, 1, 1)).total_seconds() / 86400.0
@@ -84,9 +131,11 @@ def _days(text: str) -> float:
 
 def validate(texts, columns: dict) -> tuple[Constraint, ...]:
     """The declared constraints `texts`, parsed and checked against the declared `columns`
-    (name -> `ColumnSpec`): each names declared columns of kind integer, float or datetime,
-    compares a column with one of a comparable kind (numbers with numbers, datetimes with
-    datetimes) or with a literal of its kind, and not with itself.
+    (name -> `ColumnSpec`): each names declared columns of kind integer, float, datetime or
+    categorical, compares a column with one of a comparable kind (numbers with numbers,
+    datetimes with datetimes, categoricals of the same declared categories) or with a literal of
+    its kind (a categorical one: a declared category), and not with itself; a categorical
+    column only with `==` or `!=`.
 
     Raises:
         ConstraintError: the first constraint that does not, naming it and the fix.
@@ -98,19 +147,23 @@ def validate(texts, columns: dict) -> tuple[Constraint, ...]:
             if name not in columns:
                 raise _refuse(text, f"{name!r} is not a declared column",
                               f"declare it under `columns:` or use one of {sorted(columns)}")
-            if columns[name].kind not in KINDS:
+            if columns[name].kind not in KINDS + ("categorical",):
                 raise _refuse(text, f"column {name!r} is {columns[name].kind}",
-                              "constraints compare integer, float or datetime columns; "
-                              "remove the constraint")
-        kind = "datetime" if columns[c.left].kind == "datetime" else "number"
+                              "constraints compare integer, float, datetime or categorical "
+                              "columns; remove the constraint")
+        kind = _family(columns[c.left].kind)
         if c.right is not None:
             if c.right == c.left:
                 raise _refuse(text, "compares a column with itself", "remove the constraint")
-            other = "datetime" if columns[c.right].kind == "datetime" else "number"
+            other = _family(columns[c.right].kind)
             if other != kind:
                 raise _refuse(text, f"compares a {kind} column with a {other} column",
                               "compare columns of comparable kinds (numbers with numbers, "
-                              "datetimes with datetimes)")
+                              "datetimes with datetimes, categories with categories)")
+        if kind == "categorical":
+            c = _categorical(text, c, columns)
+        elif c.right is not None:
+            pass
         elif kind == "datetime":
             try:
                 c = Constraint(text, c.left, c.op, value=_days(c.literal or ""),
@@ -130,15 +183,18 @@ def validate(texts, columns: dict) -> tuple[Constraint, ...]:
 
 def condition_sql(c: Constraint, kinds: dict[str, str]) -> str:
     """SQL that holds where `c` holds (NULL where an operand is NULL), comparing datetimes as
-    TIMESTAMP and numbers as DOUBLE; `kinds` maps the columns to their declared kinds."""
+    TIMESTAMP, numbers as DOUBLE and categories as VARCHAR; `kinds` maps the columns to their
+    declared kinds."""
     from .sql import ident, literal
 
     def operand(name: str) -> str:
-        kind = "TIMESTAMP" if kinds[name] == "datetime" else "DOUBLE"
+        kind = {"datetime": "TIMESTAMP", "categorical": "VARCHAR"}.get(kinds[name], "DOUBLE")
         return f"TRY_CAST({ident(name)} AS {kind})"
 
     if c.right is not None:
         right = operand(c.right)
+    elif kinds[c.left] == "categorical":
+        right = literal(c.literal)
     elif kinds[c.left] == "datetime":
         right = f"CAST({literal(c.literal)} AS TIMESTAMP)"
     else:
@@ -162,6 +218,7 @@ class _Column:
     values: np.ndarray
     nulls: np.ndarray
     type: pa.DataType
+    choices: np.ndarray | None = None  # a categorical column's declared values (`_Labels`)
 
     @classmethod
     def of(cls, array) -> "_Column":
@@ -217,11 +274,54 @@ def _bounds(e) -> tuple[float, float]:
     return e.low * scale, e.high * scale
 
 
-def violated(c: Constraint, columns: dict[str, "_Column"], scale: float) -> np.ndarray:
-    """Rows where `c` fails (an operand NULL: it holds)."""
+class _Labels:
+    """Decoded categorical columns as numbers: `values` index `words` (the values as DuckDB
+    writes them, shared by every categorical column of a chunk, so two columns compare by
+    index), `nulls` where a value is NULL; `array` gives back a dictionary array."""
+
+    def __init__(self):
+        self.words: list[str] = []
+        self.index: dict[str, int] = {}
+
+    def id(self, word: str) -> int:
+        if word not in self.index:
+            self.index[word] = len(self.words)
+            self.words.append(word)
+        return self.index[word]
+
+    def column(self, array, e) -> "_Column":
+        from .sql import sql_text
+
+        array = array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+        if not pa.types.is_dictionary(array.type):
+            array = array.dictionary_encode()
+        words = [None if v is None else sql_text(v) for v in array.dictionary.to_pylist()]
+        lookup = np.array([-1 if w is None else self.id(w) for w in words] + [-1], np.int64)
+        at = np.asarray(array.indices.fill_null(len(words)).to_numpy(), dtype=np.int64)
+        values = lookup[at]
+        column = _Column(values, values < 0, array.dictionary.type)
+        labels = list(e.categories or ()) + [m for m, _ in e.rare or ()]
+        labels += [e.other_label] if e.has_other and e.other_label is not None else []
+        column.choices = np.array(sorted({self.id(sql_text(v)) for v in labels}), np.int64)
+        return column
+
+    def array(self, column: "_Column") -> pa.Array:
+        words = pa.array(self.words, pa.string())
+        try:
+            words = words.cast(column.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass  # a word its type cannot hold stays text; the SQL cast types it
+        return pa.DictionaryArray.from_arrays(
+            pa.array(np.where(column.nulls, 0, column.values).astype(np.int32),
+                     mask=column.nulls), words)
+
+
+def violated(c: Constraint, columns: dict[str, "_Column"], value=None) -> np.ndarray:
+    """Rows where `c` fails (an operand NULL: it holds); `value` is a literal's value in the
+    column's units (`honour`'s `_literal`)."""
     left = columns[c.left]
     if c.right is None:
-        return ~left.nulls & ~_holds(c.op, left.values, c.value * scale)
+        return ~left.nulls & ~_holds(c.op, left.values, value)
     right = columns[c.right]
     return ~left.nulls & ~right.nulls & ~_holds(c.op, left.values, right.values)
 
@@ -229,49 +329,94 @@ def violated(c: Constraint, columns: dict[str, "_Column"], scale: float) -> np.n
 def honour(plan, constraints: tuple[Constraint, ...], codes: dict[str, np.ndarray],
            batch: pa.Table, rng: np.random.Generator, decode_column, passes: int = 3) -> pa.Table:
     """`batch` (the decoded rows of `codes`) with every row satisfying `constraints`: redrawn
-    inside its bins where a draw satisfies it within `TRIES` rounds, else projected (module
+    inside its bins (a categorical value: drawn from the batch's rows that satisfy the
+    constraint) where a draw satisfies it within `TRIES` rounds, else projected (module
     docstring). Chained constraints (a <= b <= c) are honoured in up to `passes` passes over
     them. `decode_column` is `domain.decode_column` (it redraws inside bins). Draws only from
     `rng`: the same stream gives the same rows."""
     if not constraints or batch.num_rows == 0:
         return batch
     names = sorted({n for c in constraints for n in c.columns})
-    columns = {n: _Column.of(batch.column(n)) for n in names}
-    kinds = {n: plan[n].kind for n in names}
+    labels = _Labels()
+    columns = {n: (labels.column(batch.column(n), plan[n]) if plan[n].kind == "categorical"
+                   else _Column.of(batch.column(n))) for n in names}
+
+    def literal(c: Constraint):
+        if c.right is not None:
+            return None
+        if plan[c.left].kind == "categorical":
+            return labels.id(c.literal)
+        return c.value * (MICROS_PER_DAY if plan[c.left].kind == "datetime" else 1)
+
     for _ in range(passes):
         dirty = False
         for c in constraints:
-            scale = MICROS_PER_DAY if kinds[c.left] == "datetime" else 1
-            bad = violated(c, columns, scale)
+            value = literal(c)
+            bad = violated(c, columns, value)
             if not bad.any():
                 continue
             dirty = True
+            if plan[c.left].kind == "categorical":
+                _redraw_labels(c, columns, bad, value, rng)
+                continue
             for _ in range(TRIES):  # 1. redraw inside the same bins
                 at = np.flatnonzero(bad)
                 if at.size == 0:
                     break
                 drawn = {n: _Column.of(decode_column(plan[n], np.asarray(codes[n])[at], rng))
                          for n in c.columns}
-                ok = ~violated(c, drawn, scale)
+                ok = ~violated(c, drawn, value)
                 for n in c.columns:
                     columns[n].values[at[ok]] = drawn[n].values[ok]
                 bad[at[ok]] = False
             at = np.flatnonzero(bad)
             if at.size:  # 2. project what no draw could fix
-                _project(c, columns, at, plan, scale)
+                _project(c, columns, at, plan, value)
         if not dirty:
             break
     for n in names:
-        batch = batch.set_column(batch.schema.get_field_index(n), n, columns[n].array())
+        array = (labels.array(columns[n]) if plan[n].kind == "categorical"
+                 else columns[n].array())
+        batch = batch.set_column(batch.schema.get_field_index(n), n, array)
     return batch
 
 
+def _redraw_labels(c: Constraint, columns: dict[str, _Column], bad: np.ndarray, value,
+                   rng: np.random.Generator) -> None:
+    """Rows `bad` of a categorical constraint's left column made to satisfy `c`: `==` takes the
+    literal (or the right column's value); `!=` draws the value of a random row of the batch
+    (one that satisfies a literal constraint) up to `TRIES` times, then takes the column's first
+    other category."""
+    left = columns[c.left]
+    target = (np.full(left.values.size, value, np.int64) if c.right is None
+              else columns[c.right].values)
+    if c.op == "==":
+        left.values[bad] = target[bad]
+        return
+    donors = left.values[~left.nulls & _holds(c.op, left.values, target)
+                         if c.right is None else ~left.nulls]
+    for _ in range(TRIES if donors.size else 0):
+        at = np.flatnonzero(bad)
+        if at.size == 0:
+            break
+        drawn = donors[rng.integers(0, donors.size, at.size)]
+        ok = drawn != target[at]
+        left.values[at[ok]] = drawn[ok]
+        bad[at[ok]] = False
+    at = np.flatnonzero(bad)
+    if at.size:
+        choices = left.choices[:2] if left.choices.size >= 2 else np.array([-1, -1])
+        first = choices[0] != target[at]
+        left.values[at] = np.where(first, choices[0], choices[1])
+        left.nulls[at] |= left.values[at] < 0  # a single category: the row takes NULL
+
+
 def _project(c: Constraint, columns: dict[str, _Column], at: np.ndarray, plan,
-             scale: float) -> None:
+             value) -> None:
     """Rows `at` of `columns` moved to satisfy `c`: the left column to the nearest allowed
     value, or, where that leaves the left column's bounds, the right column to the left's."""
     left = columns[c.left]
-    target = (np.full(at.size, c.value * scale) if c.right is None
+    target = (np.full(at.size, value) if c.right is None
               else columns[c.right].values[at])
     moved = left.fit(target, c.op)
     low, high = _bounds(plan[c.left])
