@@ -13,7 +13,7 @@ nothing); with `public_dir=` a fit holds the dataset's run lock as a pipeline ru
 import logging
 import math
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +29,7 @@ from .core import stages
 from .core.budget import PRIVATE_STAGES, DatasetBudget
 from .core.config import (CsvSource, DatasetSpec, ParquetSource, RegistryError, TableSource,
                           is_uri)
+from .core.constraints import ConstraintError
 from .core.domain import Clique, EncodingPlan
 from .core.measure import Measurements
 from .core.privacy import Spend, epsilon_from_rho
@@ -61,10 +62,12 @@ class BudgetError(RuntimeError):
 def dataset_spec(columns: Mapping, *, epsilon: float, delta: float = 1e-9,
                  limit: float | Mapping | None = None, method: str = "auto",
                  generator: str = "auto", rows: int | str = "same", seed: int | None = None,
-                 selection: Mapping | None = None, model: Mapping | None = None) -> DatasetSpec:
+                 selection: Mapping | None = None, model: Mapping | None = None,
+                 constraints: Sequence[str] = ()) -> DatasetSpec:
     """The datasets.yaml entry these arguments spell, validated by `DatasetSpec` (its source is
     a placeholder: `fit` sets the real one). `limit`: an epsilon (at `delta`), a mapping
-    {epsilon, delta}, or None for one run's (epsilon, delta)."""
+    {epsilon, delta}, or None for one run's (epsilon, delta). `constraints`: datasets.yaml's
+    `constraints:` list (core/constraints.py); a bad one is refused naming the argument."""
     if limit is None:
         limit = {"epsilon": epsilon, "delta": delta}
     elif not isinstance(limit, Mapping):
@@ -72,16 +75,20 @@ def dataset_spec(columns: Mapping, *, epsilon: float, delta: float = 1e-9,
     entry = {"source": {"table": SOURCE_VIEW}, "columns": columns,
              "privacy": {"epsilon": epsilon, "delta": delta, "limit": dict(limit)},
              "method": method, "generator": generator, "rows": rows, "seed": seed,
-             "selection": dict(selection or {}), "model": dict(model or {})}
+             "selection": dict(selection or {}), "model": dict(model or {}),
+             "constraints": [constraints] if isinstance(constraints, str) else list(constraints)}
     try:
         spec = DatasetSpec.model_validate(entry)
     except ValidationError as e:
         problems: dict[str, list[str]] = {}
         for err in e.errors():
             where = _argument([str(p) for p in err["loc"]])
+            msg = err["msg"]
+            if isinstance(err.get("ctx", {}).get("error"), ConstraintError):
+                where, msg = "argument 'constraints'", str(err["ctx"]["error"])
             problems.setdefault(where, [])
-            if err["msg"] not in problems[where]:
-                problems[where].append(err["msg"])
+            if msg not in problems[where]:
+                problems[where].append(msg)
         raise SpecError("Synthesizer arguments are invalid:\n  " + "\n  ".join(
             f"{where}: {' or '.join(msgs)}" for where, msgs in problems.items())) from None
     spec._entry = ARGUMENTS_ENTRY  # a refusal asks to change the arguments, not a file
@@ -331,6 +338,8 @@ class Synthesizer:
         seed: seeds sampling; selection and noise draws are never seeded.
         selection: datasets.yaml's `selection:` block.
         model: datasets.yaml's `model:` block.
+        constraints: datasets.yaml's `constraints:` list, e.g. ["dropoff >= pickup"]: public
+            rules every row `sample()` returns satisfies (docs/generators.md).
         ledger: a `PrivacyLedger`, its path or a postgresql:// URL; None spends without one.
         dataset: the name the ledger records the spend under.
         public_dir: the pipeline's public folder: a fit then holds the dataset's run lock.
@@ -357,12 +366,12 @@ class Synthesizer:
                  limit: float | Mapping | None = None, method: str = "auto",
                  generator: str = "auto", rows: int | str = "same", seed: int | None = None,
                  selection: Mapping | None = None, model: Mapping | None = None,
-                 ledger=None, dataset: str = DEFAULT_DATASET,
+                 constraints: Sequence[str] = (), ledger=None, dataset: str = DEFAULT_DATASET,
                  public_dir: str | Path | None = None,
                  run_wait_seconds: float = DEFAULT_RUN_WAIT_SECONDS):
         spec = dataset_spec(columns, epsilon=epsilon, delta=delta, limit=limit, method=method,
                             generator=generator, rows=rows, seed=seed, selection=selection,
-                            model=model)
+                            model=model, constraints=constraints)
         self._init(spec, ledger, dataset, public_dir, run_wait_seconds)
 
     @classmethod
