@@ -105,10 +105,12 @@ def _same_categories(a, b) -> bool:
 def _categorical(text: str, c: "Constraint", columns: dict) -> "Constraint":
     """`c`, whose left column is categorical, checked: `==` / `!=` with a listed category or
     with a categorical column of the same declared categories."""
+    labels = _labels(columns[c.left])
     if c.op not in CATEGORICAL_OPS:
+        example = labels[0] if labels else "unknown"
         raise _refuse(text, f"orders the categorical column {c.left!r}",
-                      "a categorical column takes only == or != (e.g. \"" + c.left
-                      + " != 'unknown'\", or == / != with a column of the same categories)")
+                      f"a categorical column takes only == or != (e.g. \"{c.left} != "
+                      f"'{example}'\", or == / != with a column of the same categories)")
     if c.right is not None:
         left, right = columns[c.left], columns[c.right]
         if not _same_categories(left, right):
@@ -116,7 +118,6 @@ def _categorical(text: str, c: "Constraint", columns: dict) -> "Constraint":
                           "declared categories differ (or are discovered)",
                           "declare the same `categories:` for both, or remove the constraint")
         return c
-    labels = _labels(columns[c.left])
     if labels is not None and c.literal not in labels:
         raise _refuse(text, f"{c.literal!r} is not a declared category of {c.left!r}",
                       f"use one of its `categories:` (or its `other_label`), quoted: "
