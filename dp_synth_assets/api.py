@@ -63,7 +63,7 @@ def dataset_spec(columns: Mapping, *, epsilon: float, delta: float = 1e-9,
                  limit: float | Mapping | None = None, method: str = "auto",
                  generator: str = "auto", rows: int | str = "same", seed: int | None = None,
                  selection: Mapping | None = None, model: Mapping | None = None,
-                 constraints: Sequence[str] = ()) -> DatasetSpec:
+                 constraints: Sequence[str] | str | None = ()) -> DatasetSpec:
     """The datasets.yaml entry these arguments spell, validated by `DatasetSpec` (its source is
     a placeholder: `fit` sets the real one). `limit`: an epsilon (at `delta`), a mapping
     {epsilon, delta}, or None for one run's (epsilon, delta). `constraints`: datasets.yaml's
@@ -76,7 +76,8 @@ def dataset_spec(columns: Mapping, *, epsilon: float, delta: float = 1e-9,
              "privacy": {"epsilon": epsilon, "delta": delta, "limit": dict(limit)},
              "method": method, "generator": generator, "rows": rows, "seed": seed,
              "selection": dict(selection or {}), "model": dict(model or {}),
-             "constraints": [constraints] if isinstance(constraints, str) else list(constraints)}
+             "constraints": ([constraints] if isinstance(constraints, str)
+                             else list(constraints or ()))}
     try:
         spec = DatasetSpec.model_validate(entry)
     except ValidationError as e:
@@ -366,7 +367,8 @@ class Synthesizer:
                  limit: float | Mapping | None = None, method: str = "auto",
                  generator: str = "auto", rows: int | str = "same", seed: int | None = None,
                  selection: Mapping | None = None, model: Mapping | None = None,
-                 constraints: Sequence[str] = (), ledger=None, dataset: str = DEFAULT_DATASET,
+                 constraints: Sequence[str] | str | None = (), ledger=None,
+                 dataset: str = DEFAULT_DATASET,
                  public_dir: str | Path | None = None,
                  run_wait_seconds: float = DEFAULT_RUN_WAIT_SECONDS):
         spec = dataset_spec(columns, epsilon=epsilon, delta=delta, limit=limit, method=method,

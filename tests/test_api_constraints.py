@@ -92,6 +92,7 @@ def test_a_bad_constraint_is_refused_naming_the_argument_and_spending_nothing(tm
     assert not ledger.exists() or PrivacyLedger(ledger).events("notebook") == []
 
 
-def test_a_single_text_is_one_constraint():
+def test_a_single_text_is_one_constraint_and_none_is_none():
     synth = Synthesizer(columns=COLUMNS, epsilon=1.0, constraints="fare >= tip")
     assert [c.text for c in synth.spec.declared_constraints] == ["fare >= tip"]
+    assert Synthesizer(columns=COLUMNS, epsilon=1.0, constraints=None).spec.constraints == []
