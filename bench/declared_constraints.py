@@ -21,10 +21,15 @@ bounds), the 2-way TVD of the two constrained pairs alone, the 1-way TVD of the 
 (dropoff - pickup, 20 bins over 0-2 h, negative durations their own bin) and, for `honoured`,
 the share of rows whose values differ from `free` (the rows the constraints moved).
 
-    python bench/declared_constraints.py [--epsilons 0.2 1 5] [--seeds 0 1 2] [--rows 20000]
+With `--decode-rows N`: the CPU seconds of sampling N rows from one model (epsilon 1) without
+and with the constraints (the best of two samples each), the cost of honouring them.
 
-Writes bench/results/declared_constraints.json (one record per epsilon, seed and sampler) and
-bench/results/declared_constraints.md (the means over seeds, with the load average).
+    python bench/declared_constraints.py [--epsilons 0.2 1 5] [--seeds 0 1 2] [--rows 20000]
+        [--decode-rows 1000000]
+
+Writes bench/results/declared_constraints.json (one record per epsilon, seed and sampler, and
+the decode cost) and bench/results/declared_constraints.md (the means over seeds, with the load
+average).
 """
 
 import argparse
@@ -174,8 +179,26 @@ def run(rows: int, epsilon: float, seed: int) -> list[dict]:
     return records
 
 
+def decode_cost(rows: int, decode_rows: int) -> dict:
+    """CPU seconds of `sample(decode_rows)` without and with the constraints, one model."""
+    real = taxi(rows, np.random.default_rng(100))
+    honoured = Synthesizer(COLUMNS, epsilon=1.0, delta=1e-9, seed=0,
+                           constraints=CONSTRAINTS).fit(real)
+    free = Synthesizer.from_spec(honoured.spec.model_copy(update={"constraints": []}))
+    free.fit_model(honoured.plan, honoured.measurements)
+    seconds = {}
+    for name, synth in (("free", free), ("honoured", honoured)) * 2:
+        start = time.process_time()
+        synth.sample(decode_rows)
+        spent = time.process_time() - start
+        seconds[name] = min(seconds.get(name, spent), spent)
+    return {"sampler": "decode-cost", "decode_rows": decode_rows, "load": os.getloadavg()[0],
+            **{f"{k}_cpu_seconds": round(v, 3) for k, v in seconds.items()}}
+
+
 def markdown(records: list[dict]) -> str:
-    frame = pd.DataFrame(records)
+    cost = [r for r in records if r["sampler"] == "decode-cost"]
+    frame = pd.DataFrame([r for r in records if r["sampler"] != "decode-cost"])
     table = frame.groupby(["epsilon", "sampler"], sort=False).agg(
         seeds=("seed", "nunique"), max_violation=("max_violation_share", "mean"),
         tvd2=("tvd2", "mean"), tvd2_constrained=("tvd2_constrained", "mean"),
@@ -211,7 +234,11 @@ def markdown(records: list[dict]) -> str:
             "(pu_zone, do_zone); duration: dropoff - pickup in 6-minute bins, a negative "
             "duration its own bin. moved: share of rows `honoured` changed; accepted: share of "
             "the surplus `rejected` kept. `load`: the 1-minute load average.\n\n"
-            + "\n".join(lines) + "\n")
+            + "\n".join(lines) + "\n"
+            + "".join(f"\nSampling {c['decode_rows']:,} rows (epsilon 1, CPU seconds, best of "
+                      f"two): {c['free_cpu_seconds']:.2f} without the constraints, "
+                      f"{c['honoured_cpu_seconds']:.2f} with them (load {c['load']:.1f}).\n"
+                      for c in cost))
 
 
 def main() -> None:
@@ -219,8 +246,12 @@ def main() -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=[0.2, 1.0, 5.0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--rows", type=int, default=20_000)
+    parser.add_argument("--decode-rows", type=int, default=0)
     args = parser.parse_args()
     records = []
+    if args.decode_rows:
+        records.append(decode_cost(args.rows, args.decode_rows))
+        print(json.dumps(records[-1]), flush=True)
     for eps, seed in itertools.product(args.epsilons, args.seeds):
         new = run(args.rows, eps, seed)
         records += new

@@ -180,7 +180,7 @@ CASES = [
                                       "days"),
          "time_columns.json", ("table", "outside", "tvd1", "granularity", "seconds")),
     Case("light", "declared_constraints.py", ("--rows", "600", "--seeds", "0", "--epsilons",
-                                              "1"),
+                                              "1", "--decode-rows", "2000"),
          "declared_constraints.json", ("sampler", "max_violation_share", "tvd2"),
          expect=(("max_violation_share", 0.0),), only=(("sampler", "honoured"),)),
     Case("light", "public_categories.py", ("--zones", "30", "--rows", "600", "--seeds", "0",

@@ -163,16 +163,14 @@ def validate(texts, columns: dict) -> tuple[Constraint, ...]:
                               "datetimes with datetimes, categories with categories)")
         if kind == "categorical":
             c = _categorical(text, c, columns)
-        elif c.right is not None:
-            pass
-        elif kind == "datetime":
+        elif c.right is None and kind == "datetime":
             try:
                 c = Constraint(text, c.left, c.op, value=_days(c.literal or ""),
                                literal=c.literal)
             except ValueError:
                 raise _refuse(text, f"the datetime column {c.left!r} needs a quoted ISO date",
                               f"write e.g. \"{c.left} >= '2024-01-01'\"") from None
-        elif c.value is None:
+        elif c.right is None and c.value is None:
             raise _refuse(text, f"the {kind} column {c.left!r} needs a number, not a quoted text",
                           f"write e.g. \"{c.left} >= 0\"")
         found.append(c)
