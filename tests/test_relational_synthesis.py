@@ -75,8 +75,8 @@ def test_every_foreign_key_resolves_and_counts_are_bounded(fitted):
 def test_the_join_beats_single_tables_with_random_keys(fitted):
     """On the example, a customer's segment sets its orders' channel and amount and how many
     it places. The relational synthesizer (epsilon 5) reproduces the joined statistics; two
-    single-table synthesizers (the same budget: each table's share) joined by random keys
-    cannot: their join makes an order's segment independent of its channel, a TVD of about
+    single-table synthesizers joined by random keys cannot, even with a looser guarantee (each
+    table at epsilon 2.5 with one row as the unit): their join makes an order's segment independent of its channel, a TVD of about
     0.36 on (segment, channel). The relational TVD is about 0.02 (its noise sd at this budget
     is under 0.01, so a failure by chance has probability far below 1e-9); it fails (about 0.2)
     when generation stops conditioning children on their parent's values."""
