@@ -129,8 +129,8 @@ class RelationalSynthesizer:
         self.dataset = dataset
         self.ledger = _ledger(ledger, {dataset: ARGUMENTS_ENTRY})
         self.budget = DatasetBudget.of(parent)  # the family's: its run rho pays for both tables
-        self.parents = Synthesizer.from_spec(parent, dataset=dataset)
-        self.children = Synthesizer.from_spec(child, dataset=dataset)
+        self.parent_synthesizer = Synthesizer.from_spec(parent, dataset=dataset)
+        self.child_synthesizer = Synthesizer.from_spec(child, dataset=dataset)
         self._charges: tuple[Charge, ...] = ()
 
     # -- the private side
@@ -159,15 +159,15 @@ class RelationalSynthesizer:
             found = self._spend(con)
         finally:
             con.close()
-        for synth, (plan, chosen, measured) in zip((self.parents, self.children), found):
+        for synth, (plan, chosen, measured) in zip((self.parent_synthesizer, self.child_synthesizer), found):
             synth.store.write_selection(chosen)
             synth.store.write_measurements(measured)
             synth.fit_model(plan, measured)
         return self
 
     def _check_frames(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Refuse frames that cannot hold the relation (names and a uniqueness fact only; no
-        value is quoted)."""
+        """Refuse frames that cannot hold the relation, by their column names (read before the
+        reservation: no row is read)."""
         rel = self.relation
         problems = []
         parent_names = con.table(PARENTS_SOURCE).columns
@@ -182,15 +182,18 @@ class RelationalSynthesizer:
         if CHILDREN in parent_names:
             problems.append(f"argument 'parents': the frame has a column {CHILDREN!r}, the "
                             "attribute a parent gets (its children count): rename or drop it")
-        if not problems:
-            duplicates = con.execute(sql("relational_key_duplicates", key=ident(rel.key),
-                                         parents=ident(PARENTS_SOURCE))).fetchone()[0]
-            if duplicates:
-                problems.append(f"argument 'parents': the key column {rel.key!r} is not unique "
-                                "(or holds NULL); a parent key identifies one parent: "
-                                "deduplicate the parents first")
         if problems:
             raise SpecError("RelationalSynthesizer.fit: " + "\n  ".join(problems))
+
+    def _check_keys(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Refuse parents whose key is not a primary key: a private read, made under the
+        reservation and before any charge (whether the keys are unique is all it tells)."""
+        key = self.relation.key
+        if con.execute(sql("relational_key_duplicates", key=ident(key),
+                           parents=ident(PARENTS_SOURCE))).fetchone()[0]:
+            raise SpecError(f"RelationalSynthesizer.fit: argument 'parents': the key column "
+                            f"{key!r} is not unique (or holds NULL); a parent key identifies "
+                            "one parent: deduplicate the parents first")
 
     def _spend(self, con: duckdb.DuckDBPyConnection) -> list[tuple]:
         """The private stages of both tables under one reservation of the family's run rho;
@@ -202,15 +205,16 @@ class RelationalSynthesizer:
                                 family_budget.limit_rho, family_budget.run_delta_extra,
                                 family_budget.limit_delta_extra, delta=family_budget.delta)
         accountant = Accountant(family_budget, self.ledger, self.dataset, run_id)
-        sides = ((self.parents, FAMILY_VIEW, FamilySide(accountant, "parents"),
-                  family.split_budget(family_budget, self.parents.budget, 1 - self.child_share)),
-                 (self.children, BOUNDED_VIEW,
+        sides = ((self.parent_synthesizer, FAMILY_VIEW, FamilySide(accountant, "parents"),
+                  family.split_budget(family_budget, self.parent_synthesizer.budget, 1 - self.child_share)),
+                 (self.child_synthesizer, BOUNDED_VIEW,
                   FamilySide(accountant, "children", self.max_children),
-                  family.split_budget(family_budget, self.children.budget, self.child_share,
+                  family.split_budget(family_budget, self.child_synthesizer.budget, self.child_share,
                                       self.max_children)))
         reason = "failed"
         found = []
         try:
+            self._check_keys(con)
             for synth, view, side, budget in sides:
                 with private_run(synth.spec, budget, view, con, None, side,
                                  self.dataset) as run:
@@ -262,10 +266,10 @@ class RelationalSynthesizer:
         """
         import pyarrow as pa
 
-        if self.parents.model is None or self.children.model is None:
+        if self.parent_synthesizer.model is None or self.child_synthesizer.model is None:
             raise RuntimeError("call fit(parents, children) before sample()")
         seed = self.seed if seed is None else seed
-        parent, child = self.parents, self.children
+        parent, child = self.parent_synthesizer, self.child_synthesizer
         draw = stages.sample(parent.model, parent.noisy_total, parent.spec.rows,
                              parent.spec.model.chunk_rows, n, seed)
         codes = _concatenated(draw.chunks)

@@ -207,7 +207,7 @@ def test_bad_frames_are_refused_spending_nothing(tmp_path):
             synth.fit(p, c)
         assert words in str(e.value) and str(secret) not in str(e.value)
     assert ledger.summary("shop").spent_rho == 0.0
-    assert synth.parents.model is None
+    assert synth.parent_synthesizer.model is None
 
 
 # -------------------------------------------------------------------- conditional generation
