@@ -476,7 +476,9 @@ def test_an_isolated_heap_decodes_at_its_grid_point_and_a_spread_range_does_not(
     column dense enough that neighbouring cells are alike stays spread. Drawn uniformly over
     the cell, the heaps came back as values the source never holds
     (docs/decisions/0009-dp-preprocessing.md). Noise may keep an empty neighbour cell (2% of them): it is
-    far below a quarter of the heap (HEAP_RATIO)."""
+    far below a quarter of the heap (HEAP_RATIO). The DP upper bound is unseeded: in about 1.3%
+    of draws (4 of 300) it comes out 128 instead of 64, and the grid is 0.1, the column's own
+    step, where each heap is still a cell of its own (checked: the rest holds there too)."""
     from dp_synth_assets.core.preprocess import density_grid
 
     rng = np.random.default_rng(4)
@@ -488,7 +490,7 @@ def test_an_isolated_heap_decodes_at_its_grid_point_and_a_spread_range_does_not(
     relation = table(con, "widths", pd.DataFrame({"w": width, "s": spread}))
     plan, _ = run(con, relation, {"w": ColumnSpec(kind="float"), "s": ColumnSpec(kind="float")})
     w = plan.encodings[0]
-    assert density_grid(w.low, w.high, False)[1] < 0.1  # heaps are cells of their own
+    assert density_grid(w.low, w.high, False)[1] <= 0.1  # heaps are cells of their own
     assert set(range(53, 62)) <= {a for a, b, _ in w.density if a == b}
     back = _roundtrip(con, relation, plan)
     exact = np.isin(back["w"].to_numpy(), np.arange(53.0, 62.0))
