@@ -296,3 +296,19 @@ def test_joined_child_counts_move_by_at_most_the_family_bound():
         {"id": [999], "segment": ["retail"], "region": ["north"]})]),
         pd.concat([children, crowd]))
     assert l2(child, c2) == bound and l2(parent, p2) == 1.0
+
+
+def test_a_large_bound_bins_the_children_count():
+    """Above CHILDREN_BINS values the children count is binned; counts still lie in
+    0..max_children and every foreign key resolves."""
+    assert family.children_column(100) == {"kind": "integer", "bounds": [0, 100],
+                                           "bins": family.CHILDREN_BINS}
+    assert family.children_column(5)["bins"] == 6  # one bin per value
+    parents, children = example(400, seed=9)
+    synth = RelationalSynthesizer(PARENT_COLUMNS, CHILD_COLUMNS, key="id",
+                                  foreign_key="customer_id", max_children=100, epsilon=5.0,
+                                  seed=2).fit(parents, children)
+    assert synth.parent_synthesizer.plan.domain["children"] == family.CHILDREN_BINS
+    p, c = synth.sample()
+    per = np.bincount(c["customer_id"].to_numpy(), minlength=p.num_rows + 1)[1:]
+    assert per.max() <= 100 and set(c["customer_id"].to_numpy()) <= set(p["id"].to_numpy())
