@@ -23,7 +23,7 @@ from .core import family, stages
 from .core.budget import DatasetBudget
 from .core.config import ParentSpec
 from .core.privacy import epsilon_from_rho
-from .core.relational import CHILDREN, bounded_children_sql, parents_sql
+from .core.relational import CHILDREN, PARENT_PREFIX, bounded_children_sql, parents_sql
 from .core.sql import ident, sql
 from .core.synthesize import decode_typed
 
@@ -121,7 +121,7 @@ class RelationalSynthesizer:
         if problems:
             raise SpecError("RelationalSynthesizer arguments are invalid:\n  argument "
                             "'child_columns': " + "\n  argument 'child_columns': ".join(problems))
-        self.joined = [n[len(family.PARENT_PREFIX):] for n in joined]
+        self.joined = [n[len(PARENT_PREFIX):] for n in joined]
         self.child_columns = list(child_columns)
         self.max_children = int(max_children)
         self.child_share = float(child_share)
@@ -279,7 +279,7 @@ class RelationalSynthesizer:
                                    parent.spec.declared_constraints)
             counts = np.clip(np.asarray(parents.column(CHILDREN).to_numpy(zero_copy_only=False),
                                         dtype=np.int64), 0, self.max_children)
-            join = [(name, family.PARENT_PREFIX + name) for name in self.joined]
+            join = [(name, PARENT_PREFIX + name) for name in self.joined]
             sizes = [parent.plan.domain[name] for name in self.joined]
             if [child.plan.domain[c] for _, c in join] != sizes:
                 raise RuntimeError("the child's encoding of a joined parent column differs from "

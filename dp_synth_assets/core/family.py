@@ -16,13 +16,11 @@ from .budget import DatasetBudget
 from .config import ColumnSpec
 from .preprocess import mechanisms
 from .privacy import Spend
-from .relational import family_sensitivity
+from .relational import PARENT_PREFIX, family_sensitivity
 from .select import Budget
 
 # the children count gets one bin per value up to this many values, else this many bins
 CHILDREN_BINS = 32
-# the prefix of a parent column inside the bounded child view (sql/relational_children.sql)
-PARENT_PREFIX = "parent_"
 # the share of the family's run rho the child table gets by default
 CHILD_SHARE = 0.5
 # conditional draws: rounds of rejection, and the pool drawn per round per child row still needed
