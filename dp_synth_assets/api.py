@@ -320,6 +320,24 @@ class PrivateRun:
                               self.accountant.stage("measurements"))
 
 
+@contextmanager
+def private_run(spec: DatasetSpec, budget: DatasetBudget, source, connection, csv,
+                accountant, dataset: str) -> Iterator[PrivateRun]:
+    """The private stages over `source` (`open_source`) with `budget`, every charge going to
+    `accountant` (its `stage(name)` callbacks); the encoded view and the marginals live in an
+    in-memory database of their own, detached when the block ends. Reserves nothing: the
+    caller reserves the run's budget in the ledger first."""
+    with open_source(spec, source, connection, csv) as (con, spec, base_dir), \
+            open_engine(spec.engine, con, drop_views=True) as engine:
+        catalog = f"dp_synth_{uuid.uuid4().hex[:12]}"
+        con.execute(sql("attach_memory", catalog=ident(catalog)))
+        try:
+            yield PrivateRun(spec, budget, engine if engine.name != "duckdb" else con,
+                             base_dir, accountant, dataset, f"{catalog}.main")
+        finally:
+            con.execute(sql("detach_database", catalog=ident(catalog)))
+
+
 # ---------------------------------------------------------------------------------- the API
 
 
@@ -466,17 +484,9 @@ class Synthesizer:
                 self.budget.limit_delta_extra, delta=self.budget.delta)
         reason = "failed"
         try:
-            with open_source(self.spec, source, connection, csv) as (con, spec, base_dir), \
-                    open_engine(spec.engine, con, drop_views=True) as engine:
-                # the encoded view and the marginals live in an in-memory database of their own
-                catalog = f"dp_synth_{uuid.uuid4().hex[:12]}"
-                con.execute(sql("attach_memory", catalog=ident(catalog)))
-                try:
-                    yield PrivateRun(spec, self.budget, engine if engine.name != "duckdb" else con,
-                                     base_dir, accountant,
-                                     self.dataset, f"{catalog}.main")
-                finally:
-                    con.execute(sql("detach_database", catalog=ident(catalog)))
+            with private_run(self.spec, self.budget, source, connection, csv, accountant,
+                             self.dataset) as run:
+                yield run
             reason = "run finished"
         finally:
             self._charges = tuple(accountant.charges)

@@ -186,6 +186,9 @@ CASES = [
     Case("light", "public_categories.py", ("--zones", "30", "--rows", "600", "--seeds", "0",
                                            "--shapes", "flat"),
          "public_categories.json", ("load", "records")),
+    Case("light", "relational.py", ("--customers", "300", "--epsilons", "5", "--seeds", "0"),
+         "relational.json", ("method", "tvd2_join", "tvd_children_count", "seconds", "load"),
+         expect=(("resolves", True),)),
     Case("light", "raw_tables.py", ("--datasets", "titanic_raw", "--seeds", "1"),
          "raw_tables.json", ("dataset", "tvd1", "tvd2")),
     # ---- Dagster runs of the bundled example (tests/test_bench_runs.py)

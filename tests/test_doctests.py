@@ -1,4 +1,4 @@
-"""The runnable examples of the docstrings (the notebook API, the measurement split and the
+"""The runnable examples of the docstrings (the notebook APIs, the measurement split and the
 privacy conversions): each is executed, so an example that no longer works (a renamed argument,
 a changed return value) fails the suite."""
 
@@ -6,10 +6,10 @@ import doctest
 
 import pytest
 
-from dp_synth_assets import api
+from dp_synth_assets import api, relational_api
 from dp_synth_assets.core import measure, privacy
 
-MODULES = [api, measure, privacy]
+MODULES = [api, relational_api, measure, privacy]
 
 
 @pytest.mark.parametrize("module", MODULES, ids=lambda m: m.__name__)

@@ -22,6 +22,8 @@ from .sql import ident, literal, sql
 # the parent attribute that holds its bounded children count, on the public domain
 # 0..max_children
 CHILDREN = "children"
+# the prefix of a parent column inside the bounded child view (`bounded_children_sql`)
+PARENT_PREFIX = "parent_"
 
 
 def relation_problems(specs: dict) -> list[str]:
@@ -95,7 +97,8 @@ def bounded_children_sql(children: str, parents: str, foreign_key: str, key: str
     (sql/relational_children.sql). The foreign key column is carried, to count each parent's
     children (`parents_sql`); it is never measured. `children` and `parents` are quoted relation
     names (`sql.qualified`). The parent key must be unique (a primary key)."""
-    parent_cols = "".join(f", p.{ident(c)} AS {ident('parent_' + c)}" for c in parent_columns)
+    parent_cols = "".join(f", p.{ident(c)} AS {ident(PARENT_PREFIX + c)}"
+                          for c in parent_columns)
     return sql("relational_children", view=ident(view), children=children, parents=parents,
                fk=ident(foreign_key), key=ident(key), max_children=int(max_children),
                seed=literal(str(int(seed))), parent_columns=parent_cols)
