@@ -11,6 +11,9 @@ each table, across the join (each child attribute by each parent attribute) and 
 children-count distribution (real counts capped at max_children, as bounding does), and of
 (segment, children count). Writes RESULTS/relational.json and relational.md.
 
+The comparison itself (`Relation`, `relational`, `baseline`, `scores`) takes any relation; bench/
+relational_public.py runs it on a public dataset.
+
     python bench/relational.py [--customers 5000] [--epsilons 0.2 1 5] [--seeds 0 1 2]
 """
 
@@ -20,26 +23,66 @@ import json
 import os
 import platform
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from paths import RESULTS
+from scale import RssSampler
 
 from dp_synth_assets import RelationalSynthesizer, Synthesizer
 from dp_synth_assets.core.privacy import epsilon_from_rho
 from dp_synth_assets.relational_example import (DEFAULT_SEED, MAX_CHILDREN, RELATIONAL_DATASETS,
                                                 generate_relational_example)
 
-PARENT_COLUMNS = RELATIONAL_DATASETS["customers"]["columns"]
-CHILD_COLUMNS = RELATIONAL_DATASETS["orders"]["columns"]
 DELTA = 1e-9
-AMOUNT_EDGES = np.linspace(0.0, 1000.0, 21)
 
 
-def binned(children: pd.DataFrame) -> pd.DataFrame:
-    out = children.copy()
-    out["amount"] = np.clip(np.digitize(out["amount"].astype(float), AMOUNT_EDGES[1:-1]), 0, 19)
+@dataclass(frozen=True)
+class Relation:
+    """A parent table and its children as the benchmark declares them: each side's `columns:`
+    block, the key columns, the public bound, and the parent column whose dependence on the
+    children count is scored on its own (`count_by`)."""
+    parent_columns: dict
+    child_columns: dict
+    key: str
+    foreign_key: str
+    max_children: int
+    count_by: str
+
+
+EXAMPLE = Relation(RELATIONAL_DATASETS["customers"]["columns"],
+                   RELATIONAL_DATASETS["orders"]["columns"], key="id", foreign_key="customer_id",
+                   max_children=MAX_CHILDREN, count_by="segment")
+
+
+def coded(frame: pd.DataFrame, columns: dict) -> pd.DataFrame:
+    """The declared `columns` of `frame` on the evaluation's discretization, from the public
+    declaration only: a binned column cut into its declared `bins` equal bins over its `bounds`
+    (an integer with a bin per value keeps its value), values outside the bounds in the end
+    bins; a categorical value outside its declared list reads as the other label (the only
+    value the synthetic table can give it); NULL is a value of its own."""
+    out = pd.DataFrame(index=frame.index)
+    for name, spec in columns.items():
+        values = frame[name]
+        if spec["kind"] == "categorical":
+            listed = [str(c) for c in spec["categories"]]
+            text = values.astype(object).where(values.notna(), None)
+            text = text.map(lambda v: v if v is None else str(v))
+            other = spec.get("other_label", "other")
+            out[name] = text.map(lambda v: "NULL" if v is None else (v if v in listed else other))
+            continue
+        low, high = (float(b) for b in spec["bounds"])
+        bins = int(spec["bins"])
+        number = pd.to_numeric(values, errors="coerce").astype(float)
+        if spec["kind"] == "integer" and bins >= high - low + 1:
+            code = np.clip(np.round(number.to_numpy()), low, high) - low
+        else:
+            edges = np.linspace(low, high, bins + 1)
+            code = np.clip(np.digitize(number.to_numpy(), edges[1:-1]), 0, bins - 1).astype(float)
+        code = np.where(number.isna().to_numpy(), -1, code)
+        out[name] = code.astype(np.int64)
     return out
 
 
@@ -49,63 +92,116 @@ def tvd(real: pd.DataFrame, syn: pd.DataFrame, columns: list[str]) -> float:
     return 0.5 * float(a.sub(b, fill_value=0).abs().sum())
 
 
-def with_counts(parents: pd.DataFrame, children: pd.DataFrame) -> pd.DataFrame:
-    """The parents with their children count, capped at max_children."""
-    per = children.groupby("customer_id").size()
+def with_counts(rel: Relation, parents: pd.DataFrame, children: pd.DataFrame,
+                keys: pd.Series, foreign_keys: pd.Series) -> pd.DataFrame:
+    """The coded parents with their children count, capped at max_children."""
+    per = children.assign(dp_fk=foreign_keys.to_numpy()).groupby("dp_fk").size()
     out = parents.copy()
-    out["children"] = np.minimum(per.reindex(parents["id"], fill_value=0).to_numpy(),
-                                 MAX_CHILDREN)
+    out["children"] = np.minimum(per.reindex(keys.to_numpy(), fill_value=0).to_numpy(),
+                                 rel.max_children)
     return out
 
 
-def scores(real: tuple, syn: tuple) -> dict:
-    """TVDs of the synthetic (parents, children) against the real ones."""
+def joined(rel: Relation, parents: pd.DataFrame, children: pd.DataFrame,
+           parent_coded: pd.DataFrame, child_coded: pd.DataFrame) -> pd.DataFrame:
+    """Each coded child with its parent's coded columns (`parent_<column>`)."""
+    return child_coded.assign(dp_key=children[rel.foreign_key].to_numpy()).merge(
+        parent_coded.add_prefix("parent_").assign(dp_key=parents[rel.key].to_numpy()),
+        on="dp_key")
+
+
+def scores(rel: Relation, real: tuple, syn: tuple) -> dict:
+    """TVDs of the synthetic (parents, children) against the real ones, on `coded` columns.
+    Real children whose foreign key matches no parent (orphans) belong to no family and are
+    left out, as the synthesizer leaves them out."""
     (rp, rc), (sp, sc) = real, syn
-    rc, sc = binned(rc), binned(sc)
-    rj = rc.merge(rp, left_on="customer_id", right_on="id")
-    sj = sc.merge(sp, left_on="customer_id", right_on="id")
-    across = [tvd(rj, sj, [c, p]) for c, p in itertools.product(CHILD_COLUMNS, PARENT_COLUMNS)]
-    rpc, spc = with_counts(rp, rc), with_counts(sp, sc)
+    rc = rc[rc[rel.foreign_key].isin(rp[rel.key])]
+    rpc, spc = coded(rp, rel.parent_columns), coded(sp, rel.parent_columns)
+    rcc, scc = coded(rc, rel.child_columns), coded(sc, rel.child_columns)
+    rj, sj = joined(rel, rp, rc, rpc, rcc), joined(rel, sp, sc, spc, scc)
+    across = [tvd(rj, sj, [c, f"parent_{p}"])
+              for c, p in itertools.product(rel.child_columns, rel.parent_columns)]
+    rpn = with_counts(rel, rpc, rcc, rp[rel.key], rc[rel.foreign_key])
+    spn = with_counts(rel, spc, scc, sp[rel.key], sc[rel.foreign_key])
     return {
-        "tvd2_parents": float(np.mean([tvd(rp, sp, list(pair))
-                                       for pair in itertools.combinations(PARENT_COLUMNS, 2)])),
-        "tvd2_children": float(np.mean([tvd(rc, sc, list(pair))
-                                        for pair in itertools.combinations(CHILD_COLUMNS, 2)])),
+        "tvd2_parents": float(np.mean([tvd(rpc, spc, list(pair)) for pair in
+                                       itertools.combinations(rel.parent_columns, 2)])),
+        "tvd2_children": float(np.mean([tvd(rcc, scc, list(pair)) for pair in
+                                        itertools.combinations(rel.child_columns, 2)])),
         "tvd2_join": float(np.mean(across)),
-        "tvd_children_count": tvd(rpc, spc, ["children"]),
-        "tvd_segment_by_count": tvd(rpc, spc, ["segment", "children"]),
-        "resolves": bool(set(sc["customer_id"]) <= set(sp["id"])),
+        "tvd_children_count": tvd(rpn, spn, ["children"]),
+        f"tvd_{rel.count_by}_by_count": tvd(rpn, spn, [rel.count_by, "children"]),
+        "resolves": bool(set(sc[rel.foreign_key]) <= set(sp[rel.key])),
+        "parents": len(sp), "children": len(sc),
     }
 
 
-def bounded(children: pd.DataFrame, seed: int) -> pd.DataFrame:
-    """At most max_children children per parent, picked at random (never by value)."""
+def bounded(rel: Relation, parents: pd.DataFrame, children: pd.DataFrame,
+            seed: int) -> pd.DataFrame:
+    """The children of a parent (orphans dropped, as the synthesizer drops them), at most
+    max_children per parent, picked at random (never by value)."""
+    children = children[children[rel.foreign_key].isin(parents[rel.key])]
     shuffled = children.sample(frac=1.0, random_state=seed)
-    return shuffled[shuffled.groupby("customer_id").cumcount() < MAX_CHILDREN]
+    return shuffled[shuffled.groupby(rel.foreign_key).cumcount() < rel.max_children]
 
 
-def relational(real: tuple, epsilon: float, seed: int) -> tuple[tuple, float, float]:
-    synth = RelationalSynthesizer(PARENT_COLUMNS, CHILD_COLUMNS, key="id",
-                                  foreign_key="customer_id", max_children=MAX_CHILDREN,
+def measured(run) -> tuple[object, float, float]:
+    """`run()`'s value, its wall seconds, and this process's peak resident memory (MB) while
+    it ran."""
+    sampler = RssSampler(os.getpid())
+    sampler.start()
+    started = time.perf_counter()
+    try:
+        value = run()
+    finally:
+        seconds = time.perf_counter() - started
+        samples = sampler.stop()
+    return value, seconds, max((mb for _, mb in samples), default=0.0)
+
+
+def relational(rel: Relation, real: tuple, epsilon: float,
+               seed: int) -> tuple[tuple, float, float, float]:
+    """RelationalSynthesizer's tables, its seconds, peak MB and the family's run rho."""
+    synth = RelationalSynthesizer(rel.parent_columns, rel.child_columns, key=rel.key,
+                                  foreign_key=rel.foreign_key, max_children=rel.max_children,
                                   epsilon=epsilon, delta=DELTA, seed=seed)
-    started = time.perf_counter()
-    parents, children = synth.fit(*real).sample()
-    return (parents.to_pandas(), children.to_pandas()), time.perf_counter() - started, synth.rho
+    (parents, children), seconds, peak = measured(lambda: synth.fit(*real).sample())
+    return (parents.to_pandas(), children.to_pandas()), seconds, peak, synth.rho
 
 
-def baseline(real: tuple, rho: float, seed: int) -> tuple[tuple, float]:
-    """Each table alone with the family's privacy unit and noise, random keys."""
+def baseline(rel: Relation, real: tuple, rho: float, seed: int) -> tuple[tuple, float, float]:
+    """Each table alone with the family's privacy unit and noise, random keys; the tables,
+    seconds and peak MB."""
     parents, children = real
-    started = time.perf_counter()
-    eps_parent = epsilon_from_rho(rho / 2, DELTA)
-    eps_child = epsilon_from_rho(rho / 2 / MAX_CHILDREN ** 2, DELTA)
-    sp = Synthesizer(PARENT_COLUMNS, epsilon=eps_parent, delta=DELTA, seed=seed).fit(
-        parents.drop(columns="id")).sample().to_pandas()
-    sc = Synthesizer(CHILD_COLUMNS, epsilon=eps_child, delta=DELTA, seed=seed).fit(
-        bounded(children, seed).drop(columns=["customer_id", "order_id"])).sample().to_pandas()
-    sp.insert(0, "id", np.arange(1, len(sp) + 1))
-    sc.insert(0, "customer_id", np.random.default_rng(seed).integers(1, len(sp) + 1, len(sc)))
-    return (sp, sc), time.perf_counter() - started
+
+    def run():
+        eps_parent = epsilon_from_rho(rho / 2, DELTA)
+        eps_child = epsilon_from_rho(rho / 2 / rel.max_children ** 2, DELTA)
+        sp = Synthesizer(rel.parent_columns, epsilon=eps_parent, delta=DELTA, seed=seed).fit(
+            parents[list(rel.parent_columns)]).sample().to_pandas()
+        kept = bounded(rel, parents, children, seed)[list(rel.child_columns)]
+        sc = Synthesizer(rel.child_columns, epsilon=eps_child, delta=DELTA,
+                         seed=seed).fit(kept).sample().to_pandas()
+        sp.insert(0, rel.key, np.arange(1, len(sp) + 1))
+        sc.insert(0, rel.foreign_key,
+                  np.random.default_rng(seed).integers(1, len(sp) + 1, len(sc)))
+        return sp, sc
+
+    syn, seconds, peak = measured(run)
+    return syn, seconds, peak
+
+
+def compare(rel: Relation, real: tuple, epsilon: float, seed: int) -> list[dict]:
+    """The relational synthesizer's record and the baseline's at one epsilon and seed."""
+    syn, seconds, peak, rho = relational(rel, real, epsilon, seed)
+    records = [{"epsilon": epsilon, "seed": seed, "method": "relational",
+                "seconds": round(seconds, 2), "peak_mb": round(peak, 1),
+                **scores(rel, real, syn)}]
+    syn, seconds, peak = baseline(rel, real, rho, seed)
+    records.append({"epsilon": epsilon, "seed": seed, "method": "baseline",
+                    "seconds": round(seconds, 2), "peak_mb": round(peak, 1),
+                    **scores(rel, real, syn)})
+    return records
 
 
 def markdown(records: list[dict], meta: dict) -> str:
@@ -144,12 +240,7 @@ def main() -> None:
     started = time.perf_counter()
     records = []
     for epsilon, seed in itertools.product(args.epsilons, args.seeds):
-        syn, seconds, rho = relational(real, epsilon, seed)
-        records.append({"epsilon": epsilon, "seed": seed, "method": "relational",
-                        "seconds": round(seconds, 2), **scores(real, syn)})
-        syn, seconds = baseline(real, rho, seed)
-        records.append({"epsilon": epsilon, "seed": seed, "method": "baseline",
-                        "seconds": round(seconds, 2), **scores(real, syn)})
+        records += compare(EXAMPLE, real, epsilon, seed)
         print(json.dumps(records[-2]), json.dumps(records[-1]), flush=True)
     meta = {"customers": args.customers, "orders": len(real[1]), "seeds": args.seeds,
             "cpus": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],

