@@ -145,9 +145,9 @@ def bounded(rel: Relation, parents: pd.DataFrame, children: pd.DataFrame,
     return shuffled[shuffled.groupby(rel.foreign_key).cumcount() < rel.max_children]
 
 
-def measured(run) -> tuple[object, float, float]:
-    """`run()`'s value, its wall seconds, and this process's peak resident memory (MB) while
-    it ran."""
+def measured(run) -> tuple[object, dict]:
+    """`run()`'s value and its costs: wall seconds, this process's resident memory (MB) when it
+    started and its peak while it ran."""
     sampler = RssSampler(os.getpid())
     sampler.start()
     started = time.perf_counter()
@@ -155,23 +155,24 @@ def measured(run) -> tuple[object, float, float]:
         value = run()
     finally:
         seconds = time.perf_counter() - started
-        samples = sampler.stop()
-    return value, seconds, max((mb for _, mb in samples), default=0.0)
+        rss = [mb for _, mb in sampler.stop()] or [0.0]
+    return value, {"seconds": round(seconds, 2), "peak_mb": round(max(rss), 1),
+                   "start_mb": round(rss[0], 1)}
 
 
 def relational(rel: Relation, real: tuple, epsilon: float,
-               seed: int) -> tuple[tuple, float, float, float]:
-    """RelationalSynthesizer's tables, its seconds, peak MB and the family's run rho."""
+               seed: int) -> tuple[tuple, dict, float]:
+    """RelationalSynthesizer's tables, its costs (`measured`) and the family's run rho."""
     synth = RelationalSynthesizer(rel.parent_columns, rel.child_columns, key=rel.key,
                                   foreign_key=rel.foreign_key, max_children=rel.max_children,
                                   epsilon=epsilon, delta=DELTA, seed=seed)
-    (parents, children), seconds, peak = measured(lambda: synth.fit(*real).sample())
-    return (parents.to_pandas(), children.to_pandas()), seconds, peak, synth.rho
+    (parents, children), costs = measured(lambda: synth.fit(*real).sample())
+    return (parents.to_pandas(), children.to_pandas()), costs, synth.rho
 
 
-def baseline(rel: Relation, real: tuple, rho: float, seed: int) -> tuple[tuple, float, float]:
-    """Each table alone with the family's privacy unit and noise, random keys; the tables,
-    seconds and peak MB."""
+def baseline(rel: Relation, real: tuple, rho: float, seed: int) -> tuple[tuple, dict]:
+    """Each table alone with the family's privacy unit and noise, random keys; the tables and
+    their costs (`measured`)."""
     parents, children = real
 
     def run():
@@ -187,19 +188,16 @@ def baseline(rel: Relation, real: tuple, rho: float, seed: int) -> tuple[tuple, 
                   np.random.default_rng(seed).integers(1, len(sp) + 1, len(sc)))
         return sp, sc
 
-    syn, seconds, peak = measured(run)
-    return syn, seconds, peak
+    return measured(run)
 
 
 def compare(rel: Relation, real: tuple, epsilon: float, seed: int) -> list[dict]:
     """The relational synthesizer's record and the baseline's at one epsilon and seed."""
-    syn, seconds, peak, rho = relational(rel, real, epsilon, seed)
-    records = [{"epsilon": epsilon, "seed": seed, "method": "relational",
-                "seconds": round(seconds, 2), "peak_mb": round(peak, 1),
+    syn, costs, rho = relational(rel, real, epsilon, seed)
+    records = [{"epsilon": epsilon, "seed": seed, "method": "relational", **costs,
                 **scores(rel, real, syn)}]
-    syn, seconds, peak = baseline(rel, real, rho, seed)
-    records.append({"epsilon": epsilon, "seed": seed, "method": "baseline",
-                    "seconds": round(seconds, 2), "peak_mb": round(peak, 1),
+    syn, costs = baseline(rel, real, rho, seed)
+    records.append({"epsilon": epsilon, "seed": seed, "method": "baseline", **costs,
                     **scores(rel, real, syn)})
     return records
 

