@@ -8,11 +8,8 @@ warehouse is never created by a read-only connection nor with `create=False`; a 
 cannot open raises a `WarehouseError` naming the file and the fix. The private and public zones
 it holds (tables, `private_dir`, `public_dir`, object-store URLs): docs/where-data-lives.md.
 
-Every connection gets DuckDB's `memory_limit` (`memory_limit`, else DP_SYNTH_DUCKDB_MEMORY_LIMIT,
-else `DEFAULT_MEMORY_LIMIT`): DuckDB's own default is 80% of the machine's memory, which a
-container shares with the run's Python, and its buffer pool grows with the table it scans;
-above the limit DuckDB evicts and spills to the database's temporary folder instead
-(docs/deploy.md, "How large a table")."""
+Every connection gets DuckDB's `memory_limit` (`duckdb_memory_limit`; why: docs/deploy.md,
+"How large a table")."""
 
 import os
 import re
@@ -68,7 +65,10 @@ class WarehouseResource(dg.ConfigurableResource):
     memory_limit: str | None = None
 
     def duckdb_memory_limit(self) -> str:
-        """The `memory_limit` every connection opens with (module doc)."""
+        """DuckDB's `memory_limit` for every connection: the field, else the environment
+        variable MEMORY_LIMIT_ENV, else DEFAULT_MEMORY_LIMIT. DuckDB's own default (80% of the
+        machine) would let its buffer pool, which grows with the table scanned, take a
+        container's memory from the run's Python; above the limit it evicts and spills."""
         return self.memory_limit or os.environ.get(MEMORY_LIMIT_ENV) or DEFAULT_MEMORY_LIMIT
 
     @contextmanager
