@@ -1,0 +1,144 @@
+"""A relational pair in Dagster (docs/relational.md, "In Dagster"): the bundled example
+(customers and their orders) materialized in-process, its keys, checks and family ledger; a
+run over the family's limit; the atomic publication of both tables."""
+
+import math
+
+import dagster as dg
+import duckdb
+import pytest
+import yaml
+
+from dp_synth_assets.core.config import load_registry
+from dp_synth_assets.dataset_context import family_contexts
+from dp_synth_assets.definitions import build_definitions
+from dp_synth_assets.infra.ledger import PrivacyLedger
+from dp_synth_assets.naming import Names
+from dp_synth_assets.relational_example import RELATIONAL_DATASETS, write_relational_example
+
+CUSTOMERS = 600
+
+
+def project(folder, limit_epsilon: float | None = None):
+    """The bundled example's two tables (small) and its datasets.yaml, seeded."""
+    write_relational_example(folder / "w.duckdb", customers=CUSTOMERS, seed=1)
+    datasets = {}
+    for name, entry in RELATIONAL_DATASETS.items():
+        entry = {**entry, "seed": 3}
+        if limit_epsilon is not None:
+            entry["privacy"] = {**entry["privacy"],
+                                "limit": {"epsilon": limit_epsilon, "delta": 1e-9}}
+        datasets[name] = entry
+    path = folder / "datasets.yaml"
+    path.write_text(yaml.safe_dump({"datasets": datasets}))
+    return path, build_definitions(path, folder / "w.duckdb", folder / "ledger.sqlite",
+                                   folder / "public")
+
+
+def materialize(defs, instance, selection=None):
+    return dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                          instance=instance, selection=selection, raise_on_error=False)
+
+
+def ledger_rows(folder):
+    return PrivacyLedger(folder / "ledger.sqlite").events()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("relational_dagster")
+    path, defs = project(folder)
+    result = materialize(defs, dg.DagsterInstance.ephemeral())
+    return folder, path, result
+
+
+def test_the_example_runs_in_dagster_with_keys_that_resolve(run):
+    folder, _, result = run
+    assert result.success
+    con = duckdb.connect(str(folder / "w.duckdb"), read_only=True)
+    try:
+        parents = con.execute("SELECT count(*), count(DISTINCT id), min(id), max(id) "
+                              "FROM synthetic.customers").fetchone()
+        orphans = con.execute("SELECT count(*) FROM synthetic.orders AS o WHERE NOT EXISTS "
+                              "(SELECT 1 FROM synthetic.customers AS c "
+                              "WHERE c.id = o.customer_id)").fetchone()[0]
+        columns = [r[0] for r in con.execute("DESCRIBE synthetic.orders").fetchall()]
+        per_parent = con.execute("SELECT max(n) FROM (SELECT count(*) AS n FROM "
+                                 "synthetic.orders GROUP BY customer_id)").fetchone()[0]
+    finally:
+        con.close()
+    n = parents[0]
+    assert n > 0 and parents[1:] == (n, 1, n)  # new keys 1..n, one per parent
+    assert orphans == 0
+    assert columns == ["customer_id", "amount", "channel"]
+    assert per_parent <= RELATIONAL_DATASETS["orders"]["parent"]["max_children"]
+
+
+def test_the_family_checks_pass(run):
+    _, _, result = run
+    found = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert found == {"referential_integrity": True, "children_per_parent": True}
+
+
+def test_one_family_unit_holds_both_sides_charges(run):
+    """Both tables charge the parent's ledger entry (one unit, one reservation); the charges of
+    each side sum to its share, and together to the family's run rho."""
+    folder, path, _ = run
+    rows = ledger_rows(folder)
+    assert {r["dataset"] for r in rows} == {"customers"}
+    assert len({r["unit"] for r in rows}) == 1
+    assert [r["kind"] for r in rows if r["kind"] != "charge"] == ["reserve", "release"]
+    registry = load_registry(path)
+    parent, child = family_contexts("customers", registry["customers"], "orders",
+                                    registry["orders"], Names())
+    side = {t: math.fsum(r["rho"] for r in rows if r["kind"] == "charge"
+                         and r["parameters"].get("table") == t) for t in ("customers", "orders")}
+    budgets = parent.relation.ledger_budgets
+    assert side["customers"] == pytest.approx(budgets["customers"].run_rho, rel=1e-9)
+    assert side["orders"] == pytest.approx(budgets["orders"].run_rho, rel=1e-9)
+    assert sum(side.values()) == pytest.approx(parent.relation.family_budget.run_rho, rel=1e-9)
+    # every child-side charge is its map at d_in = max_children: sensitivity scaled by it
+    child_charges = [r for r in rows if r["parameters"].get("table") == "orders"]
+    assert child_charges and all(r["parameters"]["sensitivity"] >= 20 for r in child_charges)
+
+
+def test_a_family_run_over_the_limit_is_refused_before_anything_is_drawn(tmp_path):
+    """The limit fits one family run and not two: the second is refused at the parent's first
+    private stage, for both sides, with nothing charged or materialized."""
+    path, defs = project(tmp_path, limit_epsilon=1.2)
+    registry = load_registry(path)
+    family = family_contexts("customers", registry["customers"], "orders", registry["orders"],
+                             Names())[0].relation.family_budget
+    assert family.run_rho <= family.limit_rho < 2 * family.run_rho  # the premise
+    instance = dg.DagsterInstance.ephemeral()
+    assert materialize(defs, instance).success
+    before = ledger_rows(tmp_path)
+    second = materialize(defs, instance)
+    assert not second.success
+    after = ledger_rows(tmp_path)
+    assert [r for r in after if r["kind"] in ("charge", "reserve")] == [
+        r for r in before if r["kind"] in ("charge", "reserve")]
+    assert second.get_asset_materialization_events() == []
+    failure = next(e for e in second.all_events if e.is_step_failure)
+    assert "customers" in failure.step_failure_data.error.message
+
+
+def test_a_child_run_charges_the_parent_entry(run, tmp_path):
+    """A run of the child's stages alone reserves and charges under the parent's entry (a child
+    never starts a budget of its own), its share only."""
+    folder, path, _ = run
+    defs = build_definitions(path, folder / "w.duckdb", folder / "ledger.sqlite",
+                             folder / "public")
+    before = len(ledger_rows(folder))
+    stages = ["preprocessed", "marginals", "selection", "measurements", "model"]
+    result = materialize(defs, dg.DagsterInstance.ephemeral(),
+                         [dg.AssetKey(["orders", s]) for s in stages])
+    assert result.success
+    new = ledger_rows(folder)[before:]
+    assert new and {r["dataset"] for r in new} == {"customers"}
+    assert {r["parameters"].get("table") for r in new if r["kind"] == "charge"} == {"orders"}
+    registry = load_registry(path)
+    budgets = family_contexts("customers", registry["customers"], "orders", registry["orders"],
+                              Names())[0].relation.ledger_budgets
+    reserved = [r["rho"] for r in new if r["kind"] == "reserve"]
+    assert reserved == [pytest.approx(budgets["orders"].run_rho, rel=1e-9)]
