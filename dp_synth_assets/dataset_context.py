@@ -60,6 +60,12 @@ class DatasetContext:
         in a family: a child's charges at d_in = max_children), else `budget`."""
         return self.relation.ledger_budgets[self.dataset] if self.relation else self.budget
 
+    @property
+    def unit_budget(self) -> DatasetBudget:
+        """The budget the dataset's privacy unit stands against (runs left, spent, limit): in a
+        family, the family's (the parent's `privacy:`), else `budget`."""
+        return self.relation.family_budget if self.relation is not None else self.budget
+
     def charge(self, charge: Callable) -> Callable:
         """A stage's `charge` as this dataset's mechanisms must call it: at d_in =
         max_children on a family's child side (`core.family.side_charge`)."""

@@ -67,9 +67,9 @@ def _check_shared_limits(registry: dict, units: dict[str, str]) -> None:
 def _check_relations(registry: dict[str, DatasetSpec]) -> None:
     """Refuse, naming the entry and the fix, a family the Dagster stages cannot run yet: a
     source that is not a `table:` of the warehouse or a scan engine other than duckdb (the
-    family's views join the two tables inside the warehouse), and a child whose `privacy:`
-    differs from its parent's (one budget per family: the child spends a share of the parent's
-    run budget, under the parent's limit)."""
+    family's views join the two tables inside the warehouse), a `report:` on either, and a
+    child whose `privacy:` differs from its parent's (one budget per family: the child spends a
+    share of the parent's run budget, under the parent's limit)."""
     problems = []
     for name, spec in registry.items():
         if spec.parent is None:
@@ -80,6 +80,10 @@ def _check_relations(registry: dict[str, DatasetSpec]) -> None:
                 problems.append(f"{entry.entry}: a dataset of a relation reads a `table:` source "
                                 "of the warehouse with the duckdb engine for now; load the table "
                                 "into the warehouse, or remove `parent:` to synthesize it alone")
+        for entry in (spec, parent):
+            if entry.report is not None:
+                problems.append(f"{entry.entry}: the utility report of a relation's table is not "
+                                "supported yet; remove `report:`")
         if spec.privacy != parent.privacy:
             problems.append(f"{spec.entry}: a child spends its parent's budget (one budget per "
                             f"family), so its `privacy:` must be the parent's; copy the "

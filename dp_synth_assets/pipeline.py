@@ -94,8 +94,7 @@ def spending(ctx: DatasetContext, context, led, stage: str):
 def spent_metadata(ctx: DatasetContext, led, run_id: str) -> dict:
     """`ledger_metadata` of the dataset's ledger entry (its family's, against the family's
     budget, in a relation)."""
-    budget = ctx.relation.family_budget if ctx.relation is not None else ctx.budget
-    return ledger_metadata(led, ctx.ledger_dataset, budget, run_id)
+    return ledger_metadata(led, ctx.ledger_dataset, ctx.unit_budget, run_id)
 
 
 # ------------------------------------------------------------------ the stage functions

@@ -65,6 +65,8 @@ def test_the_example_runs_in_dagster_with_keys_that_resolve(run):
         columns = [r[0] for r in con.execute("DESCRIBE synthetic.orders").fetchall()]
         per_parent = con.execute("SELECT max(n) FROM (SELECT count(*) AS n FROM "
                                  "synthetic.orders GROUP BY customer_id)").fetchone()[0]
+        stamps = [r[0] for r in con.execute(
+            "SELECT comment FROM duckdb_tables() WHERE schema_name = 'synthetic'").fetchall()]
     finally:
         con.close()
     n = parents[0]
@@ -72,6 +74,8 @@ def test_the_example_runs_in_dagster_with_keys_that_resolve(run):
     assert orphans == 0
     assert columns == ["customer_id", "amount", "channel"]
     assert per_parent <= RELATIONAL_DATASETS["orders"]["parent"]["max_children"]
+    # both tables published by one transaction of this run (family_assets.publish_family)
+    assert len(stamps) == 2 and all(result.run_id in s for s in stamps)
 
 
 def test_the_family_checks_pass(run):
@@ -142,3 +146,34 @@ def test_a_child_run_charges_the_parent_entry(run, tmp_path):
                               Names())[0].relation.ledger_budgets
     reserved = [r["rho"] for r in new if r["kind"] == "reserve"]
     assert reserved == [pytest.approx(budgets["orders"].run_rho, rel=1e-9)]
+
+
+def test_both_tables_are_published_together_or_not_at_all(tmp_path):
+    """`publish_family` replaces the parent's and the child's tables in one transaction: a failure
+    on the second table (its Parquet is missing) leaves both old tables, stamps included."""
+    from dp_synth_assets.family_assets import publish_family
+
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    try:
+        for name, value in (("p_old", 1), ("c_old", 2), ("p_new", 3), ("c_new", 4)):
+            con.execute(f"COPY (SELECT {value} AS v) TO '{tmp_path / name}.parquet' (FORMAT parquet)")
+        tables = {"customers": "synthetic.customers", "orders": "synthetic.orders"}
+
+        def state():
+            return [con.execute(f"SELECT v FROM {t}").fetchone()[0] for t in tables.values()] + [
+                con.execute("SELECT comment FROM duckdb_tables() WHERE table_name = ?",
+                            [t.split(".")[1]]).fetchone()[0] for t in tables.values()]
+
+        publish_family(con, {"customers": str(tmp_path / "p_old.parquet"),
+                             "orders": str(tmp_path / "c_old.parquet")}, tables, "run-1")
+        old = state()
+        assert old[:2] == [1, 2] and all("run-1" in c for c in old[2:])
+        with pytest.raises(duckdb.Error):
+            publish_family(con, {"customers": str(tmp_path / "p_new.parquet"),
+                                 "orders": str(tmp_path / "missing.parquet")}, tables, "run-2")
+        assert state() == old
+        publish_family(con, {"customers": str(tmp_path / "p_new.parquet"),
+                             "orders": str(tmp_path / "c_new.parquet")}, tables, "run-3")
+        assert state()[:2] == [3, 4] and all("run-3" in c for c in state()[2:])
+    finally:
+        con.close()
