@@ -26,6 +26,7 @@ from .conditions import automation_sensor
 from .current_budget import budget_asset, build_budget_sensor
 from .dataset_context import DatasetContext, family_contexts
 from .io_manager import ObjectStoreIOManager
+from .core import family
 from .core.config import (DatasetSpec, RegistryError, TableSource, load_registry,
                           parse_registry)
 from .core.source import source_available, source_path
@@ -67,8 +68,8 @@ def _check_shared_limits(registry: dict, units: dict[str, str]) -> None:
 def _check_relations(registry: dict[str, DatasetSpec]) -> None:
     """Refuse, naming the entry and the fix, a family the Dagster stages cannot run yet: a
     source that is not a `table:` of the warehouse or a scan engine other than duckdb (the
-    family's views join the two tables inside the warehouse), a `report:` on either, and a
-    child whose `privacy:` differs from its parent's (one budget per family: the child spends a
+    family's views join the two tables inside the warehouse), a `report:` on either, a child
+    column `core.family.child_problems` refuses, and a child whose `privacy:` differs from its parent's (one budget per family: the child spends a
     share of the parent's run budget, under the parent's limit)."""
     problems = []
     for name, spec in registry.items():
@@ -80,6 +81,8 @@ def _check_relations(registry: dict[str, DatasetSpec]) -> None:
                 problems.append(f"{entry.entry}: a dataset of a relation reads a `table:` source "
                                 "of the warehouse with the duckdb engine for now; load the table "
                                 "into the warehouse, or remove `parent:` to synthesize it alone")
+        problems += [f"{spec.entry}: {p}" for p in family.child_problems(spec.columns,
+                                                                           parent.columns)]
         for entry in (spec, parent):
             if entry.report is not None:
                 problems.append(f"{entry.entry}: the utility report of a relation's table is not "

@@ -110,6 +110,8 @@ def test_the_definitions_put_a_family_in_one_lineage(tmp_path):
     ({"privacy": {"epsilon": 2.0, "delta": 1e-6, "limit": {"epsilon": 4.0, "delta": 1e-5}}},
      "copy the `privacy:` block of 'customers'"),
     ({"source": {"parquet": "orders.parquet"}}, "reads a `table:` source"),
+    ({"columns": {**ORDERS, "channel": {"kind": "categorical"}}}, "declare `categories:`"),
+    ({"report": {}}, "remove `report:`"),
 ])
 def test_the_pipeline_refuses_a_family_it_cannot_run(tmp_path, change, said):
     """A child with a budget of its own, or a source the family's views cannot join in the

@@ -177,3 +177,50 @@ def test_both_tables_are_published_together_or_not_at_all(tmp_path):
         assert state()[:2] == [3, 4] and all("run-3" in c for c in state()[2:])
     finally:
         con.close()
+
+
+def test_the_family_checks_fail_on_orphans_and_on_a_distribution_far_from_its_measurement():
+    """The checks can fail: an orphan foreign key, a NULL one and a repeated parent key are
+    counted; a children-count distribution far from the noisy measurement fails its tolerance,
+    one near it passes."""
+    import numpy as np
+
+    from dp_synth_assets.checks import relational
+    from dp_synth_assets.core.measure import Measurement
+
+    con = duckdb.connect(":memory:")
+    try:
+        con.execute("CREATE SCHEMA synthetic")
+        con.execute("CREATE TABLE synthetic.p AS SELECT * FROM (VALUES (1), (2), (2)) t(id)")
+        con.execute("CREATE TABLE synthetic.c AS SELECT * FROM (VALUES (1), (1), (3), (NULL)) "
+                    "t(pid)")
+        found = relational.referential_integrity(con, "synthetic.p", "synthetic.c", "id", "pid")
+        assert not found.passed
+        assert found.metadata == {"orphan_children": 2, "repeated_parent_keys": 1}
+        histogram = relational.children_histogram(con, "synthetic.p", "synthetic.c", "id", "pid",
+                                                  max_children=3)
+        assert histogram.tolist() == [2, 0, 1, 0]  # each parent row: key 1 has two children
+    finally:
+        con.close()
+    measured = Measurement(("children",), np.array([5000.0, 3000.0, 1500.0, 500.0]), 1.0, 0.1)
+    near = np.array([500, 300, 150, 50])
+    far = np.array([50, 50, 150, 750])
+    identity = np.arange(4)
+    assert relational.children_per_parent(near, identity, measured, 10_000.0).passed
+    result = relational.children_per_parent(far, identity, measured, 10_000.0)
+    assert not result.passed and result.metadata["tvd"] > result.metadata["tolerance"]
+
+
+def test_a_child_side_charge_is_its_map_at_max_children():
+    """`family.side_charge`: the parent side's spend is charged as it is, the child side's at
+    d_in = max_children (rho times its square, the sensitivity times it)."""
+    from dp_synth_assets.core import family
+    from dp_synth_assets.core.privacy import Spend
+
+    charged = []
+    spend = Spend(mechanism="gaussian", rho=0.01, sensitivity=1.0, scale=3.0)
+    family.side_charge(lambda s, **p: charged.append((s, p)))(spend, stage="x")
+    family.side_charge(lambda s, **p: charged.append((s, p)), 20)(spend, stage="x")
+    assert charged[0] == (spend, {"stage": "x"})
+    assert charged[1][0].rho == pytest.approx(0.01 * 400)
+    assert charged[1][0].sensitivity == 20 and charged[1][1] == {"stage": "x"}
