@@ -6,8 +6,15 @@ while another process holds the lock: the wait is logged every `lock_report_seco
 after `lock_timeout_seconds` in a `WarehouseError` naming the holder and the fix. A missing
 warehouse is never created by a read-only connection nor with `create=False`; a file DuckDB
 cannot open raises a `WarehouseError` naming the file and the fix. The private and public zones
-it holds (tables, `private_dir`, `public_dir`, object-store URLs): docs/where-data-lives.md."""
+it holds (tables, `private_dir`, `public_dir`, object-store URLs): docs/where-data-lives.md.
 
+Every connection gets DuckDB's `memory_limit` (`memory_limit`, else DP_SYNTH_DUCKDB_MEMORY_LIMIT,
+else `DEFAULT_MEMORY_LIMIT`): DuckDB's own default is 80% of the machine's memory, which a
+container shares with the run's Python, and its buffer pool grows with the table it scans;
+above the limit DuckDB evicts and spills to the database's temporary folder instead
+(docs/deploy.md, "How large a table")."""
+
+import os
 import re
 import time
 from contextlib import contextmanager
@@ -27,6 +34,8 @@ class WarehouseError(SourceError):
 
 
 HOLDER = re.compile(r"PID (\d+)")
+MEMORY_LIMIT_ENV = "DP_SYNTH_DUCKDB_MEMORY_LIMIT"
+DEFAULT_MEMORY_LIMIT = "1GB"
 
 
 def _holder(message: str) -> str:
@@ -54,6 +63,13 @@ class WarehouseResource(dg.ConfigurableResource):
     # the environment variable holding the change-detection secret (64 hex digits), which a
     # secret store fills in a container; unset or empty: a file in the private zone
     change_secret_env: str | None = "DP_SYNTH_CHANGE_SECRET"
+    # DuckDB's memory_limit for every connection ("2GB", "75%"); None: the environment
+    # variable MEMORY_LIMIT_ENV, else DEFAULT_MEMORY_LIMIT (module doc)
+    memory_limit: str | None = None
+
+    def duckdb_memory_limit(self) -> str:
+        """The `memory_limit` every connection opens with (module doc)."""
+        return self.memory_limit or os.environ.get(MEMORY_LIMIT_ENV) or DEFAULT_MEMORY_LIMIT
 
     @contextmanager
     def connect(self, read_only: bool = False, lock_timeout_seconds: float | None = None,
@@ -74,8 +90,15 @@ class WarehouseResource(dg.ConfigurableResource):
         reported = started
         while True:
             try:
-                con = duckdb.connect(self.database, read_only=read_only)
+                con = duckdb.connect(self.database, read_only=read_only,
+                                     config={"memory_limit": self.duckdb_memory_limit()})
                 break
+            except (duckdb.InvalidInputException, duckdb.ParserException) as e:
+                raise WarehouseError(
+                    f"DuckDB refuses the warehouse's memory limit "
+                    f"{self.duckdb_memory_limit()!r}: give a size such as '2GB' or a share such "
+                    f"as '75%' (the warehouse resource's `memory_limit` or {MEMORY_LIMIT_ENV})",
+                    detail=str(e)) from None
             except duckdb.IOException as e:
                 text = str(e)
                 if "lock" not in text.lower():
