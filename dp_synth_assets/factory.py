@@ -69,8 +69,9 @@ def _check_relations(registry: dict[str, DatasetSpec]) -> None:
     """Refuse, naming the entry and the fix, a family the Dagster stages cannot run yet: a
     source that is not a `table:` of the warehouse or a scan engine other than duckdb (the
     family's views join the two tables inside the warehouse), a `report:` on either, a child
-    column `core.family.child_problems` refuses, and a child whose `privacy:` differs from its parent's (one budget per family: the child spends a
-    share of the parent's run budget, under the parent's limit)."""
+    column `core.family.child_problems` refuses, and a child whose `privacy:` differs from its
+    parent's (one budget per family: the child spends a share of the parent's run budget, under
+    the parent's limit)."""
     problems = []
     for name, spec in registry.items():
         if spec.parent is None:
