@@ -255,16 +255,15 @@ class RunPlan:
 
 
 def family_run_plan(context, sides, dataset: str, stage: str) -> RunPlan:
-    """The `RunPlan` of a family's run under its parent's ledger entry: `sides` are (asset key
-    prefix, its dataset name, what it charges: a `DatasetBudget`) for the parent then the child;
-    the run reserves, at its first private stage, what the private stages of both sides that
-    it materializes can spend (so a run over the limit is refused before anything is drawn),
-    and releases at the last of them."""
+    """The `RunPlan` of a family's run under its parent's ledger entry: `sides` are (dataset
+    name, stage -> its asset key, what it charges: a `DatasetBudget`) for the parent then the
+    child; the run reserves, at its first private stage, what the private stages of both sides
+    that it materializes can spend (so a run over the limit is refused before anything is
+    drawn), and releases at the last of them."""
     selection = run_asset_keys(context)
     ordered, rho, delta_extra = [], 0.0, 0.0
-    for prefix, name, budget in sides:
-        private = [s for s in PRIVATE_STAGES
-                   if not selection or dg.AssetKey([*prefix, s]) in selection]
+    for name, key, budget in sides:
+        private = [s for s in PRIVATE_STAGES if not selection or key(s) in selection]
         rho += budget.reservation(private)
         delta_extra += sum(budget.stage_delta_extra(s) for s in private)
         ordered += [(name, s) for s in private]

@@ -47,7 +47,7 @@ from .writes import check_writes, warehouse_writes
 
 
 @contextmanager
-def dataset_source(ctx: DatasetContext, context, warehouse: WarehouseResource):
+def dataset_source(ctx: DatasetContext, warehouse: WarehouseResource):
     """`source_connection` of the dataset; in a family (docs/relational.md), with the family's
     private views made first (the bounded child view, then the family view over it,
     `core.relational`), after the parent key is checked to be a primary key (a private read
@@ -81,7 +81,7 @@ def spending(ctx: DatasetContext, context, led, stage: str):
     plan = None
     if rel is not None:
         plan = family_run_plan(context, [
-            (ctx.names.key(n, "x").path[:-1], n, rel.ledger_budgets[n])
+            (n, functools.partial(ctx.names.key, n), rel.ledger_budgets[n])
             for n in (rel.parent, rel.child)], ctx.dataset, stage)
     with private_stage(context, led, ctx.ledger_dataset, stage, ctx.ledger_budget,
                        plan) as found:
@@ -124,7 +124,7 @@ def preprocessed(ctx: DatasetContext, context: dg.AssetExecutionContext,
             append_private_note(private_log_path(warehouse, dataset), dataset,
                                 "preprocessed", context.run_id, fallbacks.report())
 
-        with dataset_source(ctx, context, warehouse) as con:
+        with dataset_source(ctx, warehouse) as con:
             plan = stages.preprocess(con, ctx.spec, dataset, Path(warehouse.base_dir), ctx.view,
                                      budget, stage.charge, note, log=context.log.info,
                                      public_lists=lists)
@@ -175,7 +175,7 @@ def marginals(ctx: DatasetContext, context: dg.AssetExecutionContext,
     with holding(context, warehouse, dataset, "marginals", ctx.names):
         plan = artifacts(warehouse, dataset, context).plan_for(spec)
         with spending(ctx, context, ledger.ledger(), "marginals"), \
-                dataset_source(ctx, context, warehouse) as con:
+                dataset_source(ctx, warehouse) as con:
             counted = stages.marginals(con, spec.method, spec.selection, plan, ctx.view,
                                        ctx.table, log=context.log.info)
     # no wall time: the scan's duration depends on the private rows
@@ -196,7 +196,7 @@ def selection(ctx: DatasetContext, context: dg.AssetExecutionContext,
         store = artifacts(warehouse, dataset, context)
         plan = store.plan_for(spec)
         with spending(ctx, context, led, "selection") as stage:
-            with dataset_source(ctx, context, warehouse) as con:
+            with dataset_source(ctx, warehouse) as con:
                 oracle = stages.oracle(con, plan, ctx.view, ctx.table)
                 result = stages.select(spec.method, spec.selection, plan, oracle, budget,
                                        logged_charge(context, stage.charge, spec.method),
@@ -225,7 +225,7 @@ def measurements(ctx: DatasetContext, context: dg.AssetExecutionContext,
     dataset, spec, budget = ctx.dataset, ctx.spec, ctx.budget
 
     def exact(cliques):  # the source is opened only when something is left to measure
-        with dataset_source(ctx, context, warehouse) as con:
+        with dataset_source(ctx, warehouse) as con:
             return stages.oracle(con, plan, ctx.view, ctx.table)(cliques)
 
     led = ledger.ledger()
