@@ -6,8 +6,8 @@ warehouse transaction: readers see both old tables or both new ones.
 
 The parent's stage writes its rows to its run's Parquet copy and its codes (the joined columns'
 codes and the children counts: `FAMILY_CODES`) to its run's folder, both public; the table
-`synthetic.<parent>` is written by the child's stage. Everything here is post-processing of
-public records: no ledger, no private read.
+`synthetic.<parent>` is written by the child's stage (the warehouse tables are the pair's commit
+point). Post-processing of public records: no ledger, no private read.
 """
 
 import functools
@@ -123,10 +123,13 @@ def child_synthetic(ctx: DatasetContext, context, warehouse: WarehouseResource,
                 0, rel.spec.foreign_key, pa.array(family.synthetic_keys(len(counts))[owner]))
             with store.writing(PARQUET) as path:
                 pq.write_table(children, str(path))
+            # each table stamped with the run whose set holds its Parquet (the parent's may be
+            # an earlier run's): what `infra.store.reconcile_synthetic` compares
             publish_family(con, {rel.parent: str(parents.path(PARQUET)),
                                  rel.child: str(store.path(PARQUET))},
-                           {rel.parent: f"synthetic.{rel.parent}",
-                            rel.child: ctx.synthetic}, context.run_id)
+                           {rel.parent: f"synthetic.{rel.parent}", rel.child: ctx.synthetic},
+                           {rel.parent: parents.set_run or context.run_id,
+                            rel.child: context.run_id})
         store.publish()
     seconds = time.perf_counter() - started
     context.log.info(f"drew and published {children.num_rows} children of {len(counts)} "
@@ -194,10 +197,11 @@ def check_family(ctx: DatasetContext, context, warehouse: WarehouseResource):
                       for k, v in r.metadata.items()})
 
 
-def publish_family(con, parquet: dict[str, str], tables: dict[str, str], stamp: str) -> None:
+def publish_family(con, parquet: dict[str, str], tables: dict[str, str],
+                   stamps: dict[str, str]) -> None:
     """Replace each table of `tables` (dataset -> `schema.name`) by its Parquet copy
-    (`parquet`, dataset -> path), stamped with the run id, in ONE transaction: a reader sees
-    every old table or every new one, never a mix; a failure leaves the old ones."""
+    (`parquet`, dataset -> path), stamped with its run id (`stamps`), in ONE transaction: a
+    reader sees every old table or every new one, never a mix; a failure leaves the old ones."""
     for table in tables.values():
         con.execute(sql("create_schema", schema=qualified(table.rsplit(".", 1)[0])))
     con.execute("BEGIN TRANSACTION")
@@ -206,7 +210,7 @@ def publish_family(con, parquet: dict[str, str], tables: dict[str, str], stamp: 
             con.execute(sql("publish_parquet", table=qualified(table),
                             path=literal(parquet[dataset])))
             con.execute(sql("comment_table", table=qualified(table),
-                            comment=literal(STAMP + stamp)))
+                            comment=literal(STAMP + stamps[dataset])))
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

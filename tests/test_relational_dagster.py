@@ -129,12 +129,14 @@ def test_a_family_run_over_the_limit_is_refused_before_anything_is_drawn(tmp_pat
 
 def test_a_child_run_charges_the_parent_entry(run, tmp_path):
     """A run of the child's stages alone reserves and charges under the parent's entry (a child
-    never starts a budget of its own), its share only."""
-    folder, path, _ = run
+    never starts a budget of its own), its share only; its synthetic stage draws children for
+    the parents the parent's last run drew, and publishes the pair again, each table stamped
+    with the run whose Parquet it holds."""
+    folder, path, first = run
     defs = build_definitions(path, folder / "w.duckdb", folder / "ledger.sqlite",
                              folder / "public")
     before = len(ledger_rows(folder))
-    stages = ["preprocessed", "marginals", "selection", "measurements", "model"]
+    stages = ["preprocessed", "marginals", "selection", "measurements", "model", "synthetic"]
     result = materialize(defs, dg.DagsterInstance.ephemeral(),
                          [dg.AssetKey(["orders", s]) for s in stages])
     assert result.success
@@ -146,6 +148,17 @@ def test_a_child_run_charges_the_parent_entry(run, tmp_path):
                               Names())[0].relation.ledger_budgets
     reserved = [r["rho"] for r in new if r["kind"] == "reserve"]
     assert reserved == [pytest.approx(budgets["orders"].run_rho, rel=1e-9)]
+    con = duckdb.connect(str(folder / "w.duckdb"), read_only=True)
+    try:
+        stamps = dict(con.execute("SELECT table_name, comment FROM duckdb_tables() "
+                                  "WHERE schema_name = 'synthetic'").fetchall())
+        orphans = con.execute("SELECT count(*) FROM synthetic.orders AS o WHERE NOT EXISTS "
+                              "(SELECT 1 FROM synthetic.customers AS c "
+                              "WHERE c.id = o.customer_id)").fetchone()[0]
+    finally:
+        con.close()
+    assert first.run_id in stamps["customers"] and result.run_id in stamps["orders"]
+    assert orphans == 0
 
 
 def test_both_tables_are_published_together_or_not_at_all(tmp_path):
@@ -165,15 +178,18 @@ def test_both_tables_are_published_together_or_not_at_all(tmp_path):
                             [t.split(".")[1]]).fetchone()[0] for t in tables.values()]
 
         publish_family(con, {"customers": str(tmp_path / "p_old.parquet"),
-                             "orders": str(tmp_path / "c_old.parquet")}, tables, "run-1")
+                             "orders": str(tmp_path / "c_old.parquet")}, tables,
+                       {"customers": "run-1", "orders": "run-1"})
         old = state()
         assert old[:2] == [1, 2] and all("run-1" in c for c in old[2:])
         with pytest.raises(duckdb.Error):
             publish_family(con, {"customers": str(tmp_path / "p_new.parquet"),
-                                 "orders": str(tmp_path / "missing.parquet")}, tables, "run-2")
+                                 "orders": str(tmp_path / "missing.parquet")}, tables,
+                           {"customers": "run-2", "orders": "run-2"})
         assert state() == old
         publish_family(con, {"customers": str(tmp_path / "p_new.parquet"),
-                             "orders": str(tmp_path / "c_new.parquet")}, tables, "run-3")
+                             "orders": str(tmp_path / "c_new.parquet")}, tables,
+                       {"customers": "run-3", "orders": "run-3"})
         assert state()[:2] == [3, 4] and all("run-3" in c for c in state()[2:])
     finally:
         con.close()
