@@ -144,16 +144,6 @@ def child_synthetic(ctx: DatasetContext, context, warehouse: WarehouseResource,
     })
 
 
-# the checks of a family, on the child's synthetic asset: (name, severity, description)
-FAMILY_CHECKS = (
-    ("referential_integrity", dg.AssetCheckSeverity.ERROR,
-     "Every synthetic foreign key resolves to exactly one synthetic parent."),
-    ("children_per_parent", dg.AssetCheckSeverity.WARN,
-     "The children count per synthetic parent within a TVD tolerance of the parent's noisy "
-     "measurement of its `children` attribute."),
-)
-
-
 def family_checks(ctx: DatasetContext) -> tuple:
     """The check specs of a family dataset's `synthetic` asset and the function that runs them
     (`dataset_context.Stage`): the child's carries the family's checks (checks/relational.py);
@@ -161,9 +151,11 @@ def family_checks(ctx: DatasetContext) -> tuple:
     rel = ctx.relation
     if rel.role(ctx.dataset) == "parent":
         return ()
+    from .checks.relational import FAMILY_CHECKS, description
+
     key = ctx.key("synthetic")
-    specs = tuple(dg.AssetCheckSpec(name, asset=key, description=text)
-                  for name, _, text in FAMILY_CHECKS)
+    specs = tuple(dg.AssetCheckSpec(name, asset=key, description=description(name))
+                  for name in FAMILY_CHECKS)
     return specs, functools.partial(check_family, ctx)
 
 
@@ -179,7 +171,6 @@ def check_family(ctx: DatasetContext, context, warehouse: WarehouseResource):
     code_of_value = np.zeros(rel.spec.max_children + 1, dtype=np.int64)
     code_of_value[values] = codes
     parent_table = f"synthetic.{rel.parent}"
-    severity = {name: level for name, level, _ in FAMILY_CHECKS}
     with warehouse.connect(read_only=True) as con:
         results = [
             checks.referential_integrity(con, parent_table, ctx.synthetic, rel.spec.key,
@@ -192,7 +183,7 @@ def check_family(ctx: DatasetContext, context, warehouse: WarehouseResource):
     for r in results:
         yield dg.AssetCheckResult(
             asset_key=ctx.key("synthetic"), check_name=r.name, passed=r.passed,
-            severity=severity[r.name],
+            severity=dg.AssetCheckSeverity[checks.FAMILY_CHECKS[r.name]],
             metadata={k: dg.MetadataValue.json(v) if isinstance(v, (list, dict)) else v
                       for k, v in r.metadata.items()})
 

@@ -80,8 +80,9 @@ def test_the_example_runs_in_dagster_with_keys_that_resolve(run):
 
 def test_the_family_checks_pass(run):
     _, _, result = run
-    found = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert found == {"referential_integrity": True, "children_per_parent": True}
+    found = {e.check_name: (e.passed, e.severity) for e in result.get_asset_check_evaluations()}
+    assert found == {"referential_integrity": (True, dg.AssetCheckSeverity.ERROR),
+                     "children_per_parent": (True, dg.AssetCheckSeverity.WARN)}
 
 
 def test_one_family_unit_holds_both_sides_charges(run):

@@ -18,6 +18,19 @@ from ..evaluation.fidelity import noisy_distribution, tvd
 from .tolerances import marginal_tolerance
 
 
+# the registry: each family check's severity ("ERROR" or "WARN"); its description is the first
+# line of its function's docstring. Adding one is its function here plus one line.
+FAMILY_CHECKS = {
+    "referential_integrity": "ERROR",
+    "children_per_parent": "WARN",
+}
+
+
+def description(name: str) -> str:
+    """The first line of the family check `name`'s docstring."""
+    return (globals()[name].__doc__ or "").strip().splitlines()[0]
+
+
 @dataclass(frozen=True)
 class FamilyCheck:
     """One check's verdict and the figures it publishes."""
@@ -29,7 +42,10 @@ class FamilyCheck:
 
 def referential_integrity(con, parents: str, children: str, key: str,
                           foreign_key: str) -> FamilyCheck:
-    """No child row whose foreign key is NULL or names no parent, no repeated parent key."""
+    """Every synthetic foreign key resolves to exactly one synthetic parent.
+
+    Counts the child rows whose foreign key is NULL or names no parent, and the repeated (or
+    NULL) parent keys; both must be 0."""
     orphans, repeated = con.execute(sql(
         "check_orphan_keys", parents=qualified(parents), children=qualified(children),
         key=ident(key), fk=ident(foreign_key))).fetchone()
@@ -64,9 +80,10 @@ def children_measurement(measurements: list[Measurement], attribute: str) -> Mea
 
 def children_per_parent(histogram: np.ndarray, code_of_value: np.ndarray,
                         measured: Measurement | None, noisy_total: float) -> FamilyCheck:
-    """The synthetic children-count distribution (`histogram` over values 0..max_children, each
-    value's code in the parent's encoding `code_of_value`) against the noisy measurement: TVD
-    within `tolerances.marginal_tolerance`."""
+    """The children count per synthetic parent within a TVD tolerance of its noisy measurement.
+
+    `histogram` counts the parents over values 0..max_children, `code_of_value` gives each
+    value's code in the parent's encoding; the tolerance is `tolerances.marginal_tolerance`."""
     if measured is None:
         return FamilyCheck("children_per_parent", True, {"measured": False})
     counts = np.zeros(measured.noisy.size)
