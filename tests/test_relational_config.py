@@ -125,3 +125,29 @@ def test_the_pipeline_refuses_a_family_it_cannot_run(tmp_path, change, said):
     assert "dataset 'orders' in" in str(e.value) and "datasets.yaml" in str(e.value)
     assert said in str(e.value)
     assert not (tmp_path / "ledger.sqlite").exists()
+
+
+def test_a_component_builds_a_family_and_refuses_naming_its_defs_yaml(tmp_path):
+    """The Component takes the same `parent:` entries: its definitions hold the family's
+    lineage, and a family it cannot run is refused naming the component's defs.yaml."""
+    import dagster as dg
+
+    from tests.test_component import dg_project, load_failure, write_instance
+
+    sandbox = dg_project(tmp_path / "ok")
+    write_instance(sandbox, {"warehouse": "w.duckdb", "ledger": "l.sqlite",
+                             "public_dir": "public",
+                             "datasets": {"customers": entry("customers", CUSTOMERS),
+                                          "orders": entry("orders", ORDERS, RELATION)}})
+    with sandbox.build_component_tree() as tree:
+        graph = tree.build_defs().resolve_asset_graph()
+    assert dg.AssetKey(["customers", "synthetic"]) in graph.get(
+        dg.AssetKey(["orders", "synthetic"])).parent_keys
+    sandbox = dg_project(tmp_path / "bad")
+    folder = write_instance(sandbox, {
+        "warehouse": "w.duckdb", "ledger": "l.sqlite", "public_dir": "public",
+        "datasets": {"customers": entry("customers", CUSTOMERS),
+                     "orders": {**entry("orders", ORDERS, RELATION),
+                                "source": {"parquet": "orders.parquet"}}}})
+    text = load_failure(sandbox)
+    assert "reads a `table:` source" in text and str(folder / "defs.yaml") in text
