@@ -69,9 +69,9 @@ def _check_relations(registry: dict[str, DatasetSpec]) -> None:
     """Refuse, naming the entry and the fix, a family the Dagster stages cannot run yet: a
     source that is not a `table:` of the warehouse or a scan engine other than duckdb (the
     family's views join the two tables inside the warehouse), a `report:` on either, a child
-    column `core.family.child_problems` refuses, and a child whose `privacy:` differs from its
-    parent's (one budget per family: the child spends a share of the parent's run budget, under
-    the parent's limit)."""
+    column `core.family.child_problems` refuses, a child's `rows:`, and a child whose
+    `privacy:` differs from its parent's (one budget per family: the child spends a share of the
+    parent's run budget, under the parent's limit)."""
     problems = []
     for name, spec in registry.items():
         if spec.parent is None:
@@ -88,6 +88,10 @@ def _check_relations(registry: dict[str, DatasetSpec]) -> None:
             if entry.report is not None:
                 problems.append(f"{entry.entry}: the utility report of a relation's table is not "
                                 "supported yet; remove `report:`")
+        if spec.rows != "same":
+            problems.append(f"{spec.entry}: a child's row count is its synthetic parents' "
+                            "children counts; remove `rows:` (set it on the parent "
+                            f"{spec.parent.dataset!r})")
         if spec.privacy != parent.privacy:
             problems.append(f"{spec.entry}: a child spends its parent's budget (one budget per "
                             f"family), so its `privacy:` must be the parent's; copy the "

@@ -112,6 +112,7 @@ def test_the_definitions_put_a_family_in_one_lineage(tmp_path):
     ({"source": {"parquet": "orders.parquet"}}, "reads a `table:` source"),
     ({"columns": {**ORDERS, "channel": {"kind": "categorical"}}}, "declare `categories:`"),
     ({"report": {}}, "remove `report:`"),
+    ({"rows": 100}, "remove `rows:` (set it on the parent 'customers')"),
 ])
 def test_the_pipeline_refuses_a_family_it_cannot_run(tmp_path, change, said):
     """A child with a budget of its own, or a source the family's views cannot join in the
