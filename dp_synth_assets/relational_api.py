@@ -43,11 +43,9 @@ class FamilySide:
     def stage(self, name: str):
         charge = self.accountant.stage(name)
 
-        def side(spend, **params) -> None:
-            if self.max_children > 1:
-                spend = family.family_spend(spend, self.max_children)
+        def tagged(spend, **params) -> None:
             charge(spend, table=self.table, **params)
-        return side
+        return family.side_charge(tagged, self.max_children)
 
 
 class RelationalSynthesizer:

@@ -17,7 +17,7 @@ from opendp.metrics import symmetric_distance
 from opendp.transformations import make_count_by_categories
 
 from .opendp_api import dp
-from .sql import ident, literal, sql
+from .sql import ident, literal, qualified, sql
 
 # the parent attribute that holds its bounded children count, on the public domain
 # 0..max_children
@@ -99,7 +99,7 @@ def bounded_children_sql(children: str, parents: str, foreign_key: str, key: str
     names (`sql.qualified`). The parent key must be unique (a primary key)."""
     parent_cols = "".join(f", p.{ident(c)} AS {ident(PARENT_PREFIX + c)}"
                           for c in parent_columns)
-    return sql("relational_children", view=ident(view), children=children, parents=parents,
+    return sql("relational_children", view=qualified(view), children=children, parents=parents,
                fk=ident(foreign_key), key=ident(key), max_children=int(max_children),
                seed=literal(str(int(seed))), parent_columns=parent_cols)
 
@@ -108,5 +108,6 @@ def parents_sql(parents: str, foreign_key: str, key: str, view: str, bounded: st
     """The statement that creates `view`: every parent row of `parents` with its bounded children
     count (`children`, 0..max_children) from the bounded child view `bounded` (made by
     `bounded_children_sql`). The key column is carried for joining only; it is never measured."""
-    return sql("relational_parents", view=ident(view), parents=parents, bounded=ident(bounded),
+    return sql("relational_parents", view=qualified(view), parents=parents,
+               bounded=qualified(bounded),
                fk=ident(foreign_key), key=ident(key), children_column=ident(CHILDREN))
