@@ -113,6 +113,12 @@ class Relation:
     def role(self, dataset: str) -> str:
         return "parent" if dataset == self.parent else "child"
 
+    @property
+    def parents_view(self) -> str:
+        """The private view of one parent row per key (`relational.unique_parents_sql`), which
+        the two other views read."""
+        return f"{VIEWS}.{self.parent}_parents"
+
 
 def _side_spec(spec: DatasetSpec, columns: dict, view: str) -> DatasetSpec:
     """`spec` with `columns` and the private view `view` as its source (validated again, so every

@@ -31,7 +31,7 @@ from .core import generate
 from .core import stages
 from .core.generate import multiprocess
 from .core.config import PublicListError, with_public_categories
-from .core.relational import bounded_children_sql, parents_sql
+from .core.relational import bounded_children_sql, parents_sql, unique_parents_sql
 from .core.sql import ident, qualified, sql
 from .core.synthesize import write_synthetic
 from .infra.public_lists import read_public_lists
@@ -50,20 +50,16 @@ from .writes import check_writes, warehouse_writes
 def dataset_source(ctx: DatasetContext, warehouse: WarehouseResource):
     """`source_connection` of the dataset; in a family (docs/relational.md), with the family's
     private views made first (the bounded child view, then the family view over it,
-    `core.relational`), after the parent key is checked to be a primary key (a private read
-    that tells only that: the stage fails with a public message, quoting no value)."""
+    `core.relational`), over one parent row per key (`unique_parents_sql`: a duplicated key
+    is never refused, so the keys' uniqueness decides nothing public)."""
     rel = ctx.relation
     with source_connection(warehouse, ctx.spec, ctx.dataset) as con:
         if rel is not None:
             parent, child = rel.sources[rel.parent], rel.sources[rel.child]
-            parents = qualified(parent.source.table)
-            if con.execute(sql("relational_key_duplicates", key=ident(rel.spec.key),
-                               parents=parents)).fetchone()[0]:
-                raise dg.Failure(description=(
-                    f"{parent.entry}: its key column {rel.spec.key!r} (the `parent.key` of "
-                    f"dataset {rel.child!r}) is not unique or holds NULL; a parent key "
-                    "identifies one parent: deduplicate the source table"))
             con.execute(sql("create_schema", schema=qualified(rel.family_view.split(".")[0])))
+            parents = qualified(rel.parents_view)
+            con.execute(unique_parents_sql(qualified(parent.source.table), rel.spec.key,
+                                           child.seed or 0, rel.parents_view))
             con.execute(bounded_children_sql(
                 qualified(child.source.table), parents, rel.spec.foreign_key, rel.spec.key,
                 rel.spec.max_children, child.seed or 0, rel.bounded_view, list(rel.joined)))

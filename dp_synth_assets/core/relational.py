@@ -86,6 +86,17 @@ def family_sensitivity(max_children: int) -> int:
     return int(count.map(int(max_children)))
 
 
+def unique_parents_sql(parents: str, key: str, seed: int, view: str) -> str:
+    """The statement that creates `view`: one row of relation `parents` per non-NULL `key` (the
+    rows sharing a key are one family's; which one is kept depends only on the public `seed`, the
+    key and the rows' order in storage, never on their values: sql/relational_unique_parents.sql).
+    A duplicated or missing key is never refused, so whether a source's keys are unique decides
+    nothing public, not even whether a run succeeds. The other statements read this view as
+    their `parents`."""
+    return sql("relational_unique_parents", view=qualified(view), parents=parents,
+               key=ident(key), seed=literal(str(int(seed))))
+
+
 def bounded_children_sql(children: str, parents: str, foreign_key: str, key: str,
                          max_children: int, seed: int, view: str,
                          parent_columns: list[str]) -> str:
@@ -96,7 +107,7 @@ def bounded_children_sql(children: str, parents: str, foreign_key: str, key: str
     each child's position within its family in storage order, never on a child's values
     (sql/relational_children.sql). The foreign key column is carried, to count each parent's
     children (`parents_sql`); it is never measured. `children` and `parents` are quoted relation
-    names (`sql.qualified`). The parent key must be unique (a primary key)."""
+    names (`sql.qualified`); `parents` is the view `unique_parents_sql` makes (one row per key)."""
     parent_cols = "".join(f", p.{ident(c)} AS {ident(PARENT_PREFIX + c)}"
                           for c in parent_columns)
     return sql("relational_children", view=qualified(view), children=children, parents=parents,
