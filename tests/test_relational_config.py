@@ -152,3 +152,27 @@ def test_a_component_builds_a_family_and_refuses_naming_its_defs_yaml(tmp_path):
                                 "source": {"parquet": "orders.parquet"}}}})
     text = load_failure(sandbox)
     assert "reads a `table:` source" in text and str(folder / "defs.yaml") in text
+
+
+def test_the_relational_example_project_loads_as_one_family(tmp_path):
+    """`python -m dp_synth_assets.relational_example <folder>` (what `make run-relational`
+    runs) writes both tables and a datasets.yaml that the repository's definitions load as a
+    parent and a child in one lineage."""
+    import dagster as dg
+    import duckdb
+
+    from dp_synth_assets.definitions import build_definitions
+    from dp_synth_assets.relational_example import write_relational_project
+
+    datasets = write_relational_project(tmp_path, customers=50)
+    con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM main.customers").fetchone()[0] == 50
+        assert con.execute("SELECT count(*) FROM main.orders").fetchone()[0] > 0
+    finally:
+        con.close()
+    defs = build_definitions(datasets, tmp_path / "warehouse.duckdb", tmp_path / "ledger.sqlite",
+                             tmp_path / "public")
+    graph = defs.resolve_asset_graph()
+    child = dg.AssetKey(["orders", "synthetic"])
+    assert dg.AssetKey(["customers", "synthetic"]) in graph.get(child).parent_keys
