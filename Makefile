@@ -11,7 +11,7 @@ DATASET ?= example
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export JAX_ENABLE_COMPILATION_CACHE := false
 
-.PHONY: install run test test-fast dev docs wheel clean
+.PHONY: install run run-relational test test-fast dev docs wheel clean
 
 # the distribution was named dp-synth before dagster-dp-synth: its editable finder would keep a
 # top-level `resources` importable, so it is removed first
@@ -35,6 +35,15 @@ run: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/python -m dp_synth_assets.example data/warehouse.duckdb
 	$(BIN)/dagster asset materialize -f definitions.py --select '*$(DATASET)/synthetic+'
 	$(BIN)/python -m dp_synth_assets.report $(DATASET)
+
+# the bundled relational example (customers and their orders, docs/relational.md): its own
+# project folder under data/relational, materialized by the repository's definitions.py
+RELATIONAL := data/relational
+run-relational: install $(DAGSTER_HOME)/dagster.yaml
+	$(BIN)/python -m dp_synth_assets.relational_example $(RELATIONAL)
+	DP_SYNTH_DATASETS=$(RELATIONAL)/datasets.yaml DP_SYNTH_WAREHOUSE=$(RELATIONAL)/warehouse.duckdb \
+	DP_SYNTH_LEDGER=.dp_synth/relational.sqlite DP_SYNTH_PUBLIC=$(RELATIONAL)/public \
+	$(BIN)/dagster asset materialize -f definitions.py --select '*orders/synthetic+'
 
 # the test files run on TEST_WORKERS processes (pytest-xdist): in `make test` each file whole in
 # one of them (its module fixtures, a server or a built wheel, are shared by its tests); the unit

@@ -13,6 +13,7 @@ they are written and why: "As implemented: budget.py" in docs/decisions/0004-pri
 import hashlib
 import json
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import dagster as dg
 
@@ -206,13 +207,19 @@ def verify_unit_head(context, ledger: PrivacyLedger, dataset: str) -> None:
 
 @contextmanager
 def private_stage(context: dg.AssetExecutionContext, ledger: PrivacyLedger, dataset: str,
-                  stage: str, budget: DatasetBudget):
+                  stage: str, budget: DatasetBudget, run_plan: "RunPlan | None" = None):
     """Enter a private-zone stage: reserve the run's budget first if this is the run's first
-    private stage, release the remainder when it is the last one or when anything fails."""
-    in_run = stages_in_run(context, dataset)
-    private = [s for s in PRIVATE_STAGES if s in in_run]
-    request = budget.reservation(private)
-    request_delta = sum(budget.stage_delta_extra(s) for s in private)
+    private stage, release the remainder when it is the last one or when anything fails.
+    `run_plan`: what the run reserves and whether this stage is its last private one, when
+    the run's private stages are not all the dataset's own (a family: `family_run_plan`)."""
+    if run_plan is None:
+        in_run = stages_in_run(context, dataset)
+        private = [s for s in PRIVATE_STAGES if s in in_run]
+        run_plan = RunPlan(budget.reservation(private),
+                           sum(budget.stage_delta_extra(s) for s in private), bool(private),
+                           not private or stage == private[-1])
+    request, request_delta = run_plan.rho, run_plan.delta_extra
+    private, last = run_plan.private, run_plan.last
     run_id = context.run_id
     if request > 0:
         try:
@@ -229,10 +236,39 @@ def private_stage(context: dg.AssetExecutionContext, ledger: PrivacyLedger, data
         if private:
             record_unit_head(context, ledger, dataset)
         raise
-    if not private or stage == private[-1]:
+    if last:
         release(context, ledger, dataset, run_id, "run finished")
         if private:  # once per run: the head after its charges and its release
             record_unit_head(context, ledger, dataset)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What a run reserves (`rho`, `delta_extra`) for its private stages under one ledger entry,
+    whether it has any (`private`) and whether the stage entered is the last of them (`last`:
+    it releases the remainder)."""
+
+    rho: float
+    delta_extra: float
+    private: bool
+    last: bool
+
+
+def family_run_plan(context, sides, dataset: str, stage: str) -> RunPlan:
+    """The `RunPlan` of a family's run under its parent's ledger entry: `sides` are (dataset
+    name, stage -> its asset key, what it charges: a `DatasetBudget`) for the parent then the
+    child; the run reserves, at its first private stage, what the private stages of both sides
+    that it materializes can spend (so a run over the limit is refused before anything is
+    drawn), and releases at the last of them."""
+    selection = run_asset_keys(context)
+    ordered, rho, delta_extra = [], 0.0, 0.0
+    for name, key, budget in sides:
+        private = [s for s in PRIVATE_STAGES if not selection or key(s) in selection]
+        rho += budget.reservation(private)
+        delta_extra += sum(budget.stage_delta_extra(s) for s in private)
+        ordered += [(name, s) for s in private]
+    return RunPlan(rho, delta_extra, bool(ordered),
+                   not ordered or (dataset, stage) == ordered[-1])
 
 
 def release(context, ledger: PrivacyLedger, dataset: str, run_id: str, reason: str) -> None:

@@ -60,7 +60,7 @@ def build_budget_sensor(contexts: Sequence[DatasetContext],
         observed, events = {}, []
         for ctx in contexts:
             dataset, privacy = ctx.dataset, ctx.spec.privacy
-            figures = budget_metadata(summaries[dataset], ctx.budget, privacy.epsilon,
+            figures = budget_metadata(summaries[dataset], ctx.unit_budget, privacy.epsilon,
                                       privacy.delta)
             observed[dataset] = fingerprint(figures)
             if observed[dataset] != last.get(dataset):

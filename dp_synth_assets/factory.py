@@ -24,9 +24,11 @@ from .automation import build_job, build_schedule, build_source_sensor, resynthe
 from .budget import DatasetBudget
 from .conditions import automation_sensor
 from .current_budget import budget_asset, build_budget_sensor
-from .dataset_context import DatasetContext
+from .dataset_context import DatasetContext, family_contexts
 from .io_manager import ObjectStoreIOManager
-from .core.config import DatasetSpec, RegistryError, load_registry, parse_registry
+from .core import family
+from .core.config import (DatasetSpec, RegistryError, TableSource, load_registry,
+                          parse_registry)
 from .core.source import source_available, source_path
 from .core.units import DEFAULT_WAREHOUSE_NAME, aliases as unit_aliases, checked_warehouse_name
 from .infra.store import check_zone, is_url, location
@@ -64,15 +66,51 @@ def _check_shared_limits(registry: dict, units: dict[str, str]) -> None:
 
 
 def _check_relations(registry: dict[str, DatasetSpec]) -> None:
-    """Refuse a child dataset (`parent:`) in the Dagster pipeline: its stages would count each
-    child row as its own privacy unit (d_in = 1) instead of the family (d_in = max_children);
-    synthesis that keeps the join is not built yet (docs/relational.md, "Supported so far")."""
-    children = [spec.entry for spec in registry.values() if spec.parent is not None]
-    if children:
-        raise RegistryError(
-            "relational datasets (`parent:`) do not run in the Dagster pipeline yet: "
-            + "; ".join(children) + ". Only the declaration is supported so far; remove "
-            "`parent:` from the entry to synthesize the table alone (docs/relational.md)")
+    """Refuse, naming the entry and the fix, a family the Dagster stages cannot run yet: a
+    source that is not a `table:` of the warehouse or a scan engine other than duckdb (the
+    family's views join the two tables inside the warehouse), a `report:` on either, a child
+    column `core.family.child_problems` refuses, a child's `rows:`, and a child whose
+    `privacy:` differs from its parent's (one budget per family: the child spends a share of the
+    parent's run budget, under the parent's limit)."""
+    problems = []
+    for name, spec in registry.items():
+        if spec.parent is None:
+            continue
+        parent = registry[spec.parent.dataset]
+        for entry in (spec, parent):
+            if not isinstance(entry.source, TableSource) or entry.engine.type != "duckdb":
+                problems.append(f"{entry.entry}: a dataset of a relation reads a `table:` source "
+                                "of the warehouse with the duckdb engine for now; load the table "
+                                "into the warehouse, or remove `parent:` to synthesize it alone")
+        problems += [f"{spec.entry}: {p}" for p in family.child_problems(spec.columns,
+                                                                           parent.columns)]
+        for entry in (spec, parent):
+            if entry.report is not None:
+                problems.append(f"{entry.entry}: the utility report of a relation's table is not "
+                                "supported yet; remove `report:`")
+        if spec.rows != "same":
+            problems.append(f"{spec.entry}: a child's row count is its synthetic parents' "
+                            "children counts; remove `rows:` (set it on the parent "
+                            f"{spec.parent.dataset!r})")
+        if spec.privacy != parent.privacy:
+            problems.append(f"{spec.entry}: a child spends its parent's budget (one budget per "
+                            f"family), so its `privacy:` must be the parent's; copy the "
+                            f"`privacy:` block of {spec.parent.dataset!r}")
+    if problems:
+        raise RegistryError("relational datasets (`parent:`): " + "; ".join(
+            dict.fromkeys(problems)) + " (docs/relational.md)")
+
+
+def _contexts(registry: dict[str, DatasetSpec], names) -> dict[str, DatasetContext]:
+    """Every dataset's `DatasetContext`; a family's two (`dataset_context.family_contexts`)."""
+    found = {}
+    for name, spec in registry.items():
+        if spec.parent is not None:
+            parent = spec.parent.dataset
+            found[parent], found[name] = family_contexts(parent, registry[parent], name, spec,
+                                                         names)
+    return {name: found.get(name) or DatasetContext.of(name, spec, names)
+            for name, spec in registry.items()}
 
 
 def _check_schedules(registry: dict[str, DatasetSpec]) -> None:
@@ -171,6 +209,9 @@ def dp_synth_definitions(
     warehouse_name = checked_warehouse_name(warehouse_name)
     units = privacy_units(registry, base, warehouse, warehouse_name)
     _check_shared_limits(registry, units)
+    contexts = _contexts(registry, names)
+    for name, ctx in contexts.items():  # a family's budget is its parent's: one unit
+        units[name] = units[ctx.ledger_dataset]
     ledger_resource = LedgerResource(
         path=str(ledger) if is_postgres(str(ledger)) else str(Path(ledger).resolve()),
         schema_name=ledger_schema, units=units,
@@ -187,7 +228,7 @@ def dp_synth_definitions(
                         f"{source_path(spec, base)} is absent (it is marked optional: "
                         f"{spec.entry})")
             continue
-        ctx = DatasetContext.of(name, spec, names)  # what every definition of the dataset shares
+        ctx = contexts[name]  # what every definition of the dataset shares
         report = [build_utility_report(ctx)] if spec.report is not None else []
         built = build_dataset_assets(ctx, extra=report)
         if spec.source.asset is not None and automation_condition is None:

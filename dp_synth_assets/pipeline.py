@@ -14,6 +14,8 @@ import functools
 import json
 import time
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from types import SimpleNamespace
 from pathlib import Path
 
 import dagster as dg
@@ -22,20 +24,73 @@ from dp_synth_assets.resources.ledger import LedgerError, LedgerResource
 from dp_synth_assets.resources.warehouse import WarehouseResource
 
 from .artifacts import artifacts, holding
-from .budget import PRIVATE_STAGES, STAGES, budget_metadata, ledger_metadata, private_stage
+from .budget import (PRIVATE_STAGES, STAGES, budget_metadata, family_run_plan, ledger_metadata,
+                     private_stage)
 from .checks.asset_checks import check_synthetic, synthetic_check_specs
 from .core import generate
 from .core import stages
 from .core.generate import multiprocess
 from .core.config import PublicListError, with_public_categories
-from .core.sql import sql
+from .core.relational import bounded_children_sql, parents_sql, unique_parents_sql
+from .core.sql import ident, qualified, sql
 from .core.synthesize import write_synthetic
 from .infra.public_lists import read_public_lists
 from .dataset_context import PRIVATE, PUBLIC, DatasetContext, Stage, StageFunction, bind
+from .family_assets import child_synthetic, family_checks, parent_synthetic
 from .model import build_model_asset, fit_model, model_spec
 from .private_log import append_private_note, private_log_path, private_step
 from .source_access import source_connection, source_version
 from .writes import check_writes, warehouse_writes
+
+
+# ------------------------------------------------------------------ a family's wiring
+
+
+@contextmanager
+def dataset_source(ctx: DatasetContext, warehouse: WarehouseResource):
+    """`source_connection` of the dataset; in a family (docs/relational.md), with the family's
+    private views made first (the bounded child view, then the family view over it,
+    `core.relational`), over one parent row per key (`unique_parents_sql`: a duplicated key
+    is never refused, so the keys' uniqueness decides nothing public)."""
+    rel = ctx.relation
+    with source_connection(warehouse, ctx.spec, ctx.dataset) as con:
+        if rel is not None:
+            parent, child = rel.sources[rel.parent], rel.sources[rel.child]
+            con.execute(sql("create_schema", schema=qualified(rel.family_view.split(".")[0])))
+            parents = qualified(rel.parents_view)
+            con.execute(unique_parents_sql(qualified(parent.source.table), rel.spec.key,
+                                           child.seed or 0, rel.parents_view))
+            con.execute(bounded_children_sql(
+                qualified(child.source.table), parents, rel.spec.foreign_key, rel.spec.key,
+                rel.spec.max_children, child.seed or 0, rel.bounded_view, list(rel.joined)))
+            con.execute(parents_sql(parents, rel.spec.foreign_key, rel.spec.key,
+                                    rel.family_view, rel.bounded_view))
+        yield con
+
+
+@contextmanager
+def spending(ctx: DatasetContext, context, led, stage: str):
+    """`private_stage` of the dataset's stage, charged through `ctx.charge`: in a family under
+    its parent's ledger entry, reserving for both sides' private stages of the run
+    (`family_run_plan`) and charging what `ctx.ledger_budget` says."""
+    rel = ctx.relation
+    plan = None
+    if rel is not None:
+        plan = family_run_plan(context, [
+            (n, functools.partial(ctx.names.key, n), rel.ledger_budgets[n])
+            for n in (rel.parent, rel.child)], ctx.dataset, stage)
+    with private_stage(context, led, ctx.ledger_dataset, stage, ctx.ledger_budget,
+                       plan) as found:
+        charge = found.charge
+        if rel is not None:  # each charge says which table of the family it is for
+            charge = functools.partial(found.charge, table=ctx.dataset)
+        yield SimpleNamespace(charge=ctx.charge(charge))
+
+
+def spent_metadata(ctx: DatasetContext, led, run_id: str) -> dict:
+    """`ledger_metadata` of the dataset's ledger entry (its family's, against the family's
+    budget, in a relation)."""
+    return ledger_metadata(led, ctx.ledger_dataset, ctx.unit_budget, run_id)
 
 
 # ------------------------------------------------------------------ the stage functions
@@ -46,7 +101,8 @@ from .writes import check_writes, warehouse_writes
 def observe_source(ctx: DatasetContext, context: dg.OpExecutionContext,
                    warehouse: WarehouseResource) -> dg.DataVersion:
     """The observation of the `source` asset: the source's public version id."""
-    return dg.DataVersion(source_version(warehouse, ctx.spec, ctx.dataset))
+    spec = ctx.relation.sources[ctx.dataset] if ctx.relation is not None else ctx.spec
+    return dg.DataVersion(source_version(warehouse, spec, ctx.dataset))
 
 
 def preprocessed(ctx: DatasetContext, context: dg.AssetExecutionContext,
@@ -59,12 +115,12 @@ def preprocessed(ctx: DatasetContext, context: dg.AssetExecutionContext,
                  len(ctx.spec.columns))
     lists = read_lists(warehouse, ctx.spec)  # before anything is charged
     with holding(context, warehouse, dataset, "preprocessed", ctx.names), \
-            private_stage(context, led, dataset, "preprocessed", budget) as stage:
+            spending(ctx, context, led, "preprocessed") as stage:
         def note(fallbacks):  # what the values did: the owner's log, on every run
             append_private_note(private_log_path(warehouse, dataset), dataset,
                                 "preprocessed", context.run_id, fallbacks.report())
 
-        with source_connection(warehouse, ctx.spec, dataset) as con:
+        with dataset_source(ctx, warehouse) as con:
             plan = stages.preprocess(con, ctx.spec, dataset, Path(warehouse.base_dir), ctx.view,
                                      budget, stage.charge, note, log=context.log.info,
                                      public_lists=lists)
@@ -77,7 +133,7 @@ def preprocessed(ctx: DatasetContext, context: dg.AssetExecutionContext,
         **({"categories_from": dg.MetadataValue.json(
             {e.column: e.categories_from for e in plan.encodings if e.categories_from})}
            if lists else {}),
-        **(ledger_metadata(led, dataset, budget, context.run_id) if budget.preprocess else {}),
+        **(spent_metadata(ctx, led, context.run_id) if budget.preprocess else {}),
     })
 
 
@@ -114,8 +170,8 @@ def marginals(ctx: DatasetContext, context: dg.AssetExecutionContext,
                  len(spec.columns))
     with holding(context, warehouse, dataset, "marginals", ctx.names):
         plan = artifacts(warehouse, dataset, context).plan_for(spec)
-        with private_stage(context, ledger.ledger(), dataset, "marginals", ctx.budget), \
-                source_connection(warehouse, spec, dataset) as con:
+        with spending(ctx, context, ledger.ledger(), "marginals"), \
+                dataset_source(ctx, warehouse) as con:
             counted = stages.marginals(con, spec.method, spec.selection, plan, ctx.view,
                                        ctx.table, log=context.log.info)
     # no wall time: the scan's duration depends on the private rows
@@ -135,8 +191,8 @@ def selection(ctx: DatasetContext, context: dg.AssetExecutionContext,
     with holding(context, warehouse, dataset, "selection", ctx.names):
         store = artifacts(warehouse, dataset, context)
         plan = store.plan_for(spec)
-        with private_stage(context, led, dataset, "selection", budget) as stage:
-            with source_connection(warehouse, spec, dataset) as con:
+        with spending(ctx, context, led, "selection") as stage:
+            with dataset_source(ctx, warehouse) as con:
                 oracle = stages.oracle(con, plan, ctx.view, ctx.table)
                 result = stages.select(spec.method, spec.selection, plan, oracle, budget,
                                        logged_charge(context, stage.charge, spec.method),
@@ -154,7 +210,7 @@ def selection(ctx: DatasetContext, context: dg.AssetExecutionContext,
         "rounds": dg.MetadataValue.json(result.details.get("rounds", [])),
         "marginals_on_demand": dg.MetadataValue.json([list(c) for c in oracle.on_demand]),
         "path": dg.MetadataValue.path(path),
-        **ledger_metadata(led, dataset, budget, context.run_id),
+        **spent_metadata(ctx, led, context.run_id),
     })
 
 
@@ -165,7 +221,7 @@ def measurements(ctx: DatasetContext, context: dg.AssetExecutionContext,
     dataset, spec, budget = ctx.dataset, ctx.spec, ctx.budget
 
     def exact(cliques):  # the source is opened only when something is left to measure
-        with source_connection(warehouse, spec, dataset) as con:
+        with dataset_source(ctx, warehouse) as con:
             return stages.oracle(con, plan, ctx.view, ctx.table)(cliques)
 
     led = ledger.ledger()
@@ -174,7 +230,7 @@ def measurements(ctx: DatasetContext, context: dg.AssetExecutionContext,
     with holding(context, warehouse, dataset, "measurements", ctx.names):
         store = artifacts(warehouse, dataset, context)
         plan = store.plan_for(spec)
-        with private_stage(context, led, dataset, "measurements", budget) as stage:
+        with spending(ctx, context, led, "measurements") as stage:
             chosen = store.selection()
             store.require_consistent("selection")
             found = stages.measure(plan, chosen, exact, budget, stage.charge)
@@ -185,7 +241,7 @@ def measurements(ctx: DatasetContext, context: dg.AssetExecutionContext,
                                          "rho": m.rho} for m in found.measurements]),
         "noisy_total": dg.MetadataValue.float(round(found.noisy_total, 1)),
         "path": dg.MetadataValue.path(path),
-        **ledger_metadata(led, dataset, budget, context.run_id),
+        **spent_metadata(ctx, led, context.run_id),
     })
 
 
@@ -271,7 +327,7 @@ RUN: dict[str, StageFunction] = {
 # the AssetSpec of each stage, from the dataset's context
 SPEC: dict[str, Callable[[DatasetContext], dg.AssetSpec]] = {
     "preprocessed": lambda ctx: ctx.asset_spec(
-        "preprocessed", PRIVATE, deps=[ctx.upstream, *public_list_assets(ctx.spec)],
+        "preprocessed", PRIVATE, deps=[*family_sources(ctx), *public_list_assets(ctx.spec)],
         kinds={ctx.spec.engine.type},
         description="Public encoding plan and the encoded view (private)."),
     "marginals": lambda ctx: ctx.asset_spec(
@@ -285,15 +341,34 @@ SPEC: dict[str, Callable[[DatasetContext], dg.AssetSpec]] = {
         description="Noisy marginals after consistency: the privacy boundary."),
     "model": model_spec,
     "synthetic": lambda ctx: ctx.asset_spec(
-        "synthetic", PUBLIC, deps=[ctx.key("model")], kinds={"duckdb", "parquet"},
+        "synthetic", PUBLIC, deps=[ctx.key("model"), *parent_synthetic_key(ctx)],
+        kinds={"duckdb", "parquet"},
         description=f"The synthetic table {ctx.synthetic} and its Parquet copy."),
 }
+
+
+def family_sources(ctx: DatasetContext) -> list[dg.AssetKey]:
+    """What the first stage reads: the dataset's source, and in a family both datasets' (the
+    family's views join the two tables)."""
+    if ctx.relation is None:
+        return [ctx.upstream]
+    return list(dict.fromkeys([ctx.upstream, *ctx.relation.upstreams.values()]))
+
+
+def parent_synthetic_key(ctx: DatasetContext) -> list[dg.AssetKey]:
+    """A child's synthetic stage draws from its parent's synthetic rows: that asset's key."""
+    rel = ctx.relation
+    if rel is None or rel.role(ctx.dataset) == "parent":
+        return []
+    return [ctx.names.key(rel.parent, "synthetic")]
 
 
 def checks(ctx: DatasetContext, stage: str) -> tuple:
     """The check specs of a stage's asset and the function that runs them (`Stage`)."""
     if stage != "synthetic":
         return ()
+    if ctx.relation is not None:  # a family's tables: checks of their own (family_assets.py)
+        return family_checks(ctx)
     return (tuple(synthetic_check_specs(ctx.dataset, ctx.names)),
             functools.partial(check_synthetic, ctx))
 
@@ -324,7 +399,11 @@ def build_dataset_assets(ctx: DatasetContext, extra: Sequence[Stage] = ()) -> li
     stages after it. With a `source.asset`, the first stage depends on the host's asset and
     there is no `source` asset."""
     spec = ctx.spec
-    chain = [Stage(SPEC[s](ctx), bind(ctx, s, RUN[s], private=s in PRIVATE_STAGES),
+    run = dict(RUN)
+    if ctx.relation is not None:  # a family's synthetic stages (family_assets.py)
+        run["synthetic"] = (parent_synthetic if ctx.relation.role(ctx.dataset) == "parent"
+                            else child_synthetic)
+    chain = [Stage(SPEC[s](ctx), bind(ctx, s, run[s], private=s in PRIVATE_STAGES),
                    *checks(ctx, s)) for s in STAGES] + list(extra)
     first = [] if spec.source.asset is not None else [source_asset(ctx)]
     if not multiprocess(spec.generator, spec.model):

@@ -23,13 +23,15 @@ from .core import family, stages
 from .core.budget import DatasetBudget
 from .core.config import ParentSpec
 from .core.privacy import epsilon_from_rho
-from .core.relational import CHILDREN, PARENT_PREFIX, bounded_children_sql, parents_sql
+from .core.relational import (CHILDREN, PARENT_PREFIX, bounded_children_sql, parents_sql,
+                              unique_parents_sql)
 from .core.sql import ident, sql
 from .core.synthesize import decode_typed
 
 # the names the frames and the relation's views get inside the fit's own DuckDB
 PARENTS_SOURCE, CHILDREN_SOURCE = "dp_synth_parents_source", "dp_synth_children_source"
 FAMILY_VIEW, BOUNDED_VIEW = "dp_synth_family", "dp_synth_bounded"
+PARENTS_VIEW = "dp_synth_unique_parents"
 
 
 class FamilySide:
@@ -43,11 +45,9 @@ class FamilySide:
     def stage(self, name: str):
         charge = self.accountant.stage(name)
 
-        def side(spend, **params) -> None:
-            if self.max_children > 1:
-                spend = family.family_spend(spend, self.max_children)
+        def tagged(spend, **params) -> None:
             charge(spend, table=self.table, **params)
-        return side
+        return family.side_charge(tagged, self.max_children)
 
 
 class RelationalSynthesizer:
@@ -57,7 +57,7 @@ class RelationalSynthesizer:
     Args:
         parent_columns: the parent's `columns:` block (never its key).
         child_columns: the child's `columns:` block (never its foreign key).
-        key: the parent's key column (unique).
+        key: the parent's key column (one row per key is kept: `unique_parents_sql`).
         foreign_key: the child's column holding its parent's key.
         max_children: the public bound on the children kept per parent (1..10000); children
             beyond it are dropped by a rule that never reads their values.
@@ -141,8 +141,8 @@ class RelationalSynthesizer:
 
         Raises:
             SpecError: a key column is missing, a frame is of no kind it reads, the parents
-                have a `children` column, or the parent keys are not unique (or NULL);
-                nothing is spent.
+                have a `children` column; nothing is spent. Parent rows that share a key are
+                one family's: one of them is kept (`unique_parents_sql`), never refused.
             BudgetExceeded: the ledger cannot cover the family's run; nothing is read or spent.
         """
         rel = self.relation
@@ -151,10 +151,12 @@ class RelationalSynthesizer:
             _register(con, PARENTS_SOURCE, parents, "parents")
             _register(con, CHILDREN_SOURCE, children, "children")
             self._check_frames(con)
+            con.execute(unique_parents_sql(ident(PARENTS_SOURCE), rel.key, self.seed or 0,
+                                           PARENTS_VIEW))
             con.execute(bounded_children_sql(
-                ident(CHILDREN_SOURCE), ident(PARENTS_SOURCE), rel.foreign_key, rel.key,
+                ident(CHILDREN_SOURCE), ident(PARENTS_VIEW), rel.foreign_key, rel.key,
                 rel.max_children, self.seed or 0, BOUNDED_VIEW, self.joined))
-            con.execute(parents_sql(ident(PARENTS_SOURCE), rel.foreign_key, rel.key,
+            con.execute(parents_sql(ident(PARENTS_VIEW), rel.foreign_key, rel.key,
                                     FAMILY_VIEW, BOUNDED_VIEW))
             found = self._spend(con)
         finally:
@@ -185,16 +187,6 @@ class RelationalSynthesizer:
         if problems:
             raise SpecError("RelationalSynthesizer.fit: " + "\n  ".join(problems))
 
-    def _check_keys(self, con: duckdb.DuckDBPyConnection) -> None:
-        """Refuse parents whose key is not a primary key: a private read, made under the
-        reservation and before any charge (whether the keys are unique is all it tells)."""
-        key = self.relation.key
-        if con.execute(sql("relational_key_duplicates", key=ident(key),
-                           parents=ident(PARENTS_SOURCE))).fetchone()[0]:
-            raise SpecError(f"RelationalSynthesizer.fit: argument 'parents': the key column "
-                            f"{key!r} is not unique (or holds NULL); a parent key identifies "
-                            "one parent: deduplicate the parents first")
-
     def _spend(self, con: duckdb.DuckDBPyConnection) -> list[tuple]:
         """The private stages of both tables under one reservation of the family's run rho;
         each side's (plan, selection, measurements)."""
@@ -214,7 +206,6 @@ class RelationalSynthesizer:
         reason = "failed"
         found = []
         try:
-            self._check_keys(con)
             for synth, view, side, budget in sides:
                 with private_run(synth.spec, budget, view, con, None, side,
                                  self.dataset) as run:

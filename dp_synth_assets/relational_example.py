@@ -82,3 +82,23 @@ def write_relational_example(database: str | Path, customers: int = DEFAULT_CUST
             con.execute(sql("write_table", table=qualified(table), relation=ident(frame)))
     finally:
         con.close()
+
+
+def write_relational_project(folder: str | Path, customers: int = DEFAULT_CUSTOMERS,
+                             seed: int = DEFAULT_SEED) -> Path:
+    """The example as a project folder: `warehouse.duckdb` (both tables) and `datasets.yaml`
+    (`RELATIONAL_DATASETS`); returns the datasets file. `make run-relational` points the
+    repository's definitions.py at it (DP_SYNTH_DATASETS, DP_SYNTH_WAREHOUSE)."""
+    import yaml
+
+    folder = Path(folder)
+    write_relational_example(folder / "warehouse.duckdb", customers, seed)
+    datasets = folder / "datasets.yaml"
+    datasets.write_text(yaml.safe_dump({"datasets": RELATIONAL_DATASETS}, sort_keys=False))
+    return datasets
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(f"wrote {write_relational_project(sys.argv[1] if len(sys.argv) > 1 else 'data/relational')}")

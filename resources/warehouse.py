@@ -8,11 +8,8 @@ warehouse is never created by a read-only connection nor with `create=False`; a 
 cannot open raises a `WarehouseError` naming the file and the fix. The private and public zones
 it holds (tables, `private_dir`, `public_dir`, object-store URLs): docs/where-data-lives.md.
 
-Every connection gets DuckDB's `memory_limit` (`memory_limit`, else DP_SYNTH_DUCKDB_MEMORY_LIMIT,
-else `DEFAULT_MEMORY_LIMIT`): DuckDB's own default is 80% of the machine's memory, which a
-container shares with the run's Python, and its buffer pool grows with the table it scans;
-above the limit DuckDB evicts and spills to the database's temporary folder instead
-(docs/deploy.md, "How large a table")."""
+A connection gets the DuckDB `memory_limit` the deployment sets (`duckdb_memory_limit`;
+docs/deploy.md, "How large a table")."""
 
 import os
 import re
@@ -35,7 +32,6 @@ class WarehouseError(SourceError):
 
 HOLDER = re.compile(r"PID (\d+)")
 MEMORY_LIMIT_ENV = "DP_SYNTH_DUCKDB_MEMORY_LIMIT"
-DEFAULT_MEMORY_LIMIT = "1GB"
 
 
 def _holder(message: str) -> str:
@@ -64,12 +60,15 @@ class WarehouseResource(dg.ConfigurableResource):
     # secret store fills in a container; unset or empty: a file in the private zone
     change_secret_env: str | None = "DP_SYNTH_CHANGE_SECRET"
     # DuckDB's memory_limit for every connection ("2GB", "75%"); None: the environment
-    # variable MEMORY_LIMIT_ENV, else DEFAULT_MEMORY_LIMIT (module doc)
+    # variable MEMORY_LIMIT_ENV, else DuckDB's own default
     memory_limit: str | None = None
 
-    def duckdb_memory_limit(self) -> str:
-        """The `memory_limit` every connection opens with (module doc)."""
-        return self.memory_limit or os.environ.get(MEMORY_LIMIT_ENV) or DEFAULT_MEMORY_LIMIT
+    def duckdb_memory_limit(self) -> str | None:
+        """DuckDB's `memory_limit` for every connection: the field, else the environment
+        variable MEMORY_LIMIT_ENV, else None (DuckDB's own default, 80% of the machine). Its
+        buffer pool grows with the table scanned, so a container shared with the run's Python
+        may want less; too little fails the queries that cannot spill (docs/deploy.md)."""
+        return self.memory_limit or os.environ.get(MEMORY_LIMIT_ENV) or None
 
     @contextmanager
     def connect(self, read_only: bool = False, lock_timeout_seconds: float | None = None,
@@ -90,8 +89,9 @@ class WarehouseResource(dg.ConfigurableResource):
         reported = started
         while True:
             try:
+                limit = self.duckdb_memory_limit()
                 con = duckdb.connect(self.database, read_only=read_only,
-                                     config={"memory_limit": self.duckdb_memory_limit()})
+                                     config={"memory_limit": limit} if limit else {})
                 break
             except (duckdb.InvalidInputException, duckdb.ParserException) as e:
                 raise WarehouseError(

@@ -82,15 +82,97 @@ def test_grandchildren_and_cycles_are_refused(tmp_path):
     assert "its own parent" in msg
 
 
-def test_the_pipeline_refuses_a_child_dataset_until_it_charges_families(tmp_path):
-    """A child run through the single-table stages would count each child row as its own unit
-    (d_in = 1): the definitions refuse it, naming the entry, and build nothing."""
+def test_the_definitions_put_a_family_in_one_lineage(tmp_path):
+    """A child's first stage reads both sources (the family's views join them), its synthetic
+    stage reads the parent's synthetic rows, and the family's checks are on the child's
+    synthetic asset; the parent's stages see its `children` attribute."""
+    import dagster as dg
+
     from dp_synth_assets.definitions import build_definitions
     path, _ = load(tmp_path, {"customers": entry("customers", CUSTOMERS),
                               "orders": entry("orders", ORDERS, RELATION)})
+    defs = build_definitions(path, tmp_path / "w.duckdb", tmp_path / "ledger.sqlite",
+                             tmp_path / "public")
+    graph = defs.resolve_asset_graph()
+    key = dg.AssetKey
+    assert graph.get(key(["orders", "preprocessed"])).parent_keys >= {
+        key(["orders", "source"]), key(["customers", "source"])}
+    assert graph.get(key(["customers", "preprocessed"])).parent_keys >= {
+        key(["orders", "source"]), key(["customers", "source"])}
+    assert key(["customers", "synthetic"]) in graph.get(key(["orders", "synthetic"])).parent_keys
+    checks = {(c.asset_key.path[0], c.name) for c in graph.asset_check_keys}
+    assert {("orders", "referential_integrity"), ("orders", "children_per_parent")} <= checks
+    assert not any(d == "customers" for d, _ in checks)
+    assert not (tmp_path / "ledger.sqlite").exists()
+
+
+@pytest.mark.parametrize("change, said", [
+    ({"privacy": {"epsilon": 2.0, "delta": 1e-6, "limit": {"epsilon": 4.0, "delta": 1e-5}}},
+     "copy the `privacy:` block of 'customers'"),
+    ({"source": {"parquet": "orders.parquet"}}, "reads a `table:` source"),
+    ({"columns": {**ORDERS, "channel": {"kind": "categorical"}}}, "declare `categories:`"),
+    ({"report": {}}, "remove `report:`"),
+    ({"rows": 100}, "remove `rows:` (set it on the parent 'customers')"),
+])
+def test_the_pipeline_refuses_a_family_it_cannot_run(tmp_path, change, said):
+    """A child with a budget of its own, or a source the family's views cannot join in the
+    warehouse: refused when the definitions load, naming the entry and the fix."""
+    from dp_synth_assets.definitions import build_definitions
+    path, _ = load(tmp_path, {"customers": entry("customers", CUSTOMERS),
+                              "orders": {**entry("orders", ORDERS, RELATION), **change}})
     with pytest.raises(RegistryError) as e:
         build_definitions(path, tmp_path / "w.duckdb", tmp_path / "ledger.sqlite",
                           tmp_path / "public")
     assert "dataset 'orders' in" in str(e.value) and "datasets.yaml" in str(e.value)
-    assert "remove `parent:`" in str(e.value)
+    assert said in str(e.value)
     assert not (tmp_path / "ledger.sqlite").exists()
+
+
+def test_a_component_builds_a_family_and_refuses_naming_its_defs_yaml(tmp_path):
+    """The Component takes the same `parent:` entries: its definitions hold the family's
+    lineage, and a family it cannot run is refused naming the component's defs.yaml."""
+    import dagster as dg
+
+    from tests.test_component import dg_project, load_failure, write_instance
+
+    sandbox = dg_project(tmp_path / "ok")
+    write_instance(sandbox, {"warehouse": "w.duckdb", "ledger": "l.sqlite",
+                             "public_dir": "public",
+                             "datasets": {"customers": entry("customers", CUSTOMERS),
+                                          "orders": entry("orders", ORDERS, RELATION)}})
+    with sandbox.build_component_tree() as tree:
+        graph = tree.build_defs().resolve_asset_graph()
+    assert dg.AssetKey(["customers", "synthetic"]) in graph.get(
+        dg.AssetKey(["orders", "synthetic"])).parent_keys
+    sandbox = dg_project(tmp_path / "bad")
+    folder = write_instance(sandbox, {
+        "warehouse": "w.duckdb", "ledger": "l.sqlite", "public_dir": "public",
+        "datasets": {"customers": entry("customers", CUSTOMERS),
+                     "orders": {**entry("orders", ORDERS, RELATION),
+                                "source": {"parquet": "orders.parquet"}}}})
+    text = load_failure(sandbox)
+    assert "reads a `table:` source" in text and str(folder / "defs.yaml") in text
+
+
+def test_the_relational_example_project_loads_as_one_family(tmp_path):
+    """`python -m dp_synth_assets.relational_example <folder>` (what `make run-relational`
+    runs) writes both tables and a datasets.yaml that the repository's definitions load as a
+    parent and a child in one lineage."""
+    import dagster as dg
+    import duckdb
+
+    from dp_synth_assets.definitions import build_definitions
+    from dp_synth_assets.relational_example import write_relational_project
+
+    datasets = write_relational_project(tmp_path, customers=50)
+    con = duckdb.connect(str(tmp_path / "warehouse.duckdb"), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM main.customers").fetchone()[0] == 50
+        assert con.execute("SELECT count(*) FROM main.orders").fetchone()[0] > 0
+    finally:
+        con.close()
+    defs = build_definitions(datasets, tmp_path / "warehouse.duckdb", tmp_path / "ledger.sqlite",
+                             tmp_path / "public")
+    graph = defs.resolve_asset_graph()
+    child = dg.AssetKey(["orders", "synthetic"])
+    assert dg.AssetKey(["customers", "synthetic"]) in graph.get(child).parent_keys

@@ -93,6 +93,29 @@ def family_spend(spend: Spend, max_children: int) -> Spend:
     return replace(spend, rho=spend.rho * d_in ** 2, sensitivity=spend.sensitivity * d_in)
 
 
+def side_charge(charge: Callable, max_children: int = 1) -> Callable:
+    """`charge(spend, **params)` for one side of a family: on the child side (`max_children` > 1)
+    each spend is charged its map at d_in = `max_children` (`family_spend`), on the parent
+    side as it is. Both the notebook (`relational_api.FamilySide`) and the Dagster stages
+    charge through it."""
+    if max_children <= 1:
+        return charge
+
+    def child(spend: Spend, **params) -> None:
+        charge(family_spend(spend, max_children), **params)
+    return child
+
+
+def ledger_budget(family: DatasetBudget, side: DatasetBudget, share: float,
+                  max_children: int = 1) -> DatasetBudget:
+    """What one side's stages reserve and charge in a ledger: `split_budget` at d_in = 1
+    (its mechanisms, calibrated on `split_budget(..., max_children)`, are charged their map at
+    `max_children` by `family_spend`, which is exactly this). The family's extra delta stays on
+    the parent side."""
+    found = split_budget(family, side, share)
+    return found if max_children <= 1 else replace(found, run_delta_extra=0.0)
+
+
 def draw_children(parents: Mapping[str, np.ndarray], counts: np.ndarray,
                   join: Sequence[tuple[str, str]], sizes: Sequence[int],
                   draw: Callable[[int, int], Mapping[str, np.ndarray]],

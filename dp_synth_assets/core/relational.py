@@ -17,7 +17,7 @@ from opendp.metrics import symmetric_distance
 from opendp.transformations import make_count_by_categories
 
 from .opendp_api import dp
-from .sql import ident, literal, sql
+from .sql import ident, literal, qualified, sql
 
 # the parent attribute that holds its bounded children count, on the public domain
 # 0..max_children
@@ -86,6 +86,17 @@ def family_sensitivity(max_children: int) -> int:
     return int(count.map(int(max_children)))
 
 
+def unique_parents_sql(parents: str, key: str, seed: int, view: str) -> str:
+    """The statement that creates `view`: one row of relation `parents` per non-NULL `key` (the
+    rows sharing a key are one family's; which one is kept depends only on the public `seed`, the
+    key and the rows' order in storage, never on their values: sql/relational_unique_parents.sql).
+    A duplicated or missing key is never refused, so whether a source's keys are unique decides
+    nothing public, not even whether a run succeeds. The other statements read this view as
+    their `parents`."""
+    return sql("relational_unique_parents", view=qualified(view), parents=parents,
+               key=ident(key), seed=literal(str(int(seed))))
+
+
 def bounded_children_sql(children: str, parents: str, foreign_key: str, key: str,
                          max_children: int, seed: int, view: str,
                          parent_columns: list[str]) -> str:
@@ -96,10 +107,10 @@ def bounded_children_sql(children: str, parents: str, foreign_key: str, key: str
     each child's position within its family in storage order, never on a child's values
     (sql/relational_children.sql). The foreign key column is carried, to count each parent's
     children (`parents_sql`); it is never measured. `children` and `parents` are quoted relation
-    names (`sql.qualified`). The parent key must be unique (a primary key)."""
+    names (`sql.qualified`); `parents` is the view `unique_parents_sql` makes (one row per key)."""
     parent_cols = "".join(f", p.{ident(c)} AS {ident(PARENT_PREFIX + c)}"
                           for c in parent_columns)
-    return sql("relational_children", view=ident(view), children=children, parents=parents,
+    return sql("relational_children", view=qualified(view), children=children, parents=parents,
                fk=ident(foreign_key), key=ident(key), max_children=int(max_children),
                seed=literal(str(int(seed))), parent_columns=parent_cols)
 
@@ -108,5 +119,6 @@ def parents_sql(parents: str, foreign_key: str, key: str, view: str, bounded: st
     """The statement that creates `view`: every parent row of `parents` with its bounded children
     count (`children`, 0..max_children) from the bounded child view `bounded` (made by
     `bounded_children_sql`). The key column is carried for joining only; it is never measured."""
-    return sql("relational_parents", view=ident(view), parents=parents, bounded=ident(bounded),
+    return sql("relational_parents", view=qualified(view), parents=parents,
+               bounded=qualified(bounded),
                fk=ident(foreign_key), key=ident(key), children_column=ident(CHILDREN))
