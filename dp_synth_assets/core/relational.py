@@ -93,8 +93,15 @@ def unique_parents_sql(parents: str, key: str, seed: int, view: str) -> str:
     A duplicated or missing key is never refused, so whether a source's keys are unique decides
     nothing public, not even whether a run succeeds. The other statements read this view as
     their `parents`."""
-    return sql("relational_unique_parents", view=qualified(view), parents=parents,
-               key=ident(key), seed=literal(str(int(seed))))
+    return sql("relational_unique_parents", view=qualified(view),
+               drawn=_drawn(parents, key, seed, 1))
+
+
+def _drawn(rows: str, group: str, seed: int, bound: int) -> str:
+    """The query of at most `bound` rows of `rows` per value of `group`, drawn by the public
+    `seed` and the rows' order within their group (sql/relational_draw.sql)."""
+    return sql("relational_draw", rows=rows, group=ident(group), seed=literal(str(int(seed))),
+               bound=int(bound))
 
 
 def bounded_children_sql(children: str, parents: str, foreign_key: str, key: str,
@@ -110,9 +117,10 @@ def bounded_children_sql(children: str, parents: str, foreign_key: str, key: str
     names (`sql.qualified`); `parents` is the view `unique_parents_sql` makes (one row per key)."""
     parent_cols = "".join(f", p.{ident(c)} AS {ident(PARENT_PREFIX + c)}"
                           for c in parent_columns)
-    return sql("relational_children", view=qualified(view), children=children, parents=parents,
+    return sql("relational_children", view=qualified(view), parents=parents,
+               drawn=_drawn(children, foreign_key, seed, max_children),
                fk=ident(foreign_key), key=ident(key), max_children=int(max_children),
-               seed=literal(str(int(seed))), parent_columns=parent_cols)
+               parent_columns=parent_cols)
 
 
 def parents_sql(parents: str, foreign_key: str, key: str, view: str, bounded: str) -> str:
