@@ -23,7 +23,7 @@ from dp_synth_assets.resources.warehouse import WarehouseResource
 from .artifacts import artifacts, holding
 from .core import family, stages
 from .core.relational import CHILDREN, PARENT_PREFIX
-from .core.sql import literal, qualified, sql
+from .core.sql import ident, literal, qualified, sql
 from .core.synthesize import STAMP, decode_typed
 from .dataset_context import DatasetContext
 from .infra.store import PARQUET
@@ -125,8 +125,9 @@ def child_synthetic(ctx: DatasetContext, context, warehouse: WarehouseResource,
                 pq.write_table(children, str(path))
             # each table stamped with the run whose set holds its Parquet (the parent's may be
             # an earlier run's): what `infra.store.reconcile_synthetic` compares
-            publish_family(con, {rel.parent: str(parents.path(PARQUET)),
-                                 rel.child: str(store.path(PARQUET))},
+            with parents.path(PARQUET).open("rb") as f:  # a file or an object-store URL
+                parent_rows = pq.read_table(f)
+            publish_family(con, {rel.parent: parent_rows, rel.child: children},
                            {rel.parent: f"synthetic.{rel.parent}", rel.child: ctx.synthetic},
                            {rel.parent: parents.set_run or context.run_id,
                             rel.child: context.run_id})
@@ -188,22 +189,28 @@ def check_family(ctx: DatasetContext, context, warehouse: WarehouseResource):
                       for k, v in r.metadata.items()})
 
 
-def publish_family(con, parquet: dict[str, str], tables: dict[str, str],
-                   stamps: dict[str, str]) -> None:
-    """Replace each table of `tables` (dataset -> `schema.name`) by its Parquet copy
-    (`parquet`, dataset -> path), stamped with its run id (`stamps`), in ONE transaction: a
-    reader sees every old table or every new one, never a mix; a failure leaves the old ones."""
+def publish_family(con, rows: dict, tables: dict[str, str], stamps: dict[str, str]) -> None:
+    """Replace each table of `tables` (dataset -> `schema.name`) by its rows (`rows`, dataset ->
+    an Arrow table or record batch reader: what its run's Parquet copy holds), stamped with its
+    run id (`stamps`), in ONE transaction: a reader sees every old table or every new one, never
+    a mix; a failure leaves the old ones."""
+    relations = {dataset: f"{FAMILY_RELATION}_{i}" for i, dataset in enumerate(tables)}
     for table in tables.values():
         con.execute(sql("create_schema", schema=qualified(table.rsplit(".", 1)[0])))
-    con.execute("BEGIN TRANSACTION")
+    for dataset, relation in relations.items():
+        con.register(relation, rows[dataset])
     try:
-        for dataset, table in tables.items():
-            con.execute(sql("publish_parquet", table=qualified(table),
-                            path=literal(parquet[dataset])))
-            con.execute(sql("comment_table", table=qualified(table),
-                            comment=literal(STAMP + stamps[dataset])))
-        con.execute("COMMIT")
-    except BaseException:
-        con.execute("ROLLBACK")
-        raise
-
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for dataset, table in tables.items():
+                con.execute(sql("write_table", table=qualified(table),
+                                relation=ident(relations[dataset])))
+                con.execute(sql("comment_table", table=qualified(table),
+                                comment=literal(STAMP + stamps[dataset])))
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+    finally:  # outside the transaction: an aborted one refuses even this
+        for relation in relations.values():
+            con.unregister(relation)

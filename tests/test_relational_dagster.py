@@ -164,32 +164,39 @@ def test_a_child_run_charges_the_parent_entry(run, tmp_path):
 
 def test_both_tables_are_published_together_or_not_at_all(tmp_path):
     """`publish_family` replaces the parent's and the child's tables in one transaction: a failure
-    on the second table (its Parquet is missing) leaves both old tables, stamps included."""
+    while the second table is written (its rows' reader breaks: an injected fault) leaves both
+    old tables, stamps included."""
+    import pyarrow as pa
+
     from dp_synth_assets.family_assets import publish_family
+
+    def rows(value):
+        return pa.table({"v": [value]})
+
+    def broken():
+        yield pa.record_batch({"v": [9]})
+        raise OSError("injected: the rows cannot be read")
 
     con = duckdb.connect(str(tmp_path / "w.duckdb"))
     try:
-        for name, value in (("p_old", 1), ("c_old", 2), ("p_new", 3), ("c_new", 4)):
-            con.execute(f"COPY (SELECT {value} AS v) TO '{tmp_path / name}.parquet' (FORMAT parquet)")
         tables = {"customers": "synthetic.customers", "orders": "synthetic.orders"}
 
         def state():
-            return [con.execute(f"SELECT v FROM {t}").fetchone()[0] for t in tables.values()] + [
+            return [con.execute(f"SELECT max(v) FROM {t}").fetchone()[0]
+                    for t in tables.values()] + [
                 con.execute("SELECT comment FROM duckdb_tables() WHERE table_name = ?",
                             [t.split(".")[1]]).fetchone()[0] for t in tables.values()]
 
-        publish_family(con, {"customers": str(tmp_path / "p_old.parquet"),
-                             "orders": str(tmp_path / "c_old.parquet")}, tables,
+        publish_family(con, {"customers": rows(1), "orders": rows(2)}, tables,
                        {"customers": "run-1", "orders": "run-1"})
         old = state()
         assert old[:2] == [1, 2] and all("run-1" in c for c in old[2:])
-        with pytest.raises(duckdb.Error):
-            publish_family(con, {"customers": str(tmp_path / "p_new.parquet"),
-                                 "orders": str(tmp_path / "missing.parquet")}, tables,
+        reader = pa.RecordBatchReader.from_batches(pa.schema({"v": pa.int64()}), broken())
+        with pytest.raises(Exception, match="injected"):
+            publish_family(con, {"customers": rows(3), "orders": reader}, tables,
                            {"customers": "run-2", "orders": "run-2"})
         assert state() == old
-        publish_family(con, {"customers": str(tmp_path / "p_new.parquet"),
-                             "orders": str(tmp_path / "c_new.parquet")}, tables,
+        publish_family(con, {"customers": rows(3), "orders": rows(4)}, tables,
                        {"customers": "run-3", "orders": "run-3"})
         assert state()[:2] == [3, 4] and all("run-3" in c for c in state()[2:])
     finally:
