@@ -349,10 +349,15 @@ SPEC: dict[str, Callable[[DatasetContext], dg.AssetSpec]] = {
 
 def family_sources(ctx: DatasetContext) -> list[dg.AssetKey]:
     """What the first stage reads: the dataset's source, and in a family both datasets' (the
-    family's views join the two tables)."""
+    family's views join the two tables). A child's private stages also come after its
+    parent's `measurements`: the family's run holds one reservation, released by the last
+    private stage in that order (`budget.family_run_plan`), so the two sides may not run at
+    once (on the multiprocess executor the child's release would refuse the parent's charges)."""
     if ctx.relation is None:
         return [ctx.upstream]
-    return list(dict.fromkeys([ctx.upstream, *ctx.relation.upstreams.values()]))
+    after = ([ctx.names.key(ctx.relation.parent, "measurements")]
+             if ctx.relation.role(ctx.dataset) == "child" else [])
+    return list(dict.fromkeys([ctx.upstream, *ctx.relation.upstreams.values(), *after]))
 
 
 def parent_synthetic_key(ctx: DatasetContext) -> list[dg.AssetKey]:

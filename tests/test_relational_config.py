@@ -100,6 +100,11 @@ def test_the_definitions_put_a_family_in_one_lineage(tmp_path):
     assert graph.get(key(["customers", "preprocessed"])).parent_keys >= {
         key(["orders", "source"]), key(["customers", "source"])}
     assert key(["customers", "synthetic"]) in graph.get(key(["orders", "synthetic"])).parent_keys
+    # the child's private stages run after the parent's: one reservation, released by the last
+    assert key(["customers", "measurements"]) in graph.get(
+        key(["orders", "preprocessed"])).parent_keys
+    assert not any(k.path[0] == "orders" and k.path[-1] != "source"
+                   for k in graph.get(key(["customers", "preprocessed"])).parent_keys)
     checks = {(c.asset_key.path[0], c.name) for c in graph.asset_check_keys}
     assert {("orders", "referential_integrity"), ("orders", "children_per_parent")} <= checks
     assert not any(d == "customers" for d, _ in checks)
