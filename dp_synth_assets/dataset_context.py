@@ -71,7 +71,17 @@ class DatasetContext:
         max_children on a family's child side (`core.family.side_charge`)."""
         if self.relation is None or self.relation.role(self.dataset) != "child":
             return charge
-        return family.side_charge(charge, self.relation.spec.max_children)
+        return family.side_charge(charge, self.relation.d_in)
+
+    def at_model_children(self, k: int) -> "DatasetContext":
+        """This child's context when its stages read `k` children per family
+        (`family.model_children`): the view they read holds at most k (`Relation.model_view`),
+        its mechanisms are calibrated on `family.split_budget` at d_in = k and charged at k.
+        What it reserves (`ledger_budget`) does not depend on k."""
+        rel = self.relation
+        side = family.split_budget(rel.family_budget, DatasetBudget.of(self.spec), rel.child_share,
+                                   k, child=True)
+        return replace(self, budget=side, relation=replace(rel, model_children=int(k)))
 
     @classmethod
     def of(cls, dataset: str, spec: DatasetSpec, names: Names = Names()) -> "DatasetContext":
@@ -109,6 +119,9 @@ class Relation:
     family_budget: DatasetBudget
     ledger_budgets: dict
     upstreams: dict
+    child_share: float = family.CHILD_SHARE
+    # children per family the child's stages read (`family.model_children`); None: max_children
+    model_children: int | None = None
 
     def role(self, dataset: str) -> str:
         return "parent" if dataset == self.parent else "child"
@@ -118,6 +131,17 @@ class Relation:
         """The private view of one parent row per key (`relational.unique_parents_sql`), which
         the two other views read."""
         return f"{VIEWS}.{self.parent}_parents"
+
+    @property
+    def model_view(self) -> str:
+        """The private view the child's stages read: the bounded children, at most `d_in` per
+        family (the same draw as `bounded_view`, cut lower)."""
+        return f"{VIEWS}.{self.child}_modeled"
+
+    @property
+    def d_in(self) -> int:
+        """The child rows one family has in `model_view`: the d_in of the child's mechanisms."""
+        return self.model_children or self.spec.max_children
 
 
 def _side_spec(spec: DatasetSpec, columns: dict, view: str) -> DatasetSpec:
@@ -145,20 +169,21 @@ def family_contexts(parent: str, parent_spec: DatasetSpec, child: str, child_spe
     parent_side = _side_spec(parent_spec, {**parent_spec.columns, CHILDREN: family.children_column(
         rel.max_children)}, family_view)
     joined = family.joined_columns(parent_spec.columns)
-    child_side = _side_spec(child_spec, {**child_spec.columns, **joined}, bounded_view)
+    child_side = _side_spec(child_spec, {**child_spec.columns, **joined},
+                            f"{VIEWS}.{child}_modeled")
     budget = DatasetBudget.of(parent_side)
     sides = {parent: (parent_side, 1 - child_share, 1), child: (child_side, child_share,
                                                                    rel.max_children)}
-    calibrated = {n: family.split_budget(budget, DatasetBudget.of(s), share, d)
+    calibrated = {n: family.split_budget(budget, DatasetBudget.of(s), share, d, child=n == child)
                   for n, (s, share, d) in sides.items()}
-    charged = {n: family.ledger_budget(budget, DatasetBudget.of(s), share, d)
+    charged = {n: family.ledger_budget(budget, DatasetBudget.of(s), share, child=n == child)
                for n, (s, share, d) in sides.items()}
     base = {parent: DatasetContext.of(parent, parent_spec, names),
             child: DatasetContext.of(child, child_spec, names)}
     relation = Relation(parent, child, rel, {parent: parent_spec, child: child_spec},
                         family_view, bounded_view,
                         tuple(n[len(PARENT_PREFIX):] for n in joined), budget, charged,
-                        {n: c.upstream for n, c in base.items()})
+                        {n: c.upstream for n, c in base.items()}, child_share)
     return tuple(replace(base[n], spec=sides[n][0], budget=calibrated[n], relation=relation)
                  for n in (parent, child))
 

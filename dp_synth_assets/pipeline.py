@@ -27,11 +27,11 @@ from .artifacts import artifacts, holding
 from .budget import (PRIVATE_STAGES, STAGES, budget_metadata, family_run_plan, ledger_metadata,
                      private_stage)
 from .checks.asset_checks import check_synthetic, synthetic_check_specs
-from .core import generate
+from .core import family, generate
 from .core import stages
 from .core.generate import multiprocess
 from .core.config import PublicListError, with_public_categories
-from .core.relational import bounded_children_sql, parents_sql, unique_parents_sql
+from .core.relational import CHILDREN, bounded_children_sql, parents_sql, unique_parents_sql
 from .core.sql import ident, qualified, sql
 from .core.synthesize import write_synthetic
 from .infra.public_lists import read_public_lists
@@ -65,7 +65,34 @@ def dataset_source(ctx: DatasetContext, warehouse: WarehouseResource):
                 rel.spec.max_children, child.seed or 0, rel.bounded_view, list(rel.joined)))
             con.execute(parents_sql(parents, rel.spec.foreign_key, rel.spec.key,
                                     rel.family_view, rel.bounded_view))
+            if rel.role(ctx.dataset) == "child":
+                con.execute(bounded_children_sql(
+                    qualified(child.source.table), parents, rel.spec.foreign_key,
+                    rel.spec.key, rel.d_in, child.seed or 0, rel.model_view, list(rel.joined)))
         yield con
+
+
+def modeled(ctx: DatasetContext, warehouse: WarehouseResource, context) -> DatasetContext:
+    """A child's context at the children per family its stages read
+    (`family.model_children`, from its parent's consistent measurements of this run, else the
+    published ones: post-processing of charged releases, and public facts); any other dataset's
+    as it is. A parent with no measurements yet leaves max_children."""
+    rel = ctx.relation
+    if rel is None or rel.role(ctx.dataset) != "child":
+        return ctx
+    found = None
+    for store in (artifacts(warehouse, rel.parent, context), artifacts(warehouse, rel.parent)):
+        if store.has("measurements"):
+            found = store.measurements()
+            break
+    histogram = None if found is None else family.children_histogram(found.measurements,
+                                                                      CHILDREN)
+    if histogram is None:
+        return ctx
+    k = family.model_children(histogram, rel.spec.max_children,
+                              rel.family_budget.run_rho * rel.child_share,
+                              family.model_sizes(ctx.spec.columns))
+    return ctx.at_model_children(k)
 
 
 @contextmanager
@@ -109,6 +136,7 @@ def preprocessed(ctx: DatasetContext, context: dg.AssetExecutionContext,
                  warehouse: WarehouseResource, ledger: LedgerResource) -> dg.MaterializeResult:
     """Check the source, learn its undeclared domains (DP) and create the encoded view
     (`stages.preprocess`); publishes the encoding plan."""
+    ctx = modeled(ctx, warehouse, context)
     dataset, budget = ctx.dataset, ctx.budget
     led = ledger.ledger()
     check_writes(context, warehouse, dataset, "preprocessed", budget, ctx.spec.rows,
@@ -130,6 +158,8 @@ def preprocessed(ctx: DatasetContext, context: dg.AssetExecutionContext,
         "encoding_plan": dg.MetadataValue.json(json.loads(plan.to_json())),
         "domain": dg.MetadataValue.json(plan.domain), "view": ctx.view,
         "plan_path": dg.MetadataValue.path(path),
+        **({"model_children": ctx.relation.d_in} if ctx.relation is not None
+           and ctx.relation.role(dataset) == "child" else {}),
         **({"categories_from": dg.MetadataValue.json(
             {e.column: e.categories_from for e in plan.encodings if e.categories_from})}
            if lists else {}),
@@ -165,6 +195,7 @@ def marginals(ctx: DatasetContext, context: dg.AssetExecutionContext,
               warehouse: WarehouseResource, ledger: LedgerResource) -> dg.MaterializeResult:
     """Count the exact marginals the method needs in one scan (`stages.marginals`);
     publishes their number and cells, never counts."""
+    ctx = modeled(ctx, warehouse, context)
     dataset, spec = ctx.dataset, ctx.spec
     check_writes(context, warehouse, dataset, "marginals", ctx.budget, spec.rows,
                  len(spec.columns))
@@ -185,6 +216,7 @@ def marginals(ctx: DatasetContext, context: dg.AssetExecutionContext,
 def selection(ctx: DatasetContext, context: dg.AssetExecutionContext,
               warehouse: WarehouseResource, ledger: LedgerResource) -> dg.MaterializeResult:
     """The method's selection with its noisy measurements (`stages.select`)."""
+    ctx = modeled(ctx, warehouse, context)
     dataset, spec, budget = ctx.dataset, ctx.spec, ctx.budget
     led = ledger.ledger()
     check_writes(context, warehouse, dataset, "selection", budget, spec.rows, len(spec.columns))
@@ -218,6 +250,7 @@ def measurements(ctx: DatasetContext, context: dg.AssetExecutionContext,
                  warehouse: WarehouseResource, ledger: LedgerResource) -> dg.MaterializeResult:
     """The selected marginals measured and made consistent (`stages.measure`): the privacy
     boundary."""
+    ctx = modeled(ctx, warehouse, context)
     dataset, spec, budget = ctx.dataset, ctx.spec, ctx.budget
 
     def exact(cliques):  # the source is opened only when something is left to measure

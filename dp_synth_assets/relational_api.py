@@ -31,6 +31,7 @@ from .core.synthesize import decode_typed
 # the names the frames and the relation's views get inside the fit's own DuckDB
 PARENTS_SOURCE, CHILDREN_SOURCE = "dp_synth_parents_source", "dp_synth_children_source"
 FAMILY_VIEW, BOUNDED_VIEW = "dp_synth_family", "dp_synth_bounded"
+MODEL_VIEW = "dp_synth_modeled"
 PARENTS_VIEW = "dp_synth_unique_parents"
 
 
@@ -132,6 +133,8 @@ class RelationalSynthesizer:
         self.parent_synthesizer = Synthesizer.from_spec(parent, dataset=dataset)
         self.child_synthesizer = Synthesizer.from_spec(child, dataset=dataset)
         self._charges: tuple[Charge, ...] = ()
+        # children per family the child's stages read (`family.model_children`), set by fit
+        self.model_children: int | None = None
 
     # -- the private side
 
@@ -197,28 +200,49 @@ class RelationalSynthesizer:
                                 family_budget.limit_rho, family_budget.run_delta_extra,
                                 family_budget.limit_delta_extra, delta=family_budget.delta)
         accountant = Accountant(family_budget, self.ledger, self.dataset, run_id)
-        sides = ((self.parent_synthesizer, FAMILY_VIEW, FamilySide(accountant, "parents"),
-                  family.split_budget(family_budget, self.parent_synthesizer.budget, 1 - self.child_share)),
-                 (self.child_synthesizer, BOUNDED_VIEW,
-                  FamilySide(accountant, "children", self.max_children),
-                  family.split_budget(family_budget, self.child_synthesizer.budget, self.child_share,
-                                      self.max_children)))
         reason = "failed"
         found = []
         try:
-            for synth, view, side, budget in sides:
-                with private_run(synth.spec, budget, view, con, None, side,
-                                 self.dataset) as run:
-                    plan = run.preprocess()
-                    oracle = run.marginals(plan)
-                    chosen = run.select(plan, oracle)
-                    found.append((plan, chosen, run.measure(plan, chosen, oracle)))
+            parent = self.parent_synthesizer
+            found.append(self._side(con, parent, FAMILY_VIEW, FamilySide(accountant, "parents"),
+                                    family.split_budget(family_budget, parent.budget,
+                                                        1 - self.child_share)))
+            self.model_children = self._model_children(found[0][2])
+            rel = self.relation
+            con.execute(bounded_children_sql(
+                ident(CHILDREN_SOURCE), ident(PARENTS_VIEW), rel.foreign_key, rel.key,
+                self.model_children, self.seed or 0, MODEL_VIEW, self.joined))
+            child = self.child_synthesizer
+            found.append(self._side(con, child, MODEL_VIEW,
+                                    FamilySide(accountant, "children", self.model_children),
+                                    family.split_budget(family_budget, child.budget,
+                                                        self.child_share, self.model_children,
+                                                        child=True)))
             reason = "run finished"
         finally:
             self._charges = tuple(accountant.charges)
             if self.ledger is not None:
                 self.ledger.release(self.dataset, run_id, reason=reason)
         return found
+
+    def _side(self, con: duckdb.DuckDBPyConnection, synth: Synthesizer, view: str,
+              side: "FamilySide", budget: DatasetBudget) -> tuple:
+        """One table's private stages on `view`: its (plan, selection, measurements)."""
+        with private_run(synth.spec, budget, view, con, None, side, self.dataset) as run:
+            plan = run.preprocess()
+            oracle = run.marginals(plan)
+            chosen = run.select(plan, oracle)
+            return plan, chosen, run.measure(plan, chosen, oracle)
+
+    def _model_children(self, measured) -> int:
+        """`family.model_children` from the parent's consistent measurements (post-processing)
+        and public facts: the child's share of the family's rho and its model's domain."""
+        histogram = family.children_histogram(measured.measurements, CHILDREN)
+        if histogram is None:
+            return self.max_children
+        sizes = family.model_sizes(self.child_synthesizer.spec.columns)
+        return family.model_children(histogram, self.max_children,
+                                     self.budget.run_rho * self.child_share, sizes)
 
     # -- the public side
 

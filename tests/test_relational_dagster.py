@@ -40,6 +40,15 @@ def materialize(defs, instance, selection=None):
                           instance=instance, selection=selection, raise_on_error=False)
 
 
+def model_children_of(result) -> int:
+    """The children per family the child's stages read, as its preprocessed stage published."""
+    found = [e.materialization.metadata["model_children"].value
+             for e in result.get_asset_materialization_events()
+             if e.materialization.asset_key == dg.AssetKey(["orders", "preprocessed"])]
+    assert len(found) == 1
+    return found[0]
+
+
 def ledger_rows(folder):
     return PrivacyLedger(folder / "ledger.sqlite").events()
 
@@ -88,7 +97,7 @@ def test_the_family_checks_pass(run):
 def test_one_family_unit_holds_both_sides_charges(run):
     """Both tables charge the parent's ledger entry (one unit, one reservation); the charges of
     each side sum to its share, and together to the family's run rho."""
-    folder, path, _ = run
+    folder, path, result = run
     rows = ledger_rows(folder)
     assert {r["dataset"] for r in rows} == {"customers"}
     assert len({r["unit"] for r in rows}) == 1
@@ -102,9 +111,14 @@ def test_one_family_unit_holds_both_sides_charges(run):
     assert side["customers"] == pytest.approx(budgets["customers"].run_rho, rel=1e-9)
     assert side["orders"] == pytest.approx(budgets["orders"].run_rho, rel=1e-9)
     assert sum(side.values()) == pytest.approx(parent.relation.family_budget.run_rho, rel=1e-9)
-    # every child-side charge is its map at d_in = max_children: sensitivity scaled by it
+    # every child-side charge is its map at d_in = k, the children per family the child's
+    # stages read (published by its preprocessed stage): its sensitivity scaled by k, which the
+    # rule took below max_children at this budget (family.model_children)
+    k = model_children_of(result)
+    assert 1 <= k < RELATIONAL_DATASETS["orders"]["parent"]["max_children"]
     child_charges = [r for r in rows if r["parameters"].get("table") == "orders"]
-    assert child_charges and all(r["parameters"]["sensitivity"] >= 20 for r in child_charges)
+    counts = [r for r in child_charges if r["mechanism"] == "gaussian_counts"]
+    assert counts and all(r["parameters"]["sensitivity"] == k for r in counts)
 
 
 def test_a_family_run_over_the_limit_is_refused_before_anything_is_drawn(tmp_path):

@@ -12,6 +12,7 @@ from dp_synth_assets.core import relational
 from dp_synth_assets.core.privacy import gaussian_scale
 
 MAX_CHILDREN = 4
+MODEL_CHILDREN = 2  # the children per family the child's stages read (family.model_children)
 SEED = 11
 
 
@@ -28,7 +29,19 @@ def database(parents: list[tuple], children: list[tuple]):
     con.execute(relational.bounded_children_sql(
         "children", "parents", "customer_id", "id", MAX_CHILDREN, SEED, "bounded", ["segment"]))
     con.execute(relational.parents_sql("parents", "customer_id", "id", "family", "bounded"))
+    con.execute(relational.bounded_children_sql(
+        "children", "parents", "customer_id", "id", MODEL_CHILDREN, SEED, "modeled", ["segment"]))
     return con
+
+
+def modeled(parents, children) -> dict:
+    """The child rows the child's stages read (at most MODEL_CHILDREN a family), counted by
+    (amount, parent segment)."""
+    con = database(parents, children)
+    found = dict(((a, s), n) for a, s, n in con.execute(
+        "SELECT amount, parent_segment, count(*) FROM modeled GROUP BY ALL").fetchall())
+    con.close()
+    return found
 
 
 def answers(parents, children) -> tuple[dict, dict]:
@@ -131,3 +144,37 @@ def test_which_children_are_kept_never_depends_on_their_values():
     assert per_family == {k: min(n, MAX_CHILDREN) for k, n in sizes.items() if k < 30}
     counts = dict(con.execute("SELECT id, children FROM family").fetchall())
     assert counts == {i: min(sizes.get(i, 0), MAX_CHILDREN) for i in range(30)}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_modeled_view_moves_counts_within_k(seed):
+    """The child's stages read at most k children a family and are charged at d_in = k: removing
+    any family, or adding one with all its children in one cell, moves their counts by at most
+    k, and the adversarial family reaches it."""
+    parents, children = families(seed)
+    before = modeled(parents, children)
+    for pid, _ in parents:
+        l1, l2 = distance(before, modeled([p for p in parents if p[0] != pid],
+                                          [c for c in children if c[0] != pid]))
+        assert l1 <= MODEL_CHILDREN and l2 <= relational.family_sensitivity(MODEL_CHILDREN)
+    crowd = [(500, 3, 10_000 + j) for j in range(MAX_CHILDREN + 5)]
+    after = modeled(parents + [(500, "a")], children + crowd)
+    assert distance(before, after) == (MODEL_CHILDREN, float(MODEL_CHILDREN))
+
+
+def test_the_modeled_view_is_the_bounded_draw_cut_at_k():
+    """The same value-independent draw as the bounded view, cut lower: its rows are a subset of
+    the bounded view's, min(children, k) a family, and they do not move when values change."""
+    parents, children = families(6)
+    con = database(parents, children)
+    kept = {t for (t,) in con.execute("SELECT tag FROM modeled").fetchall()}
+    bounded = {t for (t,) in con.execute("SELECT tag FROM bounded").fetchall()}
+    per_family = dict(con.execute("SELECT customer_id, count(*) FROM modeled GROUP BY 1").fetchall())
+    sizes = dict(con.execute("SELECT customer_id, count(*) FROM children GROUP BY 1").fetchall())
+    con.close()
+    assert kept < bounded
+    assert per_family == {k: min(n, MODEL_CHILDREN) for k, n in sizes.items() if k < 30}
+    changed = [(c[0], (c[1] + 1) % 5, c[2]) for c in children]
+    con = database(parents, changed)
+    assert {t for (t,) in con.execute("SELECT tag FROM modeled").fetchall()} == kept
+    con.close()

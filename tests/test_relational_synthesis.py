@@ -110,9 +110,9 @@ def test_the_join_beats_single_tables_with_random_keys(fitted):
 
 def test_one_budget_for_the_family_at_the_right_d_in(fitted):
     """Every charge is its OpenDP measurement's map at its table's d_in: 1 on the parent side,
-    max_children on the child side, where each Gaussian count was calibrated at d_in = 1 on the
-    child's share over max_children squared; the two sides spend their shares of the family's
-    run rho, which is all of it."""
+    k (the children per family the child's stages read, 1..max_children) on the child side,
+    where each Gaussian count was calibrated at d_in = 1 on the child's share over k squared;
+    the two sides spend their shares of the family's run rho, which is all of it."""
     synth = fitted[0]
     by_table = {"parents": 0.0, "children": 0.0}
     checked = 0
@@ -122,10 +122,11 @@ def test_one_budget_for_the_family_at_the_right_d_in(fitted):
         if c.stage == "measurements" and c.mechanism == "gaussian_counts":
             gaussian = dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T="i64")),
                                           dp.l2_distance(T="i64"), scale=c.scale)
-            d_in = MAX_CHILDREN if table == "children" else 1
+            d_in = synth.model_children if table == "children" else 1
             assert c.rho == pytest.approx(gaussian.map(d_in), rel=1e-9)
             checked += 1
     assert checked >= 4
+    assert 1 <= synth.model_children <= MAX_CHILDREN
     assert synth.rho_spent == pytest.approx(synth.rho, rel=1e-9)
     assert by_table["children"] == pytest.approx(family.CHILD_SHARE * synth.rho, rel=1e-9)
     assert by_table["parents"] == pytest.approx((1 - family.CHILD_SHARE) * synth.rho, rel=1e-9)
@@ -378,3 +379,38 @@ def test_string_keys_null_and_unmatched_foreign_keys():
     assert c.column_names == ["tailnum", "long"]
     assert list(p["tailnum"].to_numpy()) == list(range(1, p.num_rows + 1))
     assert set(c["tailnum"].to_numpy()) <= set(p["tailnum"].to_numpy())
+
+
+def test_model_children_reads_fewer_children_a_family_when_noise_dominates():
+    """`family.model_children`: one child a family at a tiny budget, more as rho grows (never
+    fewer), all of them (max_children) when the noise is negligible; never more than the
+    largest count any parent has (reading more adds noise and no row); 1 when no parent has
+    a child."""
+    histogram = np.zeros(21)
+    histogram[[0, 1, 2, 5, 12, 20]] = [1000, 1500, 900, 600, 300, 100]  # parents by children
+    sizes = [20, 3, 3, 5]
+    ks = [family.model_children(histogram, 20, rho, sizes)
+          for rho in (1e-6, 1e-4, 1e-2, 1.0, 100.0, 1e8)]
+    assert ks[0] == 1 and ks == sorted(ks) and ks[-1] == 20
+    assert len(set(ks)) >= 3
+    few = np.zeros(21)
+    few[[0, 3]] = [100, 4000]  # no parent has more than 3 children
+    assert family.model_children(few, 20, 1e8, sizes) == 3
+    assert family.model_children(np.array([500.0] + [0.0] * 20), 20, 1.0, sizes) == 1
+    assert family.model_children(np.zeros(21), 20, 1.0, sizes) == 1
+    noisy = histogram + np.where(np.arange(21) % 2 == 0, -40.0, 0.0)  # negative noisy cells
+    assert 1 <= family.model_children(noisy, 20, 1e-2, sizes) <= 20
+
+
+def test_children_values_and_histogram():
+    assert list(family.children_values(5, 4)) == [0, 1, 2, 3, 4]
+    binned = family.children_values(family.CHILDREN_BINS, 100)  # 32 bins over 0..100
+    assert binned.size == 32 and binned[0] == pytest.approx(100 / 64)
+    assert binned[-1] == pytest.approx(100 - 100 / 64) and np.all(np.diff(binned) > 0)
+    from dp_synth_assets.core.measure import Measurement
+    pair = Measurement(("segment", "children"), np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]),
+                       1.0, 0.1)
+    assert list(family.children_histogram([pair], "children")) == [5.0, 7.0, 9.0]
+    one = Measurement(("children",), np.array([2.0, 2.0, 2.0]), 1.0, 0.1)
+    assert list(family.children_histogram([pair, one], "children")) == [2.0, 2.0, 2.0]
+    assert family.children_histogram([pair], "region") is None

@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 from .budget import DatasetBudget
-from .config import ColumnSpec
+from .config import DEFAULT_BINS, ColumnSpec
 from .preprocess import mechanisms
 from .privacy import Spend
 from .relational import PARENT_PREFIX, family_sensitivity
@@ -62,18 +62,20 @@ def child_problems(child_columns: Mapping[str, ColumnSpec], parent_columns: Mapp
 
 
 def split_budget(family: DatasetBudget, side: DatasetBudget, share: float,
-                 max_children: int = 1) -> DatasetBudget:
+                 d_in: int = 1, *, child: bool = False) -> DatasetBudget:
     """The budget one side's stages run with: `side` (its own `DatasetBudget.of`, for the
     method's split between the stages) retargeted to `share` of the `family` run rho, divided by
-    `family_sensitivity(max_children)` squared (1 on the parent side), so that every mechanism,
-    calibrated at d_in = 1, adds the noise of d_in = max_children at the charge `family_spend`
-    makes. The family's extra delta (thresholding) goes to the parent side only."""
+    `family_sensitivity(d_in)` squared (1 on the parent side; on the child side `d_in` is the
+    rows a family has in the view the child's stages read, `model_children`), so that every
+    mechanism, calibrated at d_in = 1, adds the noise of that d_in at the charge `family_spend`
+    makes. The family's extra delta (thresholding) goes to the parent side only (`child`
+    False)."""
     if not 0 < share <= 1:
         raise ValueError(f"share must lie in (0, 1], got {share!r}")
-    scale = family_sensitivity(max_children) ** 2
+    scale = family_sensitivity(d_in) ** 2
     run_rho = family.run_rho * share / scale
     f = run_rho / side.run_rho
-    extra = family.run_delta_extra if max_children == 1 else 0.0
+    extra = 0.0 if child else family.run_delta_extra
     return replace(side, run_rho=run_rho, limit_rho=family.limit_rho, delta=family.delta,
                    run_delta_extra=extra, limit_delta_extra=family.limit_delta_extra,
                    preprocess=side.preprocess * f, count=side.count * f,
@@ -106,14 +108,103 @@ def side_charge(charge: Callable, max_children: int = 1) -> Callable:
     return child
 
 
-def ledger_budget(family: DatasetBudget, side: DatasetBudget, share: float,
-                  max_children: int = 1) -> DatasetBudget:
+def ledger_budget(family: DatasetBudget, side: DatasetBudget, share: float, *,
+                  child: bool = False) -> DatasetBudget:
     """What one side's stages reserve and charge in a ledger: `split_budget` at d_in = 1
-    (its mechanisms, calibrated on `split_budget(..., max_children)`, are charged their map at
-    `max_children` by `family_spend`, which is exactly this). The family's extra delta stays on
-    the parent side."""
-    found = split_budget(family, side, share)
-    return found if max_children <= 1 else replace(found, run_delta_extra=0.0)
+    (its mechanisms, calibrated on `split_budget(..., d_in)`, are charged their map at that
+    d_in by `family_spend`, which is exactly this, whatever the d_in). The family's extra delta
+    stays on the parent side."""
+    return split_budget(family, side, share, child=child)
+
+
+def children_values(codes: int, max_children: int) -> np.ndarray:
+    """The children count each code of the parent attribute `children` (`children_column`)
+    stands for: the value itself with one bin per value, else the middle of its bin."""
+    bins = min(int(max_children) + 1, CHILDREN_BINS)
+    if bins == max_children + 1:
+        values = np.arange(bins, dtype=float)
+    else:
+        width = max_children / bins
+        values = (np.arange(bins) + 0.5) * width
+    out = np.full(int(codes), float(max_children))  # a code past the bins: the bound
+    out[:min(codes, bins)] = values[:min(codes, bins)]
+    return out
+
+
+def model_children(children: np.ndarray, max_children: int, rho: float,
+                   sizes: Sequence[int]) -> int:
+    """How many children of each family the child's stages read (k, 1..max_children): the k
+    that minimizes the expected error of a child marginal under a stated model, from public
+    facts only (docs/relational.md, "Children per family in the child's model").
+
+    A child's mechanisms run at d_in = k: a Gaussian count of a marginal of m cells then has
+    sigma = k sigma_1 in each cell (sigma_1 = sqrt(J / (2 rho)), the child's rho spread over J
+    marginals at d_in = 1), over the n_k = sum over parents of min(children, k) rows read. Its
+    expected L1 error as a share of n_k is about m k sigma_1 / n_k (noise) plus
+    sqrt(m (1/n_k - 1/n_max)) (reading n_k of the n_max bounded children: sampling, with the
+    finite-population correction; zero at k = max_children). Small k wins when the noise
+    dominates (small rho, large max_children), k = max_children when the data are plentiful.
+
+    Args:
+        children: the noisy count of parents at each code of `children` (the parent's
+            consistent measurements: charged already, so this is post-processing).
+        max_children: the public bound.
+        rho: the child's share of the family's run rho (at d_in = 1).
+        sizes: the domain size of each attribute of the child's model (its columns and the
+            joined parent columns): J is their number, m the median cells of their pairs.
+
+    Returns:
+        k; 1 when the counts show no child at all.
+    """
+    counts = np.clip(np.asarray(children, dtype=float), 0.0, None)
+    values = children_values(counts.size, max_children)
+    sizes = [int(s) for s in sizes]
+    if len(sizes) >= 2:
+        m = float(np.median([a * b for i, a in enumerate(sizes) for b in sizes[i + 1:]]))
+    else:
+        m = float(sizes[0]) if sizes else 1.0
+    sigma_1 = np.sqrt(max(len(sizes), 1) / (2.0 * rho)) if rho > 0 else np.inf
+    n_max = float(counts @ np.minimum(values, max_children))
+    if n_max <= 0 or not np.isfinite(sigma_1):
+        return 1
+    best, best_error = 1, np.inf
+    for k in range(1, int(max_children) + 1):
+        n_k = float(counts @ np.minimum(values, k))
+        if n_k <= 0:
+            continue
+        error = m * k * sigma_1 / n_k + np.sqrt(max(m * (1.0 / n_k - 1.0 / n_max), 0.0))
+        if error < best_error - 1e-12:
+            best, best_error = k, error
+    return best
+
+
+def model_sizes(columns: Mapping[str, ColumnSpec]) -> list[int]:
+    """Each column's domain size as its declaration gives it, before any data is read (the
+    input `model_children` needs): a categorical's listed values and one more code (other or
+    NULL), a boolean's three codes, a binned column's `bins` (its default when unset)."""
+    sizes = []
+    for spec in columns.values():
+        if spec.kind == "categorical" and isinstance(spec.categories, list):
+            sizes.append(len(spec.categories) + 1)
+        elif spec.kind == "boolean":
+            sizes.append(3)
+        else:
+            sizes.append(int(spec.bins or DEFAULT_BINS))
+    return sizes
+
+
+def children_histogram(measurements: Sequence, attribute: str) -> np.ndarray | None:
+    """The noisy count at each code of `attribute` from a side's consistent measurements: its
+    1-way marginal, else a clique holding it summed over the others; None when none holds it
+    at full resolution."""
+    holding = [m for m in measurements if attribute in m.clique and m.groups is None]
+    if not holding:
+        return None
+    found = min(holding, key=lambda m: len(m.clique))
+    axis = found.clique.index(attribute)
+    others = tuple(i for i in range(found.noisy.ndim) if i != axis)
+    return np.asarray(found.noisy, dtype=float).sum(axis=others) if others else np.asarray(
+        found.noisy, dtype=float)
 
 
 def draw_children(parents: Mapping[str, np.ndarray], counts: np.ndarray,
