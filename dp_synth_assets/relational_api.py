@@ -3,10 +3,11 @@ parent with all its children being the unit of privacy (docs/relational.md).
 
 `RelationalSynthesizer` fits two `Synthesizer`s through the same stages: the parent over the
 parent view (its columns and its bounded children count), the child over the bounded child view
-(its columns joined with its parent's), both views made in DuckDB from the two frames
-(`core.relational`), so rows never enter Python. One ledger reservation and one accountant hold
-the family's budget (the child charged at d_in = max_children: `core.family`). `sample` draws the
-parents, then each one's children given its values; keys are new and every foreign key resolves.
+(its columns joined with its parent's, k children a family: `family.model_children`), the views
+made in DuckDB from the two frames (`core.relational`), so rows never enter Python. One ledger
+reservation and one accountant hold the family's budget (the child charged at d_in = k:
+`core.family`). `sample` draws the parents, then each one's children given its values; keys are
+new and every foreign key resolves.
 Bad input is refused before anything is spent, quoting no private value."""
 
 import math
@@ -37,18 +38,18 @@ PARENTS_VIEW = "dp_synth_unique_parents"
 
 class FamilySide:
     """One table's door to the family's accountant: its stages' charges, each tagged with the
-    table, at d_in = `max_children` on the child side (`family.family_spend`), 1 on the
-    parent side."""
+    table, at d_in = `rows` (the children a family has in the view the child's stages read:
+    `family.family_spend`), 1 on the parent side."""
 
-    def __init__(self, accountant: Accountant, table: str, max_children: int = 1):
-        self.accountant, self.table, self.max_children = accountant, table, max_children
+    def __init__(self, accountant: Accountant, table: str, rows: int = 1):
+        self.accountant, self.table, self.rows = accountant, table, rows
 
     def stage(self, name: str):
         charge = self.accountant.stage(name)
 
         def tagged(spend, **params) -> None:
             charge(spend, table=self.table, **params)
-        return family.side_charge(tagged, self.max_children)
+        return family.side_charge(tagged, self.rows)
 
 
 class RelationalSynthesizer:
@@ -140,7 +141,9 @@ class RelationalSynthesizer:
 
     def fit(self, parents, children) -> "RelationalSynthesizer":
         """Spend the family's budget on the two frames (pandas, Polars or Arrow) and fit both
-        models.
+        models. The parent's stages run first; the child's then read `model_children` children
+        a family (`family.model_children`, from the parent's noisy children counts and public
+        facts), each child mechanism at d_in = `model_children`.
 
         Raises:
             SpecError: a key column is missing, a frame is of no kind it reads, the parents

@@ -1,11 +1,12 @@
 """Synthesis of a relation that keeps the join (docs/relational.md, "Synthesis that keeps the
 join"): the parent is synthesized with its bounded children count (`children_column`), the child
-over its columns joined with its parent's declared ones (`joined_columns`), and each synthetic
-parent's children are drawn from the child's model given its values (`draw_children`).
+over its columns joined with its parent's declared ones (`joined_columns`), reading k children a
+family (`model_children`, decision 0024), and each synthetic parent's children are drawn from
+the child's model given its values (`draw_children`).
 One budget pays for the family (`split_budget`): parent-side counts are at d_in = 1, child-side
-ones at d_in = max_children, each mechanism calibrated at d_in = 1 on the child's share over
-max_children squared and charged its map at d_in = max_children (`family_spend`: zCDP group
-privacy, which for a Gaussian is OpenDP's map at that d_in). Pure: numpy and frozen records."""
+ones at d_in = k, each mechanism calibrated at d_in = 1 on the child's share over k squared and
+charged its map at d_in = k (`family_spend`: zCDP group privacy, which for a Gaussian is
+OpenDP's map at that d_in). Pure: numpy and frozen records."""
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -83,28 +84,30 @@ def split_budget(family: DatasetBudget, side: DatasetBudget, share: float,
                                 side.split.measure * f))
 
 
-def family_spend(spend: Spend, max_children: int) -> Spend:
-    """The charge of a mechanism run on bounded child rows, whose `spend` its privacy map gave
-    at d_in = 1: its map at d_in = `max_children` (the rho times the square of
-    `family_sensitivity(max_children)`, the sensitivity scaled likewise). Refuses a spend with an
-    extra delta (thresholding), whose delta does not scale so."""
+def family_spend(spend: Spend, rows: int) -> Spend:
+    """The charge of a mechanism run on a child view holding at most `rows` children a family
+    (max_children, or k: `model_children`), whose `spend` its privacy map gave at d_in = 1: its
+    map at d_in = `rows` (the rho times the square of `family_sensitivity(rows)`, the
+    sensitivity scaled likewise). Refuses a spend with an extra delta (thresholding), whose
+    delta does not scale so."""
     if spend.delta_extra > 0:
         raise ValueError(f"mechanism {spend.mechanism!r} spends an extra delta; a child table "
                          "does not support it")
-    d_in = family_sensitivity(max_children)
+    d_in = family_sensitivity(rows)
     return replace(spend, rho=spend.rho * d_in ** 2, sensitivity=spend.sensitivity * d_in)
 
 
-def side_charge(charge: Callable, max_children: int = 1) -> Callable:
-    """`charge(spend, **params)` for one side of a family: on the child side (`max_children` > 1)
-    each spend is charged its map at d_in = `max_children` (`family_spend`), on the parent
-    side as it is. Both the notebook (`relational_api.FamilySide`) and the Dagster stages
-    charge through it."""
-    if max_children <= 1:
+def side_charge(charge: Callable, rows: int = 1) -> Callable:
+    """`charge(spend, **params)` for one side of a family: on the child side (`rows` > 1
+    children a family in the view its stages read) each spend is charged its map at d_in =
+    `rows` (`family_spend`), on the parent side (and a child side reading one child a family)
+    as it is. Both the notebook (`relational_api.FamilySide`) and the Dagster stages charge
+    through it."""
+    if rows <= 1:
         return charge
 
     def child(spend: Spend, **params) -> None:
-        charge(family_spend(spend, max_children), **params)
+        charge(family_spend(spend, rows), **params)
     return child
 
 
