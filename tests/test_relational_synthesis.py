@@ -77,9 +77,10 @@ def test_the_join_beats_single_tables_with_random_keys(fitted):
     it places. The relational synthesizer (epsilon 5) reproduces the joined statistics; two
     single-table synthesizers joined by random keys cannot, even with a looser guarantee (each
     table at epsilon 2.5 with one row as the unit): their join makes an order's segment independent of its channel, a TVD of about
-    0.36 on (segment, channel). The relational TVD is about 0.02 (its noise sd at this budget
-    is under 0.01, so a failure by chance has probability far below 1e-9); it fails (about 0.2)
-    when generation stops conditioning children on their parent's values."""
+    0.36 on (segment, channel). The relational TVD is about 0.02 (over 30 fits: mean 0.022, sd
+    0.006, largest 0.038, with the child reading k = 4 orders a customer; when it read all 20,
+    a run of the whole suite once saw 0.085); it fails (about 0.2) when generation stops
+    conditioning children on their parent's values."""
     synth, real_parents, real_children = fitted
     parents, children = (t.to_pandas() for t in synth.sample())
     real = real_children.merge(real_parents, left_on="customer_id", right_on="id")
