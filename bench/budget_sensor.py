@@ -36,12 +36,13 @@ def measure(n: int, runs: int) -> dict:
     from dp_synth_assets.core.config import load_registry
     from dp_synth_assets.core.privacy import Spend
     from dp_synth_assets.definitions import build_definitions
-    from tests.helpers import example_entry
+    from tests.helpers import EXAMPLE_REPORT, example_entry
 
     folder = WORK / f"n{n}"
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    registry = {f"example_{i}": example_entry(source={"table": f"main.example_{i}"})
+    registry = {f"example_{i}": example_entry(source={"table": f"main.example_{i}"},
+                                              report=EXAMPLE_REPORT)
                 for i in range(n)}
     (folder / "datasets.yaml").write_text(yaml.safe_dump({"datasets": registry}, sort_keys=False))
     defs = build_definitions(folder / "datasets.yaml", folder / "warehouse.duckdb",

@@ -31,12 +31,13 @@ sys.path.insert(0, str(ROOT))
 def run(method: str, rows: int = 2000, iterations: int = 200) -> dict:
     import dagster as dg
 
-    from tests.helpers import make_project
+    from tests.helpers import EXAMPLE_REPORT, make_project
 
     folder = WORK / method
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    project = make_project(folder, rows=rows, method=method, model={"iterations": iterations})
+    project = make_project(folder, rows=rows, method=method, model={"iterations": iterations},
+                           report=EXAMPLE_REPORT)
     defs = project.defs_fn()
     load1 = os.getloadavg()[0]
     started, cpu = time.perf_counter(), time.process_time()

@@ -90,13 +90,13 @@ def write_registry(n: int, distinct_epsilon: bool, automation: str = "sensor") -
     sys.path.insert(0, str(ROOT))
     import yaml
 
-    from tests.helpers import example_entry
+    from tests.helpers import EXAMPLE_REPORT, example_entry
 
     folder = WORK / f"n{n}{'_eps' if distinct_epsilon else ''}_{automation}"
     folder.mkdir(parents=True, exist_ok=True)
     datasets = {}
     for i in range(n):
-        entry = example_entry(**AUTOMATION[automation](i))
+        entry = example_entry(report=EXAMPLE_REPORT, **AUTOMATION[automation](i))
         if distinct_epsilon:
             entry["privacy"] = {**entry["privacy"], "epsilon": round(1.0 + i / 1000, 6)}
         datasets[f"example_{i}"] = entry

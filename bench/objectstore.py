@@ -36,9 +36,9 @@ def one_run(folder: Path, rows: int, public: str | None, private: str | None) ->
     import dagster as dg
 
     from dp_synth_assets.definitions import build_definitions
-    from tests.helpers import make_project
+    from tests.helpers import EXAMPLE_REPORT, make_project
 
-    project = make_project(folder, rows=rows)
+    project = make_project(folder, rows=rows, report=EXAMPLE_REPORT)
     started = time.perf_counter()
     defs = build_definitions(project.datasets, project.warehouse, project.ledger,
                              public or project.public, private_dir=private)

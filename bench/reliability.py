@@ -10,9 +10,10 @@ With `postgres` among `--ledgers`, the series starts a throwaway PostgreSQL serv
 loopback port) and points the project's ledger at it (a postgresql:// URL, schema dp_synth), so
 the run lock is held there too; the public zone and the warehouse stay files.
 
-One project (the bundled example, `--rows` rows, `model: {iterations: 200}`, a lifetime limit
-wide enough for every run) under bench/work/reliability/. Every run is `dagster.materialize` of
-the whole dataset (every asset and check) in its own Python process, as a CLI run is.
+One project (the bundled example with its owner-only report, or without it under
+`--no-report`; `--rows` rows, `model: {iterations: 200}`, a lifetime limit wide enough for every
+run) under bench/work/reliability/. Every run is `dagster.materialize` of the whole dataset
+(every asset and check) in its own Python process, as a CLI run is.
 
 - Concurrency series: `--n` runs started at once, `--repeats` times. A run is *held* when it
   succeeded; its outputs are *consistent* when the rows it wrote are those its own noisy count
@@ -208,20 +209,23 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--ledgers", default="sqlite,postgres",
                         help="comma-separated: sqlite, postgres (default: both)")
+    parser.add_argument("--no-report", action="store_true",
+                        help="drop the example's owner-only utility report (the smoke test's runs)")
     parser.add_argument("--workdir", type=Path, default=WORK / "reliability")
     parser.add_argument("--out", type=Path, default=RESULTS / "reliability.json")
     args = parser.parse_args()
 
-    from tests.helpers import make_project, postgres_server
+    from tests.helpers import EXAMPLE_REPORT, make_project, postgres_server
 
     privacy = {"epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 1e4, "delta": 1e-6}}
     results = {"rows": args.rows, "model_iterations": 200,
                "settings": {"n": args.n, "repeats": args.repeats, "kills": args.kills,
-                            "seed": args.seed}, "ledgers": {}}
+                            "seed": args.seed, "report": not args.no_report}, "ledgers": {}}
     for store in args.ledgers.split(","):
         args.workdir.mkdir(parents=True, exist_ok=True)
         work = Path(tempfile.mkdtemp(dir=args.workdir))
-        project = make_project(work, rows=args.rows, privacy=privacy)
+        project = make_project(work, rows=args.rows, privacy=privacy,
+                               report=None if args.no_report else EXAMPLE_REPORT)
         print(f"== ledger: {store}", flush=True)
         if store == "sqlite":
             results["ledgers"][store] = series(project, args)

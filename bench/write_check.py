@@ -35,11 +35,11 @@ def main() -> None:
     from dp_synth_assets.infra.store import probe_write, volume_of
     from dp_synth_assets.resources.warehouse import WarehouseResource
     from dp_synth_assets.writes import folders, probe_warehouse
-    from tests.helpers import make_project
+    from tests.helpers import EXAMPLE_REPORT, make_project
 
     shutil.rmtree(WORK, ignore_errors=True)
     WORK.mkdir(parents=True)
-    project = make_project(WORK, rows=3000)
+    project = make_project(WORK, rows=3000, report=EXAMPLE_REPORT)
     warehouse = WarehouseResource(database=str(project.warehouse), public_dir=str(project.public),
                                   base_dir=str(WORK))
     timings = {"probe_files": [], "probe_warehouse": [], "free_space": []}

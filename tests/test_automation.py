@@ -14,7 +14,7 @@ from dp_synth_assets.budget import DatasetBudget
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.privacy import Spend
 from dp_synth_assets.resources.ledger import PrivacyLedger
-from tests.helpers import make_project, run_sql
+from tests.helpers import EXAMPLE_REPORT, make_project, run_sql
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Starting in dagster 1.11:UserWarning",  # get_sensor_def / get_schedule_def
@@ -74,7 +74,7 @@ def instance():
 
 
 def test_sensor_baseline_unchanged_change_and_min_interval(tmp_path, instance):
-    project = make_project(tmp_path, rows=1000, min_interval="1h")
+    project = make_project(tmp_path, rows=1000, min_interval="1h", report=EXAMPLE_REPORT)
     defs = project.defs_fn()
     sensor = defs.get_sensor_def(SENSOR)
     # no job of its own: the sensor targets the dataset's stages, run in the implicit asset job
@@ -245,7 +245,7 @@ def test_no_schedule_without_cron_and_no_source_sensor_when_changes_are_ignored(
 
 
 def test_asset_graph_of_a_dataset(tmp_path, instance):
-    defs = make_project(tmp_path, rows=200).defs_fn()
+    defs = make_project(tmp_path, rows=200, report=EXAMPLE_REPORT).defs_fn()
     graph = defs.resolve_asset_graph()
     keys = [dg.AssetKey([DATASET, stage]) for stage in STAGES]
     report = dg.AssetKey([DATASET, "utility_report"])  # the example has a `report:` block

@@ -34,7 +34,7 @@ def test_a_failed_blocking_check_fails_the_run_after_synthetic_and_skips_the_rep
     import dagster as dg
 
     from dp_synth_assets.checks import asset_checks
-    from tests.helpers import make_project
+    from tests.helpers import EXAMPLE_REPORT, make_project
 
     def failing_schema(*args, **kwargs):
         yield dg.AssetCheckResult(asset_key=dg.AssetKey(["example", "synthetic"]),
@@ -45,7 +45,7 @@ def test_a_failed_blocking_check_fails_the_run_after_synthetic_and_skips_the_rep
                                       check_name=name, passed=True)
 
     monkeypatch.setattr(asset_checks, "run_checks", failing_schema)
-    project = make_project(tmp_path, rows=500)
+    project = make_project(tmp_path, rows=500, report=EXAMPLE_REPORT)
     defs = project.defs_fn()
     result = dg.materialize([*defs.assets], resources=defs.resources,
                             instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)

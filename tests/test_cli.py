@@ -12,7 +12,7 @@ import dagster as dg
 import duckdb
 import pytest
 
-from tests.helpers import REPO, dagster_env, make_project
+from tests.helpers import EXAMPLE_REPORT, REPO, dagster_env, make_project
 
 BIN = Path(sys.executable).parent
 
@@ -38,7 +38,7 @@ def raced(tmp_path_factory):
     """Two real `dagster asset materialize` processes started together on a budget that fits
     one run: (project, env, [(returncode, output)] of each)."""
     tmp_path = tmp_path_factory.mktemp("cli")
-    project = make_project(tmp_path / "project", rows=1500, privacy={
+    project = make_project(tmp_path / "project", rows=1500, report=EXAMPLE_REPORT, privacy={
         "epsilon": 1.0, "delta": 1e-9, "limit": {"epsilon": 1.1, "delta": 1e-9}})
     env = cli_env(tmp_path, project)
     # the instance exists before the race, as in any deployment (two processes creating its

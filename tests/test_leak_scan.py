@@ -61,7 +61,8 @@ from dp_synth_assets.core.domain import EncodingPlan
 from dp_synth_assets.core.marginals import _batches
 from dp_synth_assets.infra.store import location
 from dp_synth_assets.resources.ledger import PrivacyLedger
-from tests.helpers import TEST_DEFAULTS, example_entry, make_project, run_sql, without_random_ids
+from tests.helpers import (EXAMPLE_REPORT, TEST_DEFAULTS, example_entry, make_project, run_sql,
+                           without_random_ids)
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Starting in dagster 1.11:UserWarning", "ignore::dagster.BetaWarning")
@@ -353,7 +354,7 @@ def assert_no_leak(channels, project, spec, instance_home: Path | None = None,
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
-    project = make_project(tmp_path_factory.mktemp("leak"), rows=ROWS,
+    project = make_project(tmp_path_factory.mktemp("leak"), rows=ROWS, report=EXAMPLE_REPORT,
                            privacy={"epsilon": 1.0, "delta": 1e-9,
                                     "limit": {"epsilon": 3.0, "delta": 1e-8}})
     run_sql(project, *PLANTED_ROWS)
@@ -445,7 +446,7 @@ def test_a_run_on_rows_a_column_cannot_represent_succeeds_and_publishes_nothing_
         columns = {name: dict(column) for name, column in example_entry()["columns"].items()}
         columns["country"]["other"] = False  # the planted countries are outside the list
         overrides["columns"] = columns
-    project = make_project(tmp_path / "project", rows=ROWS, **overrides)
+    project = make_project(tmp_path / "project", rows=ROWS, report=EXAMPLE_REPORT, **overrides)
     spec = load_registry(project.datasets)[DATASET]
     run_sql(project, *PLANTED_ROWS)
     secrets = secrets_of(project, spec)  # an empty source: those of the rows it had
@@ -467,7 +468,7 @@ def test_an_exception_quoting_private_values_is_published_generically(tmp_path, 
     never the message, in the event log or in the captured stderr."""
     from dp_synth_assets.core import marginals as margs
 
-    project = make_project(tmp_path / "project", rows=ROWS)
+    project = make_project(tmp_path / "project", rows=ROWS, report=EXAMPLE_REPORT)
     run_sql(project, *PLANTED_ROWS)
     spec = load_registry(project.datasets)[DATASET]
 

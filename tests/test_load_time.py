@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 
-from tests.helpers import REPO, example_entry
+from tests.helpers import EXAMPLE_REPORT, REPO, example_entry
 
 HEAVY = ("great_expectations", "jax", "mbi", "sklearn", "matplotlib", "pandas")
 
@@ -70,7 +70,8 @@ def load(tmp_path, n: int) -> dict:
     """Load the definitions of an N-dataset registry in a fresh interpreter (module docstring)."""
     folder = tmp_path / f"n{n}"
     folder.mkdir()
-    datasets = {f"example_{i}": example_entry(source={"table": f"main.example_{i}"})
+    datasets = {f"example_{i}": example_entry(source={"table": f"main.example_{i}"},
+                                              report=EXAMPLE_REPORT)
                 for i in range(n)}
     (folder / "datasets.yaml").write_text(yaml.safe_dump({"datasets": datasets}, sort_keys=False))
     env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_ENABLE_COMPILATION_CACHE": "false"}

@@ -21,7 +21,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tests.helpers import make_project, needs_extra, without_extra
+from tests.helpers import EXAMPLE_REPORT, make_project, needs_extra, without_extra
 
 pytestmark = [
     needs_extra("objectstore"),
@@ -110,7 +110,7 @@ def s3run(s3, tmp_path_factory):
     from tests.test_leak_scan import PLANTED_ROWS
     from tests.helpers import run_sql
 
-    project = make_project(tmp_path_factory.mktemp("s3"), rows=2400,
+    project = make_project(tmp_path_factory.mktemp("s3"), rows=2400, report=EXAMPLE_REPORT,
                            privacy={"epsilon": 1.0, "delta": 1e-9,
                                     "limit": {"epsilon": 3.0, "delta": 1e-8}},
                            generator="parallel_pgm", model={"iterations": 100, "workers": 2})

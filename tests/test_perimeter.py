@@ -31,7 +31,7 @@ from dp_synth_assets.infra import private_files
 from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.source_access import change_state_path, secret_path, source_version
 from dp_synth_assets.resources.ledger import PrivacyLedger
-from tests.helpers import make_project, without_random_ids
+from tests.helpers import EXAMPLE_REPORT, make_project, without_random_ids
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Starting in dagster 1.11:UserWarning", "ignore::dagster.BetaWarning")
@@ -393,7 +393,7 @@ def test_an_overflowing_outlier_reaches_no_public_event_or_file(tmp_path, monkey
     public event, tag, data version or file holds the value or its bin index, and no digest of
     the source. Without a report the outlier is a training row (read by `marginals`); with the
     example's report, this row falls in the held-out rows, read only by `utility_report`."""
-    project = make_project(tmp_path, rows=1500, **({"report": None} if report is None else {}))
+    project = make_project(tmp_path, rows=1500, report=None if report is None else EXAMPLE_REPORT)
     with duckdb.connect(str(project.warehouse)) as con:
         con.execute("UPDATE main.example SET income = ? WHERE rowid = 7", [PLANTED])
         summary = content_summary(con, "main.example")

@@ -21,7 +21,7 @@ from dp_synth_assets.core.config import load_registry
 from dp_synth_assets.core.stages import cover_columns
 from dp_synth_assets.artifacts import artifacts
 from dp_synth_assets.resources.ledger import PrivacyLedger
-from tests.helpers import make_project, stage_logs, without_random_ids
+from tests.helpers import EXAMPLE_REPORT, make_project, stage_logs, without_random_ids
 
 SOURCE_ROWS = 3137
 # declared (public) rules the source keeps and an unconstrained model breaks now and then: the
@@ -44,7 +44,7 @@ def materialize(defs, instance, stages=None, checks: bool = True):
 def run(tmp_path_factory):
     # limit 1.1 with a run of 1.0: the first run fits, a second one cannot (zCDP composes
     # two epsilon-1 runs to about epsilon 1.5 at delta 1e-9)
-    project = make_project(tmp_path_factory.mktemp("pipeline"), rows=SOURCE_ROWS,
+    project = make_project(tmp_path_factory.mktemp("pipeline"), rows=SOURCE_ROWS, report=EXAMPLE_REPORT,
                            privacy={"epsilon": 1.0, "delta": 1e-9,
                                     "limit": {"epsilon": 1.1, "delta": 1e-9}},
                            constraints=CONSTRAINTS)

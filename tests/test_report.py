@@ -19,7 +19,7 @@ from dp_synth_assets.core.domain import EncodingPlan, encode_expression
 from dp_synth_assets.core.sql import ident, literal, qualified
 from dp_synth_assets.definitions import build_definitions
 from dp_synth_assets.evaluation.ml import CLASSIFIERS, classifier_line
-from tests.helpers import REPO, make_project, stage_logs
+from tests.helpers import EXAMPLE_REPORT, REPO, make_project, stage_logs
 
 ADULT = REPO.parent / "shared" / "datasets" / "adult"
 
@@ -57,7 +57,7 @@ def assert_matches(report: dict, independent: dict) -> None:
 
 
 def test_example_report_matches_an_independent_duckdb_computation(tmp_path):
-    project = make_project(tmp_path, rows=3000)
+    project = make_project(tmp_path, rows=3000, report=EXAMPLE_REPORT)
     defs = project.defs_fn()
     instance = dg.DagsterInstance.ephemeral()
     # the report reads the synthetic table and the held-out rows; the checks are not its input

@@ -41,7 +41,7 @@ import dagster as dg
 import pytest
 import yaml
 
-from tests.helpers import REPO, dagster_env, make_project
+from tests.helpers import EXAMPLE_REPORT, REPO, dagster_env, make_project
 
 HOST_PROJECT = REPO / "tests" / "host_project"
 HOST_LINEAGE = ["raw_customers", "preprocessed", "marginals", "selection", "measurements",
@@ -305,7 +305,7 @@ def server(tmp_path_factory):
     `dagster asset materialize --select raw_customers*` (the host's asset and dp-synth's
     stages; its limit covers two runs) and two observations of its budget."""
     root = tmp_path_factory.mktemp("ui")
-    project = make_project(root / "project", rows=3000)
+    project = make_project(root / "project", rows=3000, report=EXAMPLE_REPORT)
     home = root / "dagster_home"
     env = dagster_env(project, home, DAGSTER_YAML)
 
