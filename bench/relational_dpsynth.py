@@ -68,6 +68,16 @@ DEPENDENCIES = ["absl-py", "attrs", "numpy", "pandas", "pydantic>=2.0", "pyyaml"
 
 # ---------------------------------------------------------------------------- dpsynth's venv
 
+def find_python() -> str | None:
+    """The first python3.12 / python3.13 on PATH that runs (a pyenv shim may name one that
+    is not enabled)."""
+    for name in ("python3.12", "python3.13"):
+        path = shutil.which(name)
+        if path and subprocess.run([path, "--version"], capture_output=True).returncode == 0:
+            return path
+    return None
+
+
 def install(python: str, venv: Path, source: Path) -> dict:
     """dpsynth in `venv` (created with `python` when absent) from `source`'s HEAD; what was
     installed (versions and the commit)."""
@@ -257,6 +267,31 @@ def markdown(records: list[dict], meta: dict) -> str:
                              f"{r['exit']} after {r['seconds']:.0f} s, last stage reached: "
                              f"{r['stage']}; {error}")
         lines.append("")
+    errors = sorted({r["calibrate_error"] for r in records if r.get("calibrate_error")})
+    lines += [
+        "## What dpsynth was given, and its privacy unit", "",
+        "- **Privacy unit**: dpsynth's is the root record with all its descendants "
+        "(`max_records_per_user` = 1 at the root; `max_children_per_parent` children kept per "
+        "parent, picked uniformly at random, the rest and the orphans dropped before anything "
+        "is measured; its child-table measurements are weighted so that a parent's family adds "
+        "at most 1 to each). The project's is the parent with all its children bounded at "
+        "`max_children` by a value-independent rule, orphans dropped. The comparison is at the "
+        "same privacy unit and the same bound (20 and 100).",
+        "- **Domains**: each declared column as a dpsynth attribute from the same public facts: "
+        "a categorical's listed categories plus its `other` value (dpsynth's out-of-domain "
+        "index), a number's declared bounds (integer or float); a nullable number is dpsynth's "
+        "`clip_to_range=False` (NULL a value of its own), its values clipped to the bounds "
+        "beforehand as the project clips them. The declared `bins` are only the evaluation's: "
+        "dpsynth bins numbers itself (32 a column, its default).",
+        "- **Budget**: the same zCDP rho as the project's run at that (epsilon, delta), through "
+        "`MultiTableConfig.configure(zcdp_rho=...)`. dpsynth's own `calibrate(epsilon, delta)` "
+        "fails on every MultiTableConfig in this version: "
+        + ("; ".join(f"`{e}`" for e in errors) if errors else "(not reached in these runs)")
+        + " (its search for rho starts at 0, which `configure` refuses; dpsynth's California "
+        "census integration test fails the same way).",
+        "- **Everything else** is dpsynth's default: AIM as the discrete mechanism, "
+        "`init_budget_fraction` 0.1, 2 permutation slots, the `empty_token` strategy, "
+        "`numerical_bins` 32, seeded with `numpy.random.default_rng(seed)`.", ""]
     return "\n".join(lines)
 
 
@@ -269,8 +304,9 @@ def main() -> None:
     parser.add_argument("--customers", type=int, default=5_000, help="the example's parents")
     parser.add_argument("--dpsynth-source", type=Path, default=WORK / "dpsynth-src")
     parser.add_argument("--venv", type=Path, default=WORK / "dpsynth-venv")
-    parser.add_argument("--python", default=shutil.which("python3.12") or "python3.12",
-                        help="the interpreter that creates the venv (dpsynth needs >= 3.12)")
+    parser.add_argument("--python", default=None,
+                        help="the interpreter that creates the venv (dpsynth needs 3.12 or "
+                             "3.13; default: the first python3.12 / python3.13 that runs)")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per dpsynth run")
     parser.add_argument("--fresh", action="store_true", help="repeat runs already done")
     parser.add_argument("--no-ours", action="store_true",
@@ -284,7 +320,10 @@ def main() -> None:
     if args.dry_run:
         interpreter, installed = None, {"dry_run": True}
     else:
-        installed = install(args.python, args.venv, args.dpsynth_source)
+        python = args.python or find_python()
+        if python is None and not (args.venv / "bin" / "python").exists():
+            sys.exit("dpsynth needs Python 3.12 or 3.13: pass --python")
+        installed = install(python, args.venv, args.dpsynth_source)
         interpreter = args.venv / "bin" / "python"
     described = (f"a dry-run stand-in (resampled real families), not dpsynth" if args.dry_run
                  else f"dpsynth {installed['dpsynth']} at commit {installed['commit']}, Python "
