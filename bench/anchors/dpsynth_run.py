@@ -91,6 +91,9 @@ def main() -> None:
     args = parser.parse_args()
 
     import dpsynth
+    from absl import logging
+
+    logging.set_verbosity(logging.INFO)   # dpsynth's own progress: how far a failed run got
 
     spec = json.loads((args.input / "spec.json").read_text())
     key, foreign_key = spec["key"], spec["foreign_key"]
