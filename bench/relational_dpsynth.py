@@ -184,7 +184,10 @@ def dpsynth_run(interpreter: Path | None, folder: Path, out: Path, epsilon: floa
     `start` false no run is started (a kept log, with the exit.json beside it, is read)."""
     done = out / "result.json"
     if done.exists() and not fresh and interpreter is not None:
-        return {**json.loads(done.read_text()), "reused": True}
+        status = json.loads((out / "exit.json").read_text()) if (out / "exit.json").exists() \
+            else {}
+        return {**json.loads(done.read_text()), "reused": True,
+                **({"run_load": status["load"]} if "load" in status else {})}
     if interpreter is None:
         return stand_in(folder, out, seed)
     if not start:   # --no-new-runs: what a kept run's output says, or that none ran
@@ -196,7 +199,8 @@ def dpsynth_run(interpreter: Path | None, folder: Path, out: Path, epsilon: floa
         code = status.get("rc")
         return {"failed": True, "exit": "timeout" if code == 124 else code,
                 "stage": last_stage(log), "seconds": status.get("seconds"),
-                "error": error_tail(log)}
+                "error": error_tail(log),
+                **({"run_load": status["load"]} if "load" in status else {})}
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     env = {**os.environ, "JAX_ENABLE_COMPILATION_CACHE": "false"}
@@ -212,8 +216,9 @@ def dpsynth_run(interpreter: Path | None, folder: Path, out: Path, epsilon: floa
                                           if isinstance(stop.stderr, bytes) else stop.stderr or "")
         code = "timeout"
     (out / "log").write_text(log)
-    (out / "exit.json").write_text(json.dumps({"rc": 124 if code == "timeout" else code,
-                                               "seconds": round(time.perf_counter() - started)}))
+    (out / "exit.json").write_text(json.dumps({
+        "rc": 124 if code == "timeout" else code, "seconds": round(time.perf_counter() - started),
+        "load": " ".join(f"{x:.2f}" for x in os.getloadavg())}))
     results = [line[7:] for line in log.splitlines() if line.startswith("RESULT ")]
     if code == 0 and results:
         result = json.loads(results[-1])
@@ -235,6 +240,7 @@ METRICS = ["tvd2_parents", "tvd2_children", "tvd2_join", "tvd_children_count"]
 def markdown(records: list[dict], meta: dict) -> str:
     frame = pd.DataFrame(records)
     dry = meta["dry_run"]
+    loads = [float(r["run_load"].split()[0]) for r in records if r.get("run_load")]
     lines = [
         "# Relational synthesis vs dpsynth's relational mode" + (" (DRY RUN: a stand-in, "
                                                                  "not dpsynth)" if dry else ""),
@@ -250,8 +256,10 @@ def markdown(records: list[dict], meta: dict) -> str:
         "resident MB per run (dpsynth: its process; ours: this process, the tables already in "
         "memory). Written by bench/relational_dpsynth.py.", "",
         f"dpsynth: {meta['dpsynth']}. Machine: {meta['cpus']} CPUs shared with other work, "
-        f"load {meta['load_before']} before and {meta['load_after']} after (times above a "
-        f"load of 2 are inflated); {meta['total_seconds']:.0f} s in all.", ""]
+        f"load {meta['load_before']} before and {meta['load_after']} after this scoring run "
+        f"(times above a load of 2 are inflated); {meta['total_seconds']:.0f} s in all."
+        + (f" The dpsynth runs' 1-minute load as each ended: {min(loads):g} to {max(loads):g}."
+           if loads else ""), ""]
     for name in meta["datasets"]:
         failed_mask = (frame["failed"].fillna(False).astype(bool) if "failed" in frame
                        else pd.Series(False, index=frame.index))
@@ -276,8 +284,11 @@ def markdown(records: list[dict], meta: dict) -> str:
         not_run = [f"{r['epsilon']:g}/{r['seed']}" for r in records
                    if r["dataset"] == name and r.get("not_run")]
         if not_run:
-            lines += ["", f"dpsynth runs not started (epsilon/seed; `--no-new-runs`): "
-                      f"{', '.join(not_run)}."]
+            lines += ["", f"dpsynth runs not started (epsilon/seed; `--no-new-runs`"
+                      + ("; after a run that did not finish, no other was tried"
+                         if any(r["dataset"] == name and r.get("failed") and not r.get("not_run")
+                                for r in records) else "")
+                      + f"): {', '.join(not_run)}."]
         if failed:
             lines += ["", "dpsynth runs that did not finish:", ""]
             for r in failed:
