@@ -11,13 +11,12 @@ fresh process opens it read-only with that `memory_limit` and does what `Synthet
 does: copies the codes into the narrow temporary table (`marginals.narrow_codes`) and counts the
 repeated rows, `sort` with `marginals.repeated_rows` (sql/repeated_rows.sql), `distinct` with
 `count(*) - count(DISTINCT key)` over the same key (the query before). Recorded: the count (or
-DuckDB's error), the copy's and the count's seconds, the process's peak resident memory and
+DuckDB's error), the copy's and the count's seconds, the process's peak resident memory (VmHWM) and
 /proc/loadavg before and after, into bench/results/repeated_rows.json.
 """
 
 import argparse
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -59,6 +58,15 @@ def loadavg() -> str:
     return Path("/proc/loadavg").read_text().strip()
 
 
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM: ru_maxrss would include the parent's, which
+    a forked and exec'd child inherits)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
 def child(args) -> None:
     import duckdb
 
@@ -80,7 +88,7 @@ def child(args) -> None:
     except duckdb.Error as e:
         out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
     out["count_seconds"] = round(time.perf_counter() - started, 2)
-    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    out["peak_rss_mb"] = peak_rss_mb()
     out["loadavg"].append(loadavg())
     print("RESULT " + json.dumps(out))
 
