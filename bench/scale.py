@@ -20,7 +20,15 @@ returned before sampling). Recorded per run:
   <name>: started` line to its result), and the peak memory within that window; the stages publish no timing of their private work (issue 13);
 - `peak_mb`: the largest resident memory of the whole process tree (the run and its step
   processes, summed), sampled every 50 ms;
-- `marginal_seconds`: the `marginals` stage's seconds, as above.
+- `marginal_seconds`: the `marginals` stage's seconds, as above;
+- `memory_limit`: DuckDB's memory limit of the run's connections (`--memory-limit`, passed as
+  DP_SYNTH_DUCKDB_MEMORY_LIMIT; None: DuckDB's default), and `loadavg`: /proc/loadavg before
+  and after the run;
+- `success`: False when the run failed (`--keep-going`): then `stages` holds the stages it
+  finished, `failed_after_seconds` when it stopped and `error` the last lines of its output.
+
+With `--tree PATH`, the code of another checkout runs (a git worktree of an earlier revision,
+say), recorded with its revision and `tree`, for a before/after comparison in one session.
 
 The floor (`floor_seconds`) is then measured in a fresh process on the same DuckDB file: a bare
 `GROUP BY GROUPING SETS` with the same grouping sets as the marginals stage, over the same
@@ -127,10 +135,13 @@ def write_registry(workdir: Path, dataset: str, source: dict, columns: dict, eps
 
 
 def run_job(workdir: Path, database: Path, dataset: str, tree: Path = ROOT,
-            executor: str = "multiprocess") -> dict:
+            executor: str = "multiprocess", memory_limit: str | None = None,
+            keep_going: bool = False) -> dict:
     """`dagster job execute` of the dataset's job (every asset and check), the way a deployment
-    runs it, with the code of `tree`; memory is sampled over the whole process tree (the run
-    and, under the multiprocess executor, its step processes)."""
+    runs it, with the code of `tree` and DuckDB's `memory_limit` (None: its default); memory is
+    sampled over the whole process tree (the run and, under the multiprocess executor, its step
+    processes). A failed run stops the script, or with `keep_going` is recorded as far as it
+    got (`success` False)."""
     import shutil
 
     import dagster as dg
@@ -145,6 +156,9 @@ def run_job(workdir: Path, database: Path, dataset: str, tree: Path = ROOT,
            "DP_SYNTH_DATASETS": str(workdir / "datasets.yaml"),
            "DP_SYNTH_WAREHOUSE": str(database), "DP_SYNTH_LEDGER": str(workdir / "ledger.sqlite"),
            "DP_SYNTH_PUBLIC": str(workdir / "public"), "PYTHONPATH": str(tree)}
+    env.pop("DP_SYNTH_DUCKDB_MEMORY_LIMIT", None)
+    if memory_limit:
+        env["DP_SYNTH_DUCKDB_MEMORY_LIMIT"] = memory_limit
     # a dataset whose fit runs on the multiprocess executor has a job of its own; any other runs
     # in the code location's implicit asset job (dp_synth_assets.factory.needs_job)
     job = f"{dataset}_synthesis" if executor == "multiprocess" else "__ASSET_JOB"
@@ -163,13 +177,14 @@ def run_job(workdir: Path, database: Path, dataset: str, tree: Path = ROOT,
     cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
     samples = sampler.stop()
     (workdir / "run.log").write_text(output)
-    if proc.returncode != 0:
+    failed = proc.returncode != 0
+    if failed and not keep_going:
         sys.exit(f"{' '.join(cmd)} failed (see {workdir / 'run.log'}):\n{output[-4000:]}")
     with dg.DagsterInstance.from_config(str(home)) as instance:
         [record] = instance.get_run_records()
         run_seconds = record.end_time - record.start_time
         logs = instance.all_logs(record.dagster_run.run_id)
-    stages = stage_times(logs, record.start_time)
+    stages = stage_times(logs, record.start_time, expect=() if failed else None)
     for stage in stages.values():
         start, end = stage.pop("start"), stage.pop("end")
         inside = [mb for t, mb in samples if start <= t <= end]
@@ -180,7 +195,9 @@ def run_job(workdir: Path, database: Path, dataset: str, tree: Path = ROOT,
                                  - cpu_before.ru_utime - cpu_before.ru_stime, 1),
             "peak_mb": max(mb for _, mb in samples), "sample_interval_s": sampler.interval,
             # from the stage's public progress: the stage publishes no timing of its private work
-            "marginal_seconds": stages["marginals"]["seconds"], "stages": stages}
+            "marginal_seconds": stages.get("marginals", {}).get("seconds"), "stages": stages,
+            "success": not failed,
+            **({"failed_after_seconds": run_seconds, "error": output[-1500:]} if failed else {})}
 
 
 def child_floor(args) -> None:
@@ -246,15 +263,21 @@ def load1() -> float:
     return os.getloadavg()[0]
 
 
-def revision() -> str:
+def revision(tree: Path = ROOT) -> str:
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          cwd=ROOT).stdout.strip()
+                          cwd=tree).stdout.strip()
+
+
+def loadavg() -> str:
+    """/proc/loadavg as it reads (1-, 5-, 15-minute load, running/all tasks, last pid)."""
+    return Path("/proc/loadavg").read_text().strip()
 
 
 def save(records: list[dict]) -> None:
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
     key = lambda r: (r["kind"], r.get("rows"), r.get("columns"), r.get("executor"),  # noqa: E731
-                     r.get("engine", "duckdb"), r.get("revision"), r.get("tree"), r.get("repeat"))
+                     r.get("engine", "duckdb"), r.get("revision"), r.get("tree"), r.get("repeat"),
+                     r.get("memory_limit"))
     merged = {key(r): r for r in old}
     merged.update({key(r): r for r in records})
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
@@ -267,15 +290,18 @@ def fmt(value: float | None) -> str:
 
 
 def write_table(records: list[dict]) -> None:
-    lines = ["| rows | columns | engine | seconds | peak MB | marginals s | floor s | ratio | "
-             "slowest stages | load |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| rows | columns | engine | revision | DuckDB limit | seconds | peak MB | "
+             "marginals s | floor s | ratio | slowest stages | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted((r for r in records if r["kind"] == "scale"),
                     key=lambda r: (r["columns"], r["rows"], r.get("engine", "duckdb"))):
         slow = sorted(r["stages"].items(), key=lambda kv: -kv[1]["seconds"])[:3]
         stages = ", ".join(f"{k} {v['seconds']:.0f} s" for k, v in slow)
+        seconds = (f"{r['seconds']:.0f}" if r.get("success", True)
+                   else f"failed after {r['seconds']:.0f}")
         lines.append(f"| {r['rows']:,} | {r['columns']} | {r.get('engine', 'duckdb')} | "
-                     f"{r['seconds']:.0f} | "
-                     f"{r['peak_mb']:.0f} | {r['marginal_seconds']:.2f} | "
+                     f"{r.get('revision', '-')} | {r.get('memory_limit') or '-'} | {seconds} | "
+                     f"{r['peak_mb']:.0f} | {fmt(r['marginal_seconds'])} | "
                      f"{fmt(r['floor_seconds'])} | {fmt(r['marginal_ratio'])} | {stages} | "
                      f"{r['max_load1']:.1f} |")
     adult = [r for r in records if r["kind"] == "adult"]
@@ -340,7 +366,9 @@ def postgres_server():
 
 
 def scale_runs(rows_list: list[int], columns: int, method: str | None, executor: str,
-               iterations: int | None = None, engine: str = "duckdb") -> None:
+               iterations: int | None = None, engine: str = "duckdb",
+               memory_limit: str | None = None, tree: Path = ROOT,
+               keep_going: bool = False) -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     from scale_data import spec_columns
 
@@ -348,7 +376,7 @@ def scale_runs(rows_list: list[int], columns: int, method: str | None, executor:
     records = []
     for rows in rows_list:
         database = ensure_data(rows, columns)
-        load = load1()
+        load, loads = load1(), [loadavg()]
         workdir = WORK / (f"run_{rows}_{columns}" + ("" if engine == "duckdb" else f"_{engine}"))
         workdir.mkdir(parents=True, exist_ok=True)
         model = {"executor": executor, **({"iterations": iterations} if iterations else {})}
@@ -360,22 +388,28 @@ def scale_runs(rows_list: list[int], columns: int, method: str | None, executor:
                 source = {"table": "public.scale"}
                 extra["engine"] = {"type": "postgres", "dsn": server.dsn}
             write_registry(workdir, "scale", source, spec_columns(columns), 1.0, extra)
-            out = run_job(workdir, database, "scale", executor=executor)
-        cliques = marginal_cliques(workdir)
+            out = run_job(workdir, database, "scale", tree=tree, executor=executor,
+                          memory_limit=memory_limit, keep_going=keep_going)
+        loads.append(loadavg())
+        cliques = marginal_cliques(workdir) if out["marginal_seconds"] is not None else []
         # the floor reads the encoded table the run left in the DuckDB file (under postgres it
         # was a view in PostgreSQL, dropped with the run): DuckDB's floor only
         floor = (child("floor", "--database", str(database), "--cliques", json.dumps(cliques))
-                 if engine == "duckdb" else {"floor_seconds": None, "floor_runs": []})
+                 if engine == "duckdb" and cliques
+                 else {"floor_seconds": None, "floor_runs": []})
         record = {"kind": "scale", "rows": rows, "columns": columns, "method": method or "default",
                   "executor": executor, "engine": engine, "iterations": iterations,
-                  "epsilon": 1.0, "revision": revision(), **out, **floor, **loaded,
+                  "epsilon": 1.0, "revision": revision(tree), "memory_limit": memory_limit,
+                  **({} if tree == ROOT else {"tree": str(tree)}), **out, **floor, **loaded,
                   "marginal_ratio": (out["marginal_seconds"] / floor["floor_seconds"]
                                      if floor["floor_seconds"] else None),
-                  "grouping_sets": len(cliques), "max_load1": max(load, load1())}
+                  "grouping_sets": len(cliques), "max_load1": max(load, load1()),
+                  "loadavg": loads}
         records.append(record)
-        print(f"{rows:>11,} x {columns} ({engine}): {out['seconds']:.1f} s "
+        print(f"{rows:>11,} x {columns} ({engine}, limit {memory_limit}): "
+              f"{'' if out['success'] else 'FAILED after '}{out['seconds']:.1f} s "
               f"(process {out['process_seconds']:.1f} s), "
-              f"peak {out['peak_mb']:.0f} MB, marginals {out['marginal_seconds']:.2f} s"
+              f"peak {out['peak_mb']:.0f} MB, marginals {fmt(out['marginal_seconds'])} s"
               + (f" vs floor {floor['floor_seconds']:.2f} s ({record['marginal_ratio']:.2f}x)"
                  if floor["floor_seconds"] else ""), flush=True)
         save(records)
@@ -454,6 +488,14 @@ def main() -> None:
     parser.add_argument("--engine", default="duckdb", choices=["duckdb", "postgres"],
                         help="where the source table is scanned (postgres: a throwaway server "
                              "holding a copy of it; the synthetic side is the same)")
+    parser.add_argument("--memory-limit", default=None,
+                        help="DuckDB's memory_limit for the runs (DP_SYNTH_DUCKDB_MEMORY_LIMIT, "
+                             "e.g. 1GB; default: DuckDB's own)")
+    parser.add_argument("--tree", type=Path, default=ROOT,
+                        help="run the code of this checkout (e.g. a worktree of an earlier "
+                             "revision; default: this one)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="record a failed run as far as it got instead of stopping")
     parser.add_argument("--adult-baseline", default=None, metavar="REV")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
@@ -466,7 +508,7 @@ def main() -> None:
         adult_runs(args.adult_baseline, args.repeats)
     else:
         scale_runs(args.rows, args.columns, args.method, args.executor, args.iterations,
-                   args.engine)
+                   args.engine, args.memory_limit, args.tree.resolve(), args.keep_going)
 
 
 if __name__ == "__main__":

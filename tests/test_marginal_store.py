@@ -92,3 +92,55 @@ def test_repeated_rows_counts_rows_minus_distinct_rows(con):
     # a domain too large to pack exactly falls back to the rows' hashes, same answer here
     huge = {a: 2 ** 20 for a in DOMAIN}
     assert margs.repeated_rows(con, "private.enc", huge) == total - distinct
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_repeated_rows_equals_a_brute_force_count_of_planted_repeats(tmp_path, seed):
+    """Tables of distinct rows with some rows planted again once or several times (not next to
+    their first copy): the count is the brute-force rows minus distinct rows, with the exact
+    packed key and with the hashed key of a domain too large to pack."""
+    rng = np.random.default_rng(seed)
+    domain = {"x": 7, "y": 256, "z": 3, "w": 1000}
+    n = int(rng.integers(200, 2000))
+    cells = rng.choice(7 * 256 * 3 * 1000, size=n, replace=False)  # distinct rows
+    rows = np.stack(np.unravel_index(cells, tuple(domain.values())), axis=1)
+    planted = rows[rng.integers(0, n, int(rng.integers(1, 50)))]  # repeats of repeats too
+    table = rng.permutation(np.concatenate([rows, planted, planted[:3]]))
+    brute = len(table) - len({tuple(r) for r in table})
+    assert brute == len(planted) + 3 > 0
+    con = duckdb.connect(str(tmp_path / "w.duckdb"))
+    con.register("frame", {c: table[:, i].astype(np.int64) for i, c in enumerate(domain)})
+    con.execute("CREATE TABLE enc AS SELECT * FROM frame")
+    assert margs.repeated_rows(con, "enc", domain) == brute
+    assert margs.repeated_rows(con, "enc", {c: 2 ** 16 for c in domain}) == brute  # hashed key
+    assert margs.repeated_rows(con, "(SELECT * FROM enc LIMIT 0)", domain) == 0
+    con.close()
+
+
+def test_repeated_rows_runs_within_a_memory_limit_a_count_distinct_exceeded(tmp_path,
+                                                                            monkeypatch):
+    """Under DP_SYNTH_DUCKDB_MEMORY_LIMIT, on a warehouse connection as the checks open it, 3
+    million distinct rows plus 1,020 planted repeats are counted exactly, through the narrow
+    codes copy the checks make; the count(DISTINCT) the checks used before runs out of memory
+    under the same limit (2 threads, as on the machine the limit was chosen on: 100 million
+    rows under 1 GB failed that way in a run)."""
+    from dp_synth_assets.resources.warehouse import MEMORY_LIMIT_ENV, WarehouseResource
+
+    database = tmp_path / "w.duckdb"
+    with duckdb.connect(str(database)) as con:  # no limit while the table is written
+        con.execute("""CREATE TABLE codes AS
+            SELECT i % 100 AS a, (i // 100) % 100 AS b, (i // 10000) % 100 AS c, i // 1000000 AS d
+            FROM (SELECT range AS i FROM range(3000000) UNION ALL SELECT range FROM range(1000)
+                  UNION ALL SELECT range * 7 FROM range(10) UNION ALL SELECT range * 7 FROM range(10))
+        """)
+    domain = {"a": 100, "b": 100, "c": 100, "d": 3}
+    monkeypatch.setenv(MEMORY_LIMIT_ENV, "30MB")
+    warehouse = WarehouseResource(database=str(database), public_dir=str(tmp_path / "public"))
+    with warehouse.connect(read_only=True) as con:
+        con.execute("SET threads = 2")
+        assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "28.6 MiB"
+        with margs.narrow_codes(con, "codes", list(domain), domain) as codes:
+            assert margs.repeated_rows(con, codes, domain) == 1000 + 20
+            with pytest.raises(duckdb.OutOfMemoryException):  # else: the limit proves nothing
+                con.execute(f"SELECT count(*) - count(DISTINCT {margs.row_key(domain)}) "
+                            f"FROM {codes}").fetchone()

@@ -3,9 +3,10 @@
 The checks read only the public synthetic table: its Parquet copy and the warehouse table's
 schema. DuckDB computes every figure they judge as aggregates of the whole table
 (`SyntheticTable.read`): one scan for the row count and each column's NULL and out-of-domain
-counts (`column_aggregates`), GROUPING SETS for the measured marginals' counts and a GROUP BY for
-the repeated rows; GX then validates small frames of those figures (`suites`). Only the schema
-check reads rows into pandas, the first 1,000 (`read_frame`). docs/great_expectations.md.
+counts (`column_aggregates`), GROUPING SETS for the measured marginals' counts and a sort of the
+rows' codes for the repeated rows (`marginals.repeated_rows`, within DuckDB's memory limit); GX
+then validates small frames of those figures (`suites`). Only the schema check reads rows into
+pandas, the first 1,000 (`read_frame`). docs/great_expectations.md.
 """
 
 from dataclasses import dataclass, field

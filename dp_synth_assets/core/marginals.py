@@ -230,18 +230,26 @@ def _dense(rows: dict, columns: tuple[str, ...], cliques: list[Clique],
 
 def repeated_rows(con: duckdb.DuckDBPyConnection, relation: str, domain: dict[str, int]) -> int:
     """How many rows of an encoded relation repeat an earlier row (rows minus distinct rows),
-    counted by DuckDB. Each row's codes are packed into one exact integer (mixed radix) while the
-    domain has fewer than 2^63 cells, else into their 64-bit hash: with n rows, two distinct rows
-    share a hash with probability about n^2 / 2^65 (3e-6 at ten million rows)."""
+    exactly, counted by DuckDB by sorting one key per row (`row_key`; sql/repeated_rows.sql):
+    the sort spills to disk, so the count runs within the connection's memory_limit at any row
+    count, where the count(DISTINCT) it replaces held a hash table that could not (100 million
+    rows under a 1 GB limit ran out of memory). With the hashed key of a huge domain, two
+    distinct rows of n share a hash with probability about n^2 / 2^65 (3e-6 at ten million
+    rows)."""
+    query = sql("repeated_rows", key=row_key(domain), source=relation)
+    return int(con.execute(query).fetchone()[0])
+
+
+def row_key(domain: dict[str, int]) -> str:
+    """The SQL expression of one integer per row of encoded codes: the codes packed exactly
+    (mixed radix, a BIGINT) while the domain has fewer than 2^63 cells, else their 64-bit hash."""
     cells = 1
     for size in domain.values():
         cells *= size
-    if cells < 2 ** 63:
-        terms, stride = [], 1
-        for column in reversed(list(domain)):
-            terms.append(f"CAST({ident(column)} AS BIGINT) * {stride}")
-            stride *= domain[column]
-        key = " + ".join(terms)
-    else:
-        key = "hash(" + ", ".join(ident(c) for c in domain) + ")"
-    return int(con.execute(sql("repeated_rows", key=key, source=relation)).fetchone()[0])
+    if cells >= 2 ** 63:
+        return "hash(" + ", ".join(ident(c) for c in domain) + ")"
+    terms, stride = [], 1
+    for column in reversed(list(domain)):
+        terms.append(f"CAST({ident(column)} AS BIGINT) * {stride}")
+        stride *= domain[column]
+    return " + ".join(terms)
