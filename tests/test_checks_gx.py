@@ -464,7 +464,10 @@ def test_data_docs_reuse_their_compiled_templates_after_the_first(tmp_path, monk
         compiled.append(1)
         return compile_(self, *args, **kwargs)
 
+    from dp_synth_assets.checks import data_docs
+
     monkeypatch.setattr(jinja2.Environment, "compile", counted)
+    monkeypatch.setattr(data_docs, "_VIEWS", {})  # as in a new process: no view cached yet
     out = run_suite(good_frame(), "timing", PASSING)
     write_data_docs(out, tmp_path / "warm-up")
     first = len(compiled)
