@@ -57,7 +57,8 @@ class DatasetContext:
     @property
     def ledger_budget(self) -> DatasetBudget:
         """What this dataset's private stages reserve and charge (`core.family.ledger_budget`
-        in a family: a child's charges at d_in = max_children), else `budget`."""
+        in a family, the same whatever d_in the child's charges are at), else
+        `budget`."""
         return self.relation.ledger_budgets[self.dataset] if self.relation else self.budget
 
     @property
@@ -68,10 +69,11 @@ class DatasetContext:
 
     def charge(self, charge: Callable) -> Callable:
         """A stage's `charge` as this dataset's mechanisms must call it: at d_in =
-        max_children on a family's child side (`core.family.side_charge`)."""
+        k on a family's child side, the children a family has in the view its stages read
+        (`Relation.d_in`, `core.family.side_charge`)."""
         if self.relation is None or self.relation.role(self.dataset) != "child":
             return charge
-        return family.side_charge(charge, self.relation.d_in)
+        return family.side_charge(charge, self.relation.d_in, child=True)
 
     def at_model_children(self, k: int) -> "DatasetContext":
         """This child's context when its stages read `k` children per family

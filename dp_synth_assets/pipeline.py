@@ -31,7 +31,7 @@ from .core import family, generate
 from .core import stages
 from .core.generate import multiprocess
 from .core.config import PublicListError, with_public_categories
-from .core.relational import CHILDREN, bounded_children_sql, parents_sql, unique_parents_sql
+from .core.relational import bounded_children_sql, parents_sql, unique_parents_sql
 from .core.sql import ident, qualified, sql
 from .core.synthesize import write_synthetic
 from .infra.public_lists import read_public_lists
@@ -85,13 +85,10 @@ def modeled(ctx: DatasetContext, warehouse: WarehouseResource, context) -> Datas
         if store.has("measurements"):
             found = store.measurements()
             break
-    histogram = None if found is None else family.children_histogram(found.measurements,
-                                                                      CHILDREN)
-    if histogram is None:
+    if found is None:
         return ctx
-    k = family.model_children(histogram, rel.spec.max_children,
-                              rel.family_budget.run_rho * rel.child_share,
-                              family.model_sizes(ctx.spec.columns))
+    k = family.children_to_read(found.measurements, rel.spec.max_children,
+                                rel.family_budget.run_rho * rel.child_share, ctx.spec.columns)
     return ctx.at_model_children(k)
 
 

@@ -41,15 +41,15 @@ class FamilySide:
     table, at d_in = `rows` (the children a family has in the view the child's stages read:
     `family.family_spend`), 1 on the parent side."""
 
-    def __init__(self, accountant: Accountant, table: str, rows: int = 1):
-        self.accountant, self.table, self.rows = accountant, table, rows
+    def __init__(self, accountant: Accountant, table: str, rows: int = 1, child: bool = False):
+        self.accountant, self.table, self.rows, self.child = accountant, table, rows, child
 
     def stage(self, name: str):
         charge = self.accountant.stage(name)
 
         def tagged(spend, **params) -> None:
             charge(spend, table=self.table, **params)
-        return family.side_charge(tagged, self.rows)
+        return family.side_charge(tagged, self.rows, child=self.child)
 
 
 class RelationalSynthesizer:
@@ -217,7 +217,8 @@ class RelationalSynthesizer:
                 self.model_children, self.seed or 0, MODEL_VIEW, self.joined))
             child = self.child_synthesizer
             found.append(self._side(con, child, MODEL_VIEW,
-                                    FamilySide(accountant, "children", self.model_children),
+                                    FamilySide(accountant, "children", self.model_children,
+                                               child=True),
                                     family.split_budget(family_budget, child.budget,
                                                         self.child_share, self.model_children,
                                                         child=True)))
@@ -238,14 +239,11 @@ class RelationalSynthesizer:
             return plan, chosen, run.measure(plan, chosen, oracle)
 
     def _model_children(self, measured) -> int:
-        """`family.model_children` from the parent's consistent measurements (post-processing)
-        and public facts: the child's share of the family's rho and its model's domain."""
-        histogram = family.children_histogram(measured.measurements, CHILDREN)
-        if histogram is None:
-            return self.max_children
-        sizes = family.model_sizes(self.child_synthesizer.spec.columns)
-        return family.model_children(histogram, self.max_children,
-                                     self.budget.run_rho * self.child_share, sizes)
+        """`family.children_to_read` from the parent's consistent measurements and public
+        facts: the child's share of the family's rho and its model's declared domain."""
+        return family.children_to_read(measured.measurements, self.max_children,
+                                       self.budget.run_rho * self.child_share,
+                                       self.child_synthesizer.spec.columns)
 
     # -- the public side
 

@@ -251,14 +251,20 @@ def test_the_family_checks_fail_on_orphans_and_on_a_distribution_far_from_its_me
 
 def test_a_child_side_charge_is_its_map_at_max_children():
     """`family.side_charge`: the parent side's spend is charged as it is, the child side's at
-    d_in = max_children (rho times its square, the sensitivity times it)."""
+    d_in = the children a family has in its view (rho times its square, the sensitivity times
+    it); a child side refuses an extra delta even when it reads one child a family."""
     from dp_synth_assets.core import family
     from dp_synth_assets.core.privacy import Spend
 
     charged = []
     spend = Spend(mechanism="gaussian", rho=0.01, sensitivity=1.0, scale=3.0)
     family.side_charge(lambda s, **p: charged.append((s, p)))(spend, stage="x")
-    family.side_charge(lambda s, **p: charged.append((s, p)), 20)(spend, stage="x")
+    family.side_charge(lambda s, **p: charged.append((s, p)), 20, child=True)(spend, stage="x")
+    family.side_charge(lambda s, **p: charged.append((s, p)), 1, child=True)(spend, stage="x")
     assert charged[0] == (spend, {"stage": "x"})
     assert charged[1][0].rho == pytest.approx(0.01 * 400)
     assert charged[1][0].sensitivity == 20 and charged[1][1] == {"stage": "x"}
+    assert charged[2][0].rho == pytest.approx(0.01) and charged[2][0].sensitivity == 1
+    thresholded = Spend(mechanism="gaussian_threshold", rho=0.01, delta_extra=1e-9, scale=3.0)
+    with pytest.raises(ValueError, match="extra delta"):
+        family.side_charge(lambda s, **p: None, 1, child=True)(thresholded, stage="x")

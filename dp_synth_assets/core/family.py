@@ -17,7 +17,7 @@ from .budget import DatasetBudget
 from .config import DEFAULT_BINS, ColumnSpec
 from .preprocess import mechanisms
 from .privacy import Spend
-from .relational import PARENT_PREFIX, family_sensitivity
+from .relational import CHILDREN, PARENT_PREFIX, family_sensitivity
 from .select import Budget
 
 # the children count gets one bin per value up to this many values, else this many bins
@@ -97,18 +97,18 @@ def family_spend(spend: Spend, rows: int) -> Spend:
     return replace(spend, rho=spend.rho * d_in ** 2, sensitivity=spend.sensitivity * d_in)
 
 
-def side_charge(charge: Callable, rows: int = 1) -> Callable:
-    """`charge(spend, **params)` for one side of a family: on the child side (`rows` > 1
-    children a family in the view its stages read) each spend is charged its map at d_in =
-    `rows` (`family_spend`), on the parent side (and a child side reading one child a family)
-    as it is. Both the notebook (`relational_api.FamilySide`) and the Dagster stages charge
-    through it."""
-    if rows <= 1:
+def side_charge(charge: Callable, rows: int = 1, *, child: bool = False) -> Callable:
+    """`charge(spend, **params)` for one side of a family: on the child side (`child`) each
+    spend is charged its map at d_in = `rows`, the children a family has in the view its stages
+    read (`family_spend`, which also refuses an extra delta, even at one child a family); on the
+    parent side as it is. Both the notebook (`relational_api.FamilySide`) and the Dagster stages
+    charge through it."""
+    if not child:
         return charge
 
-    def child(spend: Spend, **params) -> None:
+    def child_side(spend: Spend, **params) -> None:
         charge(family_spend(spend, rows), **params)
-    return child
+    return child_side
 
 
 def ledger_budget(family: DatasetBudget, side: DatasetBudget, share: float, *,
@@ -194,6 +194,17 @@ def model_sizes(columns: Mapping[str, ColumnSpec]) -> list[int]:
         else:
             sizes.append(int(spec.bins or DEFAULT_BINS))
     return sizes
+
+
+def children_to_read(measurements: Sequence, max_children: int, rho: float,
+                     columns: Mapping[str, ColumnSpec]) -> int:
+    """`model_children` for a child whose model has `columns` (`model_sizes`) and `rho` (its
+    share of the family's run rho), from the parent's consistent `measurements` (the noisy
+    histogram of `children`: post-processing); `max_children` when they hold none."""
+    histogram = children_histogram(measurements, CHILDREN)
+    if histogram is None:
+        return int(max_children)
+    return model_children(histogram, max_children, rho, model_sizes(columns))
 
 
 def children_histogram(measurements: Sequence, attribute: str) -> np.ndarray | None:
