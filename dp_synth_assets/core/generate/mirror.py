@@ -204,7 +204,7 @@ def fit(domain: dict[str, int], measurements: list[Measurement], total: float, i
                 loss_v = loss(mu_v)
                 if loss_v < best[3]:
                     best = (v, mu_v, tables_v, loss_v)
-            if loss_v > last:  # momentum overshot: restart from the best point, shorter steps
+            if not loss_v <= last:  # overshot (or overflowed): restart from the best point
                 k, alpha = 0, alpha * RESTART_SHRINK
                 theta = previous = best[0]
                 last = best[3]

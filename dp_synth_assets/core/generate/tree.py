@@ -426,7 +426,14 @@ def calibrate(domain: dict[str, int], cliques: list[Clique], separators: list[Cl
         for c in children[i]:
             sep = separators[c]
             mine = marginalize(beliefs[i], cliques[i], sep)
-            ratio = np.divide(mine, up[c], out=np.zeros_like(mine), where=up[c] > 0)
-            beliefs[c] *= broadcast_to(ratio, sep, cliques[c], domain)
+            with np.errstate(over="ignore"):
+                ratio = np.divide(mine, up[c], out=np.zeros_like(mine), where=up[c] > 0)
+            if np.isfinite(ratio).all():
+                beliefs[c] *= broadcast_to(ratio, sep, cliques[c], domain)
+            else:  # up[c] underflowed where mine did not: the child's conditional given the
+                # separator (every entry at most 1) times mine, which cannot overflow
+                below = broadcast_to(up[c], sep, cliques[c], domain)
+                np.divide(beliefs[c], below, out=beliefs[c], where=below > 0)
+                beliefs[c] *= broadcast_to(mine, sep, cliques[c], domain)
             beliefs[c] /= beliefs[c].sum()
     return beliefs
