@@ -182,12 +182,15 @@ def test_calibrate_gives_the_exact_clique_marginals_on_random_trees():
                                        rtol=1e-9, atol=1e-12)
 
 
-def test_calibrate_stays_finite_where_a_child_s_separator_mass_underflows():
-    """The child (b, c) puts exp(-737) on b = 1 and the parent (a, b) exp(710): in the child's
-    own normalization b = 1 falls to ~1e-320 (subnormal), while its true marginal is about
-    exp(-27) = 2e-12. The parent's separator marginal divided by the child's, 2e-12 / 1e-320,
-    overflows to inf (and inf * 0 to NaN: a failed ppsyn run in CI, whose refits measured a
-    sparse 3-way marginal 20 times); the marginals must stay finite and exact."""
+@pytest.mark.parametrize("parent,child", [(710.0, -737.0), (800.0, -800.0)])
+def test_calibrate_stays_exact_where_probability_space_underflows(parent, child):
+    """The parent (a, b) adds `parent` to its log potential at b = 1, the child (b, c) `child`.
+    (710, -737): in the child's own normalization b = 1 falls to ~1e-320 (subnormal) while its
+    true marginal is exp(-27) = 2e-12, and the parent's separator marginal divided by the
+    child's, 2e-12 / 1e-320, overflows to inf (then inf * 0 to NaN: a ppsyn run failed in CI so,
+    its refits having measured a sparse 3-way marginal 20 times). (800, -800): each side alone
+    puts exp(-800) = 0 on one value of b, so the product of the two normalized tables is 0
+    everywhere, while the true marginal of b is (1/2, 1/2). Both must come out finite and exact."""
     domain = {"a": 2, "b": 2, "c": 2}
     order, separators, parents = junction_tree(domain, [("a", "b"), ("b", "c")])
     assert len(order) == 2 and list(separators[1]) == ["b"]
@@ -196,10 +199,10 @@ def test_calibrate_stays_finite_where_a_child_s_separator_mass_underflows():
         values = np.zeros([domain[a] for a in clique])
         index = [slice(None)] * len(clique)
         index[clique.index("b")] = 1
-        values[tuple(index)] = 710.0 if "a" in clique else -737.0
+        values[tuple(index)] = parent if "a" in clique else child
         potentials.append(values)
     tables = calibrate(domain, order, separators, parents, potentials)
     for clique, table in zip(order, tables):
         assert np.isfinite(table).all()
         np.testing.assert_allclose(table, brute_marginal(domain, order, potentials, clique),
-                                   rtol=1e-6, atol=1e-12)
+                                   rtol=1e-9, atol=1e-15)

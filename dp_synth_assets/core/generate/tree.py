@@ -401,39 +401,57 @@ def marginalize(table: np.ndarray, attrs: tuple, keep: tuple) -> np.ndarray:
     return np.einsum(table, list(range(len(attrs))), [attrs.index(a) for a in keep])
 
 
+UNDERFLOW = 1e-200  # a slice mass below it is recomputed with its own shift (`calibrate`)
+
+
 def calibrate(domain: dict[str, int], cliques: list[Clique], separators: list[Clique],
               parents: list[int], log_potentials: list[np.ndarray]) -> list[np.ndarray]:
     """The marginal of every clique of a junction tree (`junction_tree`'s order, separators and
     parents) under the distribution P(x) proportional to exp(sum_i log_potentials[i](x_i)): belief
-    propagation with one pass from the leaves to the roots and one back (Hugin form, in
-    probability space: each potential is exponentiated after subtracting its maximum and every
-    message is normalized to sum 1, so nothing overflows). Returns one probability table per
-    clique (axes in clique order, each summing to 1); the tables agree on every separator, and by
-    the running intersection property they are the exact clique marginals of P."""
+    propagation with one pass from the leaves to the roots and one back. Upward, each clique adds
+    its children's log messages to its potential, exponentiates it after subtracting its maximum
+    and sends its parent the log of its mass on each separator value. Downward, a child's table
+    is divided by that mass and multiplied by its parent's final marginal on the separator.
+    Where a separator value's mass would underflow (below `UNDERFLOW`: a fit's log potentials
+    reach +-1,000 on sparse marginals), the child exponentiates each separator value's slice
+    after subtracting that slice's own maximum, keeps its conditional given the separator and
+    sends the exact log mass: messages stay in log space, so no division overflows and no
+    clique's mass underflows whole however extreme the potentials.
+    Returns one probability table per clique (axes in clique order, each summing to 1); the
+    tables agree on every separator, and by the running intersection property they are the
+    exact clique marginals of P."""
     children = tree_children(parents)
-    beliefs = []
-    for values in log_potentials:  # new arrays: the products below work in place
-        values = np.asarray(values, dtype=np.float64)
-        beliefs.append(np.exp(values - values.max()))
-    up: dict[int, np.ndarray] = {}
+    beliefs: list[np.ndarray] = [np.empty(0)] * len(cliques)
+    below: dict[int, np.ndarray] = {}  # what divides a child's table on the way down
+    log_up: dict[int, np.ndarray] = {}
     for i in reversed(range(len(cliques))):  # every child comes after its parent
+        values = np.asarray(log_potentials[i], dtype=np.float64)
         for c in children[i]:
-            beliefs[i] *= broadcast_to(up[c], separators[c], cliques[i], domain)
-        beliefs[i] /= beliefs[i].sum()
-        if parents[i] >= 0:
-            up[i] = marginalize(beliefs[i], cliques[i], separators[i]).copy()
-    for i in range(len(cliques)):  # beliefs[i] is now final: send the rest of the tree down
+            values = values + broadcast_to(log_up[c], separators[c], cliques[i], domain)
+        table = np.exp(values - values.max())
+        if parents[i] < 0:
+            beliefs[i] = table / table.sum()
+            continue
+        sep = separators[i]
+        mass = marginalize(table, cliques[i], sep)
+        if mass.min() < UNDERFLOW:  # a separator value's slice underflowed: shift each slice
+            summed = tuple(k for k, a in enumerate(cliques[i]) if a not in sep)
+            top = values.max(axis=summed, keepdims=True)
+            table = np.exp(values - top)
+            sums = table.sum(axis=summed, keepdims=True)  # each at least 1 (its maximum's term)
+            table /= sums  # P(clique | separator)
+            kept = [a for a in cliques[i] if a in sep]
+            message = (top + np.log(sums)).reshape([domain[a] for a in kept])
+            log_up[i] = np.transpose(message, [kept.index(a) for a in sep])
+            below[i] = np.ones_like(mass)
+        else:
+            log_up[i], below[i] = np.log(mass), mass
+        log_up[i] = log_up[i] - log_up[i].max()
+        beliefs[i] = table
+    for i in range(len(cliques)):  # beliefs[i] is now final: send it down to its children
         for c in children[i]:
             sep = separators[c]
-            mine = marginalize(beliefs[i], cliques[i], sep)
-            with np.errstate(over="ignore"):
-                ratio = np.divide(mine, up[c], out=np.zeros_like(mine), where=up[c] > 0)
-            if np.isfinite(ratio).all():
-                beliefs[c] *= broadcast_to(ratio, sep, cliques[c], domain)
-            else:  # up[c] underflowed where mine did not: the child's conditional given the
-                # separator (every entry at most 1) times mine, which cannot overflow
-                below = broadcast_to(up[c], sep, cliques[c], domain)
-                np.divide(beliefs[c], below, out=beliefs[c], where=below > 0)
-                beliefs[c] *= broadcast_to(mine, sep, cliques[c], domain)
+            ratio = marginalize(beliefs[i], cliques[i], sep) / below[c]
+            beliefs[c] *= broadcast_to(ratio, sep, cliques[c], domain)
             beliefs[c] /= beliefs[c].sum()
     return beliefs
