@@ -9,7 +9,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from dp_synth_assets.core.generate import pgm
+from dp_synth_assets.core.generate import mirror, pgm
 from dp_synth_assets.core.generate.tree import (calibrate, elimination_cliques, junction_tree,
                                                  model_cells)
 from dp_synth_assets.core.select import aim_fit
@@ -206,3 +206,26 @@ def test_calibrate_stays_exact_where_probability_space_underflows(parent, child)
         assert np.isfinite(table).all()
         np.testing.assert_allclose(table, brute_marginal(domain, order, potentials, clique),
                                    rtol=1e-9, atol=1e-15)
+
+
+def test_a_projection_across_cliques_stays_exact_where_a_separator_mass_is_subnormal():
+    """(a, c) spans the cliques (a, b) and (b, c): `Calibrated.project` joins them through
+    P(b), which is exp(-726) / (1 + exp(-726)) = 1e-315 at b = 1 here (subnormal). Its inverse,
+    1e315, overflows; the projection must stay finite and equal the brute-force marginal."""
+    domain = {"a": 2, "b": 2, "c": 3}
+    order, separators, parents = junction_tree(domain, [("a", "b"), ("b", "c")])
+    rng = np.random.default_rng(3)
+    potentials = []
+    for clique in order:
+        values = rng.normal(0, 1, [domain[a] for a in clique])
+        index = [slice(None)] * len(clique)
+        index[clique.index("b")] = 1
+        values[tuple(index)] -= 363.0
+        potentials.append(values)
+    tables = calibrate(domain, order, separators, parents, potentials)
+    model = mirror.Calibrated(domain, tuple(order), tuple(separators), tuple(parents),
+                              tuple(tables), 1.0)
+    projected = model.project(("a", "c"))
+    assert np.isfinite(projected).all()
+    np.testing.assert_allclose(projected, brute_marginal(domain, order, potentials, ("a", "c")),
+                               rtol=1e-9, atol=1e-15)

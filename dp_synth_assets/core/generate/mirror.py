@@ -90,12 +90,13 @@ class Calibrated:
                                                     key=list(self.domain).index))}
         operands: list = []
         for i in sorted(nodes):
-            operands += [self.tables[i], [labels[a] for a in self.cliques[i]]]
-            if i != top:
+            table = self.tables[i]
+            if i != top:  # P(clique | separator): 1 / mass would overflow on a subnormal mass
                 sep = self.separators[i]
-                mass = marginalize(self.tables[i], self.cliques[i], sep)
-                inverse = np.divide(1.0, mass, out=np.zeros_like(mass), where=mass > 0)
-                operands += [inverse, [labels[a] for a in sep]]
+                mass = broadcast_to(marginalize(table, self.cliques[i], sep), sep,
+                                    self.cliques[i], self.domain)
+                table = np.divide(table, mass, out=np.zeros_like(table), where=mass > 0)
+            operands += [table, [labels[a] for a in self.cliques[i]]]
         return np.einsum(*operands, [labels[a] for a in attrs], optimize="greedy")
 
 
