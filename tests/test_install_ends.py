@@ -10,7 +10,8 @@ host project runs on each (the install matrix of `make test`).
   from pyproject.toml), plus dagster-duckdb-pandas of the floor Dagster.
 - In each, tests/host_project_io/ (whose source asset is a pandas DataFrame stored by
   dagster-duckdb-pandas's DuckDBPandasIOManager) is materialized by the real `dagster` CLI, host
-  asset and dp-synth's chain in one run, and every check of dp-synth's passes.
+  asset and dp-synth's chain in one run (in the CLI's process: `IN_PROCESS`), and every check of
+  dp-synth's passes.
 
 Each venv is about 1 GB (from pip's cache), built once per module by the test environment's
 pip (current: `make install` upgrades it) run with the venv's interpreter (`pip --python`), and
@@ -40,6 +41,13 @@ HOST_LIBRARIES = ("dagster", "dagster-dg-cli", "dagster-dbt", "dagster-duckdb-pa
 # what pip prints when it backtracks
 BACKTRACKING = ("backtracking", "looking at multiple versions")
 ARTIFACTS = REPO / "tests" / "artifacts"
+
+# the host's run in the CLI's own process (Dagster's in_process executor, chosen by the run's
+# config, as a host may): the multiprocess executor would start a process per step, each
+# importing Dagster, pandas and Great Expectations afresh from a venv installed without
+# bytecode, for 40-60 s of the module's run (the installed wheel under the multiprocess
+# executor: tests/test_wheel_component.py)
+IN_PROCESS = json.dumps({"execution": {"config": {"in_process": {}}}})
 
 # the run's asset check evaluations on the instance: check name -> passed
 PROBE_CHECKS = """
@@ -161,7 +169,7 @@ def run_host(python: Path, tmp_path: Path) -> tuple[dict, int]:
     shutil.copytree(HOST, host, ignore=shutil.ignore_patterns("__pycache__"))
     env = host_env(tmp_path / "dagster_home")
     done = run([python.parent / "dagster", "asset", "materialize", "-f", "definitions.py",
-                "--select", "raw_customers*"], host, env)
+                "--select", "raw_customers*", "--config-json", IN_PROCESS], host, env)
     assert "RUN_SUCCESS" in done.stdout + done.stderr
     checks = json.loads(run([python, "-c", PROBE_CHECKS], host, env).stdout)
     con = duckdb.connect(str(host / "warehouse.duckdb"), read_only=True)
