@@ -46,20 +46,16 @@ run-relational: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster asset materialize -f definitions.py --select '*orders/synthetic+'
 
 # the test files run on TEST_WORKERS processes (pytest-xdist): in `make test` each file whole in
-# one of them (its module fixtures, a server or a built wheel, are shared by its tests), handed
-# out in the order tests/conftest.py sorts them (the longest first; xdist's own reorder, by test
-# count, is off). Three on two cores: the end-to-end files wait on servers, pip and the
-# processes they start, and two workers left a third of the cores idle. The unit tier, all CPU,
-# runs on FAST_WORKERS (two), its files split where a worker runs idle (worksteal).
+# one of them (its module fixtures, a server or a built wheel, are shared by its tests); the unit
+# tier's files, with cheap fixtures, are split where a worker runs idle (worksteal).
 # TEST_WORKERS=0 runs them in this process
-TEST_WORKERS ?= 3
-FAST_WORKERS ?= 2
+TEST_WORKERS ?= 2
 
 test: install
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=60
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=60
 
 test-fast: install
-	$(BIN)/python -m pytest -n $(FAST_WORKERS) --dist worksteal --durations=25 -m "not e2e"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25 -m "not e2e"
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -f definitions.py

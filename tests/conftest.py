@@ -4,10 +4,9 @@ location in each store; and the test tiers.
 
 Two tiers: the unit tier (`make test-fast`, `pytest -m "not e2e"`) and the end-to-end tier,
 marked `e2e`: Dagster runs, the CLI, the built wheel, the UI and the browser. `make test` runs
-both, the longest end-to-end files first (`LONGEST_FIRST`). A module whose every test is end
-to end is named in `E2E_MODULES`; a single end-to-end test in a unit module carries
-`@pytest.mark.e2e` itself. Under `-m "not e2e"` the modules of `E2E_MODULES` are not even
-imported (their imports are most of the collection's time).
+both. A module whose every test is end to end is named in `E2E_MODULES`; a single end-to-end
+test in a unit module carries `@pytest.mark.e2e` itself. Under `-m "not e2e"` the modules of
+`E2E_MODULES` are not even imported (their imports are most of the collection's time).
 """
 
 import uuid
@@ -59,25 +58,10 @@ def pytest_ignore_collect(collection_path, config):
     return None
 
 
-# the end-to-end modules that take longest (each 40-170 s of one process in `make test`, which
-# runs a file per process): started first, so the many short files even out the two processes'
-# ends instead of one process starting a long file when the other has almost finished
-LONGEST_FIRST = ("test_install_ends", "test_objectstore", "test_bench_ops", "test_ui",
-                 "test_bench_tables", "test_leak_scan", "test_deploy", "test_runs")
-
-
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.stem in E2E_MODULES:
             item.add_marker(pytest.mark.e2e)
-
-    def rank(item) -> tuple[int, int]:
-        stem = item.path.stem
-        if stem in LONGEST_FIRST:
-            return 0, LONGEST_FIRST.index(stem)
-        return (1 if stem in E2E_MODULES else 2), 0
-
-    items.sort(key=rank)  # stable: each file's own order is kept
 
 STORES = ("sqlite", "postgres")
 
