@@ -79,11 +79,13 @@ class DatasetContext:
         """This child's context when its stages read `k` children per family
         (`family.model_children`): the view they read holds at most k (`Relation.model_view`),
         its mechanisms are calibrated on `family.split_budget` at d_in = k and charged at k.
-        What it reserves (`ledger_budget`) does not depend on k."""
+        What it reserves (`ledger_budget`) does not depend on k. Its marginal table is named
+        by k (`<table>_k<k>`): counts made at another k are never read as this k's."""
         rel = self.relation
         side = family.split_budget(rel.family_budget, DatasetBudget.of(self.spec), rel.child_share,
                                    k, child=True)
-        return replace(self, budget=side, relation=replace(rel, model_children=int(k)))
+        return replace(self, budget=side, table=f"{self.table}_k{int(k)}",
+                       relation=replace(rel, model_children=int(k)))
 
     @classmethod
     def of(cls, dataset: str, spec: DatasetSpec, names: Names = Names()) -> "DatasetContext":

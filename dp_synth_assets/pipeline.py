@@ -32,6 +32,7 @@ from .core import stages
 from .core.generate import multiprocess
 from .core.config import PublicListError, with_public_categories
 from .core.relational import bounded_children_sql, parents_sql, unique_parents_sql
+from .core.scans import store_of
 from .core.sql import ident, qualified, sql
 from .core.synthesize import write_synthetic
 from .infra.public_lists import read_public_lists
@@ -90,6 +91,24 @@ def modeled(ctx: DatasetContext, warehouse: WarehouseResource, context) -> Datas
     k = family.children_to_read(found.measurements, rel.spec.max_children,
                                 rel.family_budget.run_rho * rel.child_share, ctx.spec.columns)
     return ctx.at_model_children(k)
+
+
+def require_counted(ctx: DatasetContext, con) -> None:
+    """Refuse a child's selection or measurement whose marginals were counted at another k
+    (`DatasetContext.at_model_children` names the table by k): when the parent ran again since
+    the child's `marginals` stage, its new measurements can give another k, and counts of a view
+    of more children a family, charged at the new k, would be charged below their sensitivity.
+    Raised before anything is charged; names only k, which the child publishes."""
+    rel = ctx.relation
+    if rel is None or rel.role(ctx.dataset) != "child":
+        return
+    schema, name = ctx.table.split(".", 1)
+    if not store_of(con).execute(sql("table_exists"), [schema, name]).fetchone()[0]:
+        raise dg.Failure(description=(
+            f"dataset {ctx.dataset!r}: its marginals were not counted at {rel.d_in} children "
+            f"per family, the number its parent {rel.parent!r}'s measurements now give (the "
+            f"parent ran again since the 'marginals' stage). Materialize {ctx.dataset!r}'s "
+            "stages from 'preprocessed' on in one run; nothing was charged"))
 
 
 @contextmanager
@@ -222,6 +241,7 @@ def selection(ctx: DatasetContext, context: dg.AssetExecutionContext,
         plan = store.plan_for(spec)
         with spending(ctx, context, led, "selection") as stage:
             with dataset_source(ctx, warehouse) as con:
+                require_counted(ctx, con)
                 oracle = stages.oracle(con, plan, ctx.view, ctx.table)
                 result = stages.select(spec.method, spec.selection, plan, oracle, budget,
                                        logged_charge(context, stage.charge, spec.method),
@@ -252,6 +272,7 @@ def measurements(ctx: DatasetContext, context: dg.AssetExecutionContext,
 
     def exact(cliques):  # the source is opened only when something is left to measure
         with dataset_source(ctx, warehouse) as con:
+            require_counted(ctx, con)
             return stages.oracle(con, plan, ctx.view, ctx.table)(cliques)
 
     led = ledger.ledger()

@@ -176,6 +176,33 @@ def test_a_child_run_charges_the_parent_entry(run, tmp_path):
     assert orphans == 0
 
 
+def test_a_child_selection_at_another_k_than_its_marginals_is_refused(tmp_path, monkeypatch):
+    """The child's marginals are counted on a view of k children a family; when the parent's
+    newer measurements give another k, a later run of the child's selection alone must not read
+    those counts at the new k (they would be charged below their sensitivity): it is refused
+    before any charge, naming the rerun. At the k they were counted at, it runs."""
+    path, defs = project(tmp_path)
+    first = materialize(defs, dg.DagsterInstance.ephemeral())
+    assert first.success
+    k = model_children_of(first)
+    selection = [dg.AssetKey(["orders", "selection"])]
+    charges = len([r for r in ledger_rows(tmp_path) if r["kind"] == "charge"])
+
+    from dp_synth_assets.core import family
+    monkeypatch.setattr(family, "children_to_read", lambda *args, **kwargs: k + 1)
+    refused = materialize(defs, dg.DagsterInstance.ephemeral(), selection)
+    assert not refused.success
+    [failure] = [e for e in refused.all_events if e.is_step_failure]
+    message = failure.step_failure_data.error.message
+    assert f"not counted at {k + 1} children per family" in message, message
+    assert "from 'preprocessed' on in one run" in message
+    assert len([r for r in ledger_rows(tmp_path) if r["kind"] == "charge"]) == charges
+
+    monkeypatch.setattr(family, "children_to_read", lambda *args, **kwargs: k)
+    assert materialize(defs, dg.DagsterInstance.ephemeral(), selection).success
+    assert len([r for r in ledger_rows(tmp_path) if r["kind"] == "charge"]) > charges
+
+
 def test_both_tables_are_published_together_or_not_at_all(tmp_path):
     """`publish_family` replaces the parent's and the child's tables in one transaction: a failure
     while the second table is written (its rows' reader breaks: an injected fault) leaves both
