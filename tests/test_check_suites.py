@@ -145,6 +145,20 @@ def test_the_aggregates_count_nulls_and_values_outside_each_kind_of_domain():
     assert outside == {"f": 1, "s": 1, "d": 1, "i": 2, "b": 0}
 
 
+@pytest.mark.parametrize("values", ["(NULL::DOUBLE, NULL::BIGINT)", None])
+def test_the_aggregates_of_one_row_of_nulls_or_of_no_row_are_counts(values):
+    """A synthetic table of one row whose float column is NULL (isnan(NULL) is NULL on every
+    row: `count_if` gave NULL, and the checks of a run on an empty source failed), or of none."""
+    with duckdb.connect() as con:
+        con.execute(f"CREATE TABLE t AS SELECT * FROM (VALUES {values}) v(f, i)" if values else
+                    "CREATE TABLE t (f DOUBLE, i BIGINT)")
+        rows, nulls, outside = column_aggregates(
+            con, "t", {"f": "DOUBLE", "i": "BIGINT"},
+            {"f": (("between", 0.0, 2.0), "DOUBLE"), "i": (("between", 0, 10), "BIGINT")})
+    expected = 1 if values else 0
+    assert (rows, nulls, outside) == (expected, {"f": expected, "i": expected}, {"f": 0, "i": 0})
+
+
 @pytest.mark.parametrize("name", list(CORRUPTIONS))
 def test_a_corrupted_table_fails_its_check(fitted, verdicts, name):
     corrupt, still_passing = CORRUPTIONS[name]
