@@ -14,12 +14,15 @@ export JAX_ENABLE_COMPILATION_CACHE := false
 .PHONY: install run run-relational test test-fast dev docs wheel clean
 
 # the distribution was named dp-synth before dagster-dp-synth: its editable finder would keep a
-# top-level `resources` importable, so it is removed first
+# top-level `resources` importable, so it is removed first. uv installs the 2 GB of the test
+# extra (its resolution, downloads and unpacking in parallel, nothing byte-compiled: Python
+# compiles what a test imports, once) in about 20 s where pip takes 3-4 minutes; pip, upgraded,
+# stays in the venv for the tests that drive it (`pip --python`, tests/wheel_env.py)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet --upgrade pip 'uv>=0.5,<1'
 	@$(BIN)/python -m pip uninstall --quiet --yes dp-synth 2>/dev/null || true
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m uv pip install --quiet --python $(BIN)/python -e '.[test]'
 	@touch $(STAMP)
 
 install: $(STAMP)
