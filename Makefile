@@ -14,15 +14,15 @@ export JAX_ENABLE_COMPILATION_CACHE := false
 .PHONY: install run run-relational test test-fast dev docs wheel clean
 
 # the distribution was named dp-synth before dagster-dp-synth: its editable finder would keep a
-# top-level `resources` importable, so it is removed first. uv installs the 2 GB of the test
-# extra (its resolution, downloads and unpacking in parallel, nothing byte-compiled: Python
-# compiles what a test imports, once) in about 20 s where pip takes 3-4 minutes; pip, upgraded,
-# stays in the venv for the tests that drive it (`pip --python`, tests/wheel_env.py)
+# top-level `resources` importable, so it is removed first. uv installs and byte-compiles the
+# 2 GB of the test extra (resolution, downloads, unpacking and compiling in parallel) in under a
+# minute where pip takes 3-4; pip, upgraded, stays in the venv for the tests that drive it
+# (`pip --python`, tests/wheel_env.py)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip 'uv>=0.5,<1'
 	@$(BIN)/python -m pip uninstall --quiet --yes dp-synth 2>/dev/null || true
-	$(BIN)/python -m uv pip install --quiet --python $(BIN)/python -e '.[test]'
+	$(BIN)/python -m uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[test]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -53,12 +53,16 @@ run-relational: install $(DAGSTER_HOME)/dagster.yaml
 # tier's files, with cheap fixtures, are split where a worker runs idle (worksteal).
 # TEST_WORKERS=0 runs them in this process
 TEST_WORKERS ?= 2
+# the suite starts about a hundred Python processes (Dagster runs, the CLI, the fresh venvs of
+# the install matrix): with PYTHONDONTWRITEBYTECODE set, as some machines set it, each would
+# compile every module it imports from source again; unset, the first writes the bytecode
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
 test: install
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=60
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --durations=60
 
 test-fast: install
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25 -m "not e2e"
+	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal --durations=25 -m "not e2e"
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -f definitions.py
