@@ -10,19 +10,26 @@ STAMP := $(VENV)/.installed-stamp
 DATASET ?= example
 export DAGSTER_HOME := $(CURDIR)/.dagster_home
 export JAX_ENABLE_COMPILATION_CACHE := false
+# every command here (a run, the test suite's hundred-odd Python processes: Dagster runs, the
+# CLI, the install matrix's fresh venvs) writes the bytecode of what it imports, so the next
+# process reads it: with PYTHONDONTWRITEBYTECODE set, as some machines set it, each would
+# compile Dagster, Great Expectations and pandas from source again (a fresh clone's suite ran
+# over 16 minutes)
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: install run run-relational test test-fast dev docs wheel clean
 
 # the distribution was named dp-synth before dagster-dp-synth: its editable finder would keep a
-# top-level `resources` importable, so it is removed first. uv installs and byte-compiles the
-# 2 GB of the test extra (resolution, downloads, unpacking and compiling in parallel) in under a
-# minute where pip takes 3-4; pip, upgraded, stays in the venv for the tests that drive it
+# top-level `resources` importable, so it is removed first. uv installs the 2 GB of the test
+# extra (resolution, downloads and unpacking in parallel) in about 30 s where pip takes 3-4
+# minutes; nothing is byte-compiled ahead: Python compiles what a command imports, once (see
+# PYTHONDONTWRITEBYTECODE below). pip, upgraded, stays in the venv for the tests that drive it
 # (`pip --python`, tests/wheel_env.py)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip 'uv>=0.5,<1'
 	@$(BIN)/python -m pip uninstall --quiet --yes dp-synth 2>/dev/null || true
-	$(BIN)/python -m uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[test]'
+	$(BIN)/python -m uv pip install --quiet --python $(BIN)/python -e '.[test]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -53,16 +60,12 @@ run-relational: install $(DAGSTER_HOME)/dagster.yaml
 # tier's files, with cheap fixtures, are split where a worker runs idle (worksteal).
 # TEST_WORKERS=0 runs them in this process
 TEST_WORKERS ?= 2
-# the suite starts about a hundred Python processes (Dagster runs, the CLI, the fresh venvs of
-# the install matrix): with PYTHONDONTWRITEBYTECODE set, as some machines set it, each would
-# compile every module it imports from source again; unset, the first writes the bytecode
-PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest
 
 test: install
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --durations=60
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=60
 
 test-fast: install
-	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal --durations=25 -m "not e2e"
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25 -m "not e2e"
 
 dev: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -f definitions.py

@@ -8,7 +8,7 @@ host project runs on each (the install matrix of `make test`).
   first: every distribution it picks is installed at the version it picked) and every
   requirement is met. How long pip takes for the same, and what it backtracks on:
   bench/resolution.py.
-- Lowest end: a fresh venv on Python 3.11 where pip installs with a constraints file made here
+- Lowest end: a fresh venv on Python 3.11 where uv installs with a constraints file made here
   from the wheel's own metadata (`name==floor` for each lower bound it declares, so the file
   cannot drift from pyproject.toml), plus dagster-duckdb-pandas of the floor Dagster.
 - In each, tests/host_project_io/ (whose source asset is a pandas DataFrame stored by
@@ -16,9 +16,9 @@ host project runs on each (the install matrix of `make test`).
   asset and dp-synth's chain in one run (in the CLI's process: `IN_PROCESS`), and every check of
   dp-synth's passes.
 
-Each venv is about 1 GB, built once per module by the test environment's uv or pip (current:
-`make install` upgrades it) for the venv's interpreter (`--python`), and not byte-compiled at
-install (Python compiles only what the host's run imports). DP_SYNTH_ENDS_EXTRAS (a
+Each venv is about 1 GB, built once per module by the test environment's uv for the venv's
+interpreter (`--python`), and not byte-compiled at install (Python compiles only what the host's
+run imports). pip installs the wheel in tests/wheel_env.py. DP_SYNTH_ENDS_EXTRAS (a
 comma-separated list, empty by default) installs the wheel with those extras at both ends. Each
 end's resolution (seconds, versions) is written to tests/artifacts/install_ends.json.
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from tests.wheel_env import REPO, floors, host_env, pip, requirements, run, shared_wheel
+from tests.wheel_env import REPO, floors, host_env, requirements, run, shared_wheel
 
 HOST = Path(__file__).resolve().parent / "host_project_io"
 PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
@@ -79,19 +79,10 @@ def interpreter(minor: str) -> Path:
 
 
 def fresh_venv(minor: str, env_dir: Path) -> Path:
-    """An empty venv of that Python (the current pip installs into it: `pip --python`); its
+    """An empty venv of that Python (uv installs into it: `uv pip install --python`); its
     python."""
     run([interpreter(minor), "-m", "venv", "--without-pip", env_dir], env_dir.parent)
     return env_dir / "bin" / "python"
-
-
-def pip_install(python: Path, args: list, record: dict) -> str:
-    """pip install `args` in one resolution, nothing byte-compiled; its output. Notes the
-    seconds it took."""
-    started = time.monotonic()
-    done = run(pip(python, "install", "--no-compile", *args), python.parents[1], timeout=1800)
-    record["seconds"] = round(time.monotonic() - started, 1)
-    return done.stdout + done.stderr
 
 
 def uv_install(python: Path, args: list, record: dict) -> dict[str, str]:
@@ -112,12 +103,6 @@ def installed_versions(python: Path, names) -> dict[str, str]:
     script = ("import json, sys; from importlib.metadata import version; "
               "print(json.dumps({n: version(n) for n in sys.argv[1:]}))")
     return json.loads(run([python, "-c", script, *names], python.parents[1]).stdout)
-
-
-def unmet(python: Path) -> str:
-    """pip's own check of the venv: every installed distribution's requirements are met."""
-    done = run(pip(python, "check"), python.parents[1])
-    return done.stdout.strip()
 
 
 def uv_verdict(python: Path) -> str:
@@ -169,9 +154,9 @@ def lowest(wheel, tmp_path_factory) -> tuple[Path, dict, dict]:
     duckdb_pandas = f"dagster-duckdb-pandas==0.{int(minor) + 16}.{patch[0]}"
     constraints = workdir / "constraints.txt"
     constraints.write_text("".join(f"{name}=={floor}\n" for name, floor in bounds.items()))
-    record: dict = {"python": "3.11", "pip": version("pip"), "extras": list(EXTRAS),
+    record: dict = {"python": "3.11", "uv": version("uv"), "extras": list(EXTRAS),
                     "constraints": bounds}
-    pip_install(python, ["--constraint", constraints, wheel_spec(wheel), duckdb_pandas], record)
+    uv_install(python, ["--constraint", constraints, wheel_spec(wheel), duckdb_pandas], record)
     record["versions"] = installed_versions(python, [*bounds, "dagster-duckdb-pandas"])
     write_record("lowest", record)
     return python, bounds, record
@@ -219,7 +204,7 @@ def test_the_lowest_end_installs_every_declared_floor(lowest):
     python, bounds, record = lowest
     from packaging.version import Version
 
-    assert unmet(python) == "No broken requirements found."
+    assert uv_verdict(python) == "All installed packages are compatible"
     assert {name: Version(v) for name, v in record["versions"].items() if name in bounds} == {
         name: Version(floor) for name, floor in bounds.items()}
 
