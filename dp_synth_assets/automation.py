@@ -10,6 +10,7 @@ the source's content, and the run itself still reserves its budget, so a race ca
 """
 
 import json
+import multiprocessing
 import time
 
 import dagster as dg
@@ -31,6 +32,14 @@ def job_name(dataset: str, names: Names = Names()) -> str:
     return names.op_name(dataset, "synthesis")
 
 
+# what the multiprocess executor's fork server imports before it forks a step: Dagster's executor
+# module first (as Dagster does), Dagster, and dp-synth's factory with what it imports (numpy,
+# pandas, DuckDB, pyarrow); a module that fails to import is skipped by the server, and the
+# step imports it itself. The fit's libraries (JAX) are not preloaded: a step imports them after
+# the fork, so no process forks with their threads started.
+PRELOAD = ("dagster._core.executor.multiprocess", "dagster", "dp_synth_assets.factory")
+
+
 def build_job(ctx: DatasetContext, assets: list):
     """The job of the dataset of `ctx` over `assets` (its materializable assets: not its
     observable `source` nor its observed `budget`). The job declares its own executor,
@@ -39,15 +48,19 @@ def build_job(ctx: DatasetContext, assets: list):
     Dagster's multiprocess executor, at most `generate.concurrency` steps at a time, so the
     fit's units (steps of the `model` graph) run in parallel processes and each step's memory
     is returned when it ends; otherwise the in-process executor, where the stages, a chain,
-    skip each step's start-up. On Kubernetes or Celery, give the job that executor
-    (docs/deploy.md)."""
+    skip each step's start-up. Where the platform has it, the multiprocess executor starts its
+    steps by `forkserver`, from a server that imported Dagster and dp-synth once (`PRELOAD`),
+    instead of Dagster's default `spawn`, where every step imports them again. On Kubernetes or
+    Celery, give the job that executor (docs/deploy.md)."""
     from .core.generate import concurrency, multiprocess
 
     spec = ctx.spec
     executor = dg.in_process_executor
     if multiprocess(spec.generator, spec.model):
-        executor = dg.multiprocess_executor.configured(
-            {"max_concurrent": concurrency(spec.generator, spec.model)})
+        config = {"max_concurrent": concurrency(spec.generator, spec.model)}
+        if "forkserver" in multiprocessing.get_all_start_methods():
+            config["start_method"] = {"forkserver": {"preload_modules": list(PRELOAD)}}
+        executor = dg.multiprocess_executor.configured(config)
     return dg.define_asset_job(
         job_name(ctx.dataset, ctx.names),
         selection=dg.AssetSelection.assets(*assets),

@@ -127,6 +127,38 @@ def test_a_job_is_built_where_a_schedule_or_a_multiprocess_fit_needs_one(tmp_pat
         assert [j.name for j in ours.jobs or []] == (["customers_synthesis"] if expected else []), case
 
 
+def test_a_parallel_fit_s_job_forks_its_steps_from_a_server_with_dagster_and_dp_synth_imported(
+        tmp_path):
+    """The multiprocess executor of a parallel fit starts each step by `forkserver` from a server
+    that preloaded Dagster and dp-synth's factory, not by `spawn` (a fresh interpreter importing
+    them per step); every preloaded module imports in a fresh interpreter (the fork server skips
+    one that fails, silently) and none of them imports JAX, so no step is forked from a process
+    that holds the fit's library."""
+    import subprocess
+    import sys
+
+    from dp_synth_assets.automation import PRELOAD
+
+    datasets = tmp_path / "datasets.yaml"
+    spec = example_entry(source={"table": "main.customers"}, on_source_change=None, report=None,
+                         generator="parallel_pgm", model={"iterations": 50, "workers": 2})
+    datasets.write_text(yaml.safe_dump({"datasets": {"customers": spec}}, sort_keys=False))
+    ours = dp_synth_definitions(datasets=datasets, warehouse=tmp_path / "w.duckdb",
+                                ledger=tmp_path / "l.sqlite", public_dir=tmp_path / "public")
+    [job] = ours.jobs
+    config = job.executor_def.config_schema.resolve_config({}).value["config"]
+    assert config["max_concurrent"] == 2
+    assert config["start_method"] == {"forkserver": {"preload_modules": list(PRELOAD)}}
+    assert {"dagster", "dp_synth_assets.factory"} <= set(PRELOAD)
+    probe = ("import importlib, sys\n"
+             f"for name in {list(PRELOAD)!r}: importlib.import_module(name)\n"
+             "print(sorted(m for m in ('jax', 'mbi') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_resource_keys_are_configurable(tmp_path):
     _, ours, defs = host_project(tmp_path, warehouse_resource_key="synth_wh",
                                  ledger_resource_key="synth_ledger", io_manager_key="synth_io")
