@@ -242,7 +242,8 @@ CASES = [
          "suite.json", ("dataset", "method", "tvd2", "seconds")),
     Case("tables", "tvd1_columns.py", ("--datasets", "adult",), None, printed="mean"),
     # ---- the example under concurrency and kills, and on S3 (tests/test_bench_ops.py)
-    Case("ops", "reliability.py", ("--n", "2", "--repeats", "1", "--kills", "1", "--rows", "300",
+    # one run per round (the concurrent runs themselves: tests/test_runs.py), one kill
+    Case("ops", "reliability.py", ("--n", "1", "--repeats", "1", "--kills", "1", "--rows", "300",
                                    "--ledgers", "sqlite", "--no-report"),
          "reliability.json", ("rows", "ledgers")),
     Case("ops", "objectstore.py", ("--rows", "300", "--repeats", "1"), "objectstore.json"),

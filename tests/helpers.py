@@ -204,8 +204,11 @@ def method_budget(method: str, rho: float):
 
 
 _RANDOM_IDS = (
-    # UUIDs (run ids, GX's ids), with or without dashes
-    r"(?<![0-9a-z])(?=[0-9a-f-]*[a-f])[0-9a-f]{8}(?:-?[0-9a-f]{4}){3}-?[0-9a-f]{12}(?![0-9a-z])",
+    # UUIDs (run ids, GX's ids), with or without dashes, with a letter within their 36
+    # characters (a lookahead bounded by the UUID's length: unbounded, it read to the end of every
+    # run of dashes from each of its characters, quadratic in a log's ruled lines)
+    r"(?<![0-9a-z])(?=[0-9a-f-]{0,35}[a-f])[0-9a-f]{8}(?:-?[0-9a-f]{4}){3}-?[0-9a-f]{12}"
+    r"(?![0-9a-z])",
     # hex digests (data versions) and tokens (the 12-hex suffix of GX's asset names): 8 or more
     # hex characters with a letter other than e, so a float's mantissa and exponent
     # ("2345678901234567e+14") are never taken for one

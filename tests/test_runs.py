@@ -89,14 +89,14 @@ def requested(noisy_total: float) -> int:
 def test_concurrent_runs_of_one_dataset_each_keep_their_own_table_parquet_measurements_and_checks(
         tmp_path):
     # four columns of the example (one of each kind): the runs are serialized by the dataset's
-    # lock, so each run's own length is what this test waits for four times
+    # lock, so each run's own length is what this test waits for three times
     columns = example_entry()["columns"]
     project = make_project(tmp_path, rows=2000, report=None, columns={
         c: columns[c] for c in ("age", "sex", "signup_date", "newsletter")})
-    runs = [report(p) for p in [start_run(project, tmp_path) for _ in range(4)]]
+    runs = [report(p) for p in [start_run(project, tmp_path) for _ in range(3)]]
 
     assert all(r["success"] for r in runs), [r["failures"] for r in runs]
-    assert len({r["run_id"] for r in runs}) == 4
+    assert len({r["run_id"] for r in runs}) == 3
     for r in runs:
         # the run's set: measurements, Parquet and check results side by side
         folder = Path(r["parquet"]).parent
@@ -115,7 +115,7 @@ def test_concurrent_runs_of_one_dataset_each_keep_their_own_table_parquet_measur
         assert manifest["stamps"]["synthetic"]["run"] == r["run_id"]
         assert manifest["stamps"]["model"]["run"] == r["run_id"]
 
-    # the ledger: four runs, each charged its stages, no reservation left open
+    # the ledger: three runs, each charged its stages, no reservation left open
     import sqlite3
 
     con = sqlite3.connect(project.ledger)

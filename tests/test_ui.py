@@ -10,8 +10,8 @@ on `synthetic` (numbers Dagster charts over runs), and the owner-only utility re
 where its files are (no figures, no plots: the event log is public).
 
 The host location is a copy of tests/host_project/ (the host's own asset `raw_customers` writing
-a DuckDB table, dp-synth added with the factory under `privacy/`), served after two syntheses from
-the CLI on the same instance, and the browser sees the lineage from the host's asset through every
+a DuckDB table, dp-synth added with the factory under `privacy/`), served after two syntheses on
+the same instance (in the test's process, which has Dagster imported already), and the browser sees the lineage from the host's asset through every
 dp-synth stage, and the charts Dagster draws over those runs from the numbers dp-synth publishes:
 the budget on `synthetic` (its metadata plots), the current budget on `budget` (observed by the
 budget sensor, ticked as the daemon ticks it, before and after the limit is raised and the code
@@ -302,8 +302,8 @@ def workspace_file(path: Path, locations: dict[str, Path]) -> Path:
 def server(tmp_path_factory):
     """One webserver, one instance, two code locations: the example project (its DP_SYNTH_*
     paths in the webserver's environment) and the host project (a copy) after two runs of
-    `dagster asset materialize --select raw_customers*` (the host's asset and dp-synth's
-    stages; its limit covers two runs) and two observations of its budget."""
+    `raw_customers*` (the host's asset, dp-synth's stages and their checks; its limit covers
+    two runs) and two observations of its budget."""
     root = tmp_path_factory.mktemp("ui")
     project = make_project(root / "project", rows=3000, report=EXAMPLE_REPORT)
     home = root / "dagster_home"
@@ -311,14 +311,7 @@ def server(tmp_path_factory):
 
     host = root / "host"
     shutil.copytree(HOST_PROJECT, host, ignore=shutil.ignore_patterns("__pycache__"))
-    # the host's commands see none of the example's DP_SYNTH_* settings
-    host_env = {k: v for k, v in env.items() if not k.startswith("DP_SYNTH_")}
-    for _ in range(2):
-        done = subprocess.run(
-            [str(BIN / "dagster"), "asset", "materialize", "-f", "definitions.py",
-             "--select", "raw_customers*"], cwd=host, env=host_env, capture_output=True,
-            text=True, timeout=RUN_TIMEOUT)
-        assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    synthesize_host(host, home, runs=2)
     observe_budget(host, home)
 
     workspace = workspace_file(root / "workspace.yaml", {
@@ -330,6 +323,29 @@ def server(tmp_path_factory):
 def host_server(server):
     """The same webserver: the host's pages are found by their asset keys (`privacy/...`)."""
     return server
+
+
+def synthesize_host(host: Path, home: Path, runs: int) -> None:
+    """`runs` runs of the host's `raw_customers` and everything downstream of it (dp-synth's
+    stages, with their checks) on the instance at `home`, from the host's definitions.py (which
+    names every path it uses from its own folder), in this process."""
+    import importlib.util
+
+    loader = importlib.util.spec_from_file_location("ui_host_definitions", host / "definitions.py")
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    defs = module.defs
+    selection = dg.AssetSelection.assets(dg.AssetKey("raw_customers")).downstream()
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        for _ in range(runs):
+            result = dg.materialize([*defs.assets, *defs.asset_checks], resources=defs.resources,
+                                    instance=instance, selection=selection,
+                                    raise_on_error=False)
+            failures = [e.step_failure_data.error.to_string()[-3000:] for e in result.all_events
+                        if e.is_step_failure and e.step_failure_data.error is not None]
+            assert result.success, failures
+            assert {e.check_name for e in result.get_asset_check_evaluations()}, \
+                "the host's runs evaluated no check"
 
 
 def observe_budget(host: Path, home: Path) -> None:
