@@ -4,9 +4,9 @@ host project runs on each (the install matrix of `make test`).
 - Newest end: a fresh venv on Python 3.13 where uv (the installer of the projects Dagster's
   `create-dagster` scaffolds) installs, in one resolution, the current dagster, dagster-dg-cli,
   dagster-dbt, dagster-duckdb-pandas, dagster-snowflake-pandas, dagster-sling and the built
-  wheel. The wheel moves none of the host libraries' own resolution (a dry run of them alone,
-  first: every distribution it picks is installed at the version it picked) and every
-  requirement is met. How long pip takes for the same, and what it backtracks on:
+  wheel. The wheel moves none of the host libraries' own resolution (a dry run of them alone
+  into an empty venv: every distribution it picks is installed at the version it picked) and
+  every requirement is met. How long pip takes for the same, and what it backtracks on:
   bench/resolution.py.
 - Lowest end: a fresh venv on Python 3.11 where uv installs with a constraints file made here
   from the wheel's own metadata (`name==floor` for each lower bound it declares, so the file
@@ -131,13 +131,20 @@ def wheel(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def newest(wheel, tmp_path_factory) -> tuple[Path, dict, dict]:
-    python = fresh_venv("3.13", tmp_path_factory.mktemp("newest") / "venv")
-    # the host libraries alone, resolved first (a dry run): what the host has without the wheel
+    from concurrent.futures import ThreadPoolExecutor
+
+    workdir = tmp_path_factory.mktemp("newest")
+    python = fresh_venv("3.13", workdir / "venv")
+    # the host libraries alone (a dry run into an empty venv of their own): what the host has
+    # without the wheel. Both resolutions wait mostly on the package index, so they run at once
     alone: dict = {}
     record: dict = {"python": "3.13", "uv": version("uv"), "extras": list(EXTRAS),
                     "host_libraries_alone": alone}
-    alone["resolved"] = uv_install(python, ["--dry-run", *HOST_LIBRARIES], alone)
-    record["resolved"] = uv_install(python, [*HOST_LIBRARIES, wheel_spec(wheel)], record)
+    with ThreadPoolExecutor(2) as pool:
+        dry = pool.submit(uv_install, fresh_venv("3.13", workdir / "alone"),
+                          ["--dry-run", *HOST_LIBRARIES], alone)
+        installed = pool.submit(uv_install, python, [*HOST_LIBRARIES, wheel_spec(wheel)], record)
+        alone["resolved"], record["resolved"] = dry.result(), installed.result()
     record["versions"] = installed_versions(
         python, [*HOST_LIBRARIES, "dagster-dp-synth", *sorted(floors(wheel, EXTRAS))])
     write_record("newest", record)
