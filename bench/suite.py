@@ -30,10 +30,17 @@ Methods (`--methods`):
   in --dpmm-python). On discretized tables every anchor gets the public domain. On the other
   tables pgm-mst and OpenDP get the evaluation discretization below as a free public domain
   (favouring them: ours pays for its domains), and dpmm gets the raw CSV and runs its own
-  preprocessing (its docstring says what of it is private).
+  preprocessing (its docstring says what of it is private); `dpsynth-mst` and `dpsynth-aim`
+  (Google dpsynth's `TabularConfig` with its MST or AIM, bench/anchors/dpsynth_table_run.py, in
+  --dpsynth-python, the venv bench/relational_dpsynth.py installs from a dpsynth checkout) get
+  the public domain of a discretized table, and a raw table's CSV with its declared kinds:
+  dpsynth discovers categories with DP and takes each numeric column's declared bounds, or its
+  exact minimum and maximum where none are declared (not private; the note says so).
 
 Budget: (epsilon, delta 1e-9), rho by the tight conversion (`core.privacy.rho_from_epsilon_delta`);
-OpenDP is given that rho (zCDP); dpmm and ours take (epsilon, delta).
+OpenDP is given that rho (zCDP); dpsynth that rho on a discretized table, and on a raw table the
+rho of (epsilon, delta / 2) with the other delta / 2 for its open-set categories' partition
+selection; dpmm and ours take (epsilon, delta).
 
 Fidelity (owner side, the same code for every run; benchmark paper section 8.3): tvd1, tvd2 and
 tvd3 are the average total variation distance between the source's and the synthetic table's
@@ -98,10 +105,12 @@ DATASETS = ("adult", "adult_raw", "titanic_raw", "diamonds_raw", "penguins_raw",
 REFERENCES = ("bootstrap", "independent")  # exact data, per seed
 NOISY_INDEPENDENT = "noisy-independent"
 GIVEN_DOMAIN = "default-given-domain"  # ours on the anchors' input: the evaluation codes, public
-ANCHORS = ("pgm-mst", "dpmm-mst", "dpmm-aim", "opendp-aim", "opendp-mst")
-MST_ANCHORS = ("pgm-mst", "dpmm-mst", "opendp-mst")
+ANCHORS = ("pgm-mst", "dpmm-mst", "dpmm-aim", "opendp-aim", "opendp-mst", "dpsynth-mst",
+           "dpsynth-aim")
+MST_ANCHORS = ("pgm-mst", "dpmm-mst", "opendp-mst", "dpsynth-mst")
+RAW_ANCHORS = ("dpmm", "dpsynth")  # libraries given a raw table's CSV, preprocessing it themselves
 FREE = "given the evaluation discretization as a free domain"
-FREE_BOUNDS = "not private"  # in the note of a dpmm run given exact bounds (dpmm_run.py)
+FREE_BOUNDS = "not private"  # in the note of a run given exact bounds (dpmm_run.py, dpsynth_table_run.py)
 WIDE_ROWS = 30_000
 # kinds of the two raw tables datasets.yaml does not declare
 RAW_KINDS = {
@@ -230,8 +239,8 @@ class ColumnCells:
         self.numeric = numeric
 
     def numbers(self, s: pd.Series) -> pd.Series:
-        if self.datetime:
-            return pd.to_datetime(s, errors="coerce").astype("int64").where(s.notna())
+        if self.datetime:  # seconds since the epoch, whatever resolution pandas parsed
+            return (pd.to_datetime(s, errors="coerce") - pd.Timestamp(0)).dt.total_seconds()
         if pd.api.types.is_bool_dtype(s):
             return s.astype(float)
         return pd.to_numeric(s, errors="coerce")
@@ -372,6 +381,23 @@ def command(table: Table, method: str, epsilon: float, seed: int, out: Path, run
                     "--out", str(out)]
         data = (["--raw", str(table.raw_csv)] if table.raw_csv else
                 ["--data", str(table.codes_csv), "--domain", str(table.domain_json)])
+        if library == "dpsynth":
+            from dp_synth_assets.core.privacy import rho_from_epsilon_delta
+
+            # a raw table's open-set categories spend delta on partition selection: half of
+            # DELTA goes there, and rho is what (epsilon, the other half) converts to, so the
+            # whole run is (epsilon, DELTA)-DP as every other run is
+            delta = DELTA / 2 if table.raw_csv else DELTA
+            if table.raw_csv:
+                declared = run_dir / "columns.json"
+                declared.write_text(json.dumps(table.columns, default=str))
+                data += ["--columns", str(declared)]
+            return [str(args.dpsynth_python), str(ANCHORS_DIR / "dpsynth_table_run.py"),
+                    "--algorithm", algorithm, *data,
+                    "--rho", repr(rho_from_epsilon_delta(epsilon, DELTA - delta if
+                                                         table.raw_csv else DELTA)),
+                    "--delta", repr(delta if table.raw_csv else 0.0), "--seed", str(seed),
+                    "--out", str(out)]
         return [str(args.dpmm_python), str(ANCHORS_DIR / "dpmm_run.py"), "--model", algorithm,
                 *data, "--epsilon", repr(epsilon), "--delta", repr(DELTA), "--seed", str(seed),
                 "--out", str(out)]
@@ -393,7 +419,8 @@ def run_one(table: Table, method: str, epsilon: float, seed: int, args) -> dict:
     out.unlink(missing_ok=True)
     log = WORK / "logs" / f"{name}.log"
     base = {"dataset": table.name, "method": method, "epsilon": epsilon, "seed": seed}
-    python = {"opendp": args.opendp_python, "dpmm": args.dpmm_python}.get(method.split("-")[0])
+    python = {"opendp": args.opendp_python, "dpmm": args.dpmm_python,
+              "dpsynth": args.dpsynth_python}.get(method.split("-")[0])
     if python is not None and not Path(python).exists():
         return {**base, "tvd1": None, "tvd2": None, "tvd3": None, "seconds": None,
                 "peak_mb": None, "load1": None, "rows": None,
@@ -411,12 +438,13 @@ def run_one(table: Table, method: str, epsilon: float, seed: int, args) -> dict:
         return {**record, "note": f"failed (exit {run['code']}): {log_tail(log, 2, 240)}"}
     scores = (table.evaluation.of_codes_frame(pd.read_parquet(out)) if method == GIVEN_DOMAIN
               else table.evaluation.of_table(pd.read_parquet(out)) if ours
-              else table.evaluation.of_table(pd.read_csv(out)) if method.startswith("dpmm")
-              and table.raw_csv else table.evaluation.of_codes_csv(out))
+              else table.evaluation.of_table(pd.read_csv(out))
+              if method.split("-")[0] in RAW_ANCHORS and table.raw_csv
+              else table.evaluation.of_codes_csv(out))
     extras = {("method_run" if k == "method" else k): v for k, v in res.items()
               if k not in ("status", "seconds", "peak_mb", "rows", "note")}
     note = res.get("note", "")
-    if method in ANCHORS and table.raw_csv and not method.startswith("dpmm"):
+    if method in ANCHORS and table.raw_csv and method.split("-")[0] not in RAW_ANCHORS:
         note = "; ".join(n for n in (note, FREE) if n)
     return {**record, **scores, "seconds": res["seconds"], "peak_mb": res["peak_mb"],
             "rows": res["rows"], "note": note, **extras}
@@ -619,6 +647,9 @@ def main() -> None:
     parser.add_argument("--retry-timeouts", action="store_true")
     parser.add_argument("--opendp-python", type=Path, default=Path("/work/venv-opendp/bin/python"))
     parser.add_argument("--dpmm-python", type=Path, default=Path("/work/venv-dpmm/bin/python"))
+    parser.add_argument("--dpsynth-python", type=Path,
+                        default=WORK.parent / "dpsynth-venv" / "bin" / "python",
+                        help="dpsynth's venv (bench/relational_dpsynth.py installs it)")
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--table-only", action="store_true", help="only rewrite the .md table")
     args = parser.parse_args()

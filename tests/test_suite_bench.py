@@ -105,3 +105,17 @@ def test_an_anchor_given_a_free_domain_never_counts_as_paid_however_long_its_not
     assert suite.FREE not in summary[("t", "opendp-mst", 1.0)]["notes"][0]  # the cut note
     assert suite.best_anchor(summary, "t", 1.0)[0] == "opendp-mst"
     assert suite.best_anchor(summary, "t", 1.0, paid=True)[0] == "pgm-mst"
+
+
+def test_a_datetime_column_gets_the_same_cells_whatever_resolution_each_side_was_parsed_at():
+    """The source's dates (Python dates, seconds) and an anchor's CSV timestamps (microseconds
+    once read back) are placed in the same quantile bins: the cells compare instants, not the
+    integers of two resolutions."""
+    days = pd.Series(pd.date_range("2015-01-01", periods=400, freq="D").date, dtype=object)
+    cells = suite.ColumnCells(days)
+    assert cells.edges is not None  # more than 20 distinct instants: quantile bins
+    as_text = pd.Series([f"{d} 00:00:00.000" for d in days])
+    assert pd.to_datetime(as_text).dtype != pd.to_datetime(days).dtype  # two resolutions
+    np.testing.assert_array_equal(cells.codes(as_text), cells.codes(days))
+    shifted = pd.Series([f"{d + pd.Timedelta(days=200)} 00:00:00.000" for d in days])
+    assert cells.codes(shifted).mean() > cells.codes(days).mean()
