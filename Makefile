@@ -23,8 +23,8 @@ unexport PYTHONDONTWRITEBYTECODE
 # top-level `resources` importable, so it is removed first. uv installs the 2 GB of the test
 # extra (resolution, downloads and unpacking in parallel) in about 30 s where pip takes 3-4
 # minutes; nothing is byte-compiled ahead: Python compiles what a command imports, once (see
-# `unexport PYTHONDONTWRITEBYTECODE` above). pip, upgraded, stays in the venv for the tests that drive it
-# (`pip --python`, tests/wheel_env.py)
+# `unexport PYTHONDONTWRITEBYTECODE` above). pip, upgraded, stays in the venv for the tests that
+# drive it (`pip --python`, tests/wheel_env.py)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip 'uv>=0.5,<1'

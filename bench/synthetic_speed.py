@@ -14,7 +14,8 @@ time of this process's threads, less sensitive to the machine's load than the wa
 (`sample_seconds`), counting (`count_seconds`) and decoding (`decode_seconds`, Arrow only,
 nothing written).
 
-Each record carries the load average before and after (`load1`) and the peak resident memory
+Each record carries the load average before and after (`load1`), DuckDB's `memory_limit` of
+the writing connection (`--memory-limit`; None: DuckDB's default) and the peak resident memory
 of this process (`peak_mb`); they are merged into bench/results/synthetic_speed.json.
 """
 
@@ -61,7 +62,7 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run(rows: int, plan, found, model, spec, parts: bool) -> dict:
+def run(rows: int, plan, found, model, spec, parts: bool, memory_limit: str | None = None) -> dict:
     import duckdb
     import numpy as np
 
@@ -80,7 +81,9 @@ def run(rows: int, plan, found, model, spec, parts: bool) -> dict:
     draw = stages.sample(model, found.noisy_total, spec.rows, spec.model.chunk_rows, n=rows,
                          seed=spec.seed)
     counter = MarginalCounter.of(found.measurements, plan.domain)
-    con = duckdb.connect(str(database))
+    con = duckdb.connect(str(database),
+                         config={"memory_limit": memory_limit} if memory_limit else {})
+    record["memory_limit"] = memory_limit
     try:
         written = write_synthetic(con, plan, counter.counting(draw.chunks), draw.decode_rng,
                                   "synthetic.scale", WORK / "synthetic.parquet", stamp="bench")
@@ -135,13 +138,16 @@ def main() -> None:
     parser.add_argument("--chunk-rows", type=int, default=1_000_000, help="model.chunk_rows")
     parser.add_argument("--parts", action="store_true", help="also time the parts apart")
     parser.add_argument("--label", default="current", help="the record's label (e.g. before)")
+    parser.add_argument("--memory-limit", default=None,
+                        help="DuckDB's memory_limit of the writing connection (e.g. 1GB)")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     plan, found, model, spec = fitted(args.fit_rows, args.columns, args.refit,
                                       args.iterations, args.chunk_rows)
     records = []
     for rows in args.rows:
-        record = {"label": args.label, **run(rows, plan, found, model, spec, args.parts)}
+        record = {"label": args.label, **run(rows, plan, found, model, spec, args.parts,
+                                             args.memory_limit)}
         records.append(record)
         print(json.dumps(record), flush=True)
     save(records)

@@ -9,13 +9,14 @@ of group `dp_synth` (dp-synth's default group) with its edges, the checks of `sy
 on `synthetic` (numbers Dagster charts over runs), and the owner-only utility report showing only
 where its files are (no figures, no plots: the event log is public).
 
-The host location is a copy of tests/host_project/ (the host's own asset `raw_customers` writing
-a DuckDB table, dp-synth added with the factory under `privacy/`), served after two syntheses on
-the same instance (in the test's process, which has Dagster imported already), and the browser sees the lineage from the host's asset through every
-dp-synth stage, and the charts Dagster draws over those runs from the numbers dp-synth publishes:
-the budget on `synthetic` (its metadata plots), the current budget on `budget` (observed by the
-budget sensor, ticked as the daemon ticks it, before and after the limit is raised and the code
-location reloaded, with no run between) and a check's worst TVD (the check's plots).
+The host location is a copy of tests/host_project/ (the host's own asset `raw_customers` writing a
+DuckDB table, dp-synth added with the factory under `privacy/`), served after two syntheses on the
+same instance (in the test's process, which has Dagster imported already), and the browser sees the
+lineage from the host's asset through every dp-synth stage, and the charts Dagster draws over those
+runs from the numbers dp-synth publishes: the budget on `synthetic` (its metadata plots), the
+current budget on `budget` (observed by the budget sensor, ticked as the daemon ticks it, before and
+after the limit is raised and the code location reloaded, with no run between) and a check's worst
+TVD (the check's plots).
 
 Needs chromium and chromedriver on PATH (`.ci/install-browser` installs Debian's); without them
 the module is skipped. Screenshots go to tests/artifacts/ (ui.png, ui-checks.png,
