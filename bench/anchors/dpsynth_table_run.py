@@ -107,17 +107,24 @@ def decoded(synthetic: pd.DataFrame, columns: dict) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+# the command line: a discretized table (--data, --domain) or a raw one (--raw, --columns)
+OPTIONS = {
+    "--algorithm": {"choices": ("mst", "aim"), "required": True},
+    "--data": {"type": Path, "help": "codes CSV (discretized table)"},
+    "--domain": {"type": Path, "help": "cells per column (discretized table)"},
+    "--raw": {"type": Path, "help": "raw CSV"},
+    "--columns": {"type": Path, "help": "the raw table's `columns:` (JSON)"},
+    "--rho": {"type": float, "required": True, "help": "zCDP budget"},
+    "--delta": {"type": float, "required": True, "help": "for the partition selection"},
+    "--seed": {"type": int, "default": 0},
+    "--out": {"type": Path, "required": True, "help": "the synthetic rows (CSV)"},
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algorithm", choices=("mst", "aim"), required=True)
-    parser.add_argument("--data", type=Path, help="codes CSV (discretized table)")
-    parser.add_argument("--domain", type=Path, help="cells per column (discretized table)")
-    parser.add_argument("--raw", type=Path, help="raw CSV")
-    parser.add_argument("--columns", type=Path, help="the raw table's `columns:` (JSON)")
-    parser.add_argument("--rho", type=float, required=True)
-    parser.add_argument("--delta", type=float, required=True)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, required=True)
+    for flag, settings in OPTIONS.items():
+        parser.add_argument(flag, **settings)
     args = parser.parse_args()
 
     from dpsynth import data_generation_v3 as tabular
