@@ -240,7 +240,8 @@ class ColumnCells:
 
     def numbers(self, s: pd.Series) -> pd.Series:
         if self.datetime:  # seconds since the epoch, whatever resolution pandas parsed
-            return (pd.to_datetime(s, errors="coerce") - pd.Timestamp(0)).dt.total_seconds()
+            instants = pd.to_datetime(s, errors="coerce", utc=True)
+            return (instants - pd.Timestamp(0, tz="UTC")).dt.total_seconds()
         if pd.api.types.is_bool_dtype(s):
             return s.astype(float)
         return pd.to_numeric(s, errors="coerce")
@@ -387,17 +388,15 @@ def command(table: Table, method: str, epsilon: float, seed: int, out: Path, run
             # a raw table's open-set categories spend delta on partition selection: half of
             # DELTA goes there, and rho is what (epsilon, the other half) converts to, so the
             # whole run is (epsilon, DELTA)-DP as every other run is
-            delta = DELTA / 2 if table.raw_csv else DELTA
+            selection = DELTA / 2 if table.raw_csv else 0.0
             if table.raw_csv:
                 declared = run_dir / "columns.json"
                 declared.write_text(json.dumps(table.columns, default=str))
                 data += ["--columns", str(declared)]
             return [str(args.dpsynth_python), str(ANCHORS_DIR / "dpsynth_table_run.py"),
                     "--algorithm", algorithm, *data,
-                    "--rho", repr(rho_from_epsilon_delta(epsilon, DELTA - delta if
-                                                         table.raw_csv else DELTA)),
-                    "--delta", repr(delta if table.raw_csv else 0.0), "--seed", str(seed),
-                    "--out", str(out)]
+                    "--rho", repr(rho_from_epsilon_delta(epsilon, DELTA - selection)),
+                    "--delta", repr(selection), "--seed", str(seed), "--out", str(out)]
         return [str(args.dpmm_python), str(ANCHORS_DIR / "dpmm_run.py"), "--model", algorithm,
                 *data, "--epsilon", repr(epsilon), "--delta", repr(DELTA), "--seed", str(seed),
                 "--out", str(out)]
