@@ -85,6 +85,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+import suite_tables
 from bounded import log_tail, run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -101,7 +102,8 @@ sys.path.insert(0, str(BENCH))
 DELTA = 1e-9
 EPSILONS = (0.2, 1.0, 5.0)
 SEEDS = (0, 1, 2)
-DATASETS = ("adult", "adult_raw", "titanic_raw", "diamonds_raw", "penguins_raw", "example", "wide")
+DATASETS = ("adult", "adult_raw", "titanic_raw", "diamonds_raw", "penguins_raw", "example", "wide",
+            *suite_tables.TABLES)
 REFERENCES = ("bootstrap", "independent")  # exact data, per seed
 NOISY_INDEPENDENT = "noisy-independent"
 GIVEN_DOMAIN = "default-given-domain"  # ours on the anchors' input: the evaluation codes, public
@@ -147,12 +149,15 @@ class Table:
     domain_json: Path       # {column: cells} of the evaluation's codes
     raw_csv: Path | None    # the raw CSV dpmm preprocesses itself (None: discretized table)
     evaluation: "Evaluation"
+    constraints: tuple[str, ...] = ()  # declared in ours' entry (public, a user's declaration)
 
 
 def load_table(name: str) -> Table:
     """Write the table's files under bench/work/suite/data/<name>/ (once) and build its evaluation."""
     folder = WORK / "data" / name
     folder.mkdir(parents=True, exist_ok=True)
+    if name in suite_tables.TABLES:
+        return generated_table(name, folder)
     if name in ("adult", "wide"):
         if name == "adult":
             source = SHARED / "adult" / "adult.csv"
@@ -196,6 +201,31 @@ def load_table(name: str) -> Table:
         pd.DataFrame(evaluation.real, columns=evaluation.columns).to_csv(codes_csv, index=False)
     return Table(name, source, columns, codes_csv, write_domain(folder, evaluation.domain),
                  raw_csv, evaluation)
+
+
+def generated_table(name: str, folder: Path) -> Table:
+    """A table of bench/suite_tables.py: a discretized one as codes with its domain; a raw one as
+    Parquet for ours (types kept) and CSV for the libraries that read a raw table."""
+    make, discretized, constraints = suite_tables.TABLES[name]
+    real, declared = make()
+    if discretized:
+        source = folder / f"{name}.csv"
+        if not source.exists():
+            real.to_csv(source, index=False)
+        columns = {c: {"kind": "categorical", "categories": list(range(k)), "other": False}
+                   for c, k in declared.items()}
+        return Table(name, source, columns, source, write_domain(folder, declared), None,
+                     Evaluation.of_codes(real, declared), tuple(constraints))
+    source, raw_csv = folder / f"{name}.parquet", folder / f"{name}.csv"
+    if not source.exists():
+        real.to_parquet(source, index=False)
+        real.to_csv(raw_csv, index=False)
+    evaluation = Evaluation.of_frame(real)
+    codes_csv = folder / "codes.csv"
+    if not codes_csv.exists():
+        pd.DataFrame(evaluation.real, columns=evaluation.columns).to_csv(codes_csv, index=False)
+    return Table(name, source, {c: {"kind": k} for c, k in declared.items()}, codes_csv,
+                 write_domain(folder, evaluation.domain), raw_csv, evaluation, tuple(constraints))
 
 
 def write_domain(folder: Path, domain: dict) -> Path:
@@ -354,6 +384,8 @@ def our_entry(table: Table, method: str, epsilon: float, seed: int, source: Path
              "privacy": {"epsilon": epsilon, "delta": DELTA,
                          "limit": {"epsilon": max(20.0, epsilon), "delta": 1e-8}},
              "rows": "same", "seed": seed}
+    if table.constraints and method != GIVEN_DOMAIN:
+        entry["constraints"] = list(table.constraints)
     if method == NOISY_INDEPENDENT:
         entry["method"] = "manual"
         entry["selection"] = {"marginals": []}

@@ -143,7 +143,7 @@ def check(case: Case, base: Path) -> None:
 # can run in seconds, each with the reason
 LIBRARIES = {"bounded.py": "suite.py, compare_methods.py", "paths.py": "every script",
              "progress.py": "scale.py, preprocessing.py, the anchors' runs",
-             "tiny_datasets.py": "these tests",
+             "tiny_datasets.py": "these tests", "suite_tables.py": "suite.py",
              "anchors": "suite.py, compare_methods.py, relational_dpsynth.py"}
 OWN_TEST = {"attach_postgres.py": "tests/test_bench_tables.py::test_attach_postgres"}
 NOT_RUN = {"resolution.py": "times pip resolving from the package index with no cache, in a "
@@ -240,6 +240,8 @@ CASES = [
     Case("tables", "suite.py", ("--datasets", "adult", "--methods", "default", "--epsilons", "1",
                                 "--seeds", "0"),
          "suite.json", ("dataset", "method", "tvd2", "seconds")),
+    Case("light", "auto_rule_loto.py", ("--records", "bench/results/suite.json"),
+         "auto_rule_loto.json", ("shipped", "fitted_on_all", "goal", "rows")),
     Case("tables", "tvd1_columns.py", ("--datasets", "adult",), None, printed="mean"),
     # ---- the example under concurrency and kills, and on S3 (tests/test_bench_ops.py)
     # one run per round (the concurrent runs themselves: tests/test_runs.py), one kill

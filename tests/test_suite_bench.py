@@ -119,3 +119,111 @@ def test_a_datetime_column_gets_the_same_cells_whatever_resolution_each_side_was
     np.testing.assert_array_equal(cells.codes(as_text), cells.codes(days))
     shifted = pd.Series([f"{d + pd.Timedelta(days=200)} 00:00:00.000" for d in days])
     assert cells.codes(shifted).mean() > cells.codes(days).mean()
+
+
+# ---- the suite's further tables (bench/suite_tables.py) -------------------------------------
+
+
+def test_generated_tables_have_the_shapes_they_stand_for():
+    import suite_tables
+
+    orders, kinds = suite_tables.orders(20_000, seed=1)
+    assert set(kinds) == set(orders.columns)
+    assert 250 <= orders["product"].nunique() <= 300 and orders["store"].nunique() > 100
+    # department is a function of the product and city of the store
+    assert orders.groupby("product")["department"].nunique().max() == 1
+    assert orders.groupby("store")["city"].nunique().max() == 1
+    for name, first, last in (("trips", "pickup", "dropoff"), ("sessions", "started", "ended")):
+        frame, kinds = getattr(suite_tables, name)(5_000, seed=1)
+        assert (frame[last] >= frame[first]).all(), name
+        constraint = suite_tables.TABLES[name][2]
+        assert constraint == [f"{last} >= {first}"]
+        span = frame[first].max() - frame[first].min()
+        assert pd.Timedelta(days=5) < span <= pd.Timedelta(days=31), (name, span)
+        assert kinds[first] == kinds[last] == "datetime"
+    xor, domain = suite_tables.binary_xor(20_000, seed=0)
+    # a column built as the exclusive or of two others: the triple explains it (95% agreement)
+    x = xor.to_numpy()
+    agreements = [max(np.mean(x[:, j] == x[:, a] ^ x[:, b]) for a, b in
+                      itertools.combinations(range(10), 2)) for j in range(10, 20)]
+    assert min(agreements) > 0.93
+    mix, domain = suite_tables.binary_mix(6_000, seed=0)
+    assert set(np.unique(mix.to_numpy())) == {0, 1} and domain == {c: 2 for c in mix.columns}
+    assert suite_tables.binary_mix(6_000, seed=0)[0].equals(mix)
+
+
+def test_a_generated_raw_table_declares_only_kinds_and_its_constraint_reaches_ours_entry():
+    table = suite.load_table("trips")
+    assert all(set(spec) == {"kind"} for spec in table.columns.values())
+    assert table.raw_csv is not None and table.source.suffix == ".parquet"
+    entry = suite.our_entry(table, "default", 1.0, 0, table.source)
+    assert entry["constraints"] == ["dropoff >= pickup"] and "method" not in entry
+    assert "constraints" not in suite.our_entry(table, suite.GIVEN_DOMAIN, 1.0, 0, table.source)
+    digits = suite.load_table("digits")
+    assert digits.raw_csv is None and digits.evaluation.domain["pixel_0_0"] == 18  # 17 codes + 1
+
+
+# ---- auto's rule, leave-one-table-out (bench/auto_rule_loto.py) ------------------------------
+
+
+def loto_cell(dataset, epsilon, share, nu, absyn, mst, **more):
+    import auto_rule_loto
+
+    return auto_rule_loto.Cell(dataset, epsilon, share, nu,
+                               tuple(sorted({"absyn": absyn, "mst": mst, **more}.items())))
+
+
+def test_the_rule_fitted_without_a_table_is_scored_on_it_against_the_better_method():
+    import auto_rule_loto as loto
+
+    # mst wins exactly where share > 0.3 and nu <= 0.02; the prior is elsewhere
+    cells = [loto_cell(f"t{i}", 1.0, share, nu, absyn=0.10, mst=0.05 if mst_wins else 0.20)
+             for i, (share, nu, mst_wins) in enumerate(
+                 [(0.5, 0.01, True), (0.6, 0.015, True), (0.1, 0.01, False),
+                  (0.5, 0.08, False), (0.2, 0.001, False), (0.9, 0.005, True)])]
+    a, b, mean = loto.fit(cells, prior=(0.1, 0.05))
+    assert mean == 0.0 and 0.2 < a < 0.5 and 0.015 < b < 0.08
+    assert [loto.pick(c, a, b) for c in cells] == ["mst", "mst", "absyn", "absyn", "absyn", "mst"]
+    rows = loto.leave_one_table_out(cells, prior=(0.1, 0.05))
+    assert [r["dataset"] for r in rows] == [f"t{i}" for i in range(6)]
+    # each held-out cell the other tables bracket is still separated
+    assert [r["loss"] for r in rows] == [0.0, 0.0, 0.0, 0.0, pytest.approx(1.0), 0.0]
+    # t4 (share 0.2, nu 0.001) alone shows that mst loses at such a share: without it, every a
+    # in [0.1, 0.5) fits the rest, the tie keeps the shipped 0.1, and mst is picked (twice
+    # absyn's error), as the shipped rule does
+    assert rows[4]["a"] == 0.1 and rows[4]["shipped"] == rows[4]["picked"] == "mst"
+    assert rows[4]["shipped_loss"] == pytest.approx(1.0)
+
+
+def test_a_held_out_table_unlike_the_others_shows_its_loss_and_ties_keep_the_prior():
+    import auto_rule_loto as loto
+
+    cells = [loto_cell("a", 1.0, 0.5, 0.01, absyn=0.10, mst=0.05),
+             loto_cell("b", 1.0, 0.05, 0.01, absyn=0.10, mst=0.20),
+             # like "a" by its figures, but absyn wins: no rule fitted without it can know
+             loto_cell("c", 1.0, 0.6, 0.01, absyn=0.10, mst=0.125, aim=0.08)]
+    rows = {r["dataset"]: r for r in loto.leave_one_table_out(cells, prior=(0.1, 0.05))}
+    assert rows["c"]["picked"] == "mst" and rows["c"]["loss"] == pytest.approx(0.25)
+    assert rows["c"]["loss_vs_suite"] == pytest.approx(0.125 / 0.08 - 1)
+    assert rows["c"]["best_of_suite"] == "aim"
+    # with only "b" left (absyn everywhere is as good as any rule), the prior's a stays
+    a, b, _ = loto.fit([cells[1]], prior=(0.1, 0.05))
+    assert loto.pick(cells[1], a, b) == "absyn" and a == pytest.approx(0.1) and b == 0.05
+
+
+def test_cells_come_from_records_with_both_candidates_and_the_defaults_figures():
+    import auto_rule_loto as loto
+
+    def rec(dataset, method, seed, tvd2, **figures):
+        return {"dataset": dataset, "method": method, "epsilon": 1.0, "seed": seed,
+                "tvd2": tvd2, **figures}
+
+    records = [rec("t", "absyn", 0, 0.1), rec("t", "absyn", 1, 0.3), rec("t", "mst", 0, 0.2),
+               rec("t", "default", 0, 0.1, score_noise_share=0.2, mst_edge_noise=0.01),
+               rec("t", "default", 1, 0.1, score_noise_share=0.4, mst_edge_noise=0.03),
+               rec("t", "bootstrap", 0, 0.01) | {"epsilon": None},
+               rec("u", "absyn", 0, 0.1), rec("u", "mst", 0, 0.1),
+               rec("u", "default", 0, 0.1)]  # no figures: an old record, no cell
+    [cell] = loto.cells_of(records)
+    assert (cell.dataset, cell.share, cell.nu) == ("t", pytest.approx(0.3), pytest.approx(0.02))
+    assert cell.of("absyn") == pytest.approx(0.2) and cell.of("mst") == 0.2

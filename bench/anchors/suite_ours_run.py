@@ -13,7 +13,8 @@ to the declared SQL types; the rows are written to --out (Parquet), the run's en
 
 Prints `RESULT {json}` last: `seconds` (fit + sample), `peak_mb` (this process's maximum RSS),
 `rows`, `method`, `rho` (the run's budget), `rho_spent`, `selected` (multi-column marginals
-measured), `generator`, `picked` (`auto`'s choice, else None).
+measured), `generator`, `picked` (`auto`'s choice, else None) and the
+two public figures it was picked by, `score_noise_share` and `mst_edge_noise`.
 """
 
 import argparse
@@ -56,7 +57,8 @@ def main() -> None:
         "rho": report.rho, "rho_spent": report.rho_spent,
         "selected": sum(1 for m in report.measurements if len(m["clique"]) > 1),
         "generator": report.generator,
-        "picked": (synth.selection.details or {}).get("picked") if synth.selection else None,
+        **{k: (synth.selection.details or {}).get(k) if synth.selection else None
+           for k in ("picked", "score_noise_share", "mst_edge_noise")},
         "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}), flush=True)
 
 
