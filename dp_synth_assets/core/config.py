@@ -777,8 +777,9 @@ class ModelSettings(_Strict):
     executor: Literal["auto", "in_process", "multiprocess"] = "auto"
     # gum: update iterations (benchmark paper Table 6: 50)
     gum_iterations: int = Field(default=50, ge=1, le=10_000)
-    # synthetic: rows sampled, decoded and written per chunk (memory holds one chunk)
-    chunk_rows: int = Field(default=1_000_000, ge=1_000, le=100_000_000)
+    # synthetic: rows sampled, decoded and written per chunk (memory holds two chunks, the one
+    # being written and the next being drawn); 250,000: docs/generators.md (sampling)
+    chunk_rows: int = Field(default=250_000, ge=1_000, le=100_000_000)
 
 
 class ReportSettings(_Strict):
