@@ -1,5 +1,5 @@
-"""The development suite (issue 16): every selection method, the project's default and the anchors,
-on seven tables at three budgets, owner-side fidelity, time and memory, in one session.
+"""The development suite (issues 16 and 34): every selection method, the project's default and the
+anchors, on fourteen tables at three budgets, owner-side fidelity, time and memory, in one session.
 
 Tables (`--datasets`):
 - `adult`: ../shared/datasets/adult, discretized (48,842 x 14), with its domain file;
@@ -9,7 +9,13 @@ Tables (`--datasets`):
 - `example`: the bundled example (`dp_synth_assets.example.generate_example`, 50,000 rows) with its
   declared columns (`EXAMPLE_COLUMNS`);
 - `wide`: 30,000 rows of bench/wide_table.py's Bayesian network (26 columns of 2 to 4 codes, seed 0),
-  whose true dependencies are known.
+  whose true dependencies are known;
+- seven tables of bench/suite_tables.py (its docstring), of the shapes a default has to survive:
+  `digits` (1,797 rows x 65 columns of 10-17 codes, many unused) and the binary `binary_mix`
+  (a latent-class mixture) and `binary_xor` (exclusive ors), discretized with their domain;
+  `cancer` (569 rows x 31, raw), `orders` (categoricals of 150 and 300 values), `trips` (a month
+  of timestamps) and `sessions` (ten days), raw with only kinds declared, the last two with their
+  order declared as a constraint in ours' entry (`constraints:`; the anchors have no such input).
 
 Methods (`--methods`):
 - ours: every key of `core.methods.METHODS` but `manual`, each set as the entry's `method:`, and
