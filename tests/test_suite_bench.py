@@ -152,8 +152,11 @@ def test_generated_tables_have_the_shapes_they_stand_for():
     assert suite_tables.binary_mix(6_000, seed=0)[0].equals(mix)
 
 
-def test_a_generated_raw_table_declares_only_kinds_and_its_constraint_reaches_ours_entry():
+def test_a_generated_raw_table_declares_only_kinds_and_its_constraint_reaches_ours_entry(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(suite, "WORK", tmp_path)  # the tables' files, not bench/work
     table = suite.load_table("trips")
+    assert table.source.is_relative_to(tmp_path)
     assert all(set(spec) == {"kind"} for spec in table.columns.values())
     assert table.raw_csv is not None and table.source.suffix == ".parquet"
     entry = suite.our_entry(table, "default", 1.0, 0, table.source)
