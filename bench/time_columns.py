@@ -44,25 +44,13 @@ OUT = RESULTS / "time_columns"
 
 from dp_synth_assets.api import Synthesizer  # noqa: E402
 from dp_synth_assets.core.domain import value_bounds  # noqa: E402
+from suite_tables import hour_weights, instants  # noqa: E402  (the suite's daily cycle)
 
 GRANULARITY = {"month": "D", "days": "h", "years": "M"}
 
 
-def hour_weights() -> np.ndarray:
-    """A daily cycle: low at night, peaks at 8h and 18h."""
-    h = np.arange(24)
-    return 0.2 + np.exp(-((h - 8) ** 2) / 4) + 1.3 * np.exp(-((h - 18) ** 2) / 6)
-
-
 def month_table(rows: int, rng: np.random.Generator) -> pd.DataFrame:
-    days = pd.date_range("2024-03-01", "2024-03-31", freq="D")
-    day_w = np.where(days.dayofweek >= 5, 0.6, 1.0)
-    day = rng.choice(len(days), size=rows, p=day_w / day_w.sum())
-    hw = hour_weights()
-    hour = rng.choice(24, size=rows, p=hw / hw.sum())
-    seconds = rng.integers(0, 3600, size=rows)
-    pickup = (days.values[day] + hour.astype("timedelta64[h]")
-              + seconds.astype("timedelta64[s]"))
+    pickup = instants(rng, "2024-03-01", 31, rows)
     trip = np.clip(rng.lognormal(np.log(12 * 60), 0.6, size=rows), 60, 3 * 3600).astype(int)
     dropoff = pickup + trip.astype("timedelta64[s]")
     return pd.DataFrame({

@@ -777,8 +777,8 @@ class ModelSettings(_Strict):
     executor: Literal["auto", "in_process", "multiprocess"] = "auto"
     # gum: update iterations (benchmark paper Table 6: 50)
     gum_iterations: int = Field(default=50, ge=1, le=10_000)
-    # synthetic: rows sampled, decoded and written per chunk (memory holds two chunks, the one
-    # being written and the next being drawn); 250,000: docs/generators.md (sampling)
+    # synthetic: rows sampled, decoded and written per chunk (memory holds a few chunks, whatever
+    # the rows); 250,000: docs/generators.md (sampling)
     chunk_rows: int = Field(default=250_000, ge=1_000, le=100_000_000)
 
 
