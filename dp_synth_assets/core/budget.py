@@ -105,7 +105,7 @@ class DatasetBudget:
 
     @classmethod
     def of(cls, spec: DatasetSpec, noisy_rows: float | None = None) -> "DatasetBudget":
-        tasks = all_tasks(spec.columns)
+        tasks = all_tasks(spec.columns, spec.declared_constraints)
         extra = DELTA_EXTRA_SHARE if any(t.mechanism == "discover" for t in tasks) else 0.0
         run_rho = rho_from_epsilon_delta(spec.privacy.epsilon, spec.privacy.delta * (1 - extra))
         limit_delta = spec.privacy.limit.delta * (1 - extra)

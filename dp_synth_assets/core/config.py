@@ -833,7 +833,8 @@ class DatasetSpec(_Strict):
     rows: Literal["same"] | Annotated[int, Field(ge=1, le=1_000_000_000)] = "same"
     seed: Annotated[int, BeforeValidator(_integer), Field(ge=0, lt=2 ** 63)] | None = None
     # declared, public: what every synthetic row satisfies (core/constraints.py), e.g.
-    # ["dropoff >= pickup"]; honoured when rows are decoded, counted by the constraints check
+    # ["dropoff >= pickup"]; honoured when rows are decoded, counted by the constraints check;
+    # an order between two timestamps also has its gap measured in preprocessing
     constraints: list[str] = []
     schedule: str | None = None
     on_source_change: Literal["resynthesize", "ignore"] = "ignore"

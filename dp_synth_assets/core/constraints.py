@@ -5,10 +5,10 @@ A constraint is public (declared; nothing is measured or spent). Its grammar is 
 evaluated: `<column> <op> <column>` or `<column> <op> <literal>`, `op` one of `<`, `<=`, `>`,
 `>=`, `==`, `!=`, over integer, float and datetime columns, and `==` / `!=` over categorical
 columns (with a category, or with a column of the same categories); a NULL operand satisfies it.
-`honour` redraws a violating row's values inside its bins (a categorical value: from the chunk's
-rows that satisfy it) up to `TRIES` times, then projects what no draw fixed; the row count and
-the seed's rows are kept. docs/generators.md, "Declared constraints"; why:
-docs/decisions/0023-declared-constraints.md."""
+`honour` places a later timestamp of an ordered pair by the pair's gap density (`draw_gaps`;
+measured and charged in preprocessing), then redraws a violating row inside its bins up to
+`TRIES` times, then projects what no draw fixed; the row count and the seed's rows are kept.
+docs/generators.md, "Declared constraints"; why: docs/decisions/0023-declared-constraints.md."""
 
 import re
 from dataclasses import dataclass
@@ -326,12 +326,14 @@ def violated(c: Constraint, columns: dict[str, "_Column"], value=None) -> np.nda
 
 
 def honour(plan, constraints: tuple[Constraint, ...], codes: dict[str, np.ndarray],
-           batch: pa.Table, rng: np.random.Generator, decode_column, passes: int = 3) -> pa.Table:
+           batch: pa.Table, rng: np.random.Generator, decode_column, bin_cuts,
+           passes: int = 3) -> pa.Table:
     """`batch` (the decoded rows of `codes`) with every row satisfying `constraints`: redrawn
     inside its bins (a categorical value: drawn from the batch's rows that satisfy the
     constraint) where a draw satisfies it within `TRIES` rounds, else projected (module
     docstring). Chained constraints (a <= b <= c) are honoured in up to `passes` passes over
-    them. `decode_column` is `domain.decode_column` (it redraws inside bins). Draws only from
+    them. `decode_column` is `domain.decode_column` (it redraws inside bins), `bin_cuts`
+    `domain.bin_cuts` (domain imports config, which imports this module). Draws only from
     `rng`: the same stream gives the same rows."""
     if not constraints or batch.num_rows == 0:
         return batch
@@ -347,6 +349,7 @@ def honour(plan, constraints: tuple[Constraint, ...], codes: dict[str, np.ndarra
             return labels.id(c.literal)
         return c.value * (MICROS_PER_DAY if plan[c.left].kind == "datetime" else 1)
 
+    draw_gaps(plan, codes, columns, rng, bin_cuts)
     for _ in range(passes):
         dirty = False
         for c in constraints:
@@ -378,6 +381,65 @@ def honour(plan, constraints: tuple[Constraint, ...], codes: dict[str, np.ndarra
                  else columns[n].array())
         batch = batch.set_column(batch.schema.get_field_index(n), n, array)
     return batch
+
+
+def draw_gaps(plan, codes: dict[str, np.ndarray], columns: dict[str, "_Column"],
+              rng: np.random.Generator, bin_cuts) -> None:
+    """Each later timestamp with a gap density (`Encoding.gap`: the pair's noisy histogram of
+    later - earlier, preprocessing's `gap` task) redrawn inside its own bin from that density
+    shifted to the row's earlier value: p(later | its bin, earlier) proportional to
+    gap(later - earlier) on [max(bin low, earlier), bin high). The codes are kept (only where
+    inside its bin a value falls changes), so every marginal the model learned stays; a row
+    whose interval the density puts no mass on (or with a NULL operand) keeps its value.
+    Post-processing of public releases; draws only from `rng`. `bin_cuts`: `domain.bin_cuts`."""
+    for name, column in columns.items():
+        e = plan[name]
+        if not e.gap or e.gap[0] not in columns or not pa.types.is_timestamp(column.type):
+            continue
+        before = columns[e.gap[0]]
+        if not pa.types.is_timestamp(before.type):
+            continue
+        at = np.flatnonzero(~column.nulls & ~before.nulls)
+        if at.size == 0:
+            continue
+        cut = bin_cuts(e) * MICROS_PER_DAY
+        code = np.asarray(codes[name])[at].astype(np.int64)
+        earlier = before.values[at].astype(np.float64)
+        low = np.maximum(cut[code], earlier)
+        high = np.minimum(cut[code + 1], e.high * MICROS_PER_DAY)
+        gap = _draw_inside(e.gap[1], (low - earlier) / MICROS_PER_DAY,
+                           (high - earlier) / MICROS_PER_DAY, rng)
+        ok = ~np.isnan(gap) & (high > low)
+        value = np.ceil(earlier[ok] + gap[ok] * MICROS_PER_DAY)
+        value = np.clip(value, np.ceil(low[ok]), np.maximum(np.ceil(high[ok]) - 1, np.ceil(low[ok])))
+        column.values[at[ok]] = value.astype(np.int64)
+
+
+GAP_BLOCK = 8192  # rows of one block of `_draw_inside` (its tables are rows x pieces)
+
+
+def _draw_inside(pieces, lows: np.ndarray, highs: np.ndarray,
+                 rng: np.random.Generator) -> np.ndarray:
+    """One value per row from the piecewise-uniform density `pieces` ((low, high, weight), ...;
+    weights clipped at 0) restricted to the row's own [lows, highs); NaN where it puts no mass
+    there. Vectorized in blocks of GAP_BLOCK rows: each piece's mass inside each row's interval,
+    one inverse-CDF pick of a piece per row, one uniform inside it."""
+    table = np.asarray(pieces, dtype=np.float64).reshape(-1, 3)
+    start, stop = table[:, 0], table[:, 1]
+    density = np.clip(table[:, 2], 0.0, None) / np.maximum(stop - start, 1e-300)
+    out = np.full(lows.size, np.nan)
+    for s in range(0, lows.size, GAP_BLOCK):
+        a, b = lows[s:s + GAP_BLOCK, None], highs[s:s + GAP_BLOCK, None]
+        lo = np.maximum(start, a)
+        width = np.clip(np.minimum(stop, b) - lo, 0.0, None)
+        cumulative = np.cumsum(density * width, axis=1)
+        total = cumulative[:, -1]
+        u = rng.random(total.size) * total
+        piece = np.minimum((cumulative <= u[:, None]).sum(axis=1), table.shape[0] - 1)
+        rows = np.arange(total.size)
+        drawn = lo[rows, piece] + rng.random(total.size) * width[rows, piece]
+        out[s:s + GAP_BLOCK] = np.where(total > 0, drawn, np.nan)
+    return out
 
 
 def _redraw_labels(c: Constraint, columns: dict[str, _Column], bad: np.ndarray, value,

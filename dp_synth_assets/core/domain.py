@@ -43,6 +43,7 @@ class Derived:
     density: tuple | None = None               # ((low, high, noisy count), ...) inside bounds
     counts: tuple | None = None                # ((label text, noisy count), ...) released
     count_sd: float | None = None              # the noise sd of each of `counts`
+    gap: tuple | None = None                   # (earlier column, ((low, high, noisy count), ...))
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,9 @@ class Encoding:
     # categorical: the public table's column its declared list was read from
     # (`categories: {from: ...}`, no budget), as `schema.table.column`
     categories_from: str | None = None
+    # a later timestamp of a declared order: (earlier column, ((low, high, weight), ...)), the
+    # density of later - earlier in days, followed inside the bin (constraints.draw_gaps)
+    gap: tuple | None = None
 
     @property
     def null_code(self) -> int | None:
@@ -141,7 +145,8 @@ class EncodingPlan:
                      "sql_type": r["source_type"]}
             return {**r, "categories": tup(r["categories"]), "rare": tup(r["rare"]),
                     "edges": tup(r["edges"]), "missing": tuple(r["missing"]),
-                    "density": tup(r.get("density")), "prior": tup(r.get("prior"))}
+                    "density": tup(r.get("density")), "prior": tup(r.get("prior")),
+                    "gap": (r["gap"][0], tup(r["gap"][1])) if r.get("gap") else None}
 
         data = json.loads(text)
         extra = data if isinstance(data, dict) else {}
@@ -288,14 +293,14 @@ def _encoding(name: str, spec: ColumnSpec, derived: Derived) -> Encoding:
         return Encoding(name, spec.kind, sql_type, len(edges) - 1 + extra, low=edges[0],
                         high=edges[-1], bins=len(edges) - 1, edges=edges,
                         integer_bins=integer_bins, nullable=nullable, missing=missing,
-                        density=derived.density or None)
+                        density=derived.density or None, gap=derived.gap)
     if integer_bins and math.floor(high) < math.ceil(low):
         raise SchemaError(f"column {name!r}: bounds contain no integer")
     low, high, bins = uniform_bins(spec, low, high)
     density = derived.density or None
     return Encoding(name, spec.kind, sql_type, bins + extra, low=float(low), high=float(high),
                     bins=bins, integer_bins=integer_bins, nullable=nullable, missing=missing,
-                    density=density)
+                    density=density, gap=derived.gap)
 
 
 def declared_fallback(spec: ColumnSpec, e: Encoding) -> int | None:
@@ -531,13 +536,7 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator,
     if e.kind == "boolean":
         return pa.array(codes == 1, mask=is_null, type=pa.bool_())
     bins = np.where(is_null, 0, codes)
-    if e.edges is not None:
-        cut = np.asarray(e.edges, dtype=np.float64)
-        if e.integer_bins:  # bin k holds the integers ceil(edges[k]) .. ceil(edges[k+1]) - 1
-            cut = np.ceil(cut)
-            cut[-1] = e.high + 1
-    else:
-        cut = uniform_edges(e.low, e.high, e.bins, e.integer_bins)
+    cut = bin_cuts(e)
     lows, highs = cut[:-1], cut[1:]  # each bin's interval
     if e.integer_bins:
         lows = lows.astype(np.int64)
@@ -562,6 +561,19 @@ def decode_column(e: Encoding, codes: np.ndarray, rng: np.random.Generator,
         micros = np.round(values * 86400e6).astype("int64").astype("datetime64[us]")
         return pa.array(micros, mask=is_null, type=pa.timestamp("us"))
     return pa.array(values, mask=is_null, type=pa.float64())
+
+
+def bin_cuts(e: Encoding) -> np.ndarray:
+    """A binned column's cut points: bin k is [cut[k], cut[k + 1]) in the encoding's numeric
+    space (days for a datetime); with integer bins, bin k holds the integers cut[k] ..
+    cut[k + 1] - 1."""
+    if e.edges is not None:
+        cut = np.asarray(e.edges, dtype=np.float64)
+        if e.integer_bins:  # bin k holds the integers ceil(edges[k]) .. ceil(edges[k+1]) - 1
+            cut = np.ceil(cut)
+            cut[-1] = e.high + 1
+        return cut
+    return uniform_edges(e.low, e.high, e.bins, e.integer_bins)
 
 
 def _draw_density(density: tuple, lows: np.ndarray, highs: np.ndarray, bins: np.ndarray,

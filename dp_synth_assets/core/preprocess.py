@@ -43,6 +43,10 @@ DENSITY_CELLS = 1024  # most cells of a `density` histogram
 DENSITY_Z = 2.0  # `density` cells below DENSITY_Z sigma are zeroed
 DENSITY_FLAT_Z = 4.0  # a bin is flat unless its cells' spread exceeds chi-square by this many sd
 HEAP_RATIO = 0.25  # a kept `density` cell is a heap when no neighbour's noisy count is this share
+# `gap` histograms: public edges in days, 0 then 2^(i/2) seconds up to about 190 years (a bucket
+# spans a factor of sqrt 2: a gap is known to about 20%, from a second to centuries)
+GAP_EDGES = np.array([0.0] + [2.0 ** (i / 2) / 86400.0 for i in range(66)])
+GAP_Z = 2.0  # `gap` cells below GAP_Z sigma are zeroed
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,8 @@ class Task:
     """One invocation to run: a mechanism of `MECHANISMS` on one column."""
 
     column: str
-    mechanism: str  # a key of MECHANISMS: discover | rare | bounds | calendar | privtree | density
+    mechanism: str  # a key of MECHANISMS: discover | rare | bounds | calendar | privtree | density | gap
+    earlier: str | None = None  # a `gap` task's earlier column (`gap_pairs`)
 
 
 @dataclass(frozen=True)
@@ -61,11 +66,12 @@ class Mechanism:
     counts; `buckets`: the bounds histogram over `bucket_edges`; `grid`: the density histogram over
     `density_grid` of its span; `cells`: PRIVTREE_CELLS cells over its span); `weight`: its share of
     the preprocessing rho relative to the other tasks (0009, "As implemented: preprocessing");
+    `gaps`: the histogram of a later timestamp minus its earlier one over GAP_EDGES;
     `settings`: its settings model (none takes any yet: `plugins.NO_SETTINGS`)."""
 
     module: str
     function: str
-    aggregate: str  # values | buckets | hours | grid | cells
+    aggregate: str  # values | buckets | hours | grid | cells | gaps
     weight: float = 1.0
     settings: str = NO_SETTINGS
 
@@ -118,6 +124,10 @@ def _privtree(call: MechanismCall):
     return privtree_edges(call.exact, call.column, call.spec, *call.span, call.rho, call.charge)
 
 
+def _gap(call: MechanismCall):
+    return gap_density(call.exact, call.column, call.rho, call.charge)
+
+
 # The preprocessing mechanisms (0009-dp-preprocessing.md). Adding one is its module plus one
 # line here; a column's tasks are planned by `mechanisms` and their releases read by `preprocess`.
 MECHANISMS = {
@@ -127,6 +137,7 @@ MECHANISMS = {
     "calendar": Mechanism("preprocess", "_calendar", "hours"),
     "privtree": Mechanism("preprocess", "_privtree", "cells"),
     "density": Mechanism("preprocess", "_density", "grid", weight=0.25),
+    "gap": Mechanism("preprocess", "_gap", "gaps", weight=0.5),
 }
 
 
@@ -195,17 +206,39 @@ def task_weight(task: Task, spec: ColumnSpec) -> float:
     return MECHANISMS[task.mechanism].weight
 
 
-def all_tasks(columns: dict[str, ColumnSpec]) -> list[Task]:
-    """Every column's tasks (`mechanisms`), in declaration order."""
-    return [t for name, spec in columns.items() for t in mechanisms(name, spec)]
+def gap_pairs(columns: dict[str, ColumnSpec], constraints=()) -> dict[str, str]:
+    """Later column -> earlier column, for each declared constraint that orders two timestamp
+    columns (`later >= earlier`, `later > earlier`, or the same with `<=` / `<`), the first
+    constraint a later column appears in; DATE columns (whole days, decoded in whole days) are
+    left out. Each pair gets a `gap` task: the histogram of later - earlier, which decoding
+    follows inside the later column's bin (`constraints.draw_gaps`). Public: the spec's."""
+    pairs: dict[str, str] = {}
+    for c in constraints:
+        if c.right is None or c.op not in (">=", ">", "<=", "<"):
+            continue
+        later, earlier = (c.left, c.right) if c.op in (">=", ">") else (c.right, c.left)
+        specs = [columns.get(later), columns.get(earlier)]
+        if any(s is None or s.kind != "datetime" or integer_valued(s) for s in specs):
+            continue
+        pairs.setdefault(later, earlier)
+    return pairs
+
+
+def all_tasks(columns: dict[str, ColumnSpec], constraints=()) -> list[Task]:
+    """Every column's tasks (`mechanisms`), in declaration order, then a `gap` task per pair of
+    `gap_pairs(columns, constraints)`."""
+    return [t for name, spec in columns.items() for t in mechanisms(name, spec)] + [
+        Task(later, "gap", earlier) for later, earlier in gap_pairs(columns, constraints).items()]
 
 
 def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str, ColumnSpec],
-               rho: float, delta_extra: float, charge, log=None) -> dict[str, Derived]:
+               rho: float, delta_extra: float, charge, log=None,
+               constraints=()) -> dict[str, Derived]:
     """Run every column's mechanisms over the source's exact aggregates.
 
-    With no rho, a spec whose only tasks are `density` histograms (an accuracy refinement: the
-    domain is declared) runs none of them, and its values are drawn uniformly inside their bins.
+    With no rho, a spec whose only tasks are `density` and `gap` histograms (accuracy
+    refinements: the domain is declared) runs none of them, and its values are drawn uniformly
+    inside their bins.
 
     Args:
         con: the connection the source is read on (the scan engine's store).
@@ -216,12 +249,13 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
         charge: records each invocation's spend, right after its draw.
         log: a line as each scan starts and about ten as the mechanisms run (`progress.due`):
             counts of scans and mechanisms (the spec's) only, never a time.
+        constraints: the declared constraints (`constraints.Constraint`), for `gap_pairs`.
 
     Returns:
         Column -> what its encoding needs (`Derived`; public: DP releases only).
     """
-    tasks = all_tasks(columns)
-    if rho <= 0 and all(t.mechanism == "density" for t in tasks):
+    tasks = all_tasks(columns, constraints)
+    if rho <= 0 and all(t.mechanism in ("density", "gap") for t in tasks):
         return {}
     if rho <= 0:
         raise ValueError("preprocessing needs a positive rho")
@@ -282,6 +316,9 @@ def preprocess(con: duckdb.DuckDBPyConnection, relation: str, columns: dict[str,
                 bounds=bounds, density=density or None,
                 edges=out.get(Task(name, "privtree")) if quantile is None
                 else tuple(float(x) for x in quantile))
+    for t in tasks:
+        if t.mechanism == "gap" and out[t]:
+            derived[t.column] = replace(derived.get(t.column, Derived()), gap=(t.earlier, out[t]))
     return derived
 
 
@@ -314,8 +351,17 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: 
     for i, t in enumerate(tasks):
         spec, v = columns[t.column], f"v{i}"
         aggregate = MECHANISMS[t.mechanism].aggregate
+        is_null = is_null_condition(t.column, spec.missing, spec.kind)
         if aggregate == "values":
             value, key, size = f"CAST({ident(t.column)} AS VARCHAR)", v, None
+        elif aggregate == "gaps":  # later - earlier in days (sql/gap_days.sql); below 0: bucket 0
+            before = columns[t.earlier]
+            value = sql("gap_days", later=f"TRY_CAST({ident(t.column)} AS TIMESTAMP)",
+                        earlier=f"TRY_CAST({ident(t.earlier)} AS TIMESTAMP)")
+            is_null = f"({is_null} OR {is_null_condition(t.earlier, before.missing, before.kind)})"
+            key = sql("preprocess_bucket", v=v, comparisons=" + ".join(
+                f"CAST({float(e)!r} <= {v} AS INTEGER)" for e in GAP_EDGES))
+            size = GAP_EDGES.size + 1
         else:
             value = value_expression(t.column, spec.kind, spec.sql_type)
             if aggregate == "buckets":
@@ -340,7 +386,6 @@ def exact_aggregates(con, relation: str, columns: dict[str, ColumnSpec], tasks: 
                     size, template = PRIVTREE_CELLS, "preprocess_cell"
                 key = sql(template, v=v, low=repr(float(low)), width=repr(width),
                           top=repr(float(low) + size * width), last=size - 1)
-        is_null = is_null_condition(t.column, spec.missing, spec.kind)
         values.append(f"{sql('preprocess_value', is_null=is_null, value=value)} AS {v}")
         keys.append(f"{key} AS k{i}")
         sizes.append(size)
@@ -944,6 +989,23 @@ def grid_density(hist: np.ndarray, name: str, spec: ColumnSpec, low: float, high
     return tuple(pieces)
 
 
+def gap_density(hist: np.ndarray, name: str, rho: float, charge
+                ) -> tuple[tuple[float, float, float], ...]:
+    """How far a later timestamp falls after its earlier one (`gap_pairs`): the exact histogram
+    of later - earlier over the public GAP_EDGES buckets (`exact_aggregates`; bucket 0 below 0,
+    the last from GAP_EDGES[-1] on), with Gaussian noise (rho; one row moves one count by one).
+    Post-processing: the buckets of gaps from 0 to GAP_EDGES[-1] whose noisy count clears GAP_Z
+    sigma, as (low, high, count) pieces in days; empty when none does. Decoding draws the later
+    column inside its bin from this density shifted to the earlier value
+    (`constraints.draw_gaps`): the pair keeps how far apart its values were, which bins a day or
+    more wide lose (docs/decisions/0023-declared-constraints.md)."""
+    noisy, spend = gaussian_counts(np.asarray(hist, dtype=np.int64), rho)
+    charge(spend, column=name, purpose="gap after an earlier column (histogram)",
+           cells=int(np.asarray(hist).size))
+    kept = np.flatnonzero(noisy[1:-1] >= GAP_Z * spend.scale) + 1
+    return tuple((float(GAP_EDGES[b - 1]), float(GAP_EDGES[b]), float(noisy[b])) for b in kept)
+
+
 # ------------------------------------------------------------------------------ PrivTree
 
 def privtree_lambda(epsilon: float, fanout: int = PRIVTREE_FANOUT) -> float:
@@ -1058,7 +1120,7 @@ def prepare_encoded_view(con: duckdb.DuckDBPyConnection, spec: DatasetSpec, data
         note(fallbacks)
     rows = noisy_row_count(con, relation, count_rho, charge) if count_rho > 0 else None
     derived = preprocess(con, relation, spec.columns, rho(rows) if callable(rho) else rho,
-                         delta_extra, charge, log)
+                         delta_extra, charge, log, spec.declared_constraints)
     try:
         plan = build_plan(spec.columns, types, derived)
     except SchemaError as e:

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from .constraints import honour
-from .domain import EncodingPlan, decode, decode_column
+from .domain import EncodingPlan, bin_cuts, decode, decode_column
 from .sql import ident, literal, qualified, sql
 
 
@@ -188,4 +188,5 @@ def decode_constrained(plan: EncodingPlan, codes: dict[str, np.ndarray], rng: np
     """`domain.decode`, then every row made to satisfy the declared `constraints`
     (`constraints.honour`: redrawn inside its bins, else projected; same rows, same stream)."""
     batch = decode(plan, codes, rng, dictionary=True)
-    return honour(plan, constraints, codes, batch, rng, decode_column) if constraints else batch
+    return (honour(plan, constraints, codes, batch, rng, decode_column, bin_cuts) if constraints
+            else batch)
