@@ -4,13 +4,14 @@ draws the synthetic parents, with new keys and their `children` counts; the chil
 given the parent's joined values (`core.family.draw_children`), then publishes BOTH tables in one
 warehouse transaction: readers see both old tables or both new ones.
 
-The parent's stage writes its rows to its run's Parquet copy and its codes (the joined columns'
-codes and the children counts: `FAMILY_CODES`) to its run's folder, both public; the table
-`synthetic.<parent>` is written by the child's stage (the warehouse tables are the pair's commit
-point). Post-processing of public records: no ledger, no private read.
+The parent's stage writes its rows (Parquet) and codes (`FAMILY_CODES`) to its run's folder,
+both public; `synthetic.<parent>` is written by the child's stage (the warehouse tables are the
+pair's commit point), whose set also holds the parent rows it drew for (`PAIR_PARQUET`): one
+pointer publishes the Parquet pair. Post-processing of public records: no ledger, no private read.
 """
 
 import functools
+import shutil
 import time
 
 import dagster as dg
@@ -26,7 +27,7 @@ from .core.relational import CHILDREN, PARENT_PREFIX
 from .core.sql import ident, literal, qualified, sql
 from .core.synthesize import STAMP, decode_typed
 from .dataset_context import DatasetContext
-from .infra.store import PARQUET
+from .infra.store import PAIR_PARQUET, PARQUET
 from .writes import warehouse_writes
 
 # the parent's public codes the child's generation reads: <joined column> codes and `children`
@@ -123,6 +124,11 @@ def child_synthetic(ctx: DatasetContext, context, warehouse: WarehouseResource,
                 0, rel.spec.foreign_key, pa.array(family.synthetic_keys(len(counts))[owner]))
             with store.writing(PARQUET) as path:
                 pq.write_table(children, str(path))
+            # the pair in the child's set: one pointer switches both copies (module docstring)
+            with store.writing(PAIR_PARQUET) as path, open(path, "wb") as copy, \
+                    parents.path(PARQUET).open("rb") as f:
+                shutil.copyfileobj(f, copy)
+            store.note("family", {"parent": rel.parent, "parent_run": parents.set_run})
             # each table stamped with the run whose set holds its Parquet (the parent's may be
             # an earlier run's): what `infra.store.reconcile_synthetic` compares
             with parents.path(PARQUET).open("rb") as f:  # a file or an object-store URL
@@ -141,6 +147,7 @@ def child_synthetic(ctx: DatasetContext, context, warehouse: WarehouseResource,
         "dagster/row_count": dg.MetadataValue.int(children.num_rows),
         "dagster/table_name": dg.MetadataValue.text(ctx.synthetic),
         "parquet": dg.MetadataValue.path(str(store.path(PARQUET))),
+        "parent_parquet": dg.MetadataValue.path(str(store.path(PAIR_PARQUET))),
         "sample_and_write_seconds": dg.MetadataValue.float(round(seconds, 2)),
     })
 

@@ -295,3 +295,66 @@ def test_a_child_side_charge_is_its_map_at_max_children():
     thresholded = Spend(mechanism="gaussian_threshold", rho=0.01, delta_extra=1e-9, scale=3.0)
     with pytest.raises(ValueError, match="extra delta"):
         family.side_charge(lambda s, **p: None, 1, child=True)(thresholded, stage="x")
+
+
+def parquet_pair(folder, child: str = "orders"):
+    """The family's Parquet pair as a reader takes it: the child's `current` resolved once, then
+    both files read from that one run folder."""
+    import os
+
+    import pyarrow.parquet as pq
+
+    root = folder / "public" / child
+    run_folder = root / os.readlink(root / "current")
+    manifest = __import__("json").loads((run_folder / "manifest.json").read_text())
+    return (pq.read_table(run_folder / "parent.parquet"),
+            pq.read_table(run_folder / "synthetic.parquet"), manifest)
+
+
+def assert_pair_resolves(parents, children):
+    keys = set(parents.column("id").to_pylist())
+    assert len(keys) == parents.num_rows > 0
+    assert set(children.column("customer_id").to_pylist()) <= keys
+
+
+def test_the_childs_set_publishes_the_parquet_pair_with_one_pointer(run):
+    """A reader of the child's published set finds both tables of the pair: the parent rows the
+    children were drawn for (the warehouse's synthetic.customers) beside the children."""
+    folder, _, result = run
+    parents, children, manifest = parquet_pair(folder)
+    assert_pair_resolves(parents, children)
+    con = duckdb.connect(str(folder / "w.duckdb"), read_only=True)
+    try:
+        warehouse = con.sql("SELECT * FROM synthetic.customers ORDER BY id").to_arrow_table()
+    finally:
+        con.close()
+    assert parents.sort_by("id").equals(warehouse.select(parents.column_names))
+    assert manifest["family"] == {"parent": "customers", "parent_run": result.run_id}
+
+
+def test_a_failed_family_publish_leaves_the_last_parquet_pair(tmp_path, monkeypatch):
+    """The second run draws new parents and publishes the parent's own set, then its child's
+    publication fails (an injected fault): the child's set still holds the first run's pair,
+    whose keys resolve, while a reader of the parent's own Parquet already sees the new rows."""
+    import pyarrow.parquet as pq
+
+    from dp_synth_assets import family_assets
+
+    path, defs = project(tmp_path)
+    instance = dg.DagsterInstance.ephemeral()
+    first = materialize(defs, instance)
+    assert first.success
+    before = parquet_pair(tmp_path)
+
+    def broken(*args, **kwargs):
+        raise OSError("injected: the warehouse is gone")
+
+    monkeypatch.setattr(family_assets, "publish_family", broken)
+    second = materialize(defs, instance)
+    assert not second.success
+    parents, children, manifest = parquet_pair(tmp_path)
+    assert manifest["family"]["parent_run"] == first.run_id
+    assert parents.equals(before[0]) and children.equals(before[1])
+    assert_pair_resolves(parents, children)
+    newest = pq.read_table(tmp_path / "public" / "customers" / "current" / "synthetic.parquet")
+    assert not newest.equals(parents)  # the parent's own set moved on alone

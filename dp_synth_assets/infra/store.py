@@ -539,9 +539,12 @@ RUNS = "runs"
 POINTER = "current"
 MANIFEST = "manifest.json"
 PARQUET = "synthetic.parquet"
+# a child dataset's copy of the parent table its synthetic table was drawn for: the family's
+# Parquet pair, switched with the child's set by one pointer (family_assets.child_synthetic)
+PAIR_PARQUET = "parent.parquet"
 CHECKS = "checks"
 KEEP_RUNS = 5  # run folders kept after a publish, the published one included
-SET_FILES = tuple(a.file for a in ARTIFACTS.values()) + (PARQUET, MANIFEST)
+SET_FILES = tuple(a.file for a in ARTIFACTS.values()) + (PARQUET, PAIR_PARQUET, MANIFEST)
 LINKED = tuple(a.file for a in ARTIFACTS.values()) + (PARQUET, CHECKS)
 # the stage whose re-materialization replaces an artifact made from other inputs than its own
 REDO = {"selection": "marginals", "measurements": "marginals", "model": "model",
@@ -695,6 +698,13 @@ class RunStore(FolderStore):
         manifest = self.manifest()
         manifest.setdefault("stamps", {})[name] = {"run": self.folder.name, **inputs}
         manifest["run_id"] = self.folder.name
+        atomic_write(self.folder / MANIFEST, json.dumps(manifest).encode())
+
+    def note(self, key: str, value) -> None:
+        """Record `value` under `key` in this run's manifest (public facts about the set)."""
+        self._seed()
+        manifest = self.manifest()
+        manifest[key] = value
         atomic_write(self.folder / MANIFEST, json.dumps(manifest).encode())
 
     def require_consistent(self, *names: str) -> None:
