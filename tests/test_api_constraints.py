@@ -61,6 +61,19 @@ def test_sample_honours_the_declared_constraints_the_unconstrained_one_does_not(
     assert violations(table) == {c: 0.0 for c in CONSTRAINTS}
     assert table.equals(kept.sample(4000))  # the same seed, the same rows
     assert table.schema.field("pickup").type == pa.timestamp("us")
+    # the order made preprocessing measure the trips' gap, and decoding follow it: trips last
+    # minutes (median about 21), not the hours that drawing each inside its two-day bin gives
+    assert "gap" in {t.mechanism for t in __import__(
+        "dp_synth_assets.core.preprocess", fromlist=["all_tasks"]).all_tasks(
+            kept.spec.columns, kept.spec.declared_constraints)}
+
+    def median_minutes(t: pa.Table) -> float:
+        f = t.to_pandas()
+        return float((f.dropoff - f.pickup).dt.total_seconds().abs().median() / 60)
+
+    real = median_minutes(source)
+    assert median_minutes(free.sample(4000)) > 6 * real  # the test can fail
+    assert real / 2 < median_minutes(table) < real * 2
 
 
 def test_from_spec_takes_the_entry_constraints(tmp_path):
