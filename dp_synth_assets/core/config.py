@@ -1007,9 +1007,11 @@ def plan_digest(spec: DatasetSpec) -> str:
     old plan is a public release reused at no cost, and every later stage spends under the
     loaded `privacy`), `method`, `selection`, `generator`, `model`, `rows`, `seed` (the later
     stages read them from the loaded spec each run), automation (`schedule`,
-    `on_source_change`, `min_interval`), `description`, `optional` and the rest of `report`.
-    The rule is conservative: any change of a column's declaration counts, even one that
-    happens to give the same plan."""
+    `on_source_change`, `min_interval`), `description`, `optional` and the rest of `report`;
+    nor `constraints` (honoured when rows are decoded; the gap an order between two timestamps
+    adds to the plan is a refinement: a plan made without it decodes as before, and the next
+    `preprocessed` run measures it). The rule is conservative: any change of a column's
+    declaration counts, even one that happens to give the same plan."""
     def column(c: ColumnSpec) -> dict:
         data = c.model_dump(mode="json", exclude_defaults=True)
         data.update(type=c.sql_type, nullable=c.is_nullable, rare=c.rare_rule,
