@@ -285,8 +285,8 @@ def save(records: list[dict]) -> None:
     write_table(list(merged.values()))
 
 
-def fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def write_table(records: list[dict]) -> None:
@@ -301,9 +301,9 @@ def write_table(records: list[dict]) -> None:
                    else f"failed after {r['seconds']:.0f}")
         lines.append(f"| {r['rows']:,} | {r['columns']} | {r.get('engine', 'duckdb')} | "
                      f"{r.get('revision', '-')} | {r.get('memory_limit') or '-'} | {seconds} | "
-                     f"{r['peak_mb']:.0f} | {fmt(r['marginal_seconds'])} | "
+                     f"{fmt(r['peak_mb'], 0)} | {fmt(r['marginal_seconds'])} | "
                      f"{fmt(r['floor_seconds'])} | {fmt(r['marginal_ratio'])} | {stages} | "
-                     f"{r['max_load1']:.1f} |")
+                     f"{fmt(r['max_load1'], 1)} |")
     adult = [r for r in records if r["kind"] == "adult"]
     if adult:
         lines += ["", "| adult pipeline | revision | runs | mean seconds | peak MB | load |",
@@ -390,6 +390,8 @@ def scale_runs(rows_list: list[int], columns: int, method: str | None, executor:
             write_registry(workdir, "scale", source, spec_columns(columns), 1.0, extra)
             out = run_job(workdir, database, "scale", tree=tree, executor=executor,
                           memory_limit=memory_limit, keep_going=keep_going)
+            # kept beside the run, so a failure below does not lose what the run measured
+            (workdir / "run_out.json").write_text(json.dumps(out, indent=1))
         loads.append(loadavg())
         cliques = marginal_cliques(workdir) if out["marginal_seconds"] is not None else []
         # the floor reads the encoded table the run left in the DuckDB file (under postgres it
