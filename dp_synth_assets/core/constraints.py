@@ -411,7 +411,8 @@ def draw_gaps(plan, codes: dict[str, np.ndarray], columns: dict[str, "_Column"],
                            (high - earlier) / MICROS_PER_DAY, rng)
         ok = ~np.isnan(gap) & (high > low)
         value = np.ceil(earlier[ok] + gap[ok] * MICROS_PER_DAY)
-        value = np.clip(value, np.ceil(low[ok]), np.maximum(np.ceil(high[ok]) - 1, np.ceil(low[ok])))
+        first = np.ceil(low[ok])  # whole microseconds inside [low, high)
+        value = np.clip(value, first, np.maximum(np.ceil(high[ok]) - 1, first))
         column.values[at[ok]] = value.astype(np.int64)
 
 

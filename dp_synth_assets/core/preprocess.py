@@ -54,7 +54,8 @@ class Task:
     """One invocation to run: a mechanism of `MECHANISMS` on one column."""
 
     column: str
-    mechanism: str  # a key of MECHANISMS: discover | rare | bounds | calendar | privtree | density | gap
+    # a key of MECHANISMS: discover | rare | bounds | calendar | privtree | density | gap
+    mechanism: str
     earlier: str | None = None  # a `gap` task's earlier column (`gap_pairs`)
 
 
