@@ -91,7 +91,7 @@ def child_synthetic(ctx: DatasetContext, context, warehouse: WarehouseResource,
             raise dg.Failure(description=(
                 f"the synthetic parents of {rel.parent!r} are missing: materialize "
                 f"{ctx.names.key(rel.parent, 'synthetic').to_user_string()} first"))
-        with np.load(parents.path(FAMILY_CODES)) as kept:
+        with parents.path(FAMILY_CODES).open("rb") as f, np.load(f) as kept:  # file or URL
             parent_codes = {n: kept[n] for n in kept.files}
         parent_plan = parents.plan()
         store = artifacts(warehouse, ctx.dataset, context)
@@ -174,7 +174,7 @@ def check_family(ctx: DatasetContext, context, warehouse: WarehouseResource):
     rel = ctx.relation
     parents = artifacts(warehouse, rel.parent, context)
     found = parents.measurements()
-    with np.load(parents.path(FAMILY_CODES)) as kept:
+    with parents.path(FAMILY_CODES).open("rb") as f, np.load(f) as kept:  # file or URL
         values, codes = kept["children"], kept["children_code"]
     code_of_value = np.zeros(rel.spec.max_children + 1, dtype=np.int64)
     code_of_value[values] = codes
