@@ -124,15 +124,15 @@ def child_synthetic(ctx: DatasetContext, context, warehouse: WarehouseResource,
                 0, rel.spec.foreign_key, pa.array(family.synthetic_keys(len(counts))[owner]))
             with store.writing(PARQUET) as path:
                 pq.write_table(children, str(path))
-            # the pair in the child's set: one pointer switches both copies (module docstring)
-            with store.writing(PAIR_PARQUET) as path, open(path, "wb") as copy, \
-                    parents.path(PARQUET).open("rb") as f:
-                shutil.copyfileobj(f, copy)
+            # the pair in the child's set: one pointer switches both copies (module docstring);
+            # the parent's Parquet (a file or an object-store URL) is read once, from the copy
+            with store.writing(PAIR_PARQUET) as path:
+                with parents.path(PARQUET).open("rb") as f, open(path, "wb") as copy:
+                    shutil.copyfileobj(f, copy)
+                parent_rows = pq.read_table(path)
             store.note("family", {"parent": rel.parent, "parent_run": parents.set_run})
             # each table stamped with the run whose set holds its Parquet (the parent's may be
             # an earlier run's): what `infra.store.reconcile_synthetic` compares
-            with parents.path(PARQUET).open("rb") as f:  # a file or an object-store URL
-                parent_rows = pq.read_table(f)
             publish_family(con, {rel.parent: parent_rows, rel.child: children},
                            {rel.parent: f"synthetic.{rel.parent}", rel.child: ctx.synthetic},
                            {rel.parent: parents.set_run or context.run_id,
