@@ -18,7 +18,9 @@ Tables (`--datasets`):
   order declared as a constraint in ours' entry (`constraints:`; the anchors have no such input).
 
 Methods (`--methods`):
-- ours: every key of `core.methods.METHODS` but `manual`, each set as the entry's `method:`, and
+- ours: every key of `core.methods.METHODS` but `manual`, each set as the entry's `method:`;
+  `auto-absyn`, `auto-tree` and `auto-mst`: method auto with its branch fixed
+  (`selection.pick`), what bench/auto_rule_loto.py chooses between; and
   `default`: the entry without `method:`, i.e. the project's default as a user gets it. Each run
   is bench/anchors/suite_ours_run.py (datasets.yaml entry -> `Synthesizer.from_spec().fit().sample()`,
   the pipeline's stage functions without Dagster), rows: `same`;
@@ -113,6 +115,7 @@ DATASETS = ("adult", "adult_raw", "titanic_raw", "diamonds_raw", "penguins_raw",
 REFERENCES = ("bootstrap", "independent")  # exact data, per seed
 NOISY_INDEPENDENT = "noisy-independent"
 GIVEN_DOMAIN = "default-given-domain"  # ours on the anchors' input: the evaluation codes, public
+AUTO_BRANCH = "auto-"  # auto-<branch>: method auto with its `selection.pick` fixed
 ANCHORS = ("pgm-mst", "dpmm-mst", "dpmm-aim", "opendp-aim", "opendp-mst", "dpsynth-mst",
            "dpsynth-aim")
 MST_ANCHORS = ("pgm-mst", "dpmm-mst", "opendp-mst", "dpsynth-mst")
@@ -137,8 +140,9 @@ EVAL_NUMERIC_DISTINCT = 20
 
 def our_methods() -> list[str]:
     from dp_synth_assets.core.methods import METHODS
+    from dp_synth_assets.core.select.auto import PICKS
 
-    return [m for m in METHODS if m != "manual"]
+    return [m for m in METHODS if m != "manual"] + [f"{AUTO_BRANCH}{p}" for p in PICKS]
 
 
 # ---- tables -------------------------------------------------------------------------------------
@@ -395,6 +399,9 @@ def our_entry(table: Table, method: str, epsilon: float, seed: int, source: Path
     if method == NOISY_INDEPENDENT:
         entry["method"] = "manual"
         entry["selection"] = {"marginals": []}
+    elif method.startswith(AUTO_BRANCH):
+        entry["method"] = "auto"
+        entry["selection"] = {"pick": method.removeprefix(AUTO_BRANCH)}
     elif method not in ("default", GIVEN_DOMAIN):
         entry["method"] = method
     return entry

@@ -129,6 +129,31 @@ def test_greedy_error_is_closed_form_and_e0_on_the_candidates_scale():
     assert len(trace) == 1
 
 
+def test_greedy_begins_with_its_start_and_scores_the_rest_against_its_paths():
+    """`start` (auto's private tree) is selected before round 1 and kept. A chain a - b - c of
+    perfect dependencies given as the start explains (a, c) fully (CR = 1 - 1 x 1 = 0): nothing
+    is added. A start pair of score 0 next to one scored pair: the greedy adds the scored pair and
+    its error is then the noise of both 4-cell marginals, FIT_NOISE_SHARE (2 4^(2/3))^(3/2) /
+    sqrt(pi rho) (ABSyn Eq. 10 at the optimal split), every correlation error gone."""
+    from dp_synth_assets.core.select.absyn import FIT_NOISE_SHARE, greedy
+
+    pairs = [("a", "b"), ("a", "c"), ("b", "c")]
+    domain = {"a": 2, "b": 2, "c": 2}
+    n, rho = 10_000.0, 1.0
+    perfect = np.ones(3)
+    chain = (("a", "b"), ("b", "c"))
+    selected, trace, _ = greedy(pairs, perfect, domain, n, rho, tau=100_000, start=chain)
+    assert selected == list(chain) and trace == []
+    unscored = normalize_scores(np.array([0.0, 5000.0, 0.0]), pairs, domain, n)
+    selected, trace, _ = greedy(pairs, unscored, domain, n, rho, tau=100_000,
+                                start=(("a", "b"),))
+    assert selected == [("a", "b"), ("a", "c")] and len(trace) == 1
+    assert trace[0]["total_error"] == pytest.approx(
+        FIT_NOISE_SHARE * (2 * 4 ** (2 / 3)) ** 1.5 / math.sqrt(math.pi * rho), abs=1e-3)
+    # without a start the chain's scores pick two pairs in rounds, not before them
+    assert len(greedy(pairs, perfect, domain, n, rho, tau=100_000)[1]) >= 2
+
+
 def test_selects_true_edges_on_a_wide_table_of_weak_far_pairs():
     """24 binary columns in a chain (276 pairs, most of them weak), 10,000 rows, epsilon 1: the
     noisy scores of the weak far pairs sum below zero, so a raw-sum E_0 selects nothing. On one

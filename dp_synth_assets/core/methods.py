@@ -40,5 +40,5 @@ METHODS = {
     "aim": MethodInfo("aim", 0.3, 0.1, True, "Settings"),
     "ppsyn": MethodInfo("ppsyn", 0.1, 0.1, True),
     "manual": MethodInfo("manual", 0.1, 0.0, False, "Settings"),
-    "auto": MethodInfo("auto", 0.3, 0.1, False),
+    "auto": MethodInfo("auto", 0.3, 0.1, False, "Settings"),
 }

@@ -124,11 +124,12 @@ def to_count_factor(da: int, db: int, noisy_total: float) -> float:
 
 def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy_total: float,
            rho_measure: float, tau: int, log: Log | None = None,
-           coarse: dict[Clique, list[Version]] | None = None
+           coarse: dict[Clique, list[Version]] | None = None, start: tuple[Clique, ...] = ()
            ) -> tuple[list[Clique], list[dict], dict[Clique, tuple]]:
     """Alg. 3 lines 9-37 with coarse versions (docstring, step 5); returns the selected pairs
     (triangulated), a public trace and the groups of the pairs selected coarse. `log`, if given,
-    gets each round's `round_line` (rho 0: the greedy post-processes the scores)."""
+    gets each round's `round_line` (rho 0: the greedy post-processes the scores). `start`: pairs
+    of `pairs` selected before the first round (fine, forming a forest: `auto`'s tree), kept."""
     coarse = coarse or {}
     nodes = list(domain)
     index = {a: i for i, a in enumerate(nodes)}
@@ -167,11 +168,12 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
     candidates = [(p, 0) for p, r in zip(pairs, r_bar) if r > 0]
     candidates += [(p, k + 1) for p, versions in coarse.items()
                    for k, v in enumerate(versions) if v.r_bar > 0]
-    selected: set[Clique] = set()
-    version: dict[Clique, int] = {}
+    selected: set[Clique] = set(start)
+    version: dict[Clique, int] = {p: 0 for p in start}
     best_error = error(selected, version)  # E_0
     trace = []
-    largest = 0  # cells of the largest maximal clique of the selected (chordal) graph
+    # cells of the largest maximal clique of the selected (chordal) graph
+    largest = max((clique_size(p, domain) for p in start), default=0)
     while True:
         best = None
         component = {a: i for i, part in enumerate(
@@ -283,9 +285,12 @@ def detectable(pairs: list[Clique], domain: dict[str, int], noisy_total: float,
 
 
 def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: Charge,
-                 one_way: tuple, log: Log | None = None) -> Selection:
+                 one_way: tuple, log: Log | None = None,
+                 start: tuple[Clique, ...] = ()) -> Selection:
     """Steps 2-5 on 1-way marginals already measured (`auto` measures them first); with no
-    `detectable` pair, the 1-way marginals measured a second time (step 2)."""
+    `detectable` pair, the 1-way marginals measured a second time (step 2). `start`: pairs
+    already selected (`auto`'s private tree, a forest): the greedy begins with them and they are
+    measured with the rest (a pair of them without a released score counts as score 0)."""
     total = noisy_total(list(one_way))
     pairs = detectable(list(itertools.combinations(list(domain), 2)), domain, total, budget.score)
     if not pairs:
@@ -295,9 +300,13 @@ def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
         measured = tuple(measure_marginal(exact[c], c, rho, charge,
                                           purpose="one-way marginal (no detectable pair)")
                          for c, rho in rhos.items() if rho > 0)
-        return Selection(method="absyn", one_way=one_way, cliques=(), budgets={},
+        sizes = [clique_size(p, domain) for p in start]
+        return Selection(method="absyn", one_way=one_way, cliques=tuple(start),
+                         budgets=dict(zip(start, optimal_split(budget.measure, sizes)))
+                         if start else {},
                          details={"rounds": [], "tau_cells": TAU_CELLS, "detectable_pairs": 0,
-                                  "expected_noise_error": 0.0},
+                                  "expected_noise_error": FIT_NOISE_SHARE * expected_noise_error(
+                                      budget.measure, sizes)},
                          measured=measured)
     versions = coarse_versions(pairs, domain, coarse_groupings(domain, one_way))
     exact = oracle(pairs)
@@ -313,8 +322,10 @@ def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
         r = float(np.clip(score / max(total, 1.0) * factor, 0.0, 1.0))
         coarse.setdefault((a, b), []).append(
             Version(groups, r, to_count_factor(da, db, total), da * db))
+    unscored = [p for p in start if p not in set(pairs)]
+    pairs, r_bar = pairs + unscored, np.concatenate([r_bar, np.zeros(len(unscored))])
     selected, trace, groups = greedy(pairs, r_bar, domain, total, budget.measure, TAU_CELLS,
-                                     log, coarse)
+                                     log, coarse, tuple(start))
     sizes = [coarsened_size(p, domain, groups.get(p)) for p in selected]
     rhos = optimal_split(budget.measure, sizes) if selected else []
     return Selection(

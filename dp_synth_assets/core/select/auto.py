@@ -1,18 +1,20 @@
-"""`auto`: one of the selection methods (absyn or MST), chosen from public facts only.
+"""`auto`: absyn, or absyn's greedy over MST's private tree, chosen from public facts only.
 
 Budget (METHODS["auto"]): rho_1 = 0.3 rho for the 1-way marginals, split by codes^(2/3), 0.1
 for selection, the rest for the selected marginals. A third of rho_1 measures the 1-way
-marginals first, giving the noisy row count; the rule then picks MST only when absyn's pair
-scores would be drowned in noise (`SCORE_NOISE_MAX`) and MST's edges are cheap to measure
-(`MST_NOISE_MAX`), else absyn, and runs the picked method's `select_after`. Every input of the
-rule is public (the noisy row count, the domain, rho); `details` says what was picked and why.
-The rule, its thresholds and their measurement: docs/decisions/0017-auto-method.md."""
+marginals first, giving the noisy row count; the rule then adds MST's tree below absyn's greedy
+(`tree`) only when absyn's pair scores would be drowned in noise (`SCORE_NOISE_MAX`) and MST's
+edges are cheap to measure (`MST_NOISE_MAX`), else runs absyn alone. Every input of the rule is
+public (the noisy row count, the domain, rho); `details` says what was picked and why. The rule,
+its thresholds and their measurement: docs/decisions/0017-auto-method.md."""
 
 import itertools
 import math
 from dataclasses import replace
+from typing import ClassVar, Literal
 
 import numpy as np
+from pydantic import ConfigDict
 
 from ..config import SelectionSettings
 from ..measure import measure, merge, noisy_total
@@ -21,9 +23,24 @@ from .privsyn import INDIF_SENSITIVITY, measure_one_way
 
 # the rule's thresholds (step 2), chosen on the development suite's fourteen tables and checked
 # by leave-one-table-out: docs/decisions/0017-auto-method.md
-SCORE_NOISE_MAX = 0.15  # sigma_s / n_hat above which absyn's scores are noise
+SCORE_NOISE_MAX = 0.037  # sigma_s / n_hat above which absyn's scores alone miss dependencies
 MST_NOISE_MAX = 0.12  # nu: MST's expected L1 noise per edge / n_hat at most this
 PICK_ONE_WAY_SHARE = 1 / 3  # of rho_1, measured before the pick (steps 1 and 3)
+TREE_SCORE_SHARE = 0.5  # of the selection rho, spent on MST's tree under absyn's greedy (step 3)
+PICKS = ("absyn", "tree", "mst")
+
+
+class Settings(SelectionSettings):
+    """Method auto's `selection:` block: `pick`, the branch to run whatever the rule says
+    (`absyn`, `tree` or `mst`), for comparing the rule with each branch on one table; unset:
+    the rule picks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # auto's branch, fixed: absyn, tree (absyn's greedy over MST's tree) or mst; unset: the rule
+    pick: Literal["absyn", "tree", "mst"] | None = None
+    # the message of another method whose block sets `pick`
+    OWNED: ClassVar[str] = ("selection.pick is for method auto; method {name} has no branches "
+                            "(remove it, or set method: auto)")
 
 
 def mst_edge_noise(domain: dict[str, int], n_hat: float, rho_measure: float) -> float:
@@ -42,23 +59,24 @@ def mst_edge_noise(domain: dict[str, int], n_hat: float, rho_measure: float) -> 
 
 def pick(domain: dict[str, int], n_hat: float, rho_score: float,
          rho_measure: float) -> tuple[str, float, float]:
-    """(method, sigma_s / n_hat, nu) by the rule of the 0017-auto-method.md."""
+    """(branch, sigma_s / n_hat, nu) by the rule of the 0017-auto-method.md."""
     m = len(domain) * (len(domain) - 1) // 2
     if m == 0 or rho_score <= 0:
         return "absyn", 0.0, 0.0
     share = math.sqrt(INDIF_SENSITIVITY ** 2 * m / (2 * rho_score)) / max(n_hat, 1.0)
     nu = mst_edge_noise(domain, n_hat, rho_measure)
-    return ("mst" if share > SCORE_NOISE_MAX and nu <= MST_NOISE_MAX else "absyn"), share, nu
+    return ("tree" if share > SCORE_NOISE_MAX and nu <= MST_NOISE_MAX else "absyn"), share, nu
 
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
-    """The `auto` rule: 1-way marginals, then absyn or MST, picked from public facts.
+    """The `auto` rule: 1-way marginals, then absyn, absyn over MST's tree, or MST.
 
-    Args: those of `select.select` (core/select/__init__.py), but `method`.
+    Args: those of `select.select` (core/select/__init__.py), but `method`; `settings.pick`
+        fixes the branch (`Settings`).
 
     Returns:
-        The picked method's selection; `details["picked"]` names it and the rule's figures.
+        The branch's selection; `details["picked"]` names it and the rule's figures.
     """
     from . import absyn, mst
 
@@ -67,7 +85,8 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     one_way = measure_one_way(domain, oracle, first, charge, by_cells=True)
     method, share, nu = pick(domain, noisy_total(list(one_way)), budget.score,
                              budget.measure + rest)
-    if method == "mst":
+    method = getattr(settings, "pick", None) or method
+    if method == "mst" and len(domain) > 1:
         chosen = mst.select_after(domain, oracle, Budget(first, budget.score, budget.measure),
                                   charge, one_way, log)
         total = sum(chosen.budgets.values())
@@ -80,7 +99,18 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     else:
         again = measure_one_way(domain, oracle, rest, charge, by_cells=True)
         one_way = tuple(merge(a, b) for a, b in zip(one_way, again))
-        chosen = absyn.select_after(domain, oracle, budget, charge, one_way, log)
+        tree, score = (), budget.score
+        if method == "tree" and len(domain) > 1 and budget.score > 0:
+            pairs = list(itertools.combinations(domain, 2))
+            scores = mst.independence_errors(pairs, oracle(pairs), one_way)
+            tree_rho = budget.score * TREE_SCORE_SHARE
+            tree, _ = mst.private_spanning_tree(list(domain), pairs, scores, tree_rho, charge, log)
+            del scores  # private
+            score = budget.score - tree_rho
+        chosen = absyn.select_after(domain, oracle, replace(budget, score=score), charge, one_way,
+                                    log, tuple(tree))
+        if method == "tree":
+            chosen = replace(chosen, details={**chosen.details, "tree": [list(e) for e in tree]})
     return Selection("auto", chosen.one_way, chosen.cliques, chosen.budgets, chosen.scores,
                      {**chosen.details, "picked": method,
                       "score_noise_share": round(share, 6),
