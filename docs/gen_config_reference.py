@@ -212,8 +212,7 @@ DESCRIPTIONS = {
     "DatasetSpec.columns": "every column to synthesize, by name, with its kind and public domain",
     "DatasetSpec.privacy": "the run budget and the lifetime limit",
     "DatasetSpec.method": "the selection method: a registered method's name (absyn, privsyn, "
-                          "mst, aim, ppsyn, manual) or `auto` (absyn, alone or over MST's "
-                          "tree, by public facts)",
+                          "mst, aim, ppsyn, manual) or `auto` (absyn, or MST by public facts)",
     "DatasetSpec.generator": "the generation engine: a registered engine's name (pgm, "
                              "parallel_pgm, gum) or `auto` (chosen by estimated memory and time)",
     "DatasetSpec.engine": "where the private scans run: a type name, or a block with its settings",

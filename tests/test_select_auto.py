@@ -16,14 +16,13 @@ from tests.helpers import counting_oracle
 
 def test_rule_is_the_score_noise_share_of_the_noisy_row_count():
     """sigma_s = sqrt(16 m / (2 rho_s)) counts; 10 columns: m = 45. At rho_s = 0.01 sigma_s =
-    sqrt(36000) = 189.7: absyn for n_hat = 10,000 (share 0.019), absyn over MST's tree for
-    n_hat = 1,000 (0.19) when MST's edges are cheap (rho_m = 0.2: nu = 9 sqrt(9 / 0.4)
-    sqrt(2 / pi) / 1000 = 0.034)."""
+    sqrt(36000) = 189.7: absyn for n_hat = 10,000 (share 0.019), MST for n_hat = 1,000 (0.19)
+    when MST's edges are cheap (rho_m = 0.2: nu = 9 sqrt(9 / 0.4) sqrt(2 / pi) / 1000 = 0.034)."""
     domain = {f"c{i}": 3 for i in range(10)}
     method, share, _ = pick(domain, 10_000.0, 0.01, 0.2)
     assert method == "absyn" and share == pytest.approx(math.sqrt(16 * 45 / 0.02) / 10_000)
     method, share, nu = pick(domain, 1_000.0, 0.01, 0.2)
-    assert method == "tree" and share > SCORE_NOISE_MAX
+    assert method == "mst" and share > SCORE_NOISE_MAX
     assert nu == pytest.approx(9 * math.sqrt(9 / 0.4) * math.sqrt(2 / math.pi) / 1000)
 
 
@@ -39,7 +38,7 @@ def test_noisy_scores_pick_absyn_when_msts_edges_would_be_noise():
     wide = {**domain, "big": 500}
     assert mst_edge_noise(wide, 1_000.0, 0.2) == pytest.approx(
         9 * math.sqrt(10 / 0.4) * math.sqrt(2 / math.pi) / 1000)
-    assert pick(wide, 1_000.0, 0.01, 0.2)[0] == "tree"
+    assert pick(wide, 1_000.0, 0.01, 0.2)[0] == "mst"
 
 
 def test_auto_spends_its_split_once_and_says_what_it_picked():
@@ -52,7 +51,7 @@ def test_auto_spends_its_split_once_and_says_what_it_picked():
     budget = Budget(0.05, 0.05, 0.4)
     chosen = select("auto", domain, counting_oracle(data, domain), budget, SelectionSettings(),
                     lambda spend, **_: spends.append(spend))
-    assert chosen.details["picked"] in ("absyn", "tree") and chosen.method == "auto"
+    assert chosen.details["picked"] in ("absyn", "mst") and chosen.method == "auto"
     assert math.isclose(sum(s.rho for s in spends), budget.one_way + budget.score, rel_tol=1e-9)
     assert len(chosen.one_way) == 3 and ("a", "b") in chosen.cliques
 
@@ -78,13 +77,13 @@ def _auto(data: dict, domain: dict, budget: Budget, pick: str | None = None):
 
 
 def test_the_tree_branch_runs_absyns_greedy_over_msts_private_tree():
-    """Score share sqrt(16 * 45 / 0.004) / 2000 = 0.21 and nu 0.007: the rule adds MST's tree.
-    Half of rho_s picks it (9 exponential-mechanism rounds at rho_s / 18 each), the other half
+    """`selection.pick: tree` (score share sqrt(16 * 45 / 0.004) / 2000 = 0.21). Half of rho_s
+    picks MST's tree (9 exponential-mechanism rounds at rho_s / 18 each), the other half
     releases absyn's R-scores; the 1-way marginals get the whole rho_1 (a third, then two thirds,
     merged). The tree is a spanning tree of the chain's columns and every edge of it is kept and
     measured; on this chain (a strong dependence per link) at least 8 of its 9 edges are true."""
     data, domain = _ten_columns(2000, 1)
-    chosen, spends = _auto(data, domain, Budget(0.3, 0.002, 1.0))
+    chosen, spends = _auto(data, domain, Budget(0.3, 0.002, 1.0), pick="tree")
     assert chosen.details["picked"] == "tree"
     tree = [tuple(e) for e in chosen.details["tree"]]
     assert len(tree) == 9 and nx.is_tree(nx.Graph(tree))
@@ -98,10 +97,10 @@ def test_the_tree_branch_runs_absyns_greedy_over_msts_private_tree():
 
 
 def test_the_mst_branch_measures_its_edges_with_the_one_way_budget_it_does_not_use():
-    """MST, fixed by `selection.pick` (the rule's branch before `tree`; kept for comparisons):
-    its 1-way marginals take a third of rho_1; the other two thirds measure its d - 1 edges at
-    once, split as the selection's budgets split rho_m."""
-    chosen, _ = _auto(*_ten_columns(2000, 1), Budget(0.3, 0.002, 1.0), pick="mst")
+    """Score share sqrt(16 * 45 / 0.004) / 2000 = 0.21 and nu 0.007: MST. Its 1-way marginals
+    take a third of rho_1; the other two thirds measure its d - 1 edges at once, split as the
+    selection's budgets split rho_m."""
+    chosen, _ = _auto(*_ten_columns(2000, 1), Budget(0.3, 0.002, 1.0))
     assert chosen.details["picked"] == "mst"
     assert math.fsum(m.rho for m in chosen.one_way) == pytest.approx(0.1, rel=1e-9)
     assert [m.clique for m in chosen.measured] == list(chosen.cliques) and len(chosen.cliques) == 9

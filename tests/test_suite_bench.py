@@ -169,47 +169,47 @@ def test_a_generated_raw_table_declares_only_kinds_and_its_constraint_reaches_ou
 # ---- auto's rule, leave-one-table-out (bench/auto_rule_loto.py) ------------------------------
 
 
-def loto_cell(dataset, epsilon, share, nu, absyn, tree, **more):
+def loto_cell(dataset, epsilon, share, nu, absyn, mst, **more):
     import auto_rule_loto
 
     return auto_rule_loto.Cell(dataset, epsilon, share, nu, tuple(sorted(
-        {"auto-absyn": absyn, "auto-tree": tree,
+        {"auto-absyn": absyn, "auto-mst": mst,
          **{k.replace("_", "-"): v for k, v in more.items()}}.items())))
 
 
 def test_the_rule_fitted_without_a_table_is_scored_on_it_against_the_better_branch():
     import auto_rule_loto as loto
 
-    # the tree wins (by half) exactly where share > 0.3 and nu <= 0.02; the prior is elsewhere
-    cells = [loto_cell(f"t{i}", 1.0, share, nu, absyn=0.10, tree=0.05 if tree_wins else 0.20)
-             for i, (share, nu, tree_wins) in enumerate(
+    # MST wins (by half) exactly where share > 0.3 and nu <= 0.02; the prior is elsewhere
+    cells = [loto_cell(f"t{i}", 1.0, share, nu, absyn=0.10, mst=0.05 if mst_wins else 0.20)
+             for i, (share, nu, mst_wins) in enumerate(
                  [(0.5, 0.01, True), (0.6, 0.015, True), (0.1, 0.01, False),
                   (0.5, 0.08, False), (0.2, 0.001, False), (0.9, 0.005, True)])]
     a, b, mean = loto.fit(cells, prior=(0.1, 0.05))
     assert mean == 0.0 and 0.2 < a < 0.5 and 0.015 < b < 0.08
     assert [loto.pick(c, a, b) for c in cells] == [
-        "auto-tree", "auto-tree", "auto-absyn", "auto-absyn", "auto-absyn", "auto-tree"]
+        "auto-mst", "auto-mst", "auto-absyn", "auto-absyn", "auto-absyn", "auto-mst"]
     rows = loto.leave_one_table_out(cells, shipped=(0.1, 0.05), prior=(0.1, 0.05))
     assert [r["dataset"] for r in rows] == [f"t{i}" for i in range(6)]
     # each held-out cell the other tables bracket is still separated
     assert [r["loss"] for r in rows] == [0.0, 0.0, 0.0, 0.0, pytest.approx(1.0), 0.0]
-    # t4 (share 0.2, nu 0.001) alone shows that the tree loses at such a share: without it,
-    # every a in [0.1, 0.5) fits the rest, the tie keeps the prior's 0.1, and the tree is picked
+    # t4 (share 0.2, nu 0.001) alone shows that MST loses at such a share: without it,
+    # every a in [0.1, 0.5) fits the rest, the tie keeps the prior's 0.1, and MST is picked
     # (twice absyn's error), as the shipped rule does
-    assert rows[4]["a"] == 0.1 and rows[4]["shipped"] == rows[4]["picked"] == "auto-tree"
+    assert rows[4]["a"] == 0.1 and rows[4]["shipped"] == rows[4]["picked"] == "auto-mst"
     assert rows[4]["shipped_loss"] == pytest.approx(1.0)
 
 
 def test_the_fit_moves_from_its_prior_only_for_losses_beyond_the_goal():
-    """A cell where the tree wins by 5% (within the 10% goal) below the prior's share threshold
+    """A cell where MST wins by 5% (within the 10% goal) below the prior's share threshold
     leaves the prior alone; one where it wins by 30% moves the threshold below it."""
     import auto_rule_loto as loto
 
-    small = [loto_cell("a", 1.0, 0.05, 0.01, absyn=0.105, tree=0.10),
-             loto_cell("b", 1.0, 0.01, 0.01, absyn=0.10, tree=0.12)]
+    small = [loto_cell("a", 1.0, 0.05, 0.01, absyn=0.105, mst=0.10),
+             loto_cell("b", 1.0, 0.01, 0.01, absyn=0.10, mst=0.12)]
     a, b, mean = loto.fit(small, prior=(0.1, 0.05))
     assert (a, b) == (0.1, 0.05) and mean == pytest.approx(0.05 / 2)  # "a": absyn, 5% worse
-    large = [loto_cell("a", 1.0, 0.05, 0.01, absyn=0.13, tree=0.10), small[1]]
+    large = [loto_cell("a", 1.0, 0.05, 0.01, absyn=0.13, mst=0.10), small[1]]
     a, _, mean = loto.fit(large, prior=(0.1, 0.05))
     assert 0.01 < a < 0.05 and mean == 0.0
 
@@ -217,17 +217,15 @@ def test_the_fit_moves_from_its_prior_only_for_losses_beyond_the_goal():
 def test_a_held_out_table_unlike_the_others_shows_its_loss_and_ties_keep_the_prior():
     import auto_rule_loto as loto
 
-    cells = [loto_cell("a", 1.0, 0.5, 0.01, absyn=0.10, tree=0.05),
-             loto_cell("b", 1.0, 0.05, 0.01, absyn=0.10, tree=0.20),
+    cells = [loto_cell("a", 1.0, 0.5, 0.01, absyn=0.10, mst=0.05),
+             loto_cell("b", 1.0, 0.05, 0.01, absyn=0.10, mst=0.20),
              # like "a" by its figures, but absyn wins: no rule fitted without it can know
-             loto_cell("c", 1.0, 0.6, 0.01, absyn=0.10, tree=0.125, aim=0.08, auto_mst=0.09)]
+             loto_cell("c", 1.0, 0.6, 0.01, absyn=0.10, mst=0.125, aim=0.08, auto_tree=0.09)]
     rows = {r["dataset"]: r for r in loto.leave_one_table_out(cells, (0.1, 0.05), (0.1, 0.05))}
-    assert rows["c"]["picked"] == "auto-tree" and rows["c"]["loss"] == pytest.approx(0.25)
+    assert rows["c"]["picked"] == "auto-mst" and rows["c"]["loss"] == pytest.approx(0.25)
     assert rows["c"]["loss_vs_branches"] == pytest.approx(0.125 / 0.09 - 1)
     assert rows["c"]["loss_vs_suite"] == pytest.approx(0.125 / 0.08 - 1)
     assert rows["c"]["best_of_suite"] == "aim"
-    # the rule before the tree (auto-mst at share > 0.15 and nu <= 0.12) picks MST on "c"
-    assert rows["c"]["old"] == "auto-mst" and rows["a"]["old"] is None
     # with only "b" left (absyn everywhere is as good as any rule), the prior's a stays
     a, b, _ = loto.fit([cells[1]], prior=(0.1, 0.05))
     assert loto.pick(cells[1], a, b) == "auto-absyn" and a == pytest.approx(0.1) and b == 0.05
@@ -241,12 +239,12 @@ def test_cells_come_from_records_with_both_candidates_and_auto_figures():
                 "tvd2": tvd2, **figures}
 
     records = [rec("t", "auto-absyn", 0, 0.1, score_noise_share=0.2, mst_edge_noise=0.01),
-               rec("t", "auto-absyn", 1, 0.3), rec("t", "auto-tree", 0, 0.2),
+               rec("t", "auto-absyn", 1, 0.3), rec("t", "auto-mst", 0, 0.2),
                rec("t", "default", 1, 0.1, score_noise_share=0.4, mst_edge_noise=0.03),
                rec("t", "bootstrap", 0, 0.01) | {"epsilon": None},
-               rec("u", "auto-absyn", 0, 0.1), rec("u", "auto-tree", 0, 0.1),
+               rec("u", "auto-absyn", 0, 0.1), rec("u", "auto-mst", 0, 0.1),
                rec("u", "default", 0, 0.1),  # no figures: an old record, no cell
                rec("v", "auto-absyn", 0, 0.1, score_noise_share=0.2, mst_edge_noise=0.01)]
-    [cell] = loto.cells_of(records)  # v: no auto-tree, no cell
+    [cell] = loto.cells_of(records)  # v: no auto-mst, no cell
     assert (cell.dataset, cell.share, cell.nu) == ("t", pytest.approx(0.3), pytest.approx(0.02))
-    assert cell.of("auto-absyn") == pytest.approx(0.2) and cell.of("auto-tree") == 0.2
+    assert cell.of("auto-absyn") == pytest.approx(0.2) and cell.of("auto-mst") == 0.2

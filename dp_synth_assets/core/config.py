@@ -822,7 +822,7 @@ class DatasetSpec(_Strict):
     source: Source
     columns: Annotated[dict[str, ColumnSpec], BeforeValidator(text_keys("column"))]
     privacy: Privacy
-    # default: auto, absyn alone or over MST's tree by public facts (select/auto.py; bench/suite.py)
+    # default: auto, absyn or MST by public facts (select/auto.py; measured by bench/suite.py)
     method: str = "auto"  # a key of core.methods.METHODS (checked below)
     generator: str = "auto"  # a key of core.engines.ENGINES or auto (checked below)
     # where the private scans run (core/scans.py): a scan engine's name (duckdb, postgres,

@@ -1,12 +1,13 @@
-"""`auto`: absyn, or absyn's greedy over MST's private tree, chosen from public facts only.
+"""`auto`: one of the selection methods (absyn or MST), chosen from public facts only.
 
 Budget (METHODS["auto"]): rho_1 = 0.3 rho for the 1-way marginals, split by codes^(2/3), 0.1
 for selection, the rest for the selected marginals. A third of rho_1 measures the 1-way
-marginals first, giving the noisy row count; the rule then adds MST's tree below absyn's greedy
-(`tree`) only when absyn's pair scores would be drowned in noise (`SCORE_NOISE_MAX`) and MST's
-edges are cheap to measure (`MST_NOISE_MAX`), else runs absyn alone. Every input of the rule is
+marginals first, giving the noisy row count; the rule then picks MST only when absyn's pair
+scores would be drowned in noise (`SCORE_NOISE_MAX`) and MST's edges are cheap to measure
+(`MST_NOISE_MAX`), else absyn, and runs the picked branch. A third branch, `tree` (absyn's greedy
+over MST's private tree), runs only when `selection.pick` names it. Every input of the rule is
 public (the noisy row count, the domain, rho); `details` says what was picked and why. The rule,
-its thresholds and their measurement: docs/decisions/0017-auto-method.md."""
+its thresholds, the branches and their measurement: docs/decisions/0017-auto-method.md."""
 
 import itertools
 import math
@@ -23,7 +24,7 @@ from .privsyn import INDIF_SENSITIVITY, measure_one_way
 
 # the rule's thresholds (step 2), chosen on the development suite's fourteen tables and checked
 # by leave-one-table-out: docs/decisions/0017-auto-method.md
-SCORE_NOISE_MAX = 0.037  # sigma_s / n_hat above which absyn's scores alone miss dependencies
+SCORE_NOISE_MAX = 0.15  # sigma_s / n_hat above which absyn's scores are noise
 MST_NOISE_MAX = 0.12  # nu: MST's expected L1 noise per edge / n_hat at most this
 PICK_ONE_WAY_SHARE = 1 / 3  # of rho_1, measured before the pick (steps 1 and 3)
 TREE_SCORE_SHARE = 0.5  # of the selection rho, spent on MST's tree under absyn's greedy (step 3)
@@ -65,12 +66,13 @@ def pick(domain: dict[str, int], n_hat: float, rho_score: float,
         return "absyn", 0.0, 0.0
     share = math.sqrt(INDIF_SENSITIVITY ** 2 * m / (2 * rho_score)) / max(n_hat, 1.0)
     nu = mst_edge_noise(domain, n_hat, rho_measure)
-    return ("tree" if share > SCORE_NOISE_MAX and nu <= MST_NOISE_MAX else "absyn"), share, nu
+    return ("mst" if share > SCORE_NOISE_MAX and nu <= MST_NOISE_MAX else "absyn"), share, nu
 
 
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
-    """The `auto` rule: 1-way marginals, then absyn, absyn over MST's tree, or MST.
+    """The `auto` rule: 1-way marginals, then absyn or MST (or, when `settings.pick` says so,
+    absyn over MST's tree).
 
     Args: those of `select.select` (core/select/__init__.py), but `method`; `settings.pick`
         fixes the branch (`Settings`).
