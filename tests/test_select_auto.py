@@ -125,3 +125,13 @@ def test_the_absyn_branch_measures_the_one_way_marginals_at_the_whole_rho_1_by_c
     assert all(math.isclose(m.sigma, math.sqrt(1 / (2 * m.rho)), rel_tol=1e-9)
                for m in chosen.one_way)
     assert chosen.cliques and not chosen.measured
+
+
+def test_one_column_selects_nothing_whatever_pick_says():
+    """With one column there is no pair: `pick: mst` or `tree` still runs no selection mechanism;
+    only the 1-way marginal is drawn (rho_1, in two draws) and `picked` says absyn."""
+    data = {"a": np.random.default_rng(0).integers(0, 3, 500)}
+    for branch in ("mst", "tree"):
+        chosen, spends = _auto(data, {"a": 3}, Budget(0.3, 0.05, 0.6), pick=branch)
+        assert chosen.details["picked"] == "absyn" and not chosen.cliques
+        assert all(s.mechanism == "gaussian_counts" for s in spends)

@@ -322,7 +322,8 @@ def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
         r = float(np.clip(score / max(total, 1.0) * factor, 0.0, 1.0))
         coarse.setdefault((a, b), []).append(
             Version(groups, r, to_count_factor(da, db, total), da * db))
-    unscored = [p for p in start if p not in set(pairs)]
+    scored = set(pairs)
+    unscored = [p for p in start if p not in scored]
     pairs, r_bar = pairs + unscored, np.concatenate([r_bar, np.zeros(len(unscored))])
     selected, trace, groups = greedy(pairs, r_bar, domain, total, budget.measure, TAU_CELLS,
                                      log, coarse, tuple(start))

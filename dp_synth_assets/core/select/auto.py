@@ -38,7 +38,7 @@ class Settings(SelectionSettings):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     # auto's branch, fixed: absyn, tree (absyn's greedy over MST's tree) or mst; unset: the rule
-    pick: Literal["absyn", "tree", "mst"] | None = None
+    pick: Literal[PICKS] | None = None
     # the message of another method whose block sets `pick`
     OWNED: ClassVar[str] = ("selection.pick is for method auto; method {name} has no branches "
                             "(remove it, or set method: auto)")
@@ -87,8 +87,9 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     one_way = measure_one_way(domain, oracle, first, charge, by_cells=True)
     method, share, nu = pick(domain, noisy_total(list(one_way)), budget.score,
                              budget.measure + rest)
-    method = getattr(settings, "pick", None) or method
-    if method == "mst" and len(domain) > 1:
+    if len(domain) > 1:  # with one column there is nothing to select, whatever `pick` says
+        method = getattr(settings, "pick", None) or method
+    if method == "mst":
         chosen = mst.select_after(domain, oracle, Budget(first, budget.score, budget.measure),
                                   charge, one_way, log)
         total = sum(chosen.budgets.values())
@@ -102,7 +103,7 @@ def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
         again = measure_one_way(domain, oracle, rest, charge, by_cells=True)
         one_way = tuple(merge(a, b) for a, b in zip(one_way, again))
         tree, score = (), budget.score
-        if method == "tree" and len(domain) > 1 and budget.score > 0:
+        if method == "tree" and budget.score > 0:
             pairs = list(itertools.combinations(domain, 2))
             scores = mst.independence_errors(pairs, oracle(pairs), one_way)
             tree_rho = budget.score * TREE_SCORE_SHARE
