@@ -13,9 +13,8 @@ to the declared SQL types; the rows are written to --out (Parquet), the run's en
 
 Prints `RESULT {json}` last: `seconds` (fit + sample), `peak_mb` (this process's maximum RSS),
 `rows`, `method`, `rho` (the run's budget), `rho_spent`, `selected` (multi-column marginals
-measured), `whole` (of them, absyn's cliques measured whole), `generator`, `picked` (`auto`'s
-choice, else None) and the two public figures it was picked by, `score_noise_share` and
-`mst_edge_noise`.
+measured), `generator`, `picked` (`auto`'s choice, else None) and the
+two public figures it was picked by, `score_noise_share` and `mst_edge_noise`.
 """
 
 import argparse
@@ -60,8 +59,6 @@ def main() -> None:
         "generator": report.generator,
         **{k: (synth.selection.details or {}).get(k) if synth.selection else None
            for k in ("picked", "score_noise_share", "mst_edge_noise")},
-        "whole": len((synth.selection.details or {}).get("whole") or [])
-        if synth.selection else None,
         "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}), flush=True)
 
 

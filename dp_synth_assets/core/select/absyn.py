@@ -253,34 +253,6 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
     return chosen, trace, groups
 
 
-def measured_whole(budgets: dict[Clique, float], domain: dict[str, int],
-                   groups: dict[Clique, tuple]) -> dict[Clique, float]:
-    """The selected pairs' rhos (`budgets`, a chordal graph) with each maximal clique C of 3
-    columns or more measured whole in place of its pairs when none of them is coarse (`groups`)
-    and each pair p of C, summed from C, is no noisier than measured alone at the same rho:
-    c_C <= c_p^(1/3) sum_q c_q^(2/3) over C's pairs q (docstring, step 6). C gets the rho of its
-    pairs (a pair in two such cliques shares its rho between them); pairs in none are kept."""
-    order = {a: i for i, a in enumerate(domain)}
-    _, maximal = triangulate(list(domain), set(budgets))
-    whole = []
-    for c in maximal:
-        pairs = list(itertools.combinations(c, 2))
-        if len(c) < 3 or any(p in groups or p not in budgets for p in pairs):
-            continue
-        cells = [clique_size(p, domain) for p in pairs]
-        weight = sum(x ** (2 / 3) for x in cells)
-        if clique_size(c, domain) <= min(x ** (1 / 3) for x in cells) * weight:
-            whole.append(c)
-    if not whole:
-        return budgets
-    holders = {p: [c for c in whole if set(p) <= set(c)] for p in budgets}
-    out = {p: r for p, r in budgets.items() if not holders[p]}
-    for c in whole:
-        out[tuple(sorted(c, key=order.get))] = sum(
-            budgets[p] / len(holders[p]) for p in itertools.combinations(c, 2))
-    return out
-
-
 def select(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
            settings: SelectionSettings, charge: Charge, log: Log | None = None) -> Selection:
     """ABSyn's selection: 1-way marginals at `budget.one_way`, then `select_after`.
@@ -396,19 +368,17 @@ def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
                                      {m.clique[0]: m.rho for m in one_way if len(m.clique) == 1})
     sizes = [coarsened_size(p, domain, groups.get(p)) for p in selected]
     rhos = optimal_split(budget.measure, sizes) if selected else []
-    budgets = measured_whole(dict(zip(selected, rhos)), domain, groups)
     return Selection(
         method="absyn",
         one_way=one_way,
-        cliques=tuple(budgets),
-        budgets=budgets,
+        cliques=tuple(selected),
+        budgets=dict(zip(selected, rhos)),
         scores={p: float(r) for p, r in zip(pairs, r_bar)},
         details={"rounds": trace, "tau_cells": TAU_CELLS, "detectable_pairs": len(pairs),
                  "coarse_levels": list(COARSE_LEVELS),
                  "coarse_scores": [[list(p), [v.cells, round(v.r_bar, 6)]]
                                    for p, vs in coarse.items() for v in vs],
                  "expected_noise_error": FIT_NOISE_SHARE * expected_noise_error(
-                     budget.measure, sizes),
-                 "whole": [list(c) for c in budgets if len(c) > 2]},
+                     budget.measure, sizes)},
         coarse=groups,
     )
