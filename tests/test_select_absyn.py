@@ -154,57 +154,6 @@ def test_greedy_begins_with_its_start_and_scores_the_rest_against_its_paths():
     assert len(greedy(pairs, perfect, domain, n, rho, tau=100_000)[1]) >= 2
 
 
-def test_plan_error_is_the_closed_form_of_the_measurement_plan():
-    """Three binary columns, 1-way rho r1 each, measurement rho rm. Nothing selected: rm goes to
-    the three 1-way marginals by c^(2/3) (a third each), and each column's noise counts in its
-    2 pairs: E = 1/2 * 3 * 2 * 2 / sqrt(pi (r1 + rm / 3)). Pair (a, b) selected: it gets rm
-    4^(2/3) / w (w = 4^(2/3) + 2^(2/3): c's 1-way marginal is measured too); summed over b's 2
-    codes it adds half its rho to a's precision (and to b's); a and b count in one unselected
-    pair each, c in two."""
-    from dp_synth_assets.core.select.absyn import plan_error
-
-    domain = {"a": 2, "b": 2, "c": 2}
-    r1, rm = 0.02, 0.3
-    rho1 = dict.fromkeys(domain, r1)
-    fine = {("a", "b"): ("a", "b")}
-    empty = 0.5 * 12 / math.sqrt(math.pi * (r1 + rm / 3))
-    assert plan_error(domain, {}, {}, rho1, rm) == pytest.approx(empty, rel=1e-12)
-    w = 4 ** (2 / 3) + 2 ** (2 / 3)
-    rho_p, rho_c = rm * 4 ** (2 / 3) / w, rm * 2 ** (2 / 3) / w
-    pair = 0.5 * (4 ** (2 / 3) * math.sqrt(w) / math.sqrt(math.pi * rm)
-                  + 2 * 2 / math.sqrt(math.pi * (r1 + rho_p / 2))
-                  + 2 * 2 / math.sqrt(math.pi * (r1 + rho_c)))
-    assert plan_error(domain, {("a", "b"): 4}, fine, rho1, rm) == pytest.approx(pair, rel=1e-12)
-    # a pair holding `a` only on groups gives it nothing: a's 1-way marginal is measured again
-    grouped = plan_error(domain, {("a", "b"): 4}, {("a", "b"): ("b",)}, rho1, rm)
-    w = 4 ** (2 / 3) + 2 * 2 ** (2 / 3)
-    rho_p, rho_1 = rm * 4 ** (2 / 3) / w, rm * 2 ** (2 / 3) / w
-    assert grouped == pytest.approx(0.5 * (4 ** (2 / 3) * math.sqrt(w) / math.sqrt(math.pi * rm)
-                                           + 2 / math.sqrt(math.pi * (r1 + rho_1))  # a
-                                           + 2 / math.sqrt(math.pi * (r1 + rho_p / 2))  # b
-                                           + 4 / math.sqrt(math.pi * (r1 + rho_1))),  # c
-                                    rel=1e-12)
-
-
-def test_greedy_with_one_way_rho_selects_a_pair_only_when_it_beats_the_one_way_noise():
-    """Columns of 10, 10 and 2 codes: pair (a, b) is selected exactly when its count-scale
-    dependency (its E_cor) exceeds what measuring it costs the plan, `plan_error` with it minus
-    without it (the 1-way marginals lose part of rho_measure to its 100 cells)."""
-    from dp_synth_assets.core.select.absyn import greedy, plan_error, to_count_factor
-
-    pairs = [("a", "b"), ("a", "c"), ("b", "c")]
-    domain = {"a": 10, "b": 10, "c": 2}
-    n, r1, rm = 2_000.0, 0.002, 0.03
-    rho1 = dict.fromkeys(domain, r1)
-    cost = (plan_error(domain, {("a", "b"): 100}, {("a", "b"): ("a", "b")}, rho1, rm)
-            - plan_error(domain, {}, {}, rho1, rm))
-    assert cost > 0
-    factor = to_count_factor(10, 10, n)  # R_bar 1 is this many counts
-    for gain, chosen in ((0.9 * cost, []), (1.1 * cost, [("a", "b")])):
-        r_bar = np.array([gain / factor, 0.0, 0.0])
-        assert greedy(pairs, r_bar, domain, n, rm, 100_000, one_way_rho=rho1)[0] == chosen
-
-
 def test_selects_true_edges_on_a_wide_table_of_weak_far_pairs():
     """24 binary columns in a chain (276 pairs, most of them weak), 10,000 rows, epsilon 1: the
     noisy scores of the weak far pairs sum below zero, so a raw-sum E_0 selects nothing. On one

@@ -1,8 +1,7 @@
 """ABSyn's marginal selection: noisy R-scores, the CR-score and the greedy triangulated selection.
 
 Implements ABSyn (Jia et al.) section V (Eq. 6-8, Algorithm 1) and section VI (Algorithms 2-3,
-Eq. 9-11), with the corrections and additions (score floor, coarse versions, tau, the 1-way
-marginals' noise in the greedy's error) of
+Eq. 9-11), with the corrections and additions (score floor, coarse versions, tau) of
 docs/decisions/0013-absyn.md, whose section "As implemented" gives the steps.
 
 Guarantee: the data is read by the 1-way marginals (`budget.one_way`) and one Gaussian release of
@@ -123,47 +122,14 @@ def to_count_factor(da: int, db: int, noisy_total: float) -> float:
     return noisy_total * 2 * (k - 1) / k if k > 1 else 0.0
 
 
-def plan_error(domain: dict[str, int], cells: dict[Clique, int], fine: dict[Clique, tuple],
-               one_way_rho: dict[str, float], rho_measure: float) -> float:
-    """E_eta + E_1 of a selection measured as the measurement stage measures it (docstring,
-    step 4): rho_measure split by c^(2/3) over the selected pairs (`cells`) and the 1-way
-    marginal of every column no pair holds on its own codes (`fine`: each pair's columns not
-    grouped), so E_eta = FIT_NOISE_SHARE w_S sqrt(w_S + w_U) / sqrt(pi rho_measure); E_1 =
-    FIT_NOISE_SHARE sum_a (d - 1 - deg_S(a)) d_a / sqrt(pi rho_a), each column's 1-way noise
-    once per pair of it left to the model, at rho_a = its 1-way rho (`one_way_rho`), plus its
-    share of rho_measure if no pair holds it, else what its pairs give it once summed over their
-    other cells (rho_p d_a / c_p each: inverse variance). All public: the domain, the rhos."""
-    d = len(domain)
-    w_s = sum(c ** (2 / 3) for c in cells.values())
-    covered = {a for p in cells for a in fine[p]}
-    w = w_s + sum(domain[a] ** (2 / 3) for a in domain if a not in covered)
-    if w <= 0 or rho_measure <= 0:
-        return math.inf
-    precision = {a: one_way_rho[a] + (0.0 if a in covered else
-                                       rho_measure * domain[a] ** (2 / 3) / w) for a in domain}
-    degree = dict.fromkeys(domain, 0)
-    for p, c in cells.items():
-        for a in fine[p]:
-            precision[a] += rho_measure * c ** (2 / 3) / w * domain[a] / c
-        for a in p:
-            degree[a] += 1
-    e_eta = w_s * math.sqrt(w) / math.sqrt(math.pi * rho_measure)
-    e_1 = sum((d - 1 - degree[a]) * domain[a] / math.sqrt(math.pi * precision[a])
-              for a in domain)
-    return FIT_NOISE_SHARE * (e_eta + e_1)
-
-
 def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy_total: float,
            rho_measure: float, tau: int, log: Log | None = None,
-           coarse: dict[Clique, list[Version]] | None = None, start: tuple[Clique, ...] = (),
-           one_way_rho: dict[str, float] | None = None
+           coarse: dict[Clique, list[Version]] | None = None, start: tuple[Clique, ...] = ()
            ) -> tuple[list[Clique], list[dict], dict[Clique, tuple]]:
     """Alg. 3 lines 9-37 with coarse versions (docstring, step 5); returns the selected pairs
     (triangulated), a public trace and the groups of the pairs selected coarse. `log`, if given,
     gets each round's `round_line` (rho 0: the greedy post-processes the scores). `start`: pairs
-    of `pairs` selected before the first round (fine, forming a forest: `auto`'s tree), kept.
-    `one_way_rho` (each column's 1-way rho so far): E's noise is `plan_error`, the 1-way
-    marginals' included (step 4); None: the paper's E_eta alone."""
+    of `pairs` selected before the first round (fine, forming a forest: `auto`'s tree), kept."""
     coarse = coarse or {}
     nodes = list(domain)
     index = {a: i for i, a in enumerate(nodes)}
@@ -195,11 +161,6 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
         cr = np.clip(cr_scores(index, pairs, r_bar, filled, edge_r), 0.0, None)
         unselected = np.array([p not in filled for p in pairs])
         e_cor = float(np.sum(cr * to_count * unselected)) + residual
-        if one_way_rho is not None:
-            return e_cor + plan_error(
-                domain, {p: cells(p, version[p]) for p in filled},
-                {p: tuple(x for x, g in zip(p, coarse[p][version[p] - 1].groups) if g is None)
-                 if version[p] else p for p in filled}, one_way_rho, rho_measure)
         return e_cor + FIT_NOISE_SHARE * expected_noise_error(
             rho_measure, [cells(p, version[p]) for p in filled])
 
@@ -365,8 +326,7 @@ def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     unscored = [p for p in start if p not in scored]
     pairs, r_bar = pairs + unscored, np.concatenate([r_bar, np.zeros(len(unscored))])
     selected, trace, groups = greedy(pairs, r_bar, domain, total, budget.measure, TAU_CELLS,
-                                     log, coarse, tuple(start),
-                                     {m.clique[0]: m.rho for m in one_way if len(m.clique) == 1})
+                                     log, coarse, tuple(start))
     sizes = [coarsened_size(p, domain, groups.get(p)) for p in selected]
     rhos = optimal_split(budget.measure, sizes) if selected else []
     return Selection(
