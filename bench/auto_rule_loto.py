@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(ROOT))
 from paths import RESULTS  # noqa: E402
 
-# the branches the rule chooses between: the first, or the second when share > a and nu <= b
-# (`--second auto-tree`: the rule with absyn's greedy over MST's tree as its second branch)
+# the branches the rule chooses between by default: the first, or the second when share > a and
+# nu <= b (`--second auto-tree` passes ("auto-absyn", "auto-tree") instead)
 CANDIDATES = ("auto-absyn", "auto-mst")
 BRANCHES = ("auto-absyn", "auto-mst", "auto-tree")  # every branch of auto, scored
 GOAL = 0.10  # the largest held-out loss the issue accepts
@@ -66,12 +66,11 @@ class Cell:
         return dict(self.tvd2)[method]
 
 
-def pick(cell: Cell, a: float, b: float) -> str:
-    return CANDIDATES[1] if cell.share > a and cell.nu <= b else CANDIDATES[0]
+def pick(cell: Cell, a: float, b: float, candidates: tuple[str, str] = CANDIDATES) -> str:
+    return candidates[1] if cell.share > a and cell.nu <= b else candidates[0]
 
 
-def loss(cell: Cell, method: str, against: tuple[str, ...] | None = None) -> float:
-    against = against or CANDIDATES
+def loss(cell: Cell, method: str, against: tuple[str, ...] = CANDIDATES) -> float:
     best = min(cell.of(m) for m in against if m in dict(cell.tvd2))
     return cell.of(method) / best - 1.0
 
@@ -85,7 +84,8 @@ def grid(values: list[float]) -> list[float]:
     return [v[0] / 2 if v[0] > 0 else v[0] - 1, *mids, v[-1] * 2 if v[-1] > 0 else v[-1] + 1]
 
 
-def fit(cells: list[Cell], prior: tuple[float, float] = PRIOR) -> tuple[float, float, float]:
+def fit(cells: list[Cell], prior: tuple[float, float] = PRIOR,
+        candidates: tuple[str, str] = CANDIDATES) -> tuple[float, float, float]:
     """(a, b, mean loss) of the rule that loses the least beyond the goal on `cells` (the mean of
     max(0, loss - GOAL)); among equal, the pair nearest `prior` in log distance, so the
     thresholds move from there only as far as the goal asks."""
@@ -95,7 +95,7 @@ def fit(cells: list[Cell], prior: tuple[float, float] = PRIOR) -> tuple[float, f
     best = None
     for a in sorted({*grid([c.share for c in cells]), prior[0]}):
         for b in sorted({*grid([c.nu for c in cells]), prior[1]}):
-            losses = [loss(c, pick(c, a, b)) for c in cells]
+            losses = [loss(c, pick(c, a, b, candidates), candidates) for c in cells]
             beyond = sum(max(0.0, x - GOAL) for x in losses) / len(cells)
             score = (round(beyond, 12), distance(a, b))
             if best is None or score < best[0]:
@@ -103,7 +103,7 @@ def fit(cells: list[Cell], prior: tuple[float, float] = PRIOR) -> tuple[float, f
     return best[1], best[2], best[3]
 
 
-def cells_of(records: list[dict]) -> list[Cell]:
+def cells_of(records: list[dict], candidates: tuple[str, str] = CANDIDATES) -> list[Cell]:
     """One cell per (dataset, epsilon) where both candidates and the default's figures exist."""
     groups: dict[tuple, dict[str, list]] = {}
     for r in records:
@@ -116,7 +116,7 @@ def cells_of(records: list[dict]) -> list[Cell]:
         figures = [r for m in ("default", *BRANCHES) for r in g.get(m, [])
                    if r.get("score_noise_share") is not None
                    and r.get("mst_edge_noise") is not None]
-        if not figures or any(m not in g for m in CANDIDATES):
+        if not figures or any(m not in g for m in candidates):
             continue
         tvd2 = tuple(sorted((m, sum(r["tvd2"] for r in rs) / len(rs)) for m, rs in g.items()))
         cells.append(Cell(dataset, epsilon,
@@ -136,23 +136,24 @@ def private_methods(cell: Cell) -> tuple[str, ...]:
 
 
 def leave_one_table_out(cells: list[Cell], shipped: tuple[float, float],
-                        prior: tuple[float, float] = PRIOR) -> list[dict]:
+                        prior: tuple[float, float] = PRIOR,
+                        candidates: tuple[str, str] = CANDIDATES) -> list[dict]:
     """Each table's cells scored by the rule `fit` (from `prior`) finds on the other tables',
-    beside the `shipped` thresholds' pick."""
+    beside the `shipped` thresholds' pick; the rule chooses between `candidates`."""
     rows = []
     for held in sorted({c.dataset for c in cells}):
         train = [c for c in cells if c.dataset != held]
-        a, b, _ = fit(train, prior) if train else (*prior, 0.0)
+        a, b, _ = fit(train, prior, candidates) if train else (*prior, 0.0)
         for c in (c for c in cells if c.dataset == held):
-            chosen = pick(c, a, b)
+            chosen, shipped_pick = pick(c, a, b, candidates), pick(c, *shipped, candidates)
             rows.append({"dataset": held, "epsilon": c.epsilon, "a": a, "b": b,
                          "share": c.share, "nu": c.nu, "picked": chosen,
-                         "shipped": pick(c, *shipped),
+                         "shipped": shipped_pick,
                          **{m: c.of(m) for m in BRANCHES if m in dict(c.tvd2)},
-                         "loss": loss(c, chosen),
+                         "loss": loss(c, chosen, candidates),
                          "loss_vs_branches": loss(c, chosen, BRANCHES),
-                         "shipped_loss": loss(c, pick(c, *shipped)),
-                         "shipped_vs_branches": loss(c, pick(c, *shipped), BRANCHES),
+                         "shipped_loss": loss(c, shipped_pick, candidates),
+                         "shipped_vs_branches": loss(c, shipped_pick, BRANCHES),
                          "loss_vs_suite": loss(c, chosen, private_methods(c)),
                          "best_of_suite": min(private_methods(c), key=c.of)})
     return rows
@@ -166,19 +167,19 @@ def summary(rows: list[dict], key: str) -> str:
             f"{sum(v > GOAL for v in values)} of {len(values)} cells")
 
 
-def markdown(rows: list[dict], shipped: tuple[float, float],
-             whole: tuple[float, float, float]) -> str:
+def markdown(rows: list[dict], shipped: tuple[float, float], whole: tuple[float, float, float],
+             candidates: tuple[str, str] = CANDIDATES) -> str:
     worst = max((r["loss"] for r in rows), default=float("nan"))
     over = [r for r in rows if r["loss"] > GOAL]
     lines = [
         "# `auto`'s rule, leave-one-table-out (bench/auto_rule_loto.py)", "",
         "Cells: (table, epsilon) of bench/results/suite.json with auto's branches run fixed "
         "(`auto-absyn`, `auto-mst`, `auto-tree`) and their figures; tvd2 the mean over seeds. "
-        f"loss: the picked branch's tvd2 over the better of {CANDIDATES[0]} and "
-        f"{CANDIDATES[1]}, minus 1. "
+        f"loss: the picked branch's tvd2 over the better of {candidates[0]} and "
+        f"{candidates[1]}, minus 1. "
         "`vs branches`: the same against the best of the three. `vs suite`: against the best "
         "private method measured on the cell (AIM and the anchors included).", "",
-        f"- shipped thresholds: {CANDIDATES[1]} when share > {shipped[0]:g} and nu <= "
+        f"- shipped thresholds: {candidates[1]} when share > {shipped[0]:g} and nu <= "
         f"{shipped[1]:g}",
         f"- fitted on every cell (least loss beyond {GOAL:.2f}, then nearest {PRIOR}): share > "
         f"{whole[0]:.4g} and nu <= {whole[1]:.4g} (mean loss {whole[2]:.3f})",
@@ -206,7 +207,6 @@ def markdown(rows: list[dict], shipped: tuple[float, float],
 
 
 def main() -> None:
-    global CANDIDATES
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=Path, default=RESULTS / "suite.json")
     parser.add_argument("--second", choices=BRANCHES[1:], default=CANDIDATES[1],
@@ -214,18 +214,18 @@ def main() -> None:
     args = parser.parse_args()
     from dp_synth_assets.core.select.auto import MST_NOISE_MAX, SCORE_NOISE_MAX
 
-    CANDIDATES = (CANDIDATES[0], args.second)
+    candidates = (CANDIDATES[0], args.second)
     shipped = (SCORE_NOISE_MAX, MST_NOISE_MAX)
-    cells = cells_of(json.loads(args.records.read_text()))
-    whole = fit(cells) if cells else (*PRIOR, float("nan"))
-    rows = leave_one_table_out(cells, shipped)
+    cells = cells_of(json.loads(args.records.read_text()), candidates)
+    whole = fit(cells, PRIOR, candidates) if cells else (*PRIOR, float("nan"))
+    rows = leave_one_table_out(cells, shipped, PRIOR, candidates)
     out = RESULTS / ("auto_rule_loto.json" if args.second == "auto-mst"
                      else "auto_rule_loto_tree.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"shipped": list(shipped), "prior": list(PRIOR),
-                               "candidates": list(CANDIDATES), "fitted_on_all": list(whole),
+                               "candidates": list(candidates), "fitted_on_all": list(whole),
                                "goal": GOAL, "rows": rows}, indent=1))
-    text = markdown(rows, shipped, whole)
+    text = markdown(rows, shipped, whole, candidates)
     out.with_suffix(".md").write_text(text)
     print(text)
     print(f"wrote {out} and {out.with_suffix('.md')}")

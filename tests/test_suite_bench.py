@@ -248,3 +248,23 @@ def test_cells_come_from_records_with_both_candidates_and_auto_figures():
     [cell] = loto.cells_of(records)  # v: no auto-mst, no cell
     assert (cell.dataset, cell.share, cell.nu) == ("t", pytest.approx(0.3), pytest.approx(0.02))
     assert cell.of("auto-absyn") == pytest.approx(0.2) and cell.of("auto-mst") == 0.2
+
+
+def test_the_rule_with_tree_as_its_second_branch_picks_and_scores_tree():
+    """`--second auto-tree`: the candidates are passed, not set globally. Where tree wins and
+    the figures separate it, the fold picks auto-tree and loses nothing against auto-absyn and
+    auto-tree; auto-mst, not a candidate, is neither picked nor the loss's reference."""
+    import auto_rule_loto as loto
+
+    pair = ("auto-absyn", "auto-tree")
+    cells = [loto_cell(f"t{i}", 1.0, share, 0.01, absyn=0.10, mst=0.01,
+                       auto_tree=0.05 if share > 0.3 else 0.20)
+             for i, share in enumerate([0.5, 0.6, 0.1, 0.05])]
+    rows = loto.leave_one_table_out(cells, (0.1, 0.05), (0.1, 0.05), pair)
+    assert [r["picked"] for r in rows] == ["auto-tree", "auto-tree", "auto-absyn", "auto-absyn"]
+    assert [r["loss"] for r in rows] == [0.0] * 4
+    assert loto.pick(cells[0], 0.3, 0.05) == "auto-mst"  # the default candidates
+    records = [{"dataset": "t", "epsilon": 1.0, "seed": 0, "method": m, "tvd2": 0.1,
+                "score_noise_share": 0.2, "mst_edge_noise": 0.01}
+               for m in ("auto-absyn", "auto-tree")]
+    assert loto.cells_of(records) == [] and len(loto.cells_of(records, pair)) == 1
