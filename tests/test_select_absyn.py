@@ -227,3 +227,72 @@ def test_absyn_splits_the_one_way_rho_evenly_and_by_cells_only_when_asked():
     charges = ChargeRecorder()
     select("absyn", domain, oracle, method_budget("absyn", 1.0), SelectionSettings(), charges)
     assert [s.rho for s, _ in charges.calls[:3]] == pytest.approx([0.1 / 3] * 3, rel=1e-9)
+
+
+def test_one_way_error_is_the_raw_noise_of_the_marginals_of_the_uncovered_pairs():
+    """E_1 (docs/decisions/0013-absyn.md, step 6) in closed form: three binary columns, rho 1 split
+    evenly (Eq. 11 on equal sizes). With no pair measured, each of the 3 pairs takes the two 1-way
+    errors L1 = 2 / sqrt(pi / 3). Measuring (a, b) at rho 1 covers it and adds 1 x 2 / 4 to the
+    rho of a's and b's 1-way marginals (summed over the other column, a count's noise variance
+    is 4 / 2 times the pair's); (a, c) and (b, c) remain."""
+    from dp_synth_assets.core.select.absyn import FIT_NOISE_SHARE, one_way_error
+
+    domain = {"a": 2, "b": 2, "c": 2}
+
+    def l1(rho):
+        return 2 / math.sqrt(math.pi * rho)
+
+    assert one_way_error(domain, 1.0, [], []) == pytest.approx(
+        FIT_NOISE_SHARE * 3 * 2 * l1(1 / 3), rel=1e-12)
+    assert one_way_error(domain, 1.0, [("a", "b")], [1.0]) == pytest.approx(
+        FIT_NOISE_SHARE * 2 * (l1(1 / 3 + 0.5) + l1(1 / 3)), rel=1e-12)
+
+
+def test_a_path_that_never_repays_the_one_way_marginals_it_starves_is_not_kept():
+    """Step 6 (docs/decisions/0013-absyn.md): 1,000 rows of 24 columns of 12 codes, each a noisy
+    copy of one hidden column (kept with probability 0.2), at epsilon 5. The greedy buys pairs
+    round after round, each worth its own noise, but every pair measured takes rho_2 from the
+    1-way marginals of the columns no pair covers: along the whole path E + E_1 stays above the
+    empty selection's, so nothing is kept, rho_2 goes back to the 1-way marginals
+    (`budget.measurement_plan`), and the trace says why (each round's `plan_error`, `kept`)."""
+    from dp_synth_assets.core.budget import measurement_plan
+    from dp_synth_assets.core.privacy import rho_from_epsilon_delta
+    from tests.helpers import method_budget
+
+    rng = np.random.default_rng(0)
+    n, k = 1000, 12
+    hidden = rng.integers(0, k, n)
+    data = {f"x{i:02d}": np.where(rng.random(n) < 0.2, hidden, rng.integers(0, k, n))
+            for i in range(24)}
+    domain = {c: k for c in data}
+    budget = method_budget("absyn", rho_from_epsilon_delta(5.0, 1e-9))
+    chosen = select("absyn", domain, counting_oracle(data, domain), budget, SelectionSettings(),
+                    lambda *a, **kw: None)
+    rounds = chosen.details["rounds"]
+    assert len(rounds) >= 10  # the greedy alone would have measured these
+    assert chosen.cliques == () and chosen.budgets == {}
+    assert all(r["plan_error"] > 0 and r["kept"] is False for r in rounds)
+    plan = measurement_plan(chosen, domain, budget.measure)
+    assert sorted(plan) == sorted((a,) for a in domain)
+    assert sum(plan.values()) == pytest.approx(budget.measure, rel=1e-12)
+
+
+def test_a_strong_pair_is_kept_though_it_starves_the_other_one_way_marginals():
+    """Step 6 keeps what pays: a 4,000-row chain of six binary columns at epsilon 5 beside ten
+    independent columns of 8 codes. The chain's pairs each remove far more dependency error
+    than the 1-way noise they add to the pairs of the columns left uncovered."""
+    from dp_synth_assets.core.privacy import rho_from_epsilon_delta
+    from tests.helpers import method_budget
+
+    data = chain_table(4000, 6, 0.05, seed=1)
+    rng = np.random.default_rng(2)
+    data.update({f"z{i}": rng.integers(0, 8, 4000) for i in range(10)})
+    domain = {c: (2 if c.startswith("x") else 8) for c in data}
+    chosen = select("absyn", domain, counting_oracle(data, domain),
+                    method_budget("absyn", rho_from_epsilon_delta(5.0, 1e-9)),
+                    SelectionSettings(), lambda *a, **kw: None)
+    edges = {(f"x{i - 1:02d}", f"x{i:02d}") for i in range(1, 6)}
+    assert len(set(chosen.cliques) & edges) >= 4
+    kept = [r for r in chosen.details["rounds"] if r["kept"]]
+    assert kept and min(r["plan_error"] for r in kept) == min(
+        r["plan_error"] for r in chosen.details["rounds"])

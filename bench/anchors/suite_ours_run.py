@@ -14,7 +14,8 @@ to the declared SQL types; the rows are written to --out (Parquet), the run's en
 Prints `RESULT {json}` last: `seconds` (fit + sample), `peak_mb` (this process's maximum RSS),
 `rows`, `method`, `rho` (the run's budget), `rho_spent`, `selected` (multi-column marginals
 measured), `generator`, `picked` (`auto`'s choice, else None) and the
-two public figures it was picked by, `score_noise_share` and `mst_edge_noise`.
+two public figures it was picked by, `score_noise_share` and `mst_edge_noise`, and
+`dropped_rounds`: the rounds of absyn's greedy that its step 6 did not keep (0013-absyn.md).
 """
 
 import argparse
@@ -59,6 +60,8 @@ def main() -> None:
         "generator": report.generator,
         **{k: (synth.selection.details or {}).get(k) if synth.selection else None
            for k in ("picked", "score_noise_share", "mst_edge_noise")},
+        "dropped_rounds": sum(1 for r in ((synth.selection.details or {}).get("rounds") or [])
+                              if r.get("kept") is False) if synth.selection else None,
         "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}), flush=True)
 
 

@@ -124,12 +124,15 @@ def to_count_factor(da: int, db: int, noisy_total: float) -> float:
 
 def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy_total: float,
            rho_measure: float, tau: int, log: Log | None = None,
-           coarse: dict[Clique, list[Version]] | None = None, start: tuple[Clique, ...] = ()
+           coarse: dict[Clique, list[Version]] | None = None, start: tuple[Clique, ...] = (),
+           rho_one_way: float | None = None
            ) -> tuple[list[Clique], list[dict], dict[Clique, tuple]]:
     """Alg. 3 lines 9-37 with coarse versions (docstring, step 5); returns the selected pairs
     (triangulated), a public trace and the groups of the pairs selected coarse. `log`, if given,
     gets each round's `round_line` (rho 0: the greedy post-processes the scores). `start`: pairs
-    of `pairs` selected before the first round (fine, forming a forest: `auto`'s tree), kept."""
+    of `pairs` selected before the first round (fine, forming a forest: `auto`'s tree), kept.
+    `rho_one_way` (the 1-way marginals' rho; with no `start`): the selection returned is the
+    round of the greedy's path, the empty one included, of least E + E_1 (step 6)."""
     coarse = coarse or {}
     nodes = list(domain)
     index = {a: i for i, a in enumerate(nodes)}
@@ -172,6 +175,7 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
     version: dict[Clique, int] = {p: 0 for p in start}
     best_error = error(selected, version)  # E_0
     trace = []
+    path = [(best_error, selected, version)]  # each round's selection, for step 6
     # cells of the largest maximal clique of the selected (chordal) graph
     largest = max((clique_size(p, domain) for p in start), default=0)
     while True:
@@ -203,6 +207,7 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
         if best is None or best[0] >= best_error:
             break
         best_error, pair, selected, largest, version = best
+        path.append((best_error, selected, version))
         entry = {"round": len(trace) + 1, "pair": list(pair), "selected": len(selected),
                  "total_error": round(best_error, 3)}
         if version[pair]:
@@ -210,6 +215,21 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
         trace.append(entry)
         if log is not None:
             log(round_line("absyn", len(trace), pair, 0.0))
+    if rho_one_way is not None and not start and trace:  # step 6: E + E_1 along the path
+        def plan_error(k: int) -> float:
+            e, filled, versions = path[k]
+            chosen = sorted(filled, key=position.get)
+            rhos = optimal_split(rho_measure, [cells(p, versions[p]) for p in chosen]) \
+                if chosen else []
+            fine = [0.0 if versions[p] else r for p, r in zip(chosen, rhos)]
+            return e + one_way_error(domain, rho_one_way + (0.0 if chosen else rho_measure),
+                                     chosen, fine)
+
+        totals = [plan_error(k) for k in range(len(path))]
+        keep = int(np.argmin(totals))
+        for entry, total in zip(trace, totals[1:]):
+            entry.update(plan_error=round(total, 3), kept=entry["round"] <= keep)
+        _, selected, version = path[keep]
     chosen = sorted(selected, key=position.get)
     groups = {p: coarse[p][version[p] - 1].groups for p in chosen if version[p]}
     return chosen, trace, groups
@@ -284,10 +304,29 @@ def detectable(pairs: list[Clique], domain: dict[str, int], noisy_total: float,
     return kept
 
 
+def one_way_error(domain: dict[str, int], rho_one_way: float, pairs: list[Clique],
+                  rhos: list[float]) -> float:
+    """E_1 (docs/decisions/0013-absyn.md, step 6): the L1 error the 1-way marginals' noise leaves
+    on the pairs not in `pairs` (the measured ones), FIT_NOISE_SHARE * sum over them of L1_a +
+    L1_b (their model is built from the two columns' marginals), L1_a = d_a / sqrt(pi rho_a).
+    rho_a: the column's share of `rho_one_way` (Eq. 11) plus, for each measured pair (a, b) of
+    rho r_ab (`rhos`; 0 for a coarse one), r_ab d_a / c_ab (summed over b, its 1-way noise has
+    variance c_ab / d_a times the pair's). Public."""
+    attrs = list(domain)
+    rho = dict(zip(attrs, optimal_split(rho_one_way, [domain[a] for a in attrs])))
+    for pair, r in zip(pairs, rhos):
+        for a in pair:
+            rho[a] += r * domain[a] / clique_size(pair, domain)
+    l1 = {a: domain[a] / math.sqrt(math.pi * rho[a]) if rho[a] > 0 else math.inf for a in attrs}
+    covered = {frozenset(p) for p in pairs}
+    return FIT_NOISE_SHARE * sum(l1[a] + l1[b] for a, b in itertools.combinations(attrs, 2)
+                                 if frozenset((a, b)) not in covered)
+
+
 def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: Charge,
                  one_way: tuple, log: Log | None = None,
                  start: tuple[Clique, ...] = ()) -> Selection:
-    """Steps 2-5 on 1-way marginals already measured (`auto` measures them first); with no
+    """Steps 2-6 on 1-way marginals already measured (`auto` measures them first); with no
     `detectable` pair, the 1-way marginals measured a second time (step 2). `start`: pairs
     already selected (`auto`'s private tree, a forest): the greedy begins with them and they are
     measured with the rest (a pair of them without a released score counts as score 0)."""
@@ -326,7 +365,8 @@ def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     unscored = [p for p in start if p not in scored]
     pairs, r_bar = pairs + unscored, np.concatenate([r_bar, np.zeros(len(unscored))])
     selected, trace, groups = greedy(pairs, r_bar, domain, total, budget.measure, TAU_CELLS,
-                                     log, coarse, tuple(start))
+                                     log, coarse, tuple(start),
+                                     None if start else budget.one_way)
     sizes = [coarsened_size(p, domain, groups.get(p)) for p in selected]
     rhos = optimal_split(budget.measure, sizes) if selected else []
     return Selection(
