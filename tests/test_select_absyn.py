@@ -229,32 +229,45 @@ def test_absyn_splits_the_one_way_rho_evenly_and_by_cells_only_when_asked():
     assert [s.rho for s, _ in charges.calls[:3]] == pytest.approx([0.1 / 3] * 3, rel=1e-9)
 
 
-def test_one_way_error_is_the_raw_noise_of_the_marginals_of_the_uncovered_pairs():
-    """E_1 (docs/decisions/0013-absyn.md, step 6) in closed form: three binary columns, rho 1 split
-    evenly (Eq. 11 on equal sizes). With no pair measured, each of the 3 pairs takes the two 1-way
-    errors L1 = 2 / sqrt(pi / 3). Measuring (a, b) at rho 1 covers it and adds 1 x 2 / 4 to the
-    rho of a's and b's 1-way marginals (summed over the other column, a count's noise variance
-    is 4 / 2 times the pair's); (a, c) and (b, c) remain."""
-    from dp_synth_assets.core.select.absyn import FIT_NOISE_SHARE, one_way_error
+def test_the_plans_noise_error_is_its_pairs_noise_and_the_one_way_noise_of_the_rest():
+    """E_eta + E_1 of step 6 (docs/decisions/0013-absyn.md) in closed form, three binary columns,
+    rho_1 = rho_2 = 1. Nothing chosen: rho_2 goes to the 1-way marginals, each column has 2/3,
+    and each of the 3 pairs takes two 1-way errors L1 = 2 / sqrt(pi 2/3). (a, b) chosen: the
+    measurement stage draws it and c's 1-way marginal (`stages.cover_columns`), splitting rho_2
+    by c^(2/3) (4^(2/3) : 2^(2/3)); summed over the other column, (a, b) adds r 2 / 4 to the rho
+    of a and of b; (a, c) and (b, c) remain. A coarse (a, b) grouping b covers only a."""
+    from dp_synth_assets.core.select.absyn import FIT_NOISE_SHARE, plan_noise_error
 
     domain = {"a": 2, "b": 2, "c": 2}
 
     def l1(rho):
         return 2 / math.sqrt(math.pi * rho)
 
-    assert one_way_error(domain, 1.0, [], []) == pytest.approx(
-        FIT_NOISE_SHARE * 3 * 2 * l1(1 / 3), rel=1e-12)
-    assert one_way_error(domain, 1.0, [("a", "b")], [1.0]) == pytest.approx(
-        FIT_NOISE_SHARE * 2 * (l1(1 / 3 + 0.5) + l1(1 / 3)), rel=1e-12)
+    assert plan_noise_error(domain, 1.0, 1.0, [], [], {}) == pytest.approx(
+        FIT_NOISE_SHARE * 3 * 2 * l1(2 / 3), rel=1e-12)
+    w_pair, w_one = 4 ** (2 / 3), 2 ** (2 / 3)
+    r_ab, r_c = w_pair / (w_pair + w_one), w_one / (w_pair + w_one)
+    eta = 4 / math.sqrt(math.pi * r_ab)
+    one = 2 * (l1(1 / 3 + r_ab * 2 / 4) + l1(1 / 3 + r_c))
+    assert plan_noise_error(domain, 1.0, 1.0, [("a", "b")], [4], {("a", "b"): (None, None)}) \
+        == pytest.approx(FIT_NOISE_SHARE * (eta + one), rel=1e-12)
+    # b measured only on groups: b is drawn on its own codes too, a is not
+    r2, rb2 = w_pair / (w_pair + 2 * w_one), w_one / (w_pair + 2 * w_one)
+    eta = 4 / math.sqrt(math.pi * r2)
+    one = (l1(1 / 3 + r2 * 2 / 4) + l1(1 / 3 + rb2)) + 2 * l1(1 / 3 + rb2)
+    assert plan_noise_error(domain, 1.0, 1.0, [("a", "b")], [4],
+                            {("a", "b"): (None, ((0, 1),))}) \
+        == pytest.approx(FIT_NOISE_SHARE * (eta + one), rel=1e-12)
 
 
 def test_a_path_that_never_repays_the_one_way_marginals_it_starves_is_not_kept():
     """Step 6 (docs/decisions/0013-absyn.md): 1,000 rows of 24 columns of 12 codes, each a noisy
     copy of one hidden column (kept with probability 0.2), at epsilon 5. The greedy buys pairs
     round after round, each worth its own noise, but every pair measured takes rho_2 from the
-    1-way marginals of the columns no pair covers: along the whole path E + E_1 stays above the
-    empty selection's, so nothing is kept, rho_2 goes back to the 1-way marginals
-    (`budget.measurement_plan`), and the trace says why (each round's `plan_error`, `kept`)."""
+    1-way marginals, and a column a pair holds (144 cells) then gets its counts at a twelfth of
+    that pair's rho: along the whole path the plan's error stays above the empty selection's,
+    so nothing is kept, rho_2 goes back to the 1-way marginals (`budget.measurement_plan`), and
+    the trace says why (each round's `plan_error`, `kept`)."""
     from dp_synth_assets.core.budget import measurement_plan
     from dp_synth_assets.core.privacy import rho_from_epsilon_delta
     from tests.helpers import method_budget

@@ -150,6 +150,10 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
         return 1 + min(range(len(versions)), key=lambda k: versions[k].cells)
 
     def error(filled: set[Clique], version: dict[Clique, int]) -> float:  # E(S), step 4-5
+        return correlation_error(filled, version) + FIT_NOISE_SHARE * expected_noise_error(
+            rho_measure, [cells(p, version[p]) for p in filled])
+
+    def correlation_error(filled: set[Clique], version: dict[Clique, int]) -> float:  # E_cor
         edge_r = r_bar.copy()
         residual = 0.0
         for p in filled:
@@ -163,9 +167,7 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
                                 - c.r_bar * c.to_count, 0.0)
         cr = np.clip(cr_scores(index, pairs, r_bar, filled, edge_r), 0.0, None)
         unselected = np.array([p not in filled for p in pairs])
-        e_cor = float(np.sum(cr * to_count * unselected)) + residual
-        return e_cor + FIT_NOISE_SHARE * expected_noise_error(
-            rho_measure, [cells(p, version[p]) for p in filled])
+        return float(np.sum(cr * to_count * unselected)) + residual
 
     # a version of score 0 adds no path and only noise error: never a candidate
     candidates = [(p, 0) for p, r in zip(pairs, r_bar) if r > 0]
@@ -215,15 +217,15 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
         trace.append(entry)
         if log is not None:
             log(round_line("absyn", len(trace), pair, 0.0))
-    if rho_one_way is not None and not start and trace:  # step 6: E + E_1 along the path
+    if rho_one_way is not None and not start and trace:  # step 6: the plan's error, the path
         def plan_error(k: int) -> float:
-            e, filled, versions = path[k]
+            _, filled, versions = path[k]
             chosen = sorted(filled, key=position.get)
-            rhos = optimal_split(rho_measure, [cells(p, versions[p]) for p in chosen]) \
-                if chosen else []
-            fine = [0.0 if versions[p] else r for p, r in zip(chosen, rhos)]
-            return e + one_way_error(domain, rho_one_way + (0.0 if chosen else rho_measure),
-                                     chosen, fine)
+            grouped = {p: coarse[p][versions[p] - 1].groups if versions[p] else (None, None)
+                       for p in chosen}
+            return correlation_error(filled, versions) + plan_noise_error(
+                domain, rho_one_way, rho_measure, chosen,
+                [cells(p, versions[p]) for p in chosen], grouped)
 
         totals = [plan_error(k) for k in range(len(path))]
         keep = int(np.argmin(totals))
@@ -304,23 +306,37 @@ def detectable(pairs: list[Clique], domain: dict[str, int], noisy_total: float,
     return kept
 
 
-def one_way_error(domain: dict[str, int], rho_one_way: float, pairs: list[Clique],
-                  rhos: list[float]) -> float:
-    """E_1 (docs/decisions/0013-absyn.md, step 6): the L1 error the 1-way marginals' noise leaves
-    on the pairs not in `pairs` (the measured ones), FIT_NOISE_SHARE * sum over them of L1_a +
-    L1_b (their model is built from the two columns' marginals), L1_a = d_a / sqrt(pi rho_a).
-    rho_a: the column's share of `rho_one_way` (Eq. 11) plus, for each measured pair (a, b) of
-    rho r_ab (`rhos`; 0 for a coarse one), r_ab d_a / c_ab (summed over b, its 1-way noise has
-    variance c_ab / d_a times the pair's). Public."""
+def plan_noise_error(domain: dict[str, int], rho_one_way: float, rho_measure: float,
+                     chosen: list[Clique], sizes: list[int],
+                     grouped: dict[Clique, tuple]) -> float:
+    """E_eta + E_1 of the measurement plan a selection leads to (docs/decisions/0013-absyn.md,
+    step 6): the `measurements` stage draws the `chosen` pairs (`sizes` cells, coarse ones on
+    their `grouped` codes) and the 1-way marginal of every column no pair holds on its own codes
+    (`stages.cover_columns`), splitting `rho_measure` over them by Eq. 11; with nothing chosen it
+    spends `rho_measure` on the 1-way marginals. E_eta = FIT_NOISE_SHARE sum over the pairs of
+    c sqrt(1 / (pi rho)); E_1 = FIT_NOISE_SHARE sum over the pairs not chosen of L1_a + L1_b,
+    L1_a = d_a / sqrt(pi rho_a), rho_a = a's Eq. 11 share of `rho_one_way`, plus its share of
+    `rho_measure` if no pair holds it, plus r_p d_a / c_p for each pair p holding a on its own
+    codes (summed over the other column, the pair gives a's counts at c_p / d_a times its noise
+    variance). Public: the domain, the sizes and the rhos."""
     attrs = list(domain)
     rho = dict(zip(attrs, optimal_split(rho_one_way, [domain[a] for a in attrs])))
-    for pair, r in zip(pairs, rhos):
-        for a in pair:
-            rho[a] += r * domain[a] / clique_size(pair, domain)
+    fine = {a for p in chosen for a, g in zip(p, grouped[p]) if g is None}
+    single = [a for a in attrs if a not in fine] if chosen else attrs
+    rhos = optimal_split(rho_measure, list(sizes) + [domain[a] for a in single])
+    for a, r in zip(single, rhos[len(chosen):]):
+        rho[a] += r
+    e_eta = 0.0
+    for p, c, r in zip(chosen, sizes, rhos):
+        e_eta += c / math.sqrt(math.pi * r)
+        for a, g in zip(p, grouped[p]):
+            if g is None:
+                rho[a] += r * domain[a] / c
     l1 = {a: domain[a] / math.sqrt(math.pi * rho[a]) if rho[a] > 0 else math.inf for a in attrs}
-    covered = {frozenset(p) for p in pairs}
-    return FIT_NOISE_SHARE * sum(l1[a] + l1[b] for a, b in itertools.combinations(attrs, 2)
-                                 if frozenset((a, b)) not in covered)
+    measured = {frozenset(p) for p in chosen}
+    e_one = sum(l1[a] + l1[b] for a, b in itertools.combinations(attrs, 2)
+                if frozenset((a, b)) not in measured)
+    return FIT_NOISE_SHARE * (e_eta + e_one)
 
 
 def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget, charge: Charge,
