@@ -132,7 +132,8 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
     gets each round's `round_line` (rho 0: the greedy post-processes the scores). `start`: pairs
     of `pairs` selected before the first round (fine, forming a forest: `auto`'s tree), kept.
     `rho_one_way` (the 1-way marginals' rho; with no `start`): the selection returned is the
-    round of the greedy's path, the empty one included, of least E + E_1 (step 6)."""
+    round of the greedy's path, the empty one included, whose measurement plan has the least
+    error, E_cor + `plan_noise_error` (step 6)."""
     coarse = coarse or {}
     nodes = list(domain)
     index = {a: i for i, a in enumerate(nodes)}
@@ -177,7 +178,7 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
     version: dict[Clique, int] = {p: 0 for p in start}
     best_error = error(selected, version)  # E_0
     trace = []
-    path = [(best_error, selected, version)]  # each round's selection, for step 6
+    path = [(selected, version)]  # each round's selection, for step 6
     # cells of the largest maximal clique of the selected (chordal) graph
     largest = max((clique_size(p, domain) for p in start), default=0)
     while True:
@@ -209,7 +210,7 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
         if best is None or best[0] >= best_error:
             break
         best_error, pair, selected, largest, version = best
-        path.append((best_error, selected, version))
+        path.append((selected, version))
         entry = {"round": len(trace) + 1, "pair": list(pair), "selected": len(selected),
                  "total_error": round(best_error, 3)}
         if version[pair]:
@@ -219,7 +220,7 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
             log(round_line("absyn", len(trace), pair, 0.0))
     if rho_one_way is not None and not start and trace:  # step 6: the plan's error, the path
         def plan_error(k: int) -> float:
-            _, filled, versions = path[k]
+            filled, versions = path[k]
             chosen = sorted(filled, key=position.get)
             grouped = {p: coarse[p][versions[p] - 1].groups if versions[p] else (None, None)
                        for p in chosen}
@@ -231,7 +232,7 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
         keep = int(np.argmin(totals))
         for entry, total in zip(trace, totals[1:]):
             entry.update(plan_error=round(total, 3), kept=entry["round"] <= keep)
-        _, selected, version = path[keep]
+        selected, version = path[keep]
     chosen = sorted(selected, key=position.get)
     groups = {p: coarse[p][version[p] - 1].groups for p in chosen if version[p]}
     return chosen, trace, groups
