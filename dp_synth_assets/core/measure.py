@@ -125,6 +125,13 @@ def coarsened_size(clique: Clique, domain: dict[str, int], groups: Groups | None
     return math.prod(domain[a] if g is None else max(g) + 1 for a, g in zip(clique, groups))
 
 
+def fine_columns(cliques, coarse: dict) -> set[str]:
+    """The columns some clique of `cliques` measures on their own codes: a clique that `coarse`
+    maps to groups (one per column, None for a column kept whole) holds its grouped columns
+    only through their groups."""
+    return {a for c in cliques for a, g in zip(c, coarse.get(c, (None,) * len(c))) if g is None}
+
+
 def optimal_split(rho: float, sizes: list[int]) -> list[float]:
     """ABSyn Eq. 11: rho_i = rho c_i^(2/3) / sum_j c_j^(2/3), the split of `rho` over marginals
     of `sizes` cells that minimizes the expected l1 noise sum_i c_i sqrt(1 / (pi rho_i)).

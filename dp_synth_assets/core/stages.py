@@ -23,8 +23,8 @@ from .budget import DatasetBudget, measurement_plan
 from .config import (DatasetSpec, ModelSettings, SelectionSettings, plan_digest,
                      with_public_categories)
 from .domain import Clique, EncodingPlan
-from .measure import (Measurements, clique_size, coarsened_size, make_consistent, merge_repeats,
-                      noisy_total, with_prior)
+from .measure import (Measurements, clique_size, coarsened_size, fine_columns,
+                      make_consistent, merge_repeats, noisy_total, with_prior)
 from .measure import measure as draw
 from .preprocess import prepare_encoded_view
 from .select import Selection, required_cliques
@@ -126,8 +126,7 @@ def cover_columns(chosen: Selection, domain: dict[str, int]) -> Selection:
     if not chosen.cliques or sum(chosen.budgets.values()) <= 0:
         return chosen
     # a column measured only on groups (`chosen.coarse`) needs its own codes measured too
-    covered = {a for c in chosen.cliques
-               for a, g in zip(c, chosen.coarse.get(c, (None,) * len(c))) if g is None}
+    covered = fine_columns(chosen.cliques, chosen.coarse)
     missing = [(a,) for a in domain if a not in covered]
     if not missing:
         return chosen

@@ -18,7 +18,8 @@ import numpy as np
 
 from ..config import SelectionSettings
 from ..measure import (adjacent_groups, clique_size, coarsen, coarsened_size,
-                       expected_noise_error, measure_marginal, noisy_total, optimal_split)
+                       expected_noise_error, fine_columns, measure_marginal, noisy_total,
+                       optimal_split)
 from ..privacy import gaussian_scores
 from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
 from .privsyn import INDIF_SENSITIVITY, indif, measure_one_way
@@ -222,8 +223,7 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
         def plan_error(k: int) -> float:
             filled, versions = path[k]
             chosen = sorted(filled, key=position.get)
-            grouped = {p: coarse[p][versions[p] - 1].groups if versions[p] else (None, None)
-                       for p in chosen}
+            grouped = {p: coarse[p][versions[p] - 1].groups for p in chosen if versions[p]}
             return correlation_error(filled, versions) + plan_noise_error(
                 domain, rho_one_way, rho_measure, chosen,
                 [cells(p, versions[p]) for p in chosen], grouped)
@@ -311,18 +311,19 @@ def plan_noise_error(domain: dict[str, int], rho_one_way: float, rho_measure: fl
                      chosen: list[Clique], sizes: list[int],
                      grouped: dict[Clique, tuple]) -> float:
     """E_eta + E_1 of the measurement plan a selection leads to (docs/decisions/0013-absyn.md,
-    step 6): the `measurements` stage draws the `chosen` pairs (`sizes` cells, coarse ones on
-    their `grouped` codes) and the 1-way marginal of every column no pair holds on its own codes
-    (`stages.cover_columns`), splitting `rho_measure` over them by Eq. 11; with nothing chosen it
-    spends `rho_measure` on the 1-way marginals. E_eta = FIT_NOISE_SHARE sum over the pairs of
-    c sqrt(1 / (pi rho)); E_1 = FIT_NOISE_SHARE sum over the pairs not chosen of L1_a + L1_b,
+    step 6): the `measurements` stage draws the `chosen` pairs (`sizes` cells; those `grouped`
+    maps to groups, as `Selection.coarse`, on them) and the 1-way marginal of every column no
+    pair holds on its own codes (`stages.cover_columns`), splitting `rho_measure` over them by
+    Eq. 11; with nothing chosen it spends `rho_measure` on the 1-way marginals.
+    E_eta = FIT_NOISE_SHARE sum over the pairs of c sqrt(1 / (pi rho));
+    E_1 = FIT_NOISE_SHARE sum over the pairs not chosen of L1_a + L1_b,
     L1_a = d_a / sqrt(pi rho_a), rho_a = a's Eq. 11 share of `rho_one_way`, plus its share of
     `rho_measure` if no pair holds it, plus r_p d_a / c_p for each pair p holding a on its own
     codes (summed over the other column, the pair gives a's counts at c_p / d_a times its noise
     variance). Public: the domain, the sizes and the rhos."""
     attrs = list(domain)
     rho = dict(zip(attrs, optimal_split(rho_one_way, [domain[a] for a in attrs])))
-    fine = {a for p in chosen for a, g in zip(p, grouped[p]) if g is None}
+    fine = fine_columns(chosen, grouped)
     single = [a for a in attrs if a not in fine] if chosen else attrs
     rhos = optimal_split(rho_measure, list(sizes) + [domain[a] for a in single])
     for a, r in zip(single, rhos[len(chosen):]):
@@ -330,9 +331,8 @@ def plan_noise_error(domain: dict[str, int], rho_one_way: float, rho_measure: fl
     e_eta = 0.0
     for p, c, r in zip(chosen, sizes, rhos):
         e_eta += c / math.sqrt(math.pi * r)
-        for a, g in zip(p, grouped[p]):
-            if g is None:
-                rho[a] += r * domain[a] / c
+        for a in fine_columns([p], grouped):
+            rho[a] += r * domain[a] / c
     l1 = {a: domain[a] / math.sqrt(math.pi * rho[a]) if rho[a] > 0 else math.inf for a in attrs}
     measured = {frozenset(p) for p in chosen}
     e_one = sum(l1[a] + l1[b] for a, b in itertools.combinations(attrs, 2)
