@@ -1,4 +1,6 @@
-"""absyn on adult in process, with paired noise, for A/B tests of the selection (issue 16).
+"""absyn in process with paired noise, for A/B tests of the selection (issue 16).
+
+The table: adult, or with --data a suite table's codes (bench/work/suite/data/<table>).
 
 Per epsilon and seed: absyn's selection, the measurement stage as `stages.measure` runs it
 (measurement plan, cover_columns, guard, consistency), the numpy mirror-descent fit
@@ -12,8 +14,10 @@ BENCH ONLY, NOT PRIVATE: unless --real-noise, the OpenDP draws are replaced by n
 noise keyed by (seed, the marginal's counts) and (seed, "scores"), so two variants of the code
 at the same seed see the same noise on the same marginal (paired comparisons; OpenDP's noise
 cannot be seeded). Variants: --fns (FIT_NOISE_SHARE), --one/--score (budget shares), --lam (the
-share of the path weight R_tilde the CR-score subtracts; 1 = the paper), --nocoarse; --trace
-prints the greedy's rounds (pair, coarse cells, E).
+share of the path weight R_tilde the CR-score subtracts; 1 = the paper), --nocoarse, --raw-price
+(no fit shrink, step 4), --absolute (the fitted error itself, not over independence's); --trace
+prints the greedy's rounds (pair, coarse cells, E); --pairs the fit's error on each measured pair
+beside step 4's model of it.
 
     nice .venv/bin/python bench/absyn_paired.py --eps 1 --seeds 0 1 2 3 4 5 --tag base
 """
@@ -44,6 +48,7 @@ from dp_synth_assets.core.privacy import Spend, gaussian_scale, rho_from_epsilon
 from dp_synth_assets.core.select import METHODS, Budget, select  # noqa: E402
 from dp_synth_assets.core.select.guard import guard  # noqa: E402
 from dp_synth_assets.core.stages import cover_columns, draw  # noqa: E402
+from dp_synth_assets.core.select.privsyn import indif  # noqa: E402
 from tests.helpers import counting_oracle  # noqa: E402
 
 D = DATASETS / "adult"
@@ -89,9 +94,28 @@ def main() -> None:
     ap.add_argument("--trace", action="store_true")
     ap.add_argument("--one", type=float)
     ap.add_argument("--score", type=float)
+    ap.add_argument("--data", type=Path,
+                    help="a folder with domain.json and codes.csv (or one other CSV of codes), "
+                         "e.g. bench/work/suite/data/orders; default: adult")
+    ap.add_argument("--raw-price", action="store_true",
+                    help="price each pair's noise at its raw l1 (no fit shrink, step 4)")
+    ap.add_argument("--absolute", action="store_true",
+                    help="price each pair at FIT_NOISE_SHARE times its proxy's fitted error (no "
+                         "division by the independent product's)")
+    ap.add_argument("--pairs", action="store_true",
+                    help="per measured pair: the fitted model's l1 error on it (count scale) and "
+                         "step 4's model of it (measure.fitted_noise_error) on its exact counts, "
+                         "on support_proxy of its exact margins and score, and on their product")
     args = ap.parse_args()
-    frame = pd.read_csv(D / "adult.csv")
-    domain = json.loads((D / "adult-domain.json").read_text())
+    if args.data is None:
+        frame = pd.read_csv(D / "adult.csv")
+        domain = json.loads((D / "adult-domain.json").read_text())
+    else:
+        domain = json.loads((args.data / "domain.json").read_text())
+        csv = args.data / "codes.csv"
+        if not csv.exists():
+            csv = next(f for f in args.data.glob("*.csv"))
+        frame = pd.read_csv(csv)[list(domain)]
     data = {c: frame[c].to_numpy() for c in domain}
     n = len(frame)
     pairs = list(itertools.combinations(domain, 2))
@@ -110,6 +134,13 @@ def main() -> None:
             cr = _cr(index, pairs, r_bar, edges, edge_r)
             return r_bar - args.lam * (r_bar - cr)
         A.cr_scores = cr_lam
+    if args.raw_price:
+        A.shrink_curve = lambda expected, sigma_0: np.ones(A.SIGMA_GRID.size)
+    if args.absolute:
+        def absolute(one_a, one_b, score, sigma_0):
+            curve = A.shrink_curve(A.support_proxy(one_a, one_b, score), sigma_0)
+            return tuple(curve.tolist())
+        A.fit_shrink = absolute
     if args.fns is not None:
         A.FIT_NOISE_SHARE = args.fns
     if not args.real_noise:
@@ -143,6 +174,27 @@ def main() -> None:
                   "out", len(pairs) - len(inside), round(sum(per[p] for p in pairs if p not in inside) / len(pairs), 5),
                   "out-indep", round(sum(ind[p] for p in pairs if p not in inside) / len(pairs), 5), flush=True)
             res.append(tv)
+            if args.pairs:
+                for m in cons:
+                    if len(m.clique) != 2:
+                        continue
+                    p = tuple(m.clique)
+                    fitted = model.project(p)
+                    fitted = fitted / fitted.sum() * n
+                    truth = real[p] * n if p in real else real[p[::-1]].T * n
+                    if m.groups is not None:
+                        fitted, truth = M.coarsen(fitted, m.groups), M.coarsen(truth, m.groups)
+                    raw = np.abs(m.noisy - truth).sum()
+                    proxy = A.support_proxy(truth.sum(axis=1), truth.sum(axis=0),
+                                            indif(truth))
+                    print("   pair", p, "cells", truth.size, "support", int((truth > 0).sum()),
+                          "sigma", round(m.sigma, 2), "consistent_l1", round(raw, 1),
+                          "fit_l1", round(float(np.abs(fitted - truth).sum()), 1),
+                          "model_counts", round(M.fitted_noise_error(truth, m.sigma), 1),
+                          "model_proxy", round(M.fitted_noise_error(proxy, m.sigma), 1),
+                          "model_independent", round(M.fitted_noise_error(
+                              A.support_proxy(truth.sum(axis=1), truth.sum(axis=0), 0.0),
+                              m.sigma), 1), flush=True)
             print(json.dumps({"tag": args.tag, "eps": eps, "seed": seed, "tvd2": round(tv, 5),
                               "sel": len(chosen.cliques), "coarse": len(chosen.coarse),
                               "dropped": len(rep.get("dropped", [])), "sel_s": round(t1 - t0, 1),

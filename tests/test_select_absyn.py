@@ -309,3 +309,109 @@ def test_a_strong_pair_is_kept_though_it_starves_the_other_one_way_marginals():
     kept = [r for r in chosen.details["rounds"] if r["kept"]]
     assert kept and min(r["plan_error"] for r in kept) == min(
         r["plan_error"] for r in chosen.details["rounds"])
+
+
+def simplex_projection(y: np.ndarray, total: float) -> np.ndarray:
+    """The nearest (l2) nonnegative array of sum `total` to y: the fit step 4's price models."""
+    u = np.sort(y)[::-1]
+    excess = np.cumsum(u) - total
+    k = np.arange(1, y.size + 1)
+    r = k[u - excess / k > 0][-1]
+    return np.maximum(y - excess[r - 1] / r, 0.0)
+
+
+@pytest.mark.parametrize("shape", ["sparse", "small counts", "dense"])
+def test_fitted_noise_error_is_the_projections_l1_error_found_by_simulation(shape):
+    """measure.fitted_noise_error (step 4) against 400 draws of the projection it models: noisy
+    counts projected onto the nonnegative arrays of the same total. Sparse: 40 cells of 200 and
+    1,000 empty at sigma 10, which keeps an eighth of the raw noise; dense: the raw noise."""
+    from dp_synth_assets.core.measure import fitted_noise_error
+
+    rng = np.random.default_rng(7)
+    mu, sigma = {"sparse": (np.r_[np.full(40, 200.0), np.zeros(1000)], 10.0),
+                 "small counts": (rng.poisson(3, 500).astype(float), 5.0),
+                 "dense": (rng.poisson(400, 100).astype(float), 3.0)}[shape]
+    draws = [np.abs(simplex_projection(mu + sigma * rng.standard_normal(mu.size), mu.sum())
+                    - mu).sum() for _ in range(400)]
+    model = fitted_noise_error(mu, sigma)
+    assert model == pytest.approx(np.mean(draws), rel=0.03)
+    raw = mu.size * sigma * math.sqrt(2 / math.pi)
+    if shape == "dense":
+        assert model == pytest.approx(raw, rel=1e-3)
+    if shape == "sparse":
+        assert model < raw / 7
+    # one error per sigma when given several
+    assert fitted_noise_error(mu, np.array([sigma, 2 * sigma]))[0] == pytest.approx(model)
+
+
+def test_fitted_noise_error_of_empty_cells_is_the_positive_half_of_the_noise():
+    """No counts at all: lam = 0 and each cell keeps E max(N, 0) = sigma / sqrt(2 pi)."""
+    from dp_synth_assets.core.measure import fitted_noise_error
+
+    assert fitted_noise_error(np.zeros(10), 2.0) == pytest.approx(10 * 2 / math.sqrt(2 * math.pi))
+
+
+def test_support_proxy_keeps_the_margins_and_reaches_the_released_score():
+    """support_proxy: the independent product up to the score an independent sample of these
+    margins shows (sum over cells of min(sqrt(2 mu / pi), 2 mu), here 350 of 10,000 rows), the
+    north-west corner coupling (at most d_a + d_b - 1 cells) at the coupling's own distance from
+    independence, and in between the mix whose weight on the coupling rises linearly from the
+    one to the other; both margins kept throughout."""
+    from dp_synth_assets.core.select.absyn import coupling, support_proxy
+
+    a = np.array([5000.0, 3000.0, 1500.0, 500.0])
+    b = np.array([1000.0, 6000.0, 2000.0, 500.0, 500.0])
+    product = np.outer(a, b) / a.sum()
+    joint = coupling(a, b)
+    reach = np.abs(joint - product).sum()
+    sampling = np.sum(np.minimum(np.sqrt(2 * product / math.pi), 2 * product))
+    assert (joint > 0).sum() <= a.size + b.size - 1
+    assert joint.sum(axis=1) == pytest.approx(a) and joint.sum(axis=0) == pytest.approx(b)
+    for score, w in ((0.0, 0.0), (sampling, 0.0), ((sampling + reach) / 2, 0.5), (reach, 1.0),
+                     (10 * reach, 1.0)):
+        q = support_proxy(a, b, score)
+        assert q.sum(axis=1) == pytest.approx(a) and q.sum(axis=0) == pytest.approx(b)
+        assert np.abs(q - product).sum() == pytest.approx(w * reach)
+    assert support_proxy(a, b, reach) == pytest.approx(joint)
+
+
+def test_a_sampling_level_score_keeps_the_raw_price_and_a_function_does_not():
+    """fit_shrink moves a pair's price only by how much sparser its released dependency makes it
+    than its margins' product: None (the raw price) at score 0 and at a twentieth of the
+    coupling's reach (below what an independent sample of 25 rows a cell shows), and far below
+    1 for a function of 60 codes onto 20 (60 cells of 500 rows, the rest empty, at sigma 2)."""
+    from dp_synth_assets.core.select.absyn import coupling, fit_shrink
+
+    a, b = np.full(60, 500.0), np.full(20, 1500.0)
+    reach = np.abs(coupling(a, b) - np.outer(a, b) / a.sum()).sum()
+    assert fit_shrink(a, b, 0.0, 2.0) is None
+    assert fit_shrink(a, b, reach / 20, 2.0) is None
+    strong = fit_shrink(a, b, reach, 2.0)
+    assert strong[0] < 0.2
+
+
+def test_a_function_of_many_codes_is_bought_at_its_fitted_price():
+    """Step 4's price on a pair where the raw one refuses: 6,000 rows, store (60 codes, uniform)
+    and its city (20, a function of the store), rho 5.6e-4 (sigma 30). The pair's score,
+    2 n (1 - 1/20) = 11,400 on the count scale, is below its raw price, FIT_NOISE_SHARE 1,200
+    sqrt(1 / (pi rho)) = 14,300, so without the 1-way counts the greedy keeps nothing. With
+    them the pair's proxy puts its mass on 60 of the 1,200 cells (100 rows each against 5 for
+    the independent product): its fit keeps under half the noise the independent shape's
+    does, and the pair is bought."""
+    from dp_synth_assets.core.select.absyn import SIGMA_GRID, fit_shrink, greedy
+    from dp_synth_assets.core.select.privsyn import indif
+
+    n, rho = 6000, 5.6e-4
+    store = np.repeat(np.arange(60), n // 60)
+    city = store % 20
+    exact = np.zeros((60, 20))
+    np.add.at(exact, (store, city), 1)
+    pairs, domain = [("store", "city")], {"store": 60, "city": 20}
+    r_bar = normalize_scores(np.array([indif(exact)]), pairs, domain, n)
+    margins = {"store": exact.sum(axis=1), "city": exact.sum(axis=0)}
+    assert indif(exact) < 0.5 * 1200 / math.sqrt(math.pi * rho)
+    assert greedy(pairs, r_bar, domain, n, rho, tau=100_000)[0] == []
+    assert greedy(pairs, r_bar, domain, n, rho, tau=100_000, one_way=margins)[0] == pairs
+    sigma_0 = 1 / math.sqrt(2 * rho)
+    shrink = fit_shrink(margins["store"], margins["city"], indif(exact), sigma_0)
+    assert len(shrink) == SIGMA_GRID.size and shrink[0] < 0.5

@@ -9,7 +9,8 @@ entry without `method:` gets the project's default) and run through the notebook
 generator choice the Dagster pipeline's assets call, without Dagster's own overhead (event log,
 asset checks). `sample()` draws the entry's `rows` (`same`: the noisy row count), decoded and cast
 to the declared SQL types; the rows are written to --out (Parquet), the run's encoding plan
-(public) beside it as plan.json, to read which bins and density a score came from.
+(public) beside it as plan.json, to read which bins and density a score came from, and the
+selection's marginals (those measured on groups under `coarse`) as selected.json.
 
 Prints `RESULT {json}` last: `seconds` (fit + sample), `peak_mb` (this process's maximum RSS),
 `rows`, `method`, `rho` (the run's budget), `rho_spent`, `selected` (multi-column marginals
@@ -53,6 +54,10 @@ def main() -> None:
     pq.write_table(table, args.out)
     (args.out.parent / "plan.json").write_text(synth.plan.to_json())  # public: for diagnosis
     report = synth.report
+    chosen = synth.selection
+    (args.out.parent / "selected.json").write_text(json.dumps({  # public: which marginals, how
+        "cliques": [list(c) for c in chosen.cliques] if chosen else [],
+        "coarse": [list(c) for c in (chosen.coarse or {})] if chosen else []}))
     print("RESULT " + json.dumps({
         "status": "ok", "seconds": seconds, "rows": table.num_rows, "method": report.method,
         "rho": report.rho, "rho_spent": report.rho_spent,

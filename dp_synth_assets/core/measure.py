@@ -152,6 +152,56 @@ def expected_noise_error(rho: float, sizes: list[int]) -> float:
     return s ** 1.5 / math.sqrt(math.pi * rho)
 
 
+def fitted_noise_error(expected: np.ndarray, sigma) -> np.ndarray | float:
+    """The expected l1 error, on the count scale, of a marginal whose counts are `expected`
+    (>= 0) measured with Gaussian noise sigma and then fitted, modelled as the projection onto
+    the nonnegative arrays of the same total: x_i = max(y_i - lam, 0), with lam >= 0 the
+    threshold at which the expected mass sum_i E max(mu_i + z_i - lam, 0) equals sum_i mu_i.
+    Per cell, with t = mu - lam and X ~ N(t, sigma^2): E|max(X, 0) - mu| = E|X - mu| + t
+    Phi(-t / sigma) - sigma phi(t / sigma), E|X - mu| = sigma sqrt(2 / pi) exp(-lam^2 / 2
+    sigma^2) + lam (2 Phi(lam / sigma) - 1). Dense cells (mu >> sigma) keep the raw sqrt(2 / pi)
+    sigma; an empty cell costs sigma / sqrt(2 pi) at lam = 0 and less as lam grows, so a sparse
+    marginal costs far less than its cells times the raw noise (docs/decisions/0013-absyn.md,
+    step 4). `sigma` may be an array (> 0): one error per sigma."""
+    mu = np.clip(np.asarray(expected, dtype=np.float64).ravel(), 0.0, None)[None, :]
+    sigmas = np.atleast_1d(np.asarray(sigma, dtype=np.float64))[:, None]
+    total = float(mu.sum())
+    if total <= 0:
+        out = mu.size * sigmas[:, 0] / math.sqrt(2 * math.pi)
+    else:
+        # Newton from lam = 0: the expected mass is convex and decreasing in lam (its slope is
+        # -sum_i Phi(t_i)), so each step lands at or below the root and the steps converge
+        lam = np.zeros_like(sigmas)
+        for _ in range(30):
+            t = (mu - lam) / sigmas
+            cdf = _ndtr(t)
+            excess = np.sum((mu - lam) * cdf + sigmas * _phi(t), axis=1, keepdims=True) - total
+            step = excess / np.maximum(np.sum(cdf, axis=1, keepdims=True), 1e-300)
+            lam = lam + step
+            if np.all(step <= 1e-9 * (sigmas + lam)):
+                break
+        t = mu - lam
+        folded = (sigmas * math.sqrt(2 / math.pi) * np.exp(-lam * lam / (2 * sigmas * sigmas))
+                  + lam * (2 * _ndtr(lam / sigmas) - 1))
+        out = np.sum(folded + t * _ndtr(-t / sigmas) - sigmas * _phi(t / sigmas), axis=1)
+    return float(out[0]) if np.ndim(sigma) == 0 else out
+
+
+def _phi(x: np.ndarray) -> np.ndarray:
+    return np.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+
+
+def _ndtr(x: np.ndarray) -> np.ndarray:
+    """The standard normal CDF Phi, from Abramowitz and Stegun 7.1.26 (|error of erf| <= 1.5e-7;
+    numpy has no erf, and scipy is no dependency)."""
+    z = np.abs(x) / math.sqrt(2)
+    k = 1.0 / (1.0 + 0.3275911 * z)
+    poly = k * (0.254829592 + k * (-0.284496736 + k * (1.421413741 + k * (-1.453152027
+                                                                       + k * 1.061405429))))
+    erf = 1.0 - poly * np.exp(-z * z)
+    return 0.5 * (1.0 + np.sign(x) * erf)
+
+
 def measure_marginal(exact: np.ndarray, clique: Clique, rho: float, charge,
                      groups: Groups | None = None, **params) -> Measurement:
     """One noisy marginal: the discrete Gaussian mechanism at `rho` (`privacy.gaussian_counts`,

@@ -11,6 +11,7 @@ selected marginals (`budgets`) and spent by the `measurements` stage."""
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import networkx as nx
@@ -18,8 +19,8 @@ import numpy as np
 
 from ..config import SelectionSettings
 from ..measure import (adjacent_groups, clique_size, coarsen, coarsened_size,
-                       expected_noise_error, fine_columns, measure_marginal, noisy_total,
-                       optimal_split)
+                       expected_noise_error, fine_columns, fitted_noise_error, measure_marginal,
+                       noisy_total, optimal_split)
 from ..privacy import gaussian_scores
 from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
 from .privsyn import INDIF_SENSITIVITY, indif, measure_one_way
@@ -30,6 +31,7 @@ FIT_NOISE_SHARE = 0.5  # E_eta: the share of the raw noise error left after the 
 COARSE_LEVELS = (6, 16)  # coarse versions: groups of 1/level of a large column's mass (step 5)
 COARSE_MIN_CELLS = 1_000  # pairs with fewer cells have no coarse version (step 5)
 COARSE_TAU_CELLS = 50_000  # tau for a coarse candidate (step 5)
+SIGMA_GRID = 2.0 ** np.arange(12)  # sigma / sigma_0 at which a pair's shrink is computed
 
 
 def normalize_scores(noisy: np.ndarray, pairs: list[Clique], domain: dict[str, int],
@@ -123,10 +125,80 @@ def to_count_factor(da: int, db: int, noisy_total: float) -> float:
     return noisy_total * 2 * (k - 1) / k if k > 1 else 0.0
 
 
+def coupling(one_a: np.ndarray, one_b: np.ndarray) -> np.ndarray:
+    """The north-west corner coupling of two 1-way count arrays, each taken in decreasing order:
+    a joint of those margins on at most d_a + d_b - 1 cells, the sparsest shape a strong
+    dependency can take (a function, a near-diagonal pair). Returned on the original codes."""
+    order_a, order_b = np.argsort(-one_a, kind="stable"), np.argsort(-one_b, kind="stable")
+    left, right = one_a[order_a].astype(np.float64), one_b[order_b].astype(np.float64)
+    out = np.zeros((left.size, right.size))
+    i = j = 0
+    while i < left.size and j < right.size:
+        step = min(left[i], right[j])
+        out[order_a[i], order_b[j]] += step
+        left[i] -= step
+        right[j] -= step
+        if left[i] <= 1e-9 * max(step, 1.0):
+            i += 1
+        elif right[j] <= 1e-9 * max(step, 1.0):
+            j += 1
+    return out
+
+
+def support_proxy(one_a: np.ndarray, one_b: np.ndarray, score: float) -> np.ndarray:
+    """Public expected counts of a pair (step 4): its noisy 1-way counts (negatives read as 0,
+    scaled to one total) joined as (1 - w) their independent product + w their `coupling`,
+    w = (R - s) / (R_C - s) clipped to [0, 1]: R the released count-scale score, R_C the
+    coupling's distance from independence, s the score an independent sample of these margins
+    shows (sum over cells of min(sqrt(2 mu / pi), 2 mu), about E|count - mu| under
+    independence). A score at the sampling level spreads over every cell: w = 0."""
+    a = np.clip(np.asarray(one_a, dtype=np.float64), 0.0, None)
+    b = np.clip(np.asarray(one_b, dtype=np.float64), 0.0, None)
+    total = max(a.sum(), 1.0)
+    b = b * total / b.sum() if b.sum() > 0 else np.full(b.size, total / b.size)
+    independent = np.outer(a, b) / total
+    sampling = float(np.sum(np.minimum(np.sqrt(2 * independent / math.pi), 2 * independent)))
+    if score <= sampling:
+        return independent
+    joint = coupling(a, b)
+    reach = float(np.abs(joint - independent).sum())
+    w = min((score - sampling) / (reach - sampling), 1.0) if reach > sampling else 0.0
+    return (1 - w) * independent + w * joint
+
+
+def shrink_curve(expected: np.ndarray, sigma_0: float) -> np.ndarray:
+    """h(sigma) = `fitted_noise_error` / raw l1 noise (cells sqrt(2 / pi) sigma) at sigma =
+    sigma_0 `SIGMA_GRID`: the share of a marginal's raw noise its fit keeps (1 for dense ones)."""
+    sigmas = sigma_0 * SIGMA_GRID
+    return fitted_noise_error(expected, sigmas) / (expected.size * sigmas * math.sqrt(2 / math.pi))
+
+
+def fit_shrink(one_a: np.ndarray, one_b: np.ndarray, score: float,
+               sigma_0: float) -> tuple[float, ...] | None:
+    """The share of a pair's raw noise price that step 4 keeps, at sigma_0 `SIGMA_GRID`: the
+    fitted error of its `support_proxy` over that of its margins' independent product (at most
+    1), so a pair is priced below the raw noise only as far as its released dependency makes it
+    sparser than independence. None (a share of 1 at every sigma) at score 0 or when the two
+    are within 0.1%."""
+    if score <= 0:
+        return None
+    curve = np.minimum(shrink_curve(support_proxy(one_a, one_b, score), sigma_0)
+                       / shrink_curve(support_proxy(one_a, one_b, 0.0), sigma_0), 1.0)
+    return None if curve.min() > 0.999 else tuple(curve.tolist())
+
+
+def shrink_at(curve: tuple[float, ...], sigma_0: float, sigma: float) -> float:
+    """`shrink_curve` (as a tuple) read at sigma: linear in log sigma, held at the grid's ends
+    (plain floats: the greedy reads it for every pair of every candidate)."""
+    x = min(max(math.log2(sigma / sigma_0), 0.0), len(curve) - 1.0)
+    k = min(int(x), len(curve) - 2)
+    return curve[k] + (x - k) * (curve[k + 1] - curve[k])
+
+
 def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy_total: float,
            rho_measure: float, tau: int, log: Log | None = None,
            coarse: dict[Clique, list[Version]] | None = None, start: tuple[Clique, ...] = (),
-           rho_one_way: float | None = None
+           rho_one_way: float | None = None, one_way: dict[str, np.ndarray] | None = None
            ) -> tuple[list[Clique], list[dict], dict[Clique, tuple]]:
     """Alg. 3 lines 9-37 with coarse versions (docstring, step 5); returns the selected pairs
     (triangulated), a public trace and the groups of the pairs selected coarse. `log`, if given,
@@ -134,7 +206,9 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
     of `pairs` selected before the first round (fine, forming a forest: `auto`'s tree), kept.
     `rho_one_way` (the 1-way marginals' rho; with no `start`): the selection returned is the
     round of the greedy's path, the empty one included, whose measurement plan has the least
-    error, E_cor + `plan_noise_error` (step 6)."""
+    error, E_cor + `plan_noise_error` (step 6). `one_way` (each column's noisy 1-way counts): each
+    pair's noise is priced by the share of it its fit keeps (`support_proxy`, `shrink_curve`;
+    step 4); without it, at the raw noise."""
     coarse = coarse or {}
     nodes = list(domain)
     index = {a: i for i, a in enumerate(nodes)}
@@ -143,7 +217,9 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
     fine_cells = [clique_size(p, domain) for p in pairs]
 
     def cells(pair: Clique, version: int) -> int:
-        return fine_cells[position[pair]] if version == 0 else coarse[pair][version - 1].cells
+        if version:
+            return coarse[pair][version - 1].cells
+        return fine_cells[position[pair]] if pair in position else clique_size(pair, domain)
 
     def fill_version(pair: Clique) -> int:  # a fill-in edge: its cheapest version
         versions = coarse.get(pair, [])
@@ -151,9 +227,37 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
             return 0
         return 1 + min(range(len(versions)), key=lambda k: versions[k].cells)
 
+    sigma_0 = 1 / math.sqrt(2 * rho_measure)  # the least sigma a pair can be measured at
+    curves: dict[tuple[Clique, int], tuple[float, ...] | None] = {}  # fit_shrink, per version
+
+    def shrink(pair: Clique, version: int, sigma: float) -> float:  # step 4
+        if one_way is None:
+            return 1.0
+        if (pair, version) not in curves:
+            at = position.get(pair)
+            if version:
+                c = coarse[pair][version - 1]
+                score, groups = c.r_bar * c.to_count, c.groups
+            else:
+                score = 0.0 if at is None else float(r_bar[at] * to_count[at])
+                groups = (None, None)
+            margins = [coarsen(one_way[x], (g,)) for x, g in zip(pair, groups)]
+            curves[(pair, version)] = fit_shrink(*margins, score, sigma_0)
+        curve = curves[(pair, version)]
+        return 1.0 if curve is None else shrink_at(curve, sigma_0, sigma)
+
+    def noise_error(filled: set[Clique], version: dict[Clique, int]) -> float:  # E_eta
+        chosen = list(filled)
+        sizes = [cells(p, version[p]) for p in chosen]
+        if one_way is None or not chosen:
+            return FIT_NOISE_SHARE * expected_noise_error(rho_measure, sizes)
+        rhos = optimal_split(rho_measure, sizes)
+        return FIT_NOISE_SHARE * sum(c / math.sqrt(math.pi * r)
+                                     * shrink(p, version[p], 1 / math.sqrt(2 * r))
+                                     for p, c, r in zip(chosen, sizes, rhos))
+
     def error(filled: set[Clique], version: dict[Clique, int]) -> float:  # E(S), step 4-5
-        return correlation_error(filled, version) + FIT_NOISE_SHARE * expected_noise_error(
-            rho_measure, [cells(p, version[p]) for p in filled])
+        return correlation_error(filled, version) + noise_error(filled, version)
 
     def correlation_error(filled: set[Clique], version: dict[Clique, int]) -> float:  # E_cor
         edge_r = r_bar.copy()
@@ -226,7 +330,8 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
             grouped = {p: coarse[p][versions[p] - 1].groups for p in chosen if versions[p]}
             return correlation_error(filled, versions) + plan_noise_error(
                 domain, rho_one_way, rho_measure, chosen,
-                [cells(p, versions[p]) for p in chosen], grouped)
+                [cells(p, versions[p]) for p in chosen], grouped,
+                lambda p, sigma: shrink(p, versions[p], sigma))
 
         totals = [plan_error(k) for k in range(len(path))]
         keep = int(np.argmin(totals))
@@ -308,14 +413,15 @@ def detectable(pairs: list[Clique], domain: dict[str, int], noisy_total: float,
 
 
 def plan_noise_error(domain: dict[str, int], rho_one_way: float, rho_measure: float,
-                     chosen: list[Clique], sizes: list[int],
-                     grouped: dict[Clique, tuple]) -> float:
+                     chosen: list[Clique], sizes: list[int], grouped: dict[Clique, tuple],
+                     shrink: Callable[[Clique, float], float] | None = None) -> float:
     """E_eta + E_1 of the measurement plan a selection leads to (docs/decisions/0013-absyn.md,
     step 6): the `measurements` stage draws the `chosen` pairs (`sizes` cells; those `grouped`
     maps to groups, as `Selection.coarse`, on them) and the 1-way marginal of every column no
     pair holds on its own codes (`stages.cover_columns`), splitting `rho_measure` over them by
     Eq. 11; with nothing chosen it spends `rho_measure` on the 1-way marginals.
-    E_eta = FIT_NOISE_SHARE sum over the pairs of c sqrt(1 / (pi rho));
+    E_eta = FIT_NOISE_SHARE sum over the pairs of c sqrt(1 / (pi rho)) h, h = `shrink`(pair,
+    sigma = 1 / sqrt(2 rho)) (the greedy's step-4 price; 1 without it);
     E_1 = FIT_NOISE_SHARE sum over the pairs not chosen of L1_a + L1_b,
     L1_a = d_a / sqrt(pi rho_a), rho_a = a's Eq. 11 share of `rho_one_way`, plus its share of
     `rho_measure` if no pair holds it, plus r_p d_a / c_p for each pair p holding a on its own
@@ -330,7 +436,7 @@ def plan_noise_error(domain: dict[str, int], rho_one_way: float, rho_measure: fl
         rho[a] += r
     e_eta = 0.0
     for p, c, r in zip(chosen, sizes, rhos):
-        e_eta += c / math.sqrt(math.pi * r)
+        e_eta += c / math.sqrt(math.pi * r) * (shrink(p, 1 / math.sqrt(2 * r)) if shrink else 1.0)
         for a in fine_columns([p], grouped):
             rho[a] += r * domain[a] / c
     l1 = {a: domain[a] / math.sqrt(math.pi * rho[a]) if rho[a] > 0 else math.inf for a in attrs}
@@ -381,9 +487,10 @@ def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     scored = set(pairs)
     unscored = [p for p in start if p not in scored]
     pairs, r_bar = pairs + unscored, np.concatenate([r_bar, np.zeros(len(unscored))])
+    margins = {m.clique[0]: np.clip(m.noisy, 0.0, None) for m in one_way}
     selected, trace, groups = greedy(pairs, r_bar, domain, total, budget.measure, TAU_CELLS,
                                      log, coarse, tuple(start),
-                                     None if start else budget.one_way)
+                                     None if start else budget.one_way, margins)
     sizes = [coarsened_size(p, domain, groups.get(p)) for p in selected]
     rhos = optimal_split(budget.measure, sizes) if selected else []
     return Selection(
