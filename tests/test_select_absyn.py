@@ -415,3 +415,12 @@ def test_a_function_of_many_codes_is_bought_at_its_fitted_price():
     sigma_0 = 1 / math.sqrt(2 * rho)
     shrink = fit_shrink(margins["store"], margins["city"], indif(exact), sigma_0)
     assert len(shrink) == SIGMA_GRID.size and shrink[0] < 0.5
+
+
+def test_the_normal_cdf_without_scipy_matches_math_erfc():
+    """measure._ndtr (Abramowitz and Stegun 7.1.26) against the standard library's erfc."""
+    from dp_synth_assets.core.measure import _ndtr
+
+    x = np.linspace(-8, 8, 2001)
+    exact = np.array([0.5 * math.erfc(-v / math.sqrt(2)) for v in x])
+    assert np.max(np.abs(_ndtr(x) - exact)) < 2e-7
