@@ -398,7 +398,7 @@ def test_a_function_of_many_codes_is_bought_at_its_fitted_price():
     them the pair's proxy puts its mass on 60 of the 1,200 cells (100 rows each against 5 for
     the independent product): its fit keeps under half the noise the independent shape's
     does, and the pair is bought."""
-    from dp_synth_assets.core.select.absyn import SIGMA_GRID, fit_shrink, greedy
+    from dp_synth_assets.core.select.absyn import FIT_NOISE_SHARE, SIGMA_GRID, fit_shrink, greedy
     from dp_synth_assets.core.select.privsyn import indif
 
     n, rho = 6000, 5.6e-4
@@ -409,7 +409,7 @@ def test_a_function_of_many_codes_is_bought_at_its_fitted_price():
     pairs, domain = [("store", "city")], {"store": 60, "city": 20}
     r_bar = normalize_scores(np.array([indif(exact)]), pairs, domain, n)
     margins = {"store": exact.sum(axis=1), "city": exact.sum(axis=0)}
-    assert indif(exact) < 0.5 * 1200 / math.sqrt(math.pi * rho)
+    assert indif(exact) < FIT_NOISE_SHARE * 1200 / math.sqrt(math.pi * rho)
     assert greedy(pairs, r_bar, domain, n, rho, tau=100_000)[0] == []
     assert greedy(pairs, r_bar, domain, n, rho, tau=100_000, one_way=margins)[0] == pairs
     sigma_0 = 1 / math.sqrt(2 * rho)
@@ -424,3 +424,17 @@ def test_the_normal_cdf_without_scipy_matches_math_erfc():
     x = np.linspace(-8, 8, 2001)
     exact = np.array([0.5 * math.erfc(-v / math.sqrt(2)) for v in x])
     assert np.max(np.abs(_ndtr(x) - exact)) < 2e-7
+
+
+def test_a_fill_in_edge_without_a_released_score_is_measured_with_the_cycle():
+    """A pair dropped as undetectable (`detectable`: no score released) can still be a fill-in of
+    the triangulation: the strong 4-cycle a-b-c-d-a is chordal only with a chord, and neither
+    chord was scored. The greedy returns the cycle and one chord (fine, priced at its cells),
+    the chord last."""
+    from dp_synth_assets.core.select.absyn import greedy
+
+    domain = {"a": 5, "b": 5, "c": 5, "d": 5}
+    cycle = [("a", "b"), ("b", "c"), ("c", "d"), ("a", "d")]
+    chosen, _, groups = greedy(cycle, np.full(4, 0.9), domain, 100_000.0, 10.0, tau=100_000)
+    assert chosen[:4] == cycle and len(chosen) == 5
+    assert set(chosen[4]) in ({"a", "c"}, {"b", "d"}) and groups == {}

@@ -149,9 +149,11 @@ def support_proxy(one_a: np.ndarray, one_b: np.ndarray, score: float) -> np.ndar
     """Public expected counts of a pair (step 4): its noisy 1-way counts (negatives read as 0,
     scaled to one total) joined as (1 - w) their independent product + w their `coupling`,
     w = (R - s) / (R_C - s) clipped to [0, 1]: R the released count-scale score, R_C the
-    coupling's distance from independence, s the score an independent sample of these margins
-    shows (sum over cells of min(sqrt(2 mu / pi), 2 mu), about E|count - mu| under
-    independence). A score at the sampling level spreads over every cell: w = 0."""
+    coupling's distance from independence, s the score sampling alone gives an independent
+    pair of these margins (sum over cells of min(sqrt(2 mu / pi), 2 mu): E|count - mu| about
+    the true product; the score is taken about the sample's own margins, which absorb part of
+    that, so s errs high by up to the factor 1 / sqrt((1 - p_a)(1 - p_b)) a cell). A score at
+    the sampling level spreads over every cell: w = 0."""
     a = np.clip(np.asarray(one_a, dtype=np.float64), 0.0, None)
     b = np.clip(np.asarray(one_b, dtype=np.float64), 0.0, None)
     total = max(a.sum(), 1.0)
@@ -216,6 +218,9 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
     to_count = np.array([to_count_factor(domain[a], domain[b], noisy_total) for a, b in pairs])
     fine_cells = [clique_size(p, domain) for p in pairs]
 
+    def order(pair: Clique) -> int:  # a fill-in edge no score was released for goes last
+        return position.get(pair, len(position))
+
     def cells(pair: Clique, version: int) -> int:
         if version:
             return coarse[pair][version - 1].cells
@@ -249,9 +254,7 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
     def noise_error(filled: set[Clique], version: dict[Clique, int]) -> float:  # E_eta
         chosen = list(filled)
         sizes = [cells(p, version[p]) for p in chosen]
-        if one_way is None or not chosen:
-            return FIT_NOISE_SHARE * expected_noise_error(rho_measure, sizes)
-        rhos = optimal_split(rho_measure, sizes)
+        rhos = optimal_split(rho_measure, sizes) if chosen else []
         return FIT_NOISE_SHARE * sum(c / math.sqrt(math.pi * r)
                                      * shrink(p, version[p], 1 / math.sqrt(2 * r))
                                      for p, c, r in zip(chosen, sizes, rhos))
@@ -326,7 +329,7 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
     if rho_one_way is not None and not start and trace:  # step 6: the plan's error, the path
         def plan_error(k: int) -> float:
             filled, versions = path[k]
-            chosen = sorted(filled, key=position.get)
+            chosen = sorted(filled, key=order)
             grouped = {p: coarse[p][versions[p] - 1].groups for p in chosen if versions[p]}
             return correlation_error(filled, versions) + plan_noise_error(
                 domain, rho_one_way, rho_measure, chosen,
@@ -338,7 +341,7 @@ def greedy(pairs: list[Clique], r_bar: np.ndarray, domain: dict[str, int], noisy
         for entry, total in zip(trace, totals[1:]):
             entry.update(plan_error=round(total, 3), kept=entry["round"] <= keep)
         selected, version = path[keep]
-    chosen = sorted(selected, key=position.get)
+    chosen = sorted(selected, key=order)
     groups = {p: coarse[p][version[p] - 1].groups for p in chosen if version[p]}
     return chosen, trace, groups
 
