@@ -385,13 +385,25 @@ def honour(plan, constraints: tuple[Constraint, ...], codes: dict[str, np.ndarra
 
 def draw_gaps(plan, codes: dict[str, np.ndarray], columns: dict[str, "_Column"],
               rng: np.random.Generator, bin_cuts) -> None:
-    """Each later timestamp with a gap density (`Encoding.gap`: the pair's noisy histogram of
-    later - earlier, preprocessing's `gap` task) redrawn inside its own bin from that density
-    shifted to the row's earlier value: p(later | its bin, earlier) proportional to
-    gap(later - earlier) on [max(bin low, earlier), bin high). The codes are kept (only where
-    inside its bin a value falls changes), so every marginal the model learned stays; a row
-    whose interval the density puts no mass on (or with a NULL operand) keeps its value.
-    Post-processing of public releases; draws only from `rng`. `bin_cuts`: `domain.bin_cuts`."""
+    """Each ordered timestamp pair with a gap density (`Encoding.gap`: the pair's noisy
+    histogram of later - earlier, preprocessing's `gap` task) placed inside its two bins as the
+    model of the pair says: p(earlier, later | both bins) proportional to density(earlier)
+    gap(later - earlier), earlier in its bin, later in its own.
+
+    1. The earlier value, where it starts no other pair and ends none (`_roots`): redrawn
+       inside its bin from its own density weighted by the chance that the gap puts the later
+       value in the later's bin (`place_earlier`). Drawn alone, an earlier value near its bin's
+       end and a later bin whose edges differ (each column learns its own) would leave no gap
+       the density knows, and the later value would stay where its bin alone put it.
+    2. The later value: redrawn inside its bin from the gap density shifted to the row's
+       earlier value, p(later | its bin, earlier) proportional to gap(later - earlier) on
+       [max(bin low, earlier), bin high).
+
+    The codes are kept (only where inside its bins a value falls changes), so every marginal
+    the model learned stays; a row whose bins the density cannot join (or with a NULL operand)
+    keeps its values. Post-processing of public releases; draws only from `rng`. `bin_cuts`:
+    `domain.bin_cuts`."""
+    roots = _roots(plan, columns)
     for name, column in columns.items():
         e = plan[name]
         if not e.gap or e.gap[0] not in columns or not pa.types.is_timestamp(column.type):
@@ -404,6 +416,17 @@ def draw_gaps(plan, codes: dict[str, np.ndarray], columns: dict[str, "_Column"],
             continue
         cut = bin_cuts(e) * MICROS_PER_DAY
         code = np.asarray(codes[name])[at].astype(np.int64)
+        if roots.get(e.gap[0]) == name:
+            first = plan[e.gap[0]]
+            first_code = np.asarray(codes[e.gap[0]])[at].astype(np.int64)
+            placed = place_earlier(first, bin_cuts(first), first_code, bin_cuts(e), e.high,
+                                   code, e.gap[1], rng)
+            ok = ~np.isnan(placed)
+            first_cut = bin_cuts(first) * MICROS_PER_DAY
+            low = np.ceil(first_cut[first_code[ok]])
+            high = np.maximum(np.ceil(first_cut[first_code[ok] + 1]) - 1, low)
+            before.values[at[ok]] = np.clip(np.round(placed[ok] * MICROS_PER_DAY), low,
+                                            high).astype(np.int64)
         earlier = before.values[at].astype(np.float64)
         low = np.maximum(cut[code], earlier)
         high = np.minimum(cut[code + 1], e.high * MICROS_PER_DAY)
@@ -414,6 +437,104 @@ def draw_gaps(plan, codes: dict[str, np.ndarray], columns: dict[str, "_Column"],
         first = np.ceil(low[ok])  # whole microseconds inside [low, high)
         value = np.clip(value, first, np.maximum(np.ceil(high[ok]) - 1, first))
         column.values[at[ok]] = value.astype(np.int64)
+
+
+def _roots(plan, columns: dict[str, "_Column"]) -> dict[str, str]:
+    """Earlier column -> its later column, for each earlier column of a gap pair that is the
+    earlier of that pair alone and the later of none: the ones `draw_gaps` may redraw without
+    undoing another pair's placement (in `a <= b <= c`, `a` only)."""
+    pairs = [(plan[n].gap[0], n) for n in columns
+             if plan[n].gap and plan[n].gap[0] in columns]
+    later = {n for _, n in pairs}
+    starts = [first for first, _ in pairs]
+    return {first: n for first, n in pairs if first not in later and starts.count(first) == 1}
+
+
+def place_earlier(first, first_cut: np.ndarray, first_code: np.ndarray, later_cut: np.ndarray,
+                  later_high: float, later_code: np.ndarray, gap, rng: np.random.Generator
+                  ) -> np.ndarray:
+    """One earlier value per row (days; NaN where nothing joins the row's two bins), drawn
+    inside its bin [first_cut[k], first_cut[k + 1]) from p(x) f(x), p the earlier column's
+    density (`Encoding.density`, uniform in the bin without one) and f(x) = G(b1 - x) -
+    G(b0 - x) the chance that the gap puts the later value in its bin [b0, b1) =
+    [later_cut[j], min(later_cut[j + 1], later_high)), G the CDF of the gap density `gap`
+    (pieces (low, high, weight) in days).
+
+    Exact: p is constant between its pieces' edges and f is linear between b0 and b1 less the
+    gap pieces' edges, so on the intervals all those points cut the bin into, p f is linear: an
+    interval is drawn by its mass (its length times p times the mean of f at its ends, a point
+    piece of p by its mass times f there), x inside it by the inverse CDF of a linear density
+    (`_linear_draw`). Rows are grouped by their pair of codes: one table per pair that occurs."""
+    table = np.asarray(gap, dtype=np.float64).reshape(-1, 3)
+    table = table[(table[:, 2] > 0) & (table[:, 1] > table[:, 0])]
+    out = np.full(first_code.size, np.nan)
+    if table.size == 0 or first_code.size == 0:
+        return out
+    if first.density:
+        density = np.asarray(first.density, dtype=np.float64).reshape(-1, 3)
+    else:
+        density = np.column_stack([first_cut[:-1], first_cut[1:], np.ones(first_cut.size - 1)])
+    density = density[density[:, 2] > 0]
+    size = later_cut.size
+    pair, rows = np.unique(first_code * size + later_code, return_inverse=True)
+    for g, key in enumerate(pair):
+        k, j = divmod(int(key), size)
+        b0, b1 = later_cut[j], min(later_cut[j + 1], later_high)
+        if b1 <= b0:
+            continue
+        kinks = np.concatenate([b0 - table[:, :2].ravel(), b1 - table[:, :2].ravel()])
+        start, stop, level = _intervals(density, first_cut[k], first_cut[k + 1], kinks)
+        if start.size == 0:
+            continue
+        f_start = np.clip(_cdf(table, b1 - start) - _cdf(table, b0 - start), 0.0, None)
+        f_stop = np.clip(_cdf(table, b1 - stop) - _cdf(table, b0 - stop), 0.0, None)
+        point = stop == start
+        weight = np.where(point, level * f_start, level * (stop - start) * (f_start + f_stop) / 2)
+        total = weight.sum()
+        if not total > 0:
+            continue
+        at = np.flatnonzero(rows == g)
+        part = np.searchsorted(np.cumsum(weight), rng.random(at.size) * total, side="right")
+        part = np.minimum(part, weight.size - 1)
+        share = _linear_draw(f_start[part], f_stop[part], rng.random(at.size))
+        out[at] = start[part] + share * (stop[part] - start[part])
+    return out
+
+
+def _intervals(density: np.ndarray, low: float, high: float, cuts: np.ndarray):
+    """The density's ((low, high, weight) rows, weight > 0) restriction to [low, high), cut at
+    its pieces' edges and at `cuts`: the starts, stops and levels (weight per day) of the
+    intervals, then each point piece inside as (x, x, its weight)."""
+    length = density[:, 1] - density[:, 0]
+    point = length == 0
+    spans = density[~point & (density[:, 1] > low) & (density[:, 0] < high)]
+    at = np.concatenate([[low, high], spans[:, :2].ravel(), cuts])
+    at = np.unique(at[(at >= low) & (at <= high)])
+    start, stop = at[:-1], at[1:]
+    middle = (start + stop) / 2
+    covers = (spans[:, 0] <= middle[:, None]) & (middle[:, None] < spans[:, 1])
+    level = covers @ (spans[:, 2] / (spans[:, 1] - spans[:, 0]))
+    keep = level > 0
+    points = density[point & (density[:, 0] >= low) & (density[:, 0] < high)]
+    return (np.concatenate([start[keep], points[:, 0]]),
+            np.concatenate([stop[keep], points[:, 0]]),
+            np.concatenate([level[keep], points[:, 2]]))
+
+
+def _linear_draw(f_start: np.ndarray, f_stop: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Where in [0, 1) a draw of the density proportional to f_start + (f_stop - f_start) y
+    falls, for uniform `u`: the inverse CDF, u (a + b) / (a + sqrt(a^2 + u (b^2 - a^2))) (the
+    root of a y + (b - a) y^2 / 2 = u (a + b) / 2, written so that a = b gives u)."""
+    root = f_start + np.sqrt(f_start ** 2 + u * (f_stop ** 2 - f_start ** 2))
+    return np.where(root > 0, u * (f_start + f_stop) / np.where(root > 0, root, 1.0), u)
+
+
+def _cdf(table: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """G(t): the share of the piecewise-uniform density `table` ((low, high, weight) rows, each
+    high > low) below t, vectorized over t."""
+    low, high, weight = table[:, 0], table[:, 1], table[:, 2]
+    inside = np.clip((t[:, None] - low) / (high - low), 0.0, 1.0)
+    return inside @ weight / weight.sum()
 
 
 GAP_BLOCK = 8192  # rows of one block of `_draw_inside` (its tables are rows x pieces)
