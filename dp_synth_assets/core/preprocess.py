@@ -795,8 +795,10 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
     each gets rho / levels (4 levels, 3 for a DATE), and when the descent stops early the rest
     measures the last level again, averaged with its first draw by inverse variance, so the
     task spends exactly `rho`. The bounds are the span's outer edges; the density is the last
-    level's clipped noisy counts inside them, as (low, high, count) pieces in days, at most
-    DENSITY_CELLS of them (neighbouring buckets summed). All but the draws is post-processing."""
+    level's counts made consistent with the levels above (`consistent_counts`: a day's count
+    is known to one sigma, the sum of its 24 hours to about five), clipped at 0, inside them, as
+    (low, high, count) pieces in days, at most DENSITY_CELLS of them (neighbouring buckets
+    summed). All but the draws is post-processing."""
     units = CALENDAR_UNITS[:3] if integer_valued(spec) else CALENDAR_UNITS
     each = rho / len(units)
     cumulative = np.concatenate([[0], np.cumsum(np.asarray(hist, dtype=np.int64))])
@@ -804,9 +806,11 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
     edges = np.concatenate([[0], calendar_edges("Y", *inside), [CALENDAR_CELLS]])
     fixed = (False, False)  # ends the descent may not move
     spent = 0.0
+    levels = []  # (edges, noisy counts, sigma) of every level, for `consistent_counts`
     for depth, unit in enumerate(units):
         counts = level_counts(cumulative, edges)
         noisy, spend = gaussian_counts(counts, each)
+        levels.append((edges, noisy, spend.scale))
         spent += spend.rho
         charge(spend, column=name, purpose=f"DP bounds (calendar {CALENDAR_NAMES[unit]})",
                buckets=int(counts.size))
@@ -839,11 +843,60 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
                    buckets=int(counts.size))
             w1, w2 = 1 / sigma ** 2, 1 / second.scale ** 2
             noisy = (w1 * noisy + w2 * again) / (w1 + w2)
+            levels[-1] = (edges, noisy, 1 / math.sqrt(w1 + w2))
             first, last = _calendar_span(noisy, 1 / math.sqrt(w1 + w2), fixed)
             low, high = max(edges[first], inside[0]), min(edges[last + 1], inside[1])
         break
-    pieces = _calendar_pieces(noisy, edges, first, last, low, high)
+    pieces = _calendar_pieces(consistent_counts(levels), edges, first, last, low, high)
     return finished_bounds(spec, float(calendar_days(low)), float(calendar_days(high))), pieces
+
+
+def consistent_counts(levels: list[tuple[np.ndarray, np.ndarray, float]]) -> np.ndarray:
+    """The last level's counts re-estimated from every level's (Hay et al. 2010, "Boosting the
+    accuracy of differentially private histograms through consistency", generalized to a
+    sigma per level): the least-squares counts given all the noisy counts. Post-processing.
+
+    `levels`: (edges, noisy counts, sigma) from the top; bucket i of a level holds the rows in
+    [edges[i], edges[i + 1]), its first bucket also those before, its last those after
+    (`level_counts`). The last level's buckets are the leaves. A level above observes a sum of
+    leaves wherever a run of its buckets starts and ends on leaf edges (the calendar's units
+    nest: a day is 24 hours; at the span's ends its buckets merge into one, so the years above a
+    month observe only the total); its noisy sum over the run has variance (run length)
+    sigma^2. The observations nest, so the two passes of a tree give the least-squares answer:
+    upward, a node's estimate of its own count combines its observation y (variance v) with its
+    children's estimates (sum S, variance V) by inverse variance; downward, each child gets its
+    share of its parent's final count less S in proportion to its own variance."""
+    edges, estimate, sigma = levels[-1]
+    ends = np.r_[np.asarray(edges[1:-1], dtype=np.float64), np.inf]  # each leaf's end
+    count = ends.size
+    z = np.asarray(estimate, dtype=np.float64).copy()
+    var = np.full(count, float(sigma) ** 2)
+    last = np.arange(count)  # the last leaf of each node of the current frontier
+    steps = []
+    for up_edges, up_noisy, up_sigma in reversed(levels[:-1]):
+        up_ends = np.r_[np.asarray(up_edges[1:-1], dtype=np.float64), np.inf]
+        at = np.searchsorted(ends, up_ends)
+        closes = (at < count) & (ends[np.minimum(at, count - 1)] == up_ends)
+        runs = np.cumsum(np.r_[0, closes[:-1]])  # the run each of its buckets belongs to
+        run_sum = np.bincount(runs, weights=up_noisy)
+        run_len = np.bincount(runs).astype(np.float64)
+        run_last = at[closes]  # the last leaf of each run (every run closes: +inf is an end)
+        node_run = np.searchsorted(run_last, last)  # the run holding each frontier node
+        node_first = np.r_[0, last[:-1] + 1]
+        run_first = np.r_[0, run_last[:-1] + 1]
+        if run_last.size != run_sum.size or (run_first[node_run] > node_first).any():
+            continue  # runs that do not hold whole nodes (no nesting): this level is left out
+        precision = 1.0 / (run_len * float(up_sigma) ** 2)
+        total = np.bincount(node_run, weights=z, minlength=run_sum.size)
+        spread = np.bincount(node_run, weights=var, minlength=run_sum.size)
+        spread = np.where(spread > 0, spread, np.inf)
+        merged_var = 1.0 / (precision + 1.0 / spread)
+        merged = merged_var * (precision * run_sum + total / spread)
+        steps.append((node_run, z, var, total, spread))
+        z, var, last = merged, merged_var, run_last
+    for node_run, z_below, var_below, total, spread in reversed(steps):
+        z = z_below + (z - total)[node_run] * var_below / spread[node_run]
+    return z
 
 
 def _calendar_span(noisy: np.ndarray, sigma: float, fixed: tuple[bool, bool]) -> tuple[int, int]:
