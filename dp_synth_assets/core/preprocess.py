@@ -651,9 +651,11 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
     the two are averaged (the variance of one histogram at rho): small tables get their buckets
     detected at the task's whole rho instead of spending half of it on parts that stay put.
     Integer bounds are integer; the bounds are cut to the values of the declared SQL type.
-    The density is the clipped noisy part counts (without parts: bucket counts) inside the
-    bounds, as (low, high, count) pieces: decoding draws values inside a bin in proportion to
-    it (post-processing)."""
+    The density is the part counts made consistent with the bucket counts
+    (`consistent_counts`: a bucket's count is known to one sigma, the sum of its parts to
+    sqrt(parts)), clipped at 0 (without parts: the bucket counts), inside the bounds, as (low,
+    high, count) pieces: decoding draws values inside a bin in proportion to it, and quantile
+    bins are cut at its cumulative mass (post-processing)."""
     edges = bucket_edges(spec)
     buckets = edges.size + 1
     parts = max(hist.size // buckets, 1)
@@ -676,6 +678,10 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
     pieces: tuple = ()
     if noisy_parts is not None:
         total = max(float(noisy.sum()), 0.0)
+        cells = buckets * parts  # the parts' counts made consistent with their buckets'
+        consistent = consistent_counts([
+            (np.arange(0, cells + 1, parts), noisy, sigma),
+            (np.arange(cells + 1), noisy_parts.ravel(), second.scale)]).reshape(buckets, parts)
         if 0 < first < buckets - 1:
             k = _tighten(noisy_parts[first], sigma, total)
             low = low + k * (padded[first + 1] - padded[first]) / parts
@@ -688,7 +694,7 @@ def bounds_and_density(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float
                 a = padded[b] + j * width
                 if a + width > low and a < high:
                     pieces += ((float(max(a, low)), float(min(a + width, high)),
-                                float(max(noisy_parts[b, j], 0.0))),)
+                                float(max(consistent[b, j], 0.0))),)
     else:  # the buckets' own noisy counts: a coarser density, still one per bucket
         for b in range(max(first, 1), min(last, buckets - 2) + 1):
             a, z = max(padded[b], low), min(padded[b + 1], high)
