@@ -5,9 +5,10 @@ A constraint is public (declared; nothing is measured or spent). Its grammar is 
 evaluated: `<column> <op> <column>` or `<column> <op> <literal>`, `op` one of `<`, `<=`, `>`,
 `>=`, `==`, `!=`, over integer, float and datetime columns, and `==` / `!=` over categorical
 columns (with a category, or with a column of the same categories); a NULL operand satisfies it.
-`honour` places a later timestamp of an ordered pair by the pair's gap density (`draw_gaps`;
-measured and charged in preprocessing), then redraws a violating row inside its bins up to
-`TRIES` times, then projects what no draw fixed; the row count and the seed's rows are kept.
+`honour` places an ordered pair of timestamps inside their bins by the pair's gap density
+(`draw_gaps`; measured and charged in preprocessing), then redraws a violating row inside its
+bins up to `TRIES` times, then projects what no draw fixed; the row count and the seed's rows
+are kept.
 docs/generators.md, "Declared constraints"; why: docs/decisions/0023-declared-constraints.md."""
 
 import re

@@ -168,15 +168,16 @@ def bounds_task(name: str, spec: ColumnSpec) -> Task:
 
 def needs_density(spec: ColumnSpec) -> bool:
     """Whether a numeric / datetime column gets a `density` histogram: its bins (uniform or
-    quantile) may hold more than one value (public: from the spec alone). Undeclared bounds get
-    one, integers too: their range is not known when the tasks are planned, and the bounds' own
-    density (parts of a power-of-two bucket, or the whole bucket when parts could not move a
-    bound) is too coarse for a heap (docs/decisions/0009-dp-preprocessing.md, "Densities and
-    heaps")."""
+    quantile) may hold more than one value (public: from the spec alone). Undeclared bounds of a
+    number get one, integers too: their range is not known when the tasks are planned, and the
+    bounds' own density (parts of a power-of-two bucket, or the whole bucket when parts could
+    not move a bound) is too coarse for a heap (docs/decisions/0009-dp-preprocessing.md,
+    "Densities and heaps"). A datetime without bounds does not: its calendar descent stops at
+    the finest unit its rows inform, and that level, made consistent, is its density."""
     if spec.kind not in ("integer", "float", "datetime"):
         return False
     if spec.bounds is None:
-        return True
+        return spec.kind != "datetime"  # the calendar's last level is the density
     if not integer_valued(spec):
         return True
     low, high = spec.numeric_bounds()
