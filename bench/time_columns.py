@@ -143,7 +143,9 @@ def markdown(records: list[dict]) -> str:
             "1-way TVD at the table's granularity (D day, h hour, M month); `load`: the 1-minute "
             "load average when the run ended (the seconds are inflated under load). `before`: "
             "calendar-year buckets with 32 parts (main at 2ea81c0, the same script), `after`: the "
-            "calendar descent (years -> months -> days -> hours).\n\n"
+            "calendar descent (years -> months -> days -> hours), `consistent`: its last level "
+            "made consistent with the levels above by least squares, and no grid density of its "
+            "own.\n\n"
             + "\n".join(lines) + "\n")
 
 
