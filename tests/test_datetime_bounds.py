@@ -132,7 +132,8 @@ def test_each_level_is_charged_its_opendp_map_at_its_scale(con, rho):
         assert spend.rho == pytest.approx(float(meas.map(1)), rel=1e-12), params
         assert spend.sensitivity == 1.0 and spend.delta_extra == 0.0
     assert math.fsum(s.rho for s, _ in charge.calls) == pytest.approx(rho, rel=1e-9)
-    assert len(charge.calls) <= len(pp.CALENDAR_UNITS)
+    # the levels, and when the descent stops at days the hour of day and the days again
+    assert len(charge.calls) <= len(pp.CALENDAR_UNITS) + 1
 
 
 # ------------------------------------------------------------------------------ sensitivity
@@ -175,9 +176,11 @@ def test_the_hour_histogram_and_every_level_move_by_at_most_the_charged_l2_one(c
               pp.calendar_edges("h", int(march[0]), int(march[0]) + 48)]
     assert pp.calendar_days(march[0]) == days("2024-03-01")  # the spans are where rows are
     base = [pp.level_counts(np.concatenate([[0], np.cumsum(hists[0])]), e) for e in levels]
+    profile = pp.hour_of_day_counts(hists[0])
     for k, hist in enumerate(hists[1:], start=1):
         assert abs(int(hist.sum()) - int(hists[0].sum())) <= 1
         assert np.linalg.norm(hist - hists[0]) <= 1.0
+        assert np.linalg.norm(pp.hour_of_day_counts(hist) - profile) <= 1.0
         cumulative = np.concatenate([[0], np.cumsum(hist)])
         for edges, counts in zip(levels, base):
             moved = pp.level_counts(cumulative, edges) - counts
@@ -260,3 +263,60 @@ def test_the_density_of_a_month_is_closer_in_range_sums_with_the_days_above_it(c
             errors[name].append(before * scale - truth)
     rms = {n: float(np.sqrt(np.mean(np.square(e)))) for n, e in errors.items()}
     assert rms["consistent"] * 2 < rms["hours"], rms
+
+
+def test_hour_of_day_counts_are_the_rows_in_each_hour_of_the_day(con):
+    values = ["2024-03-01 00:10:00", "2024-03-02 00:59:59", "2024-03-01 13:00:00",
+              "1900-01-01 23:30:00", "1899-12-31 23:30:00", "2102-01-01 05:00:00", None]
+    relation = load(con, "hours", pd.DataFrame({"t": values}, dtype=object))
+    counts = pp.hour_of_day_counts(exact_hours(con, relation, "t",
+                                               ColumnSpec(kind="datetime", nullable=True)))
+    expected = np.zeros(24, np.int64)
+    np.add.at(expected, [0, 0, 13, 23], 1)  # the outer cells (before 1900, from 2102) left out
+    np.testing.assert_array_equal(counts, expected)
+
+
+def test_within_days_cuts_whole_days_by_the_profile_and_keeps_the_rest():
+    profile = np.r_[np.zeros(6), np.full(18, 10.0)]
+    profile[0] = -5.0  # clipped at 0
+    pieces = ((100.0, 101.0, 240.0), (101.0, 102.0, 120.0), (102.0, 102.5, 30.0))
+    cut = pp.within_days(pieces, profile)
+    assert len(cut) == 24 + 24 + 1 and cut[-1] == (102.0, 102.5, 30.0)  # half a day: whole
+    first = np.array(cut[:24])
+    np.testing.assert_allclose(first[:, 0], 100 + np.arange(24) / 24)
+    np.testing.assert_allclose(first[:, 2], np.r_[np.zeros(6), np.full(18, 240 / 18)])
+    many = tuple((float(d), float(d + 1), 24.0) for d in range(100))  # 2,400 parts: too many
+    cut = pp.within_days(many, profile)
+    assert len(cut) == 800  # 8 parts of 3 hours a day
+    np.testing.assert_allclose([c[2] for c in cut[:8]], [0, 0, 4, 4, 4, 4, 4, 4])
+    assert pp.within_days((), profile) == ()
+    flat = pp.within_days(pieces[:1], -np.ones(24))  # nothing left: flat
+    np.testing.assert_allclose([c[2] for c in flat], 10.0)
+
+
+def test_a_month_too_thin_for_hours_gets_its_day_shape_from_the_hour_of_day(con):
+    """A month of timestamps, quiet from midnight to 6 (1% of rows each hour), at a rho too small
+    for the hours level: the descent stops at days and half of what is left measures the hour
+    of day; the density puts about 6% of each day's mass in the quiet hours (uniform: 25%). The
+    task spends exactly its rho; a DATE column gets no hour of day."""
+    rng = np.random.default_rng(4)
+    hour = rng.choice(24, 20_000, p=np.r_[np.full(6, 0.01), np.full(18, 0.94 / 18)])
+    stamps = (pd.Timestamp("2024-03-01") + pd.to_timedelta(rng.integers(0, 31, hour.size), "D")
+              + pd.to_timedelta(hour * 3600 + rng.integers(0, 3600, hour.size), "s"))
+    relation = load(con, "quiet", pd.DataFrame({"t": stamps}))
+    spec = ColumnSpec(kind="datetime")
+    charge = ChargeRecorder()
+    _, pieces = pp.calendar_bounds(exact_hours(con, relation, "t", spec), "t", spec, 2e-3,
+                                   charge)
+    purposes = [p["purpose"] for _, p in charge.calls]
+    assert "DP bounds (calendar hours)" not in purposes
+    assert "DP bounds (calendar hour of day)" in purposes
+    assert math.isclose(sum(s.rho for s, _ in charge.calls), 2e-3, rel_tol=1e-9)
+    piece = np.asarray(pieces)
+    night = (piece[:, 0] - np.floor(piece[:, 0] + 1e-9)) < 0.25 - 1e-9
+    assert 0.03 < piece[night, 2].sum() / piece[:, 2].sum() < 0.10
+    day_spec = ColumnSpec(kind="datetime", type="DATE")
+    dates = load(con, "quiet_days", pd.DataFrame({"d": stamps.normalize()}))
+    charge = ChargeRecorder()
+    pp.calendar_bounds(exact_hours(con, dates, "d", day_spec), "d", day_spec, 2e-3, charge)
+    assert all("hour of day" not in p["purpose"] for _, p in charge.calls)

@@ -801,7 +801,10 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
     bound may clamp). Each level is charged its own OpenDP map answer;
     each gets rho / levels (4 levels, 3 for a DATE), and when the descent stops early the rest
     measures the last level again, averaged with its first draw by inverse variance, so the
-    task spends exactly `rho`. The bounds are the span's outer edges; the density is the last
+    task spends exactly `rho`; a TIMESTAMP that stops at days first spends half that rest on
+    the hour of day over all its rows (`hour_of_day_counts`, 24 counts, sensitivity 1), which
+    shapes each day's density (`within_days`): events keep their daily cycle where single hours
+    are too thin to measure. The bounds are the span's outer edges; the density is the last
     level's counts made consistent with the levels above (`consistent_counts`: a day's count
     is known to one sigma, the sum of its 24 hours to about five), clipped at 0, inside them, as
     (low, high, count) pieces in days, at most DENSITY_CELLS of them (neighbouring buckets
@@ -813,6 +816,7 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
     edges = np.concatenate([[0], calendar_edges("Y", *inside), [CALENDAR_CELLS]])
     fixed = (False, False)  # ends the descent may not move
     spent = 0.0
+    profile = None  # the noisy hour-of-day counts, when the descent stops at days
     levels = []  # (edges, noisy counts, sigma) of every level, for `consistent_counts`
     for depth, unit in enumerate(units):
         counts = level_counts(cumulative, edges)
@@ -843,6 +847,12 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
                     for ok, end in zip(informative, (first, last)))
                 continue
         rest = rho - spent
+        if unit == "D" and "h" in units and rest > rho * 1e-9:  # hours too thin to measure:
+            # half the rest measures the hour of day over every day, the shape inside a day
+            profile, third = gaussian_counts(hour_of_day_counts(hist), rest / 2)
+            charge(third, column=name, purpose="DP bounds (calendar hour of day)", buckets=24)
+            spent += third.rho
+            rest = rho - spent
         if rest > rho * 1e-9:  # the descent stops early: the rest measures this level again
             again, second = gaussian_counts(counts, rest)
             charge(second, column=name,
@@ -855,7 +865,41 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
             low, high = max(edges[first], inside[0]), min(edges[last + 1], inside[1])
         break
     pieces = _calendar_pieces(consistent_counts(levels), edges, first, last, low, high)
+    if profile is not None:
+        pieces = within_days(pieces, profile)
     return finished_bounds(spec, float(calendar_days(low)), float(calendar_days(high))), pieces
+
+
+def hour_of_day_counts(hist: np.ndarray) -> np.ndarray:
+    """The rows in each hour of the day (0-23), from the exact hour-cell histogram of
+    `calendar_bounds` (1900-01-01 00:00 starts cell 1; the two outer cells are left out): every
+    row in at most one count, so the vector moves by at most one in one count when a row is
+    added or removed (L2 sensitivity 1)."""
+    cells = np.asarray(hist, dtype=np.int64)[1:CALENDAR_CELLS - 1]
+    return np.bincount(np.arange(cells.size) % 24, weights=cells, minlength=24).astype(np.int64)
+
+
+def within_days(pieces: tuple, profile: np.ndarray) -> tuple:
+    """Day pieces ((low, high, count) in days, each one whole day: `_calendar_pieces` of the
+    days level) cut into parts of the day in proportion to the noisy hour-of-day `profile`
+    (clipped at 0; flat when nothing is left), as many parts as keep the pieces at most
+    DENSITY_CELLS (24, 12, 8, 6, 4, 3, 2 or 1 a day). Pieces that are not one whole day (grouped
+    or cut by a bound inside a day) stay whole. Post-processing."""
+    if not pieces:
+        return pieces
+    shares = np.clip(np.asarray(profile, dtype=np.float64), 0.0, None)
+    shares = shares / shares.sum() if shares.sum() > 0 else np.full(24, 1 / 24)
+    parts = next(k for k in (24, 12, 8, 6, 4, 3, 2, 1) if len(pieces) * k <= DENSITY_CELLS)
+    part_shares = shares.reshape(parts, 24 // parts).sum(axis=1)
+    out = []
+    for low, high, count in pieces:
+        whole = abs(high - low - 1.0) < 1e-9 and abs(low - round(low)) < 1e-9
+        if not whole or parts == 1:
+            out.append((low, high, count))
+            continue
+        out.extend((low + k / parts, low + (k + 1) / parts, count * float(part_shares[k]))
+                   for k in range(parts))
+    return tuple(out)
 
 
 def consistent_counts(levels: list[tuple[np.ndarray, np.ndarray, float]]) -> np.ndarray:
