@@ -801,8 +801,8 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
     bound may clamp). Each level is charged its own OpenDP map answer;
     each gets rho / levels (4 levels, 3 for a DATE), and when the descent stops early the rest
     measures the last level again, averaged with its first draw by inverse variance, so the
-    task spends exactly `rho`; a TIMESTAMP that stops at days first spends half that rest on
-    the hour of day over all its rows (`hour_of_day_counts`, 24 counts, sensitivity 1), which
+    task spends exactly `rho`; a TIMESTAMP that stops at days (at most DENSITY_CELLS of them)
+    first spends half that rest on the hour of day over all its rows (`hour_of_day_counts`, 24 counts, sensitivity 1), which
     shapes each day's density (`within_days`): events keep their daily cycle where single hours
     are too thin to measure. The bounds are the span's outer edges; the density is the last
     level's counts made consistent with the levels above (`consistent_counts`: a day's count
@@ -847,8 +847,10 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
                     for ok, end in zip(informative, (first, last)))
                 continue
         rest = rho - spent
-        if unit == "D" and "h" in units and rest > rho * 1e-9:  # hours too thin to measure:
-            # half the rest measures the hour of day over every day, the shape inside a day
+        days = last - first + 1  # a day each piece (`_calendar_pieces` sums more than these)
+        if unit == "D" and "h" in units and rest > rho * 1e-9 and days <= DENSITY_CELLS:
+            # hours too thin to measure: half the rest measures the hour of day over every day,
+            # the shape inside a day
             profile, third = gaussian_counts(hour_of_day_counts(hist), rest / 2)
             charge(third, column=name, purpose="DP bounds (calendar hour of day)", buckets=24)
             spent += third.rho
