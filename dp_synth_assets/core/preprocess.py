@@ -802,9 +802,9 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
     each gets rho / levels (4 levels, 3 for a DATE), and when the descent stops early the rest
     measures the last level again, averaged with its first draw by inverse variance, so the
     task spends exactly `rho`; a TIMESTAMP that stops at days (at most DENSITY_CELLS of them)
-    first spends half that rest on the hour of day over all its rows (`hour_of_day_counts`, 24 counts, sensitivity 1), which
-    shapes each day's density (`within_days`): events keep their daily cycle where single hours
-    are too thin to measure. The bounds are the span's outer edges; the density is the last
+    first spends half that rest on the hour of day over all its rows (`hour_of_day_counts`, 24
+    counts, sensitivity 1), which shapes each day's density (`within_days`): events keep their
+    daily cycle where single hours are too thin to measure. The bounds are the span's outer edges; the density is the last
     level's counts made consistent with the levels above (`consistent_counts`: a day's count
     is known to one sigma, the sum of its 24 hours to about five), clipped at 0, inside them, as
     (low, high, count) pieces in days, at most DENSITY_CELLS of them (neighbouring buckets
