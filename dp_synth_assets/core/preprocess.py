@@ -804,11 +804,11 @@ def calendar_bounds(hist: np.ndarray, name: str, spec: ColumnSpec, rho: float, c
     task spends exactly `rho`; a TIMESTAMP that stops at days (at most DENSITY_CELLS of them)
     first spends half that rest on the hour of day over all its rows (`hour_of_day_counts`, 24
     counts, sensitivity 1), which shapes each day's density (`within_days`): events keep their
-    daily cycle where single hours are too thin to measure. The bounds are the span's outer edges; the density is the last
-    level's counts made consistent with the levels above (`consistent_counts`: a day's count
-    is known to one sigma, the sum of its 24 hours to about five), clipped at 0, inside them, as
-    (low, high, count) pieces in days, at most DENSITY_CELLS of them (neighbouring buckets
-    summed). All but the draws is post-processing."""
+    daily cycle where single hours are too thin to measure. The bounds are the span's outer
+    edges; the density is the last level's counts made consistent with the levels above
+    (`consistent_counts`: a day's count is known to one sigma, the sum of its 24 hours to about
+    five), clipped at 0, inside them, as (low, high, count) pieces in days, at most
+    DENSITY_CELLS of them (neighbouring buckets summed). All but the draws is post-processing."""
     units = CALENDAR_UNITS[:3] if integer_valued(spec) else CALENDAR_UNITS
     each = rho / len(units)
     cumulative = np.concatenate([[0], np.cumsum(np.asarray(hist, dtype=np.int64))])
