@@ -285,6 +285,15 @@ def test_the_earlier_draw_follows_density_times_the_chance_of_reaching_the_later
     np.testing.assert_allclose(np.histogram(got, edges)[0] / n,
                                np.histogram(kept, edges)[0] / kept.size, atol=0.012)
     assert not np.isnan(got).any() and (got >= 0.4).all()  # below 0.8 - 0.4 nothing reaches
+    # a bin the density has no mass in is weighed uniformly, as decoding draws there
+    empty = Encoding("a", "datetime", "TIMESTAMP", 2, low=0.0, high=2.0, bins=2,
+                     edges=(0.0, 1.0, 2.0), density=((0.0, 1.0, 5.0),))
+    inside = place_earlier(empty, np.array([0.0, 1.0, 2.0]), np.ones(n, np.int64),
+                           np.array([1.8, 2.2]), 2.2, np.zeros(n, np.int64), gap, rng)
+    assert ((inside >= 1.4) & (inside < 2.0)).all()
+    # f is 0 below 1.4, rises to 1/3 at 1.7, 1 at 1.8, 7/9 at 2: masses 0.05, 1/15, 8/45
+    share = np.histogram(inside, [1.4, 1.7, 2.0])[0] / n
+    assert abs(share[0] - 0.05 / (0.05 + 1 / 15 + 8 / 45)) < 0.01 and share.sum() == 1
     # a later bin no gap reaches: NaN
     far = place_earlier(first, np.array([0.0, 1.0]), np.zeros(3, np.int64),
                         np.array([5.0, 6.0]), 6.0, np.zeros(3, np.int64), gap, rng)

@@ -456,7 +456,8 @@ def place_earlier(first, first_cut: np.ndarray, first_code: np.ndarray, later_cu
                   ) -> np.ndarray:
     """One earlier value per row (days; NaN where nothing joins the row's two bins), drawn
     inside its bin [first_cut[k], first_cut[k + 1]) from p(x) f(x), p the earlier column's
-    density (`Encoding.density`, uniform in the bin without one) and f(x) = G(b1 - x) -
+    density (`Encoding.density`; uniform in a bin it has no mass in, as decoding draws there)
+    and f(x) = G(b1 - x) -
     G(b0 - x) the chance that the gap puts the later value in its bin [b0, b1) =
     [later_cut[j], min(later_cut[j + 1], later_high)), G the CDF of the gap density `gap`
     (pieces (low, high, weight) in days).
@@ -485,8 +486,9 @@ def place_earlier(first, first_cut: np.ndarray, first_code: np.ndarray, later_cu
             continue
         kinks = np.concatenate([b0 - table[:, :2].ravel(), b1 - table[:, :2].ravel()])
         start, stop, level = _intervals(density, first_cut[k], first_cut[k + 1], kinks)
-        if start.size == 0:
-            continue
+        if start.size == 0:  # no density in this bin: decoded uniformly, so weighed uniformly
+            flat = np.array([[first_cut[k], first_cut[k + 1], 1.0]])
+            start, stop, level = _intervals(flat, first_cut[k], first_cut[k + 1], kinks)
         f_start = np.clip(_cdf(table, b1 - start) - _cdf(table, b0 - start), 0.0, None)
         f_stop = np.clip(_cdf(table, b1 - stop) - _cdf(table, b0 - stop), 0.0, None)
         point = stop == start
