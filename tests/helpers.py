@@ -332,3 +332,17 @@ def postgres_server(skip: bool = True):
         subprocess.run(as_user + [str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "immediate",
                                   "stop"], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
+
+
+@contextmanager
+def without_consistency():
+    """Preprocessing with `consistent_counts` replaced by the finest level's own noisy counts
+    (the density before consistency), to compare the two on the same exact aggregates."""
+    from dp_synth_assets.core import preprocess
+
+    original = preprocess.consistent_counts
+    preprocess.consistent_counts = lambda levels: levels[-1][1]
+    try:
+        yield
+    finally:
+        preprocess.consistent_counts = original

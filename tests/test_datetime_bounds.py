@@ -6,6 +6,7 @@ between neighbouring tables (brute force)."""
 
 import datetime as dt
 import math
+from contextlib import nullcontext
 
 import duckdb
 import numpy as np
@@ -17,7 +18,7 @@ from dp_synth_assets.core.config import ColumnSpec
 from dp_synth_assets.core.domain import build_plan, decode, encode_view_sql
 from dp_synth_assets.core.opendp_api import dp
 
-from helpers import ChargeRecorder
+from helpers import ChargeRecorder, without_consistency
 
 EPOCH = dt.datetime(1970, 1, 1)
 
@@ -233,30 +234,33 @@ def test_consistent_counts_are_the_least_squares_counts_of_every_level():
     np.testing.assert_allclose(skew, alone)
 
 
+def quiet_nights(seed: int, rows: int = 20_000) -> pd.DatetimeIndex:
+    """Timestamps over March 2024 with a daily cycle: each hour from midnight to 6 holds 1% of
+    the rows, the other 18 the rest evenly."""
+    rng = np.random.default_rng(seed)
+    hour = rng.choice(24, rows, p=np.r_[np.full(6, 0.01), np.full(18, 0.94 / 18)])
+    return pd.DatetimeIndex(
+        pd.Timestamp("2024-03-01") + pd.to_timedelta(rng.integers(0, 31, rows), "D")
+        + pd.to_timedelta(hour * 3600 + rng.integers(0, 3600, rows), "s"))
+
+
 def test_the_density_of_a_month_is_closer_in_range_sums_with_the_days_above_it(con):
     """The calendar's density of a month of timestamps (a daily cycle), 30 invocations: the
     rows it puts before each day's end are off by a root-mean-square about four times smaller
     than the hours alone give (sum of up to 744 noisy hours against about one noisy day per
     day; at least 2x asserted)."""
-    rng = np.random.default_rng(1)
-    hour = rng.choice(24, 20_000, p=np.r_[np.full(6, 0.01), np.full(18, 0.94 / 18)])
-    stamps = (pd.Timestamp("2024-03-01") + pd.to_timedelta(rng.integers(0, 31, hour.size), "D")
-              + pd.to_timedelta(hour * 3600 + rng.integers(0, 3600, hour.size), "s"))
+    stamps = quiet_nights(1)
+    hour = stamps.hour
     relation = load(con, "month", pd.DataFrame({"t": stamps}))
     spec = ColumnSpec(kind="datetime")
     hist = exact_hours(con, relation, "t", spec)
     ends = np.array([days(f"2024-03-{d:02d}") for d in range(2, 32)])
     truth = np.array([(stamps < pd.Timestamp(f"2024-03-{d:02d}")).sum() for d in range(2, 32)])
     errors = {"consistent": [], "hours": []}
-    original = pp.consistent_counts
     for k in range(30):
         for name in errors:
-            if name == "hours":
-                pp.consistent_counts = lambda levels: levels[-1][1]
-            try:
+            with without_consistency() if name == "hours" else nullcontext():
                 _, pieces = pp.calendar_bounds(hist, "t", spec, 0.05, ChargeRecorder())
-            finally:
-                pp.consistent_counts = original
             piece = np.asarray(pieces)
             before = np.array([piece[piece[:, 1] <= e, 2].sum() for e in ends])
             scale = hour.size / piece[:, 2].sum()  # the total is not what is compared
@@ -299,10 +303,7 @@ def test_a_month_too_thin_for_hours_gets_its_day_shape_from_the_hour_of_day(con)
     for the hours level: the descent stops at days and half of what is left measures the hour
     of day; the density puts about 6% of each day's mass in the quiet hours (uniform: 25%). The
     task spends exactly its rho; a DATE column gets no hour of day."""
-    rng = np.random.default_rng(4)
-    hour = rng.choice(24, 20_000, p=np.r_[np.full(6, 0.01), np.full(18, 0.94 / 18)])
-    stamps = (pd.Timestamp("2024-03-01") + pd.to_timedelta(rng.integers(0, 31, hour.size), "D")
-              + pd.to_timedelta(hour * 3600 + rng.integers(0, 3600, hour.size), "s"))
+    stamps = quiet_nights(4)
     relation = load(con, "quiet", pd.DataFrame({"t": stamps}))
     spec = ColumnSpec(kind="datetime")
     charge = ChargeRecorder()

@@ -2,6 +2,7 @@
 columns, on real DuckDB tables (no Dagster)."""
 
 import math
+from contextlib import nullcontext
 
 import duckdb
 import numpy as np
@@ -18,6 +19,7 @@ from dp_synth_assets.core.preprocess import (BOUNDS_PARTS, CALENDAR_CELLS, CALEN
                                              exact_aggregates, occupied_span, preprocess,
                                              privtree_cell_width, privtree_epsilon,
                                              privtree_lambda, privtree_split_decisions)
+from tests.helpers import without_consistency
 
 
 class Recorder:
@@ -584,15 +586,10 @@ def test_the_bounds_density_is_closer_in_range_sums_with_its_buckets_above_its_p
               "quarters": [(2.0 ** k * (1 + q / 4), 2.0 ** k * (1 + (q + 1) / 4))
                            for k in range(1, 9) for q in range(4)]}
     errors = {(r, n): [] for r in ranges for n in ("consistent", "parts")}
-    original = pp.consistent_counts
     for _ in range(30):
         for name in ("consistent", "parts"):
-            if name == "parts":
-                pp.consistent_counts = lambda levels: levels[-1][1]
-            try:
+            with without_consistency() if name == "parts" else nullcontext():
                 _, pieces = pp.bounds_and_density(hist, "x", spec, 0.02, Recorder())
-            finally:
-                pp.consistent_counts = original
             piece = np.asarray(pieces)
             for r, spans in ranges.items():
                 got = [piece[(piece[:, 0] >= a - 1e-9) & (piece[:, 1] <= b + 1e-9), 2].sum()
