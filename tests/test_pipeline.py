@@ -111,15 +111,17 @@ def test_spend_equals_the_run_budget_and_the_sum_of_the_mechanisms_rho(run):
     measurements = store.measurements().measurements
     # one charge per marginal drawn (the selection's 1-way marginals, which `auto` draws in two
     # steps and merges when it picks absyn, and in `measurements` its cliques plus the 1-way
-    # marginal of each column they leave uncovered), one for all InDif scores; the independence
+    # marginal of each column they leave uncovered, or, when absyn kept no pair, every column's
+    # 1-way marginal again), one for all InDif scores; the independence
     # guard then keeps what beats the independent model (it spends nothing), so the published
     # measurements can be fewer; in `preprocessed`, one density histogram per column whose
     # declared bins can hold more than one value
     chosen = store.selection()
     plan = store.plan()
     assert chosen.method == "auto" and chosen.details["picked"] == "absyn"
-    drawn = 2 * len(chosen.one_way) + len(chosen.measured) + len(
-        cover_columns(chosen, plan.domain).cliques)
+    kept_any = bool(chosen.cliques) and sum(chosen.budgets.values()) > 0
+    measured = len(cover_columns(chosen, plan.domain).cliques) if kept_any else len(plan.domain)
+    drawn = 2 * len(chosen.one_way) + len(chosen.measured) + measured
     densities = sum(needs_density(c) for c in spec_of(project).columns.values())
     assert densities > 0
     assert len([e for e in charges if e["stage"] == "preprocessed"]) == densities
