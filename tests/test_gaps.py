@@ -274,9 +274,7 @@ def test_the_earlier_draw_follows_density_times_the_chance_of_reaching_the_later
     n = 40_000
     got = place_earlier(first, np.array([0.0, 1.0]), np.zeros(n, np.int64),
                         np.array([0.8, 1.2]), 1.2, np.zeros(n, np.int64), gap, rng)
-    mass = density[:, 2] * (density[:, 1] - density[:, 0]) / (density[:, 1] - density[:, 0])
-    x = np.concatenate([rng.uniform(a, b, rng.poisson(60 * n * w)) for (a, b, _), w
-                        in zip(density, mass)])
+    x = np.concatenate([rng.uniform(a, b, rng.poisson(60 * n * w)) for a, b, w in density])
     weights = gap[:, 2]
     piece = rng.choice(len(gap), size=x.size, p=weights / weights.sum())
     g = rng.uniform(gap[piece, 0], gap[piece, 1])

@@ -415,17 +415,17 @@ def draw_gaps(plan, codes: dict[str, np.ndarray], columns: dict[str, "_Column"],
         at = np.flatnonzero(~column.nulls & ~before.nulls)
         if at.size == 0:
             continue
-        cut = bin_cuts(e) * MICROS_PER_DAY
+        later_cut = bin_cuts(e)
+        cut = later_cut * MICROS_PER_DAY
         code = np.asarray(codes[name])[at].astype(np.int64)
         if roots.get(e.gap[0]) == name:
-            first = plan[e.gap[0]]
+            first, first_cut = plan[e.gap[0]], bin_cuts(plan[e.gap[0]])
             first_code = np.asarray(codes[e.gap[0]])[at].astype(np.int64)
-            placed = place_earlier(first, bin_cuts(first), first_code, bin_cuts(e), e.high,
+            placed = place_earlier(first, first_cut, first_code, later_cut, e.high,
                                    code, e.gap[1], rng)
             ok = ~np.isnan(placed)
-            first_cut = bin_cuts(first) * MICROS_PER_DAY
-            low = np.ceil(first_cut[first_code[ok]])
-            high = np.maximum(np.ceil(first_cut[first_code[ok] + 1]) - 1, low)
+            low = np.ceil(first_cut[first_code[ok]] * MICROS_PER_DAY)
+            high = np.maximum(np.ceil(first_cut[first_code[ok] + 1] * MICROS_PER_DAY) - 1, low)
             before.values[at[ok]] = np.clip(np.round(placed[ok] * MICROS_PER_DAY), low,
                                             high).astype(np.int64)
         earlier = before.values[at].astype(np.float64)
