@@ -1,8 +1,8 @@
 """ABSyn's marginal selection: noisy R-scores, the CR-score and the greedy triangulated selection.
 
 Implements ABSyn (Jia et al.) section V (Eq. 6-8, Algorithm 1) and section VI (Algorithms 2-3,
-Eq. 9-11), with the corrections and additions (score floor, coarse versions, tau) of
-docs/decisions/0013-absyn.md, whose section "As implemented" gives the steps.
+Eq. 9-11), with the corrections and additions (score floor, posterior scores, coarse versions,
+tau) of docs/decisions/0013-absyn.md, whose section "As implemented" gives the steps.
 
 Guarantee: the data is read by the 1-way marginals (`budget.one_way`) and one Gaussian release of
 all R-scores, fine and coarse (`budget.score`), each charged with its OpenDP map's answer right
