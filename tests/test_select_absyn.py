@@ -509,20 +509,3 @@ def test_independent_columns_buy_no_pair_once_their_scores_are_posterior_means(s
                     SelectionSettings(), lambda *a, **kw: None)
     assert chosen.details["detectable_pairs"] == 435
     assert chosen.cliques == ()
-
-
-def test_many_weak_real_pairs_keep_their_worth_below_two_noise_sds():
-    """400 pairs that all truly score 1 noise sd (weak dependency everywhere, as in a latent
-    class mixture): 84% of their released scores are below 2 sds, where a floor at 2 sds set
-    them to 0; as posterior means none is worth less than 3/4 of its true score, and on average
-    they are within a tenth of a sd of it (the few highest draws keep part of their noise: the
-    estimated prior gives them a small atom of their own)."""
-    from dp_synth_assets.core.select.absyn import posterior_scores
-
-    sd = 80.0
-    theta = np.full(400, sd)
-    z, rho = scores_of(theta, sd, seed=11)
-    assert np.mean(z < 2 * sd) > 0.75
-    post = posterior_scores(z, rho)
-    assert post.min() > 0.75 * sd
-    assert np.mean(np.abs(post - sd)) < 0.1 * sd
