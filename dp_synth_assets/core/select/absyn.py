@@ -26,7 +26,7 @@ from . import Budget, Charge, Clique, Log, MarginalOracle, Selection, round_line
 from .privsyn import INDIF_SENSITIVITY, indif, measure_one_way
 
 TAU_CELLS = 100_000  # default clique-size threshold tau (cells)
-SCORE_FLOOR_SD = 2.0  # a pair that cannot score this many noise sds is not scored (step 2)
+SCORE_FLOOR_SD = 2.0  # scores below this many noise sds count as 0 (0013-absyn.md, step 2)
 FIT_NOISE_SHARE = 0.5  # E_eta: the share of the raw noise error left after the fit (step 4)
 COARSE_LEVELS = (6, 16)  # coarse versions: groups of 1/level of a large column's mass (step 5)
 COARSE_MIN_CELLS = 1_000  # pairs with fewer cells have no coarse version (step 5)
@@ -45,6 +45,15 @@ def normalize_scores(noisy: np.ndarray, pairs: list[Clique], domain: dict[str, i
     return np.clip(r * factor, 0.0, 1.0)
 
 
+def above_noise(noisy: np.ndarray, rho_score: float) -> np.ndarray:
+    """The count-scale scores with those below `SCORE_FLOOR_SD` noise standard deviations
+    (sqrt(8 m / rho_s), public) set to 0: indistinguishable from independence."""
+    if noisy.size == 0 or rho_score <= 0:
+        return noisy
+    sd = math.sqrt(INDIF_SENSITIVITY ** 2 * noisy.size / (2 * rho_score))
+    return np.where(noisy >= SCORE_FLOOR_SD * sd, noisy, 0.0)
+
+
 def posterior_scores(noisy: np.ndarray, rho_score: float) -> np.ndarray:
     """The count-scale scores as their empirical-Bayes posterior means (0013-absyn.md, step 2):
     each released score is its true score (>= 0: a sum of absolute values) plus Gaussian noise
@@ -52,9 +61,8 @@ def posterior_scores(noisy: np.ndarray, rho_score: float) -> np.ndarray:
     released ones by nonparametric maximum likelihood on a grid (`prior_on_grid`), and each score
     is replaced by its mean under the posterior. A score that won its place by noise is pulled
     back to what scores like it are worth on average (the winner's curse the greedy paid for);
-    one far above the rest keeps nearly its value; one below its noise keeps the small worth
-    scores like it have, where a floor would have set it to 0. Post-processing: it reads only
-    the released scores and their public sd; monotone, so the scores keep their order."""
+    one far above the rest keeps nearly its value. Post-processing: it reads only the released
+    scores and their public sd; monotone, so the scores keep their order."""
     z = np.asarray(noisy, dtype=np.float64)
     if z.size < 2 or rho_score <= 0:
         return z
@@ -511,7 +519,8 @@ def select_after(domain: dict[str, int], oracle: MarginalOracle, budget: Budget,
     values = [indif(exact[p]) for p in pairs] + [indif(coarsen(exact[p], g)) for p, g in versions]
     released, spend = gaussian_scores(np.array(values), budget.score, INDIF_SENSITIVITY)
     charge(spend, purpose="R-scores", pairs=len(values))
-    released = posterior_scores(released, budget.score)
+    released = np.where(above_noise(released, budget.score) > 0,
+                        posterior_scores(released, budget.score), 0.0)
     r_bar = normalize_scores(released[:len(pairs)], pairs, domain, total)
     coarse: dict[Clique, list[Version]] = {}
     for ((a, b), groups), score in zip(versions, released[len(pairs):]):
