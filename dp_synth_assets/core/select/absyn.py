@@ -45,13 +45,18 @@ def normalize_scores(noisy: np.ndarray, pairs: list[Clique], domain: dict[str, i
     return np.clip(r * factor, 0.0, 1.0)
 
 
+def score_sd(m: int, rho_score: float) -> float:
+    """The noise sd of each of m count-scale scores released together at rho_s (public):
+    sqrt(8 m / rho_s), each score of sensitivity `INDIF_SENSITIVITY`."""
+    return math.sqrt(INDIF_SENSITIVITY ** 2 * m / (2 * rho_score))
+
+
 def above_noise(noisy: np.ndarray, rho_score: float) -> np.ndarray:
     """The count-scale scores with those below `SCORE_FLOOR_SD` noise standard deviations
-    (sqrt(8 m / rho_s), public) set to 0: indistinguishable from independence."""
+    (`score_sd`) set to 0: indistinguishable from independence."""
     if noisy.size == 0 or rho_score <= 0:
         return noisy
-    sd = math.sqrt(INDIF_SENSITIVITY ** 2 * noisy.size / (2 * rho_score))
-    return np.where(noisy >= SCORE_FLOOR_SD * sd, noisy, 0.0)
+    return np.where(noisy >= SCORE_FLOOR_SD * score_sd(noisy.size, rho_score), noisy, 0.0)
 
 
 def posterior_scores(noisy: np.ndarray, rho_score: float) -> np.ndarray:
@@ -66,7 +71,7 @@ def posterior_scores(noisy: np.ndarray, rho_score: float) -> np.ndarray:
     z = np.asarray(noisy, dtype=np.float64)
     if z.size < 2 or rho_score <= 0:
         return z
-    sd = math.sqrt(INDIF_SENSITIVITY ** 2 * z.size / (2 * rho_score))
+    sd = score_sd(z.size, rho_score)
     grid, weights = prior_on_grid(z, sd)
     log_like = -0.5 * ((z[:, None] - grid[None, :]) / sd) ** 2
     post = np.exp(log_like - log_like.max(axis=1, keepdims=True)) * weights
@@ -446,7 +451,7 @@ def detectable(pairs: list[Clique], domain: dict[str, int], noisy_total: float,
         return []
     kept = list(pairs)
     while kept:
-        floor = SCORE_FLOOR_SD * math.sqrt(INDIF_SENSITIVITY ** 2 * len(kept) / (2 * rho_score))
+        floor = SCORE_FLOOR_SD * score_sd(len(kept), rho_score)
         top = [2 * noisy_total * (min(domain[a], domain[b]) - 1) / min(domain[a], domain[b])
                for a, b in kept]
         now = [p for p, t in zip(kept, top) if t >= floor]
