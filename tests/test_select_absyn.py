@@ -282,7 +282,9 @@ def test_a_path_that_never_repays_the_one_way_marginals_it_starves_is_not_kept()
     chosen = select("absyn", domain, counting_oracle(data, domain), budget, SelectionSettings(),
                     lambda *a, **kw: None)
     rounds = chosen.details["rounds"]
-    assert len(rounds) >= 5  # the greedy alone would have measured these
+    # the greedy alone would have measured these (9 rounds at the posterior scores, 10 or more
+    # at the released ones): step 6 is what keeps none of them
+    assert len(rounds) >= 5
     assert chosen.cliques == () and chosen.budgets == {}
     assert all(r["plan_error"] > 0 and r["kept"] is False for r in rounds)
     plan = measurement_plan(chosen, domain, budget.measure)
@@ -488,7 +490,6 @@ def test_posterior_scores_undo_the_winners_curse_of_the_scores_above_the_floor()
     post = posterior_scores(z, rho)
     assert np.mean(z[passed] - theta[passed]) > sd
     assert abs(np.mean(post[passed] - theta[passed])) < 0.2 * sd
-    assert np.all(post >= 0)
 
 
 @pytest.mark.parametrize("seed", [0, 1])

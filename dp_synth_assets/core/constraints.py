@@ -457,10 +457,9 @@ def place_earlier(first, first_cut: np.ndarray, first_code: np.ndarray, later_cu
     """One earlier value per row (days; NaN where nothing joins the row's two bins), drawn
     inside its bin [first_cut[k], first_cut[k + 1]) from p(x) f(x), p the earlier column's
     density (`Encoding.density`; uniform in a bin it has no mass in, as decoding draws there)
-    and f(x) = G(b1 - x) -
-    G(b0 - x) the chance that the gap puts the later value in its bin [b0, b1) =
-    [later_cut[j], min(later_cut[j + 1], later_high)), G the CDF of the gap density `gap`
-    (pieces (low, high, weight) in days).
+    and f(x) = G(b1 - x) - G(b0 - x) the chance that the gap puts the later value in its bin
+    [b0, b1) = [later_cut[j], min(later_cut[j + 1], later_high)), G the CDF of the gap density
+    `gap` (pieces (low, high, weight) in days).
 
     Exact: p is constant between its pieces' edges and f is linear between b0 and b1 less the
     gap pieces' edges, so on the intervals all those points cut the bin into, p f is linear: an
